@@ -1,0 +1,29 @@
+# outreach — the two commands a new user needs are `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "outreach needs Python 3.11, got " + sys.version' 
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(BIN)/python -m pip check
+	touch $(STAMP)
+
+## Run the main job (import → queue → send) with real Airflow on the shipped sample data.
+demo: venv
+	$(BIN)/outreach demo
+
+## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow).
+test: venv
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf .outreach .airflow

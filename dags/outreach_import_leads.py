@@ -1,0 +1,50 @@
+"""
+### outreach_import_leads
+
+Imports a leads CSV (HubSpot, Salesforce, Apollo… exports) into a campaign, after an optional
+do-not-contact list.
+
+* **import_leads** syncs the campaign file and mailbox file, imports the do-not-contact list, then
+  the leads: bad rows are logged by line number and reason, the good rows are imported, suppressed
+  addresses are not stored. Everything is one transaction per file.
+
+**Clearing `import_leads` is safe**: the same files imported again change nothing (leads are
+unique by normalised address, enrolments by campaign and lead, suppressions by value).
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import Param, dag, get_current_context, task
+
+from outreach import airflow_adapter
+
+
+@dag(
+    dag_id="outreach_import_leads",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["outreach"],
+    doc_md=__doc__,
+    default_args={"owner": "outreach", "retries": 1},
+    params={
+        "campaign_file": Param("include/campaigns/demo.yaml", type="string", title="Campaign file",
+                               description="Campaign YAML, relative to the project root."),
+        "mailbox_file": Param("include/mailboxes.yaml", type="string", title="Mailbox file"),
+        "leads_file": Param("include/data/sample_leads.csv", type="string", title="Leads CSV"),
+        "suppressions_file": Param("include/data/do_not_contact.csv", type=["null", "string"],
+                                   title="Do-not-contact CSV (optional)"),
+    },
+)
+def outreach_import_leads():
+    @task
+    def import_leads() -> dict:
+        p = get_current_context()["params"]
+        return airflow_adapter.import_task(p["campaign_file"], p["mailbox_file"], p["leads_file"],
+                                           p.get("suppressions_file"))
+
+    import_leads()
+
+
+outreach_import_leads()

@@ -1,0 +1,56 @@
+"""
+### outreach_send
+
+Sends queued emails: plan → one mapped **send_batch** per batch → summary.
+
+* **plan** fails stale `sending` rows as unconfirmed, then plans batches per mailbox within
+  today's limit (warm-up and daily cap).
+* **send_batch** claims its own rows (`FOR UPDATE SKIP LOCKED`, a fresh claim token), re-checks
+  suppression right before the handoff, sends over one SMTP session and commits each row's
+  outcome right after its handoff. It logs one summary line.
+* **summary** adds up the batches.
+
+**Clearing is safe.** A cleared or retried `send_batch` claims fresh rows or none: what its
+earlier try sent is `sent`, and rows it left `sending` (a killed worker) go to the reaper as
+*unconfirmed* — never resent automatically. Overlapping runs are safe for the same reason.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import TriggerRule, dag, get_current_context, task
+
+from outreach import airflow_adapter
+
+
+@dag(
+    dag_id="outreach_send",
+    schedule="*/10 * * * *",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=2,
+    tags=["outreach"],
+    doc_md=__doc__,
+    default_args={"owner": "outreach", "retries": 2},
+)
+def outreach_send():
+    @task
+    def plan() -> list[dict]:
+        return airflow_adapter.plan_task()
+
+    @task(map_index_template="{{ batch_label }}")
+    def send_batch(batch: dict) -> dict:
+        ctx = get_current_context()
+        ctx["batch_label"] = batch["label"]
+        ti = ctx["ti"]
+        worker = f"{ti.dag_id}/{ti.run_id}/{ti.task_id}[{ti.map_index}]#try{ti.try_number}"
+        return airflow_adapter.send_task(batch, worker)
+
+    @task(trigger_rule=TriggerRule.NONE_FAILED)
+    def summary(results) -> dict:
+        return airflow_adapter.summary_task(list(results) if results is not None else [])
+
+    summary(send_batch.expand(batch=plan()))
+
+
+outreach_send()

@@ -1,0 +1,208 @@
+"""Campaign and mailbox files: reviewed YAML, validated, then synced into the database.
+
+A campaign file (``include/campaigns/*.yaml``) names its mailboxes by address, its sequence steps
+(template, subject, delay in days after the previous step), its time zone and send window. The
+mailbox file (``include/mailboxes.yaml``) holds each mailbox's Airflow SMTP connection id, daily
+cap and warm-up. Errors name the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Annotated, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from outreach import db
+from outreach.paths import resolve, templates_dir
+
+WEEKDAYS = {"mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6, "sun": 7}
+
+
+class ConfigError(ValueError):
+    """A campaign or mailbox file is invalid; the message names file, line and field."""
+
+
+def _check_tz(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {value!r} (use an IANA name such as Europe/Berlin)")
+    return value
+
+
+TimeZone = Annotated[str, AfterValidator(_check_tz)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Step(_Model):
+    """One sequence step: ``template`` names ``<template>.txt.j2``/``.html.j2``; ``subject`` is a
+    Jinja2 string; ``delay_days`` counts days after the previous step was sent (step 1: after
+    enrolment)."""
+
+    template: str = Field(pattern=r"^[A-Za-z0-9_\-/]+$")
+    subject: str = Field(min_length=1, max_length=300)
+    delay_days: int = Field(ge=0, le=365)
+
+
+class SendWindow(_Model):
+    """Sending days (``mon``…``sun``) and local hours ``start`` (inclusive) to ``end`` (exclusive;
+    ``"24:00"`` is the end of the day)."""
+
+    days: list[str] = Field(min_length=1)
+    start: str = Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")
+    end: str = Field(pattern=r"^(([01]\d|2[0-3]):[0-5]\d|24:00)$")
+
+    @field_validator("days")
+    @classmethod
+    def _days(cls, value: list[str]) -> list[str]:
+        bad = [d for d in value if d.lower() not in WEEKDAYS]
+        if bad:
+            raise ValueError(f"unknown day(s) {bad}; use {list(WEEKDAYS)}")
+        return [d.lower() for d in value]
+
+    def iso_days(self) -> list[int]:
+        """Return the ISO weekday numbers (1 = Monday)."""
+        return sorted({WEEKDAYS[d] for d in self.days})
+
+
+class Campaign(_Model):
+    """A campaign file. ``key`` is the stable identifier (a slug)."""
+
+    key: str = Field(pattern=r"^[a-z0-9][a-z0-9\-]{1,62}$")
+    name: str = Field(min_length=1)
+    timezone: TimeZone
+    send_window: SendWindow
+    mailboxes: list[str] = Field(min_length=1)
+    steps: list[Step] = Field(min_length=1)
+
+
+class Mailbox(_Model):
+    """A sending mailbox. Secrets stay in the Airflow connection named by ``smtp_conn_id``.
+
+    ``warmup_start`` (a date) turns on the warm-up ramp: ``warmup_initial`` a day for
+    ``warmup_days`` days, then ``+ warmup_increment`` a day up to ``daily_cap``.
+    """
+
+    address: str
+    name: str = ""
+    smtp_conn_id: str = Field(pattern=r"^[A-Za-z0-9_\-]+$")
+    timezone: TimeZone = "UTC"
+    daily_cap: int = Field(default=50, gt=0, le=100_000)
+    warmup_start: dt.date | None = None
+    warmup_initial: int = Field(default=10, gt=0)
+    warmup_days: int = Field(default=7, ge=0)
+    warmup_increment: int = Field(default=5, ge=0)
+
+
+class MailboxFile(_Model):
+    """The mailbox file: ``mailboxes: [Mailbox, …]``."""
+
+    mailboxes: list[Mailbox] = Field(min_length=1)
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """Follow a pydantic error location through the YAML node tree; return its 1-based line."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            nxt = next((v for k, v in node.value if k.value == part), None)
+            if nxt is None:
+                break
+            node = nxt
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            break
+        line = node.start_mark.line + 1
+    return line
+
+
+def _load(path: Path, model: type[_Model]) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+        tree = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}{where}: not valid YAML: {exc}") from exc
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            line = _line_of(tree, err["loc"])
+            lines.append(f"{path}, line {line}, field {field}: {err['msg']}")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def load_campaign(path: str | Path) -> Campaign:
+    """Read and validate a campaign file.
+
+    :raises ConfigError: the file is missing, not YAML, or invalid (file, line, field named), or a
+        step's template files are missing.
+    """
+    path = resolve(path)
+    campaign = _load(path, Campaign)
+    for i, step in enumerate(campaign.steps):
+        for suffix in (".txt.j2", ".html.j2"):
+            if not (templates_dir() / f"{step.template}{suffix}").is_file():
+                raise ConfigError(f"{path}, field steps.{i}.template: no template file "
+                                  f"{templates_dir() / (step.template + suffix)}")
+    return campaign
+
+
+def load_mailboxes(path: str | Path) -> list[Mailbox]:
+    """Read and validate the mailbox file.
+
+    :raises ConfigError: as for :func:`load_campaign`.
+    """
+    return list(_load(resolve(path), MailboxFile).mailboxes)
+
+
+def sync(conn: Any, campaign: Campaign, mailboxes: list[Mailbox], source_file: str) -> int:
+    """Write a campaign, its steps and its mailboxes into the database; return the campaign id.
+
+    Runs inside the caller's transaction. Idempotent: syncing the same files twice changes nothing.
+
+    :raises ConfigError: the campaign names a mailbox that the mailbox file does not define.
+    """
+    by_address = {m.address.lower(): m for m in mailboxes}
+    missing = [a for a in campaign.mailboxes if a.lower() not in by_address]
+    if missing:
+        raise ConfigError(f"{source_file}, field mailboxes: not in the mailbox file: {missing}")
+    mailbox_ids = []
+    for address in campaign.mailboxes:
+        m = by_address[address.lower()]
+        row = db.one(conn, "mailbox_upsert", {
+            "address": m.address.lower(), "display_name": m.name, "smtp_conn_id": m.smtp_conn_id,
+            "timezone": m.timezone, "daily_cap": m.daily_cap, "warmup_start": m.warmup_start,
+            "warmup_initial": m.warmup_initial, "warmup_days": m.warmup_days,
+            "warmup_increment": m.warmup_increment})
+        mailbox_ids.append(row["id"])
+    w = campaign.send_window
+    row = db.one(conn, "campaign_upsert", {
+        "key": campaign.key, "name": campaign.name, "timezone": campaign.timezone,
+        "send_days": w.iso_days(), "window_start": w.start,
+        "window_end": "24:00:00" if w.end == "24:00" else w.end, "source_file": source_file})
+    campaign_id = row["id"]
+    for mailbox_id in mailbox_ids:
+        db.run(conn, "campaign_mailbox_link", {"campaign_id": campaign_id, "mailbox_id": mailbox_id})
+    db.run(conn, "campaign_mailbox_unlink_others",
+           {"campaign_id": campaign_id, "mailbox_ids": mailbox_ids})
+    for position, step in enumerate(campaign.steps, start=1):
+        db.run(conn, "sequence_step_upsert", {
+            "campaign_id": campaign_id, "position": position, "template": step.template,
+            "subject": step.subject, "delay_days": step.delay_days})
+    return campaign_id

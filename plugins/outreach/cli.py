@@ -1,0 +1,203 @@
+"""The ``outreach`` command line. The DAGs and the CLI call the same functions.
+
+The database is ``OUTREACH_DATABASE_URL`` or, when unset, the embedded PostgreSQL in
+``.outreach/pgdata``. SMTP connections are Airflow connections (``AIRFLOW_CONN_<ID>``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from outreach import embedded
+
+
+def _url() -> str:
+    return embedded.database_url()
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from outreach.migrate import current_version, upgrade
+
+    url = _url()
+    applied = upgrade(url)
+    if applied:
+        for m in applied:
+            print(f"applied {m.version:04d}_{m.name}")
+    else:
+        print(f"database is up to date (version {current_version(url)})")
+    return 0
+
+
+def cmd_import_leads(args: argparse.Namespace) -> int:
+    from outreach.leads import import_leads
+    from outreach.suppression import import_suppressions
+
+    url = _url()
+    if args.suppressions:
+        sup = import_suppressions(url, args.suppressions)
+        print(f"suppressions {args.suppressions}: added={sup.added} known={sup.known} "
+              f"invalid={sup.invalid} cancelled={sup.cancelled}")
+        for p in sup.problems:
+            print(f"  {args.suppressions}, {p}")
+    result = import_leads(url, args.campaign, args.mailboxes, args.csv)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return 0
+    print(result.summary())
+    for p in result.problems:
+        print(f"  {args.csv}, {p}")
+    if result.suppressed_lines:
+        print(f"  suppressed (not stored): lines {result.suppressed_lines}")
+    return 0
+
+
+def cmd_import_suppressions(args: argparse.Namespace) -> int:
+    from outreach.suppression import import_suppressions
+
+    sup = import_suppressions(_url(), args.csv, reason=args.reason)
+    print(f"suppressions {args.csv}: added={sup.added} known={sup.known} invalid={sup.invalid} "
+          f"cancelled={sup.cancelled}")
+    for p in sup.problems:
+        print(f"  {args.csv}, {p}")
+    return 0
+
+
+def cmd_suppress(args: argparse.Namespace) -> int:
+    from outreach import db
+    from outreach.suppression import suppress
+
+    with db.transaction(_url()) as conn:
+        added, cancelled = suppress(conn, args.value, args.reason, args.source)
+    print(f"{'suppressed' if added else 'already suppressed'}; cancelled {cancelled} queued email(s)")
+    return 0
+
+
+def cmd_queue_due(args: argparse.Namespace) -> int:
+    from outreach.queue import queue_due
+
+    result = queue_due(_url(), campaign_key=args.campaign)
+    print(f"queued {result['queued']} email(s)")
+    return 0
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    from outreach.airflow_adapter import smtp_connector
+    from outreach.queue import plan_batches
+    from outreach.send import send_batch
+    from outreach.settings import Settings
+
+    settings = Settings.from_env()
+    url = _url()
+    limit = args.limit or settings.batch_size
+    if args.mailbox:
+        mailbox_ids = [args.mailbox]
+    else:
+        mailbox_ids = sorted({b["mailbox_id"] for b in plan_batches(url, limit)})
+    if not mailbox_ids:
+        print("nothing due")
+    for mailbox_id in mailbox_ids:
+        print(send_batch(url, mailbox_id, limit, smtp_connector, settings).line())
+    return 0
+
+
+def cmd_reap(args: argparse.Namespace) -> int:
+    from outreach.queue import reap
+    from outreach.settings import Settings
+
+    ids = reap(_url(), Settings.from_env().reaper_threshold)
+    print(f"marked {len(ids)} email(s) unconfirmed" + (f": {ids}" if ids else ""))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from outreach.report import collect, render_json, render_text
+
+    report = collect(_url())
+    print(render_json(report) if args.json else render_text(report))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from outreach.demo import run_demo
+
+    return run_demo()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser (sub-commands: db upgrade, import-leads, import-suppressions,
+    suppress, queue-due, send, reap, report, demo)."""
+    p = argparse.ArgumentParser(prog="outreach", description=__doc__.splitlines()[0])
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    dbp = sub.add_parser("db", help="database schema")
+    dbsub = dbp.add_subparsers(dest="db_command", required=True)
+    dbsub.add_parser("upgrade", help="apply pending migrations").set_defaults(func=cmd_db_upgrade)
+
+    s = sub.add_parser("import-leads", help="import a leads CSV into a campaign")
+    s.add_argument("--campaign", default="include/campaigns/demo.yaml")
+    s.add_argument("--mailboxes", default="include/mailboxes.yaml")
+    s.add_argument("--csv", required=True)
+    s.add_argument("--suppressions", help="a do-not-contact CSV imported first")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_import_leads)
+
+    s = sub.add_parser("import-suppressions", help="import a do-not-contact CSV")
+    s.add_argument("csv")
+    s.add_argument("--reason", default="do-not-contact")
+    s.set_defaults(func=cmd_import_suppressions)
+
+    s = sub.add_parser("suppress", help="suppress an address or a whole domain (@acme.com)")
+    s.add_argument("value")
+    s.add_argument("--reason", default="manual")
+    s.add_argument("--source", default="cli")
+    s.set_defaults(func=cmd_suppress)
+
+    s = sub.add_parser("queue-due", help="queue every due sequence step")
+    s.add_argument("--campaign", help="only this campaign key")
+    s.set_defaults(func=cmd_queue_due)
+
+    s = sub.add_parser("send", help="claim and send one batch (per mailbox with due emails)")
+    s.add_argument("--mailbox", type=int, help="mailbox id")
+    s.add_argument("--limit", type=int, help="rows to claim at most (default OUTREACH_BATCH_SIZE)")
+    s.set_defaults(func=cmd_send)
+
+    sub.add_parser("reap", help="fail rows left 'sending' too long as unconfirmed").set_defaults(func=cmd_reap)
+
+    s = sub.add_parser("report", help="per campaign, step and mailbox")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_report)
+
+    sub.add_parser("demo", help="run the main job on the sample data with real Airflow").set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the exit code (1 on a user-facing error, with its message on stderr)."""
+    from outreach.campaign import ConfigError
+    from outreach.db import OutreachDBError
+    from outreach.leads import ImportFileError
+    from outreach.settings import SettingsError
+
+    import os
+
+    from outreach.paths import project_root
+
+    # The CLI reads Airflow connections; keep Airflow's files in the project, not in ~/airflow.
+    os.environ.setdefault("AIRFLOW_HOME", str(project_root() / ".airflow"))
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except (ConfigError, ImportFileError, SettingsError, OutreachDBError, ValueError) as exc:
+        print(f"outreach: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

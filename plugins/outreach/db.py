@@ -1,0 +1,123 @@
+"""The connector: psycopg connections, the named-query registry and the error mapping.
+
+Every SQL statement the code runs lives in ``sql/queries/*.sql`` under a ``-- name: <name>``
+header (procrastinate/River style); Python never builds SQL strings. :data:`QUERIES` loads them
+once. Database errors that carry meaning (a unique violation on a named constraint) are turned
+into :class:`OutreachDBError` naming the constraint.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from outreach.paths import sql_dir
+
+_NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)
+
+
+class OutreachDBError(RuntimeError):
+    """A database error with the constraint or query it concerns.
+
+    :param message: what went wrong, for people.
+    :param constraint: the constraint name when the error is a violation, else ``None``.
+    """
+
+    def __init__(self, message: str, constraint: str | None = None) -> None:
+        super().__init__(message)
+        self.constraint = constraint
+
+
+def parse_queries(text: str, source: str = "<string>") -> dict[str, str]:
+    """Split a queries file into ``{name: sql}``.
+
+    :param text: the file content, queries separated by ``-- name: <name>`` lines.
+    :param source: file name used in error messages.
+    :raises ValueError: a name appears twice.
+    """
+    parts = _NAME.split(text)
+    out: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2]):
+        if name in out:
+            raise ValueError(f"{source}: query {name!r} is defined twice")
+        out[name] = body.strip().rstrip(";").strip()
+    return out
+
+
+@functools.cache
+def load_queries(directory: Path | None = None) -> dict[str, str]:
+    """Read every ``*.sql`` file of ``sql/queries`` once into ``{name: sql}``.
+
+    :raises ValueError: a query name is defined in two places.
+    """
+    directory = directory or sql_dir() / "queries"
+    out: dict[str, str] = {}
+    for path in sorted(directory.glob("*.sql")):
+        for name, sql in parse_queries(path.read_text(encoding="utf-8"), str(path)).items():
+            if name in out:
+                raise ValueError(f"{path}: query {name!r} is already defined in another file")
+            out[name] = sql
+    return out
+
+
+def query(name: str) -> str:
+    """Return the SQL of the named query.
+
+    :raises KeyError: no query has that name.
+    """
+    try:
+        return load_queries()[name]
+    except KeyError:
+        raise KeyError(f"no query named {name!r} in sql/queries") from None
+
+
+def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[dict[str, Any]]:
+    """Open a psycopg 3 connection returning rows as dicts.
+
+    :param url: a libpq URL (``postgresql://…``).
+    :raises OutreachDBError: the server cannot be reached (the message never shows the password).
+    """
+    try:
+        return psycopg.connect(url, row_factory=dict_row, autocommit=autocommit,
+                               application_name="outreach")
+    except psycopg.OperationalError as exc:
+        raise OutreachDBError(f"cannot connect to the outreach database: {exc}") from exc
+
+
+@contextmanager
+def transaction(url: str) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+    """Yield a connection inside one transaction: committed on success, rolled back on error."""
+    conn = connect(url)
+    try:
+        with conn.transaction():
+            yield conn
+    finally:
+        conn.close()
+
+
+def run(conn: psycopg.Connection[Any], name: str, params: dict[str, Any] | None = None,
+        ) -> list[dict[str, Any]]:
+    """Execute the named query and return all its rows (``[]`` when it returns none).
+
+    :raises OutreachDBError: a constraint was violated (``.constraint`` names it).
+    """
+    try:
+        cur = conn.execute(query(name), params if params is not None else {})
+    except psycopg.errors.IntegrityError as exc:
+        constraint = getattr(exc.diag, "constraint_name", None)
+        raise OutreachDBError(f"{name}: {exc.diag.message_primary}", constraint) from exc
+    return cur.fetchall() if cur.description else []
+
+
+def one(conn: psycopg.Connection[Any], name: str, params: dict[str, Any] | None = None,
+        ) -> dict[str, Any] | None:
+    """Execute the named query and return its first row, or ``None``."""
+    rows = run(conn, name, params)
+    return rows[0] if rows else None

@@ -1,0 +1,112 @@
+"""``make demo``: the main job on the shipped sample data, through real Airflow.
+
+Starts the embedded PostgreSQL (unless ``OUTREACH_DATABASE_URL`` is set), applies migrations,
+starts a local SMTP server that stores accepted mail in ``.outreach/maildir``, runs
+``outreach_import_leads`` → ``outreach_queue_due`` → ``outreach_send`` with ``airflow dags test``
+(SQLite metadata in ``.airflow/``), and prints a report. A second run sends nothing new.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+from outreach import db, embedded
+from outreach.devsmtp import MaildirServer, read_maildir
+from outreach.localairflow import airflow_env, ensure_metadata, run_dag
+from outreach.logutil import mask
+from outreach.migrate import upgrade
+from outreach.paths import project_root, state_dir
+
+DEMO_PUBLIC_URL = "https://unsubscribe.outreach-demo.example"
+LEADS_FILE = "include/data/sample_leads.csv"
+
+
+def demo_secret(state: Path) -> str:
+    """Return the demo's unsubscribe secret: ``OUTREACH_UNSUBSCRIBE_SECRET`` or a random one
+    kept in ``.outreach/unsubscribe_secret`` (never in the repository)."""
+    if os.environ.get("OUTREACH_UNSUBSCRIBE_SECRET"):
+        return os.environ["OUTREACH_UNSUBSCRIBE_SECRET"]
+    path = state / "unsubscribe_secret"
+    if not path.exists():
+        state.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(32))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def _counts(url: str) -> dict[str, Any]:
+    with db.connect(url, autocommit=True) as conn:
+        per_mailbox = {r["address"]: r["n"] for r in conn.execute(
+            "SELECT m.address, count(s.id)::int AS n FROM outreach.mailboxes m "
+            "LEFT JOIN outreach.send_log s ON s.mailbox_id = m.id GROUP BY m.address").fetchall()}
+        emails = conn.execute("SELECT count(*)::int AS n FROM outreach.emails").fetchone()["n"]
+        status = {r["status"]: r["n"] for r in conn.execute(
+            "SELECT status::text, count(*)::int AS n FROM outreach.emails GROUP BY status").fetchall()}
+    return {"per_mailbox": per_mailbox, "emails": emails, "status": status}
+
+
+def run_demo() -> int:
+    """Run the demo; return 0 on success, 1 when a DAG run failed (its log is named)."""
+    root, state = project_root(), state_dir()
+    url = os.environ.get("OUTREACH_DATABASE_URL") or embedded.ensure_database(
+        embedded.start(stop_at_exit=True))
+    print(f"outreach demo: database {'OUTREACH_DATABASE_URL' if os.environ.get('OUTREACH_DATABASE_URL') else 'embedded PostgreSQL in ' + str(state / 'pgdata')}")
+    for m in upgrade(url):
+        print(f"  applied migration {m.version:04d}_{m.name}")
+    maildir = state / "maildir"
+    before_files = len(read_maildir(maildir))
+    before = _counts(url)
+    logs = state / "demo-logs"
+    with MaildirServer(maildir) as smtp:
+        print(f"  SMTP server (aiosmtpd) on {smtp.host}:{smtp.port}, storing into {maildir}")
+        env = airflow_env(root / ".airflow", url,
+                          {"outreach_smtp_anna": smtp.connection_json(),
+                           "outreach_smtp_ben": smtp.connection_json()},
+                          {"OUTREACH_PUBLIC_URL": os.environ.get("OUTREACH_PUBLIC_URL", DEMO_PUBLIC_URL),
+                           "OUTREACH_UNSUBSCRIBE_SECRET": demo_secret(state)})
+        print("  Airflow metadata (SQLite) in .airflow/ …", flush=True)
+        ensure_metadata(env)
+        for dag_id in ("outreach_import_leads", "outreach_queue_due", "outreach_send"):
+            print(f"  airflow dags test {dag_id} …", end=" ", flush=True)
+            result = run_dag(env, dag_id, logs / f"{dag_id}.log")
+            print(result.state)
+            if not result.ok:
+                print(f"outreach demo: {dag_id} did not succeed (exit {result.returncode}); "
+                      f"full Airflow log: {result.log}", file=sys.stderr)
+                return 1
+    after = _counts(url)
+    messages = read_maildir(maildir)
+    with db.connect(url, autocommit=True) as conn:
+        imp = db.one(conn, "import_run_latest", {"kind": "leads"})
+    print()
+    print("=" * 72)
+    print(f"Leads ({LEADS_FILE}): {imp['rows_total']} rows")
+    print(f"  imported {imp['imported']}, updated {imp['updated']}, duplicate {imp['duplicate']}, "
+          f"invalid {imp['invalid']}, suppressed {imp['suppressed']}, newly enrolled {imp['enrolled']}")
+    for p in imp["problems"]:
+        if p["reason"] != "suppressed" and not p["reason"].startswith("duplicate"):
+            print(f"    invalid: line {p['line']}, field {p['field']}: {p['reason']}")
+    dups = [p for p in imp["problems"] if p["reason"].startswith("duplicate")]
+    for p in dups:
+        print(f"    duplicate: line {p['line']}: {p['reason']}")
+    sup = [p["line"] for p in imp["problems"] if p["reason"] == "suppressed"]
+    if sup:
+        print(f"    suppressed (do-not-contact, not stored): lines {sup}")
+    print(f"Emails queued this run: {after['emails'] - before['emails']} "
+          f"(all emails by status: {after['status']})")
+    sent_now = {a: n - before["per_mailbox"].get(a, 0) for a, n in after["per_mailbox"].items()}
+    print(f"Sent this run: {sum(sent_now.values())}")
+    for address, n in sorted(sent_now.items()):
+        print(f"  {mask(address)}: {n} this run, {after['per_mailbox'][address]} in total")
+    new_files = len(messages) - before_files
+    print(f"Maildir: {len(messages)} messages in {maildir} ({new_files} new this run)")
+    if new_files == 0 and sum(sent_now.values()) == 0:
+        print("Nothing new was sent: every due email had already gone out "
+              "(step 2 becomes due 3 days after step 1).")
+    print(f"Airflow logs of this run: {logs}")
+    print("=" * 72)
+    return 0

@@ -1,0 +1,72 @@
+"""A local SMTP server (aiosmtpd) that stores every accepted message in a Maildir.
+
+Used by ``make demo`` and the tests as the "real SMTP server on loopback". Each stored message
+gets aiosmtpd's ``X-MailFrom``/``X-RcptTo``/``X-Peer`` headers, so the envelope can be checked.
+"""
+
+from __future__ import annotations
+
+import mailbox
+import socket
+from email.message import Message
+from pathlib import Path
+
+from aiosmtpd.controller import Controller
+from aiosmtpd.handlers import Mailbox
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port that is free on ``host`` right now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class MaildirServer:
+    """An aiosmtpd server on loopback storing accepted messages in ``maildir``.
+
+    Use as a context manager, or call :meth:`start` / :meth:`stop`. ``port`` 0 picks a free port.
+    """
+
+    def __init__(self, maildir: Path, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.maildir = Path(maildir)
+        self.maildir.parent.mkdir(parents=True, exist_ok=True)
+        mailbox.Maildir(str(self.maildir), create=True)  # creates tmp/, new/, cur/
+        self.host = host
+        self.port = port or free_port(host)
+        self._controller = Controller(Mailbox(self.maildir), hostname=host, port=self.port,
+                                      enable_SMTPUTF8=True)
+
+    def start(self) -> MaildirServer:
+        """Start serving in a background thread."""
+        self._controller.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the server."""
+        self._controller.stop()
+
+    def __enter__(self) -> MaildirServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def messages(self) -> list[Message]:
+        """Return every stored message."""
+        return read_maildir(self.maildir)
+
+    def connection_json(self) -> str:
+        """Return an Airflow SMTP connection (JSON form) pointing at this server, plain text."""
+        import json
+
+        return json.dumps({"conn_type": "smtp", "host": self.host, "port": self.port,
+                           "extra": {"disable_ssl": True, "disable_tls": True, "timeout": 30,
+                                     "retry_limit": 0}})
+
+
+def read_maildir(path: Path) -> list[Message]:
+    """Return every message stored in the Maildir at ``path`` (``[]`` if there is none)."""
+    if not Path(path).exists():
+        return []
+    return [m for m in mailbox.Maildir(str(path), create=False)]

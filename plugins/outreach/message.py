@@ -1,0 +1,96 @@
+"""Message building: a pure function from rendered parts and headers to an RFC 5322 message.
+
+Headers are set through :mod:`email.headerregistry` with the SMTP policy, so CR/LF in a name or
+subject can never inject a header, non-ASCII display names are RFC 2047-encoded and
+internationalised domains are IDNA-encoded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import email.policy
+import email.utils
+from dataclasses import dataclass
+from email.headerregistry import Address
+from email.message import EmailMessage
+
+from outreach.render import Rendered
+
+
+class MessageError(ValueError):
+    """The message cannot be built (for example an address that cannot be put in a header)."""
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """Who and what: ``from_address``/``from_name``, ``to_address``/``to_name``; ``message_id``
+    without angle brackets; ``date`` (aware, UTC); ``unsubscribe_url`` (https) and
+    ``unsubscribe_mailto``; ``feedback_id`` (``a:b:c:SenderId``); ``step_tag`` (campaign/step)."""
+
+    from_address: str
+    from_name: str
+    to_address: str
+    to_name: str
+    message_id: str
+    date: dt.datetime
+    unsubscribe_url: str
+    unsubscribe_mailto: str
+    feedback_id: str
+    step_tag: str
+
+
+def message_id_for(idempotency_key: str, sender_address: str) -> str:
+    """Return the Message-ID (without brackets) for an email row: ``<key>@<sender domain>``.
+
+    Fixed per row: every attempt of the row carries the same Message-ID (RFC 5322 §3.6.4).
+    """
+    domain = sender_address.rpartition("@")[2].encode("idna").decode("ascii")
+    return f"{idempotency_key}@{domain}"
+
+
+def _address(addr: str, name: str) -> Address:
+    local, _, domain = addr.rpartition("@")
+    try:
+        return Address(display_name=" ".join(name.split()), username=local, domain=domain)
+    except (ValueError, IndexError) as exc:
+        raise MessageError(f"cannot use address in a header: {exc}") from None
+
+
+def build_message(rendered: Rendered, env: Envelope) -> EmailMessage:
+    """Build the multipart/alternative message (text, then HTML).
+
+    Carries List-Unsubscribe (the https URL first, then mailto) and
+    ``List-Unsubscribe-Post: List-Unsubscribe=One-Click`` (RFC 8058 §3.1–3.2), Feedback-ID (Gmail
+    feedback loop) and a Message-ID derived from the row's idempotency key.
+
+    :raises MessageError: an address cannot be represented in a header.
+    """
+    if env.date.tzinfo is None:
+        raise MessageError("the Date must be timezone-aware (UTC)")
+    msg = EmailMessage(policy=email.policy.SMTP)
+    try:
+        msg["From"] = _address(env.from_address, env.from_name)
+        msg["To"] = _address(env.to_address, env.to_name)
+        msg["Subject"] = rendered.subject
+    except (ValueError, TypeError) as exc:
+        raise MessageError(str(exc)) from None
+    msg["Date"] = email.utils.format_datetime(env.date.astimezone(dt.timezone.utc))
+    msg["Message-ID"] = f"<{env.message_id}>"
+    msg["List-Unsubscribe"] = f"<{env.unsubscribe_url}>, <{env.unsubscribe_mailto}>"
+    msg["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
+    msg["Feedback-ID"] = env.feedback_id
+    msg["X-Outreach-Step"] = env.step_tag
+    msg.set_content(rendered.text)
+    msg.add_alternative(rendered.html, subtype="html")
+    return msg
+
+
+# Header lines are folded only past RFC 5322's hard limit of 998 characters: Python's folder turns
+# a single token longer than 78 characters (a long List-Unsubscribe URL) into RFC 2047
+# encoded-words, which breaks structured headers. Bodies are already encoded by set_content.
+WIRE_POLICY = email.policy.SMTP.clone(max_line_length=998)
+
+
+def to_wire(msg: EmailMessage) -> bytes:
+    """Serialise with CRLF line endings, as SMTP expects (before dot-stuffing)."""
+    return msg.as_bytes(policy=WIRE_POLICY)

@@ -1,0 +1,52 @@
+"""The campaign report: per campaign, step and mailbox, what is queued, sent, failed, suppressed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from outreach import db
+from outreach.logutil import mask
+
+
+def collect(url: str) -> dict[str, Any]:
+    """Return the report as a dict: ``rows`` (per campaign/step/mailbox counts), ``mailboxes``
+    (today's sends against the limit, pause status), ``send_log`` total and ``last_import``."""
+    with db.connect(url, autocommit=True) as conn:
+        rows = db.run(conn, "report_by_step")
+        mailboxes = db.run(conn, "report_mailboxes", {"now": None})
+        totals = db.one(conn, "report_totals")
+        last_import = db.one(conn, "import_run_latest", {"kind": "leads"})
+    for m in mailboxes:
+        m["address"] = mask(m["address"])
+    return {"rows": rows, "mailboxes": mailboxes, "totals": totals,
+            "last_import": last_import}
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)] if rows else [len(h) for h in headers]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*(str(x) for x in r)) for r in rows]
+    return "\n".join(lines)
+
+
+def render_text(report: dict[str, Any]) -> str:
+    """Return the report as text tables."""
+    cols = ["queued", "sending", "sent", "failed", "unconfirmed", "suppressed"]
+    parts = ["Emails by campaign, step and mailbox"]
+    parts.append(_table(["campaign", "step", "mailbox"] + cols + ["failed by reason"], [
+        [r["campaign"], r["step"], r["mailbox_id"]] + [r[c] for c in cols] + [r["failed_reasons"] or "-"]
+        for r in report["rows"]]))
+    parts.append("\nMailboxes today (local day)")
+    parts.append(_table(["mailbox", "address", "status", "sent today", "limit today", "reason"], [
+        [m["id"], m["address"], m["status"], m["used_today"], m["daily_limit"], m["paused_reason"] or "-"]
+        for m in report["mailboxes"]]))
+    t = report["totals"] or {}
+    parts.append(f"\nsend log entries: {t.get('send_log', 0)}; emails: {t.get('emails', 0)}")
+    return "\n".join(parts)
+
+
+def render_json(report: dict[str, Any]) -> str:
+    """Return the report as JSON."""
+    return json.dumps(report, default=str, indent=2)

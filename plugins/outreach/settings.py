@@ -1,0 +1,87 @@
+"""Runtime settings from environment variables (secrets never live in the repo or the database).
+
+| variable                     | meaning                                                     |
+|------------------------------|-------------------------------------------------------------|
+| OUTREACH_PUBLIC_URL          | https base URL of the unsubscribe service (RFC 8058 needs https) |
+| OUTREACH_UNSUBSCRIBE_SECRET  | HMAC secret for unsubscribe tokens (at least 16 characters) |
+| OUTREACH_FEEDBACK_SENDER_ID  | SenderId of the Feedback-ID header (5–15 characters)        |
+| OUTREACH_BATCH_SIZE          | rows one send task claims at most (default 50)             |
+| OUTREACH_SMTP_TIMEOUT        | seconds an SMTP reply may take (default 30)                 |
+| OUTREACH_REAPER_MINUTES      | minutes before a `sending` row is failed as unconfirmed (30) |
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass
+
+
+class SettingsError(ValueError):
+    """A setting is missing or invalid; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Sender settings. Durations are :class:`datetime.timedelta`; ``smtp_timeout`` in seconds.
+
+    Rules: at most ``max_attempts`` (3) attempts in total, retry ``retry_after`` (30 minutes)
+    after a not-accepted error; the reaper threshold must exceed the longest a batch can take
+    (``smtp_timeout`` × ``batch_size``), or two senders could end up on the same rows.
+    """
+
+    public_url: str
+    unsubscribe_secret: str
+    feedback_sender_id: str = "outreach"
+    batch_size: int = 50
+    smtp_timeout: float = 30.0
+    max_attempts: int = 3
+    retry_after: dt.timedelta = dt.timedelta(minutes=30)
+    reaper_threshold: dt.timedelta = dt.timedelta(minutes=30)
+
+    def __post_init__(self) -> None:
+        if not self.public_url.startswith("https://"):
+            raise SettingsError("OUTREACH_PUBLIC_URL must be an https:// URL (RFC 8058 §3.1: "
+                                f"List-Unsubscribe needs an HTTPS URI), got {self.public_url!r}")
+        if len(self.unsubscribe_secret) < 16:
+            raise SettingsError("OUTREACH_UNSUBSCRIBE_SECRET must be at least 16 characters")
+        if not 5 <= len(self.feedback_sender_id) <= 15 or ":" in self.feedback_sender_id:
+            raise SettingsError("OUTREACH_FEEDBACK_SENDER_ID must be 5–15 characters without ':' "
+                                "(Gmail Feedback-ID format a:b:c:SenderId)")
+        if self.batch_size < 1:
+            raise SettingsError("OUTREACH_BATCH_SIZE must be at least 1")
+        longest_batch = dt.timedelta(seconds=self.smtp_timeout * self.batch_size)
+        if self.reaper_threshold <= longest_batch:
+            raise SettingsError(
+                f"OUTREACH_REAPER_MINUTES ({self.reaper_threshold}) must exceed the longest a batch "
+                f"can take, OUTREACH_SMTP_TIMEOUT × OUTREACH_BATCH_SIZE ({longest_batch}); "
+                "otherwise the reaper could fail rows a live sender is still sending")
+
+    @property
+    def unsubscribe_base(self) -> str:
+        """Return the URL that unsubscribe tokens are appended to."""
+        return self.public_url.rstrip("/") + "/unsubscribe/"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        """Build settings from environment variables.
+
+        :raises SettingsError: a required variable is missing or a value is invalid.
+        """
+        env = dict(os.environ if env is None else env)
+        missing = [k for k in ("OUTREACH_PUBLIC_URL", "OUTREACH_UNSUBSCRIBE_SECRET") if not env.get(k)]
+        if missing:
+            raise SettingsError(f"set {', '.join(missing)} (see README: Configuration)")
+        try:
+            return cls(
+                public_url=env["OUTREACH_PUBLIC_URL"],
+                unsubscribe_secret=env["OUTREACH_UNSUBSCRIBE_SECRET"],
+                feedback_sender_id=env.get("OUTREACH_FEEDBACK_SENDER_ID", "outreach"),
+                batch_size=int(env.get("OUTREACH_BATCH_SIZE", "50")),
+                smtp_timeout=float(env.get("OUTREACH_SMTP_TIMEOUT", "30")),
+                reaper_threshold=dt.timedelta(minutes=float(env.get("OUTREACH_REAPER_MINUTES", "30"))),
+            )
+        except ValueError as exc:
+            if isinstance(exc, SettingsError):
+                raise
+            raise SettingsError(f"invalid number in settings: {exc}") from None

@@ -1,0 +1,111 @@
+"""Suppressions: add them (one by one or from a do-not-contact CSV) and cancel what they stop.
+
+Whether an address is suppressed is decided only by the SQL function ``outreach.is_suppressed``;
+this module only writes suppressions. Adding one cancels the queued steps of the addresses it
+covers in the same transaction.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from email_validator import EmailNotValidError
+
+from outreach import db
+from outreach.leads import Problem, normalise_address
+
+REASONS = ("unsubscribed", "bounced", "complained", "manual", "do-not-contact")
+
+
+@dataclass
+class SuppressionImport:
+    """Outcome of a do-not-contact import: ``added``, ``known`` (already there), ``invalid``,
+    ``cancelled`` queued emails, and the ``problems`` by line."""
+
+    file: str
+    added: int = 0
+    known: int = 0
+    invalid: int = 0
+    cancelled: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+
+def parse_entry(value: str) -> tuple[str, str]:
+    """Turn ``"jane@acme.com"`` into ``("address", "jane@acme.com")`` and ``"@acme.com"`` or
+    ``"acme.com"`` into ``("domain", "acme.com")``.
+
+    :raises ValueError: neither a valid address nor a plausible domain.
+    """
+    value = value.strip()
+    if "@" in value.lstrip("@"):
+        try:
+            return "address", normalise_address(value)
+        except EmailNotValidError as exc:
+            raise ValueError(f"invalid address: {exc}") from None
+    domain = value.lstrip("@").lower().rstrip(".")
+    if "." not in domain or any(not part for part in domain.split(".")) or " " in domain:
+        raise ValueError(f"not an address or a domain: {value!r}")
+    return "domain", domain.encode("idna").decode("ascii") if not domain.isascii() else domain
+
+
+def suppress(conn, value: str, reason: str, source: str) -> tuple[bool, int]:
+    """Suppress an address or domain inside the caller's transaction.
+
+    :returns: ``(added, cancelled)``: whether it was new, and how many queued emails it cancelled.
+    :raises ValueError: bad value or unknown reason (one of :data:`REASONS`).
+    """
+    if reason not in REASONS:
+        raise ValueError(f"unknown reason {reason!r}; one of {REASONS}")
+    kind, norm = parse_entry(value)
+    added = bool(db.run(conn, "suppression_insert",
+                        {"kind": kind, "value": norm, "reason": reason, "source": source}))
+    cancelled = len(db.run(conn, "email_cancel_suppressed")) if added else 0
+    return added, cancelled
+
+
+def import_suppressions(url: str, csv_file: str | Path, reason: str = "do-not-contact",
+                        ) -> SuppressionImport:
+    """Import a do-not-contact CSV (first column, or a column named email/domain) in one
+    transaction; bad lines are reported and the rest imported.
+
+    :raises OSError: the file cannot be read.
+    """
+    path = Path(csv_file)
+    rows = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8-sig"), newline="")))
+    result = SuppressionImport(file=str(csv_file))
+    if not rows:
+        return result
+    header = [h.strip().lower() for h in rows[0]]
+    col = next((i for i, h in enumerate(header) if h in ("email", "email address", "domain",
+                                                         "address", "value")), None)
+    body = rows[1:] if col is not None else rows
+    first_line = 2 if col is not None else 1
+    col = col or 0
+    with db.transaction(url) as conn:
+        for offset, record in enumerate(body):
+            line = first_line + offset
+            if not record or col >= len(record) or not record[col].strip():
+                continue
+            try:
+                kind, norm = parse_entry(record[col])
+            except ValueError as exc:
+                result.invalid += 1
+                result.problems.append(Problem(line, header[col] if header else "value", str(exc)))
+                continue
+            added = db.run(conn, "suppression_insert",
+                           {"kind": kind, "value": norm, "reason": reason, "source": str(csv_file)})
+            if added:
+                result.added += 1
+            else:
+                result.known += 1
+        result.cancelled = len(db.run(conn, "email_cancel_suppressed"))
+    return result
+
+
+def is_suppressed(conn, address: str) -> bool:
+    """Ask the one SQL function whether ``address`` is suppressed."""
+    row = db.one(conn, "suppression_check", {"address": address})
+    return bool(row and row["suppressed"])

@@ -1,0 +1,174 @@
+"""SMTP transport that knows at which stage an outcome happened (RFC 5321).
+
+A message is accepted only by a 2xx reply to the end of DATA. Everything that goes wrong before
+the end of data was sent is *not accepted* (safe to retry); a missing reply after it was sent is
+*ambiguous* (the server may have accepted it: never retried automatically). ``smtplib.SMTP.data``
+sends the body and reads the reply in one call, so this module uses the low-level steps.
+
+The transport only transports: it never touches the database.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import smtplib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+class Outcome(enum.Enum):
+    """How one handoff ended."""
+
+    ACCEPTED = "accepted"    # 2xx to the end of DATA
+    RETRY = "retry"          # not accepted, temporary (4xx, connection trouble before end of data)
+    PERMANENT = "permanent"  # 5xx at any stage
+    AMBIGUOUS = "ambiguous"  # end of data sent, no reply: may or may not have been accepted
+
+
+class Stage(enum.Enum):
+    """The SMTP stage an outcome belongs to."""
+
+    CONNECT = "CONNECT"          # TCP, greeting, EHLO, STARTTLS, AUTH
+    MAIL = "MAIL"
+    RCPT = "RCPT"
+    DATA = "DATA"                # the DATA command, before the 354 go-ahead
+    BODY = "BODY"                # sending the content, up to and including <CRLF>.<CRLF>
+    END_OF_DATA = "END_OF_DATA"  # the reply to the end of data
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """The outcome of one handoff: ``outcome``, ``stage``, SMTP ``code`` (``None`` when no reply)
+    and ``reply`` text (or the error)."""
+
+    outcome: Outcome
+    stage: Stage
+    code: int | None
+    reply: str
+
+    def describe(self) -> str:
+        """Return ``"RCPT 550 5.1.1 no such user"``-style text for logs and last_error."""
+        code = f" {self.code}" if self.code is not None else ""
+        return f"{self.stage.value}{code} {self.reply}".strip()
+
+    @property
+    def is_no_such_user(self) -> bool:
+        """Whether this is a permanent 5.1.x (bad mailbox/address) reply, which suppresses."""
+        return (self.outcome is Outcome.PERMANENT and self.code is not None
+                and (re.search(r"\b5\.1\.\d+\b", self.reply) is not None
+                     or (self.stage is Stage.RCPT and self.code in (550, 551, 553)
+                         and re.search(r"\b5\.\d+\.\d+\b", self.reply) is None)))
+
+
+def _text(resp: bytes | str) -> str:
+    if isinstance(resp, bytes):
+        resp = resp.decode("utf-8", "replace")
+    return " ".join(resp.split())[:500]
+
+
+def _classify(stage: Stage, code: int, resp: bytes | str) -> Delivery:
+    if 500 <= code <= 599:
+        return Delivery(Outcome.PERMANENT, stage, code, _text(resp))
+    return Delivery(Outcome.RETRY, stage, code, _text(resp))
+
+
+def dot_stuff(data: bytes) -> bytes:
+    """Return the DATA payload: CRLF line ends, leading dots doubled, ending in CRLF.CRLF."""
+    data = re.sub(rb"(?:\r\n|\n|\r(?!\n))", b"\r\n", data)
+    data = re.sub(rb"(?m)^\.", b"..", data)
+    if not data.endswith(b"\r\n"):
+        data += b"\r\n"
+    return data + b".\r\n"
+
+
+class SmtpSession:
+    """One SMTP session for a batch, opened lazily and re-opened after a broken connection.
+
+    :param connect: returns a connected, greeted (and authenticated) ``smtplib.SMTP``; in Airflow
+        this comes from the SMTP provider's hook for the mailbox's connection.
+    """
+
+    def __init__(self, connect: Callable[[], smtplib.SMTP]) -> None:
+        self._connect = connect
+        self._client: smtplib.SMTP | None = None
+
+    def _drop(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:  # noqa: BLE001 - closing a broken socket must never raise
+                pass
+        self._client = None
+
+    def _reset(self, delivery: Delivery) -> Delivery:
+        """After a refused command, RSET the transaction; a 421 or failed RSET drops the link."""
+        if delivery.code == 421 or self._client is None:
+            self._drop()
+            return delivery
+        try:
+            self._client.rset()
+        except (smtplib.SMTPException, OSError):
+            self._drop()
+        return delivery
+
+    def deliver(self, payload: bytes, sender: str, recipient: str) -> Delivery:
+        """Hand one message to the server and classify what happened.
+
+        :param payload: the message bytes (see :func:`outreach.message.to_wire`).
+        :param sender: envelope sender (MAIL FROM).
+        :param recipient: the one envelope recipient (RCPT TO).
+        :returns: a :class:`Delivery`; this method does not raise for SMTP or socket errors.
+        """
+        if self._client is None:
+            try:
+                self._client = self._connect()
+                self._client.ehlo_or_helo_if_needed()
+            except Exception as exc:  # noqa: BLE001 - refused, reset, TLS, AUTH, hook errors
+                self._client = None
+                return Delivery(Outcome.RETRY, Stage.CONNECT, getattr(exc, "smtp_code", None),
+                                _text(f"{type(exc).__name__}: {exc}"))
+        client = self._client
+        stage = Stage.MAIL
+        try:
+            options = ["SMTPUTF8"] if not (sender + recipient).isascii() else []
+            code, resp = client.mail(sender, options)
+            if code != 250:
+                return self._reset(_classify(stage, code, resp))
+            stage = Stage.RCPT
+            code, resp = client.rcpt(recipient)
+            if code not in (250, 251):
+                return self._reset(_classify(stage, code, resp))
+            stage = Stage.DATA
+            client.putcmd("data")
+            code, resp = client.getreply()
+            if code != 354:
+                return self._reset(_classify(stage, code, resp))
+            stage = Stage.BODY
+            client.send(dot_stuff(payload))
+        except (smtplib.SMTPException, OSError) as exc:
+            # Nothing after the end of data was sent yet: the server cannot have accepted it.
+            self._drop()
+            return Delivery(Outcome.RETRY, stage, getattr(exc, "smtp_code", None),
+                            _text(str(exc) or type(exc).__name__))
+        try:
+            code, resp = self._client.getreply()
+        except (smtplib.SMTPException, OSError) as exc:
+            # The end of data went out and no reply came: the server may have accepted it.
+            self._drop()
+            return Delivery(Outcome.AMBIGUOUS, Stage.END_OF_DATA, None,
+                            "no reply after the end of DATA: " + _text(str(exc) or type(exc).__name__))
+        if 200 <= code <= 299:
+            return Delivery(Outcome.ACCEPTED, Stage.END_OF_DATA, code, _text(resp))
+        if code == 421:
+            self._drop()
+        return _classify(Stage.END_OF_DATA, code, resp)
+
+    def close(self) -> None:
+        """QUIT politely, or just close."""
+        if self._client is not None:
+            try:
+                self._client.quit()
+            except (smtplib.SMTPException, OSError):
+                pass
+        self._drop()

@@ -1,0 +1,47 @@
+-- Campaigns, their sequence steps and mailboxes: written when a reviewed campaign file is synced.
+
+-- name: mailbox_upsert
+-- Create or update a mailbox from the mailbox file; its pause status is never touched here.
+INSERT INTO outreach.mailboxes AS m (address, display_name, smtp_conn_id, timezone, daily_cap,
+                                     warmup_start, warmup_initial, warmup_days, warmup_increment)
+VALUES (%(address)s, %(display_name)s, %(smtp_conn_id)s, %(timezone)s, %(daily_cap)s,
+        %(warmup_start)s, %(warmup_initial)s, %(warmup_days)s, %(warmup_increment)s)
+ON CONFLICT ON CONSTRAINT outreach_mailboxes_address_key DO UPDATE
+SET display_name = excluded.display_name, smtp_conn_id = excluded.smtp_conn_id,
+    timezone = excluded.timezone, daily_cap = excluded.daily_cap,
+    warmup_start = excluded.warmup_start, warmup_initial = excluded.warmup_initial,
+    warmup_days = excluded.warmup_days, warmup_increment = excluded.warmup_increment,
+    updated_at = now()
+RETURNING id;
+
+-- name: campaign_upsert
+INSERT INTO outreach.campaigns AS c (key, name, timezone, send_days, window_start, window_end,
+                                     source_file)
+VALUES (%(key)s, %(name)s, %(timezone)s, %(send_days)s, %(window_start)s, %(window_end)s,
+        %(source_file)s)
+ON CONFLICT ON CONSTRAINT outreach_campaigns_key_key DO UPDATE
+SET name = excluded.name, timezone = excluded.timezone, send_days = excluded.send_days,
+    window_start = excluded.window_start, window_end = excluded.window_end,
+    source_file = excluded.source_file, updated_at = now()
+RETURNING id;
+
+-- name: campaign_mailbox_link
+INSERT INTO outreach.campaign_mailboxes (campaign_id, mailbox_id)
+VALUES (%(campaign_id)s, %(mailbox_id)s)
+ON CONFLICT ON CONSTRAINT outreach_campaign_mailboxes_pkey DO NOTHING;
+
+-- name: campaign_mailbox_unlink_others
+-- A mailbox removed from the campaign file gets no new enrolments; existing rows keep theirs.
+DELETE FROM outreach.campaign_mailboxes
+WHERE campaign_id = %(campaign_id)s AND NOT (mailbox_id = ANY (%(mailbox_ids)s));
+
+-- name: sequence_step_upsert
+-- Steps are matched by position; editing a step's copy affects emails not yet sent.
+INSERT INTO outreach.sequence_steps AS s (campaign_id, position, template, subject, delay_days)
+VALUES (%(campaign_id)s, %(position)s, %(template)s, %(subject)s, %(delay_days)s)
+ON CONFLICT ON CONSTRAINT outreach_sequence_steps_position_key DO UPDATE
+SET template = excluded.template, subject = excluded.subject, delay_days = excluded.delay_days
+RETURNING id;
+
+-- name: campaign_by_key
+SELECT id, key, name FROM outreach.campaigns WHERE key = %(key)s;

@@ -1,0 +1,164 @@
+-- Emails: one row per (lead, sequence step). Every state change after the claim is one guarded
+-- UPDATE: it names the status it expects and, for claimed rows, the claim token. A statement that
+-- matches no row changes nothing, and the caller logs it.
+-- "Now" can be passed in (%(now)s); NULL means the database clock.
+
+-- name: email_queue_due
+-- One set-based statement queues the due step of every eligible lead: step 1 once the lead is
+-- enrolled (plus its delay), step n once step n-1 was sent delay_days ago. ON CONFLICT on
+-- (lead, step) makes a second run, or a concurrent one, insert nothing. Suppressed addresses are
+-- skipped by the one suppression function. scheduled_for is the next open slot of the campaign's
+-- send window in the lead's time zone (falling back to the campaign's).
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+INSERT INTO outreach.emails (lead_id, step_id, campaign_id, mailbox_id, scheduled_for)
+SELECT en.lead_id, st.id, c.id, en.mailbox_id,
+       outreach.next_send_slot(n.now, coalesce(l.timezone, c.timezone), c.send_days,
+                               c.window_start, c.window_end)
+FROM n
+CROSS JOIN outreach.enrollments en
+JOIN outreach.campaigns c ON c.id = en.campaign_id
+JOIN outreach.leads l ON l.id = en.lead_id
+JOIN outreach.sequence_steps st ON st.campaign_id = c.id
+LEFT JOIN outreach.sequence_steps prev
+       ON prev.campaign_id = c.id AND prev.position = st.position - 1
+LEFT JOIN outreach.emails pe ON pe.lead_id = en.lead_id AND pe.step_id = prev.id
+WHERE en.status = 'active' AND c.status = 'active'
+  AND (%(campaign_key)s::text IS NULL OR c.key = %(campaign_key)s::text)
+  AND (st.position = 1 OR pe.status = 'sent')
+  AND CASE WHEN st.position = 1 THEN en.enrolled_at ELSE pe.sent_at END
+      + st.delay_days * interval '1 day' <= n.now
+  AND NOT EXISTS (SELECT 1 FROM outreach.emails e WHERE e.lead_id = en.lead_id AND e.step_id = st.id)
+  AND NOT outreach.is_suppressed(l.email)
+ON CONFLICT ON CONSTRAINT outreach_emails_lead_step_key DO NOTHING
+RETURNING id, mailbox_id;
+
+-- name: mailbox_lock
+-- Serialises claims per mailbox for the rest of the transaction, so that the daily cap, counted
+-- by the next statement (with a fresh snapshot), holds however many senders claim at once.
+SELECT id, address, status FROM outreach.mailboxes WHERE id = %(mailbox_id)s FOR UPDATE;
+
+-- name: mailbox_remaining_today
+-- What the mailbox may still start today (its local calendar day): the warm-up/cap limit minus
+-- every email claimed today that went out or may have gone out (sending, sent, unconfirmed).
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+SELECT m.id, m.status,
+       outreach.mailbox_daily_limit(m, n.now) AS daily_limit,
+       (SELECT count(*) FROM outreach.emails e
+        WHERE e.mailbox_id = m.id
+          AND e.claimed_at >= (date_trunc('day', n.now AT TIME ZONE m.timezone) AT TIME ZONE m.timezone)
+          AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed'))::integer AS used
+FROM outreach.mailboxes m, n
+WHERE m.id = %(mailbox_id)s;
+
+-- name: email_claim_batch
+-- The claim is this one statement: lock up to %(limit)s due rows of one mailbox that no other
+-- sender holds (SKIP LOCKED), stamp a fresh claim token, claimed_at and attempts + 1, and return
+-- everything needed to build the messages. Rows outside their send window stay queued.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+claimed AS (
+    UPDATE outreach.emails e
+    SET status = 'sending', claim_token = %(claim_token)s, claimed_at = n.now,
+        claimed_by = %(claimed_by)s, attempts = e.attempts + 1, updated_at = n.now
+    FROM n
+    WHERE e.status = 'queued'
+      AND e.id IN (
+        SELECT q.id
+        FROM outreach.emails q
+        JOIN outreach.campaigns c ON c.id = q.campaign_id
+        JOIN outreach.leads l ON l.id = q.lead_id
+        CROSS JOIN n AS n2
+        WHERE q.status = 'queued'
+          AND q.mailbox_id = %(mailbox_id)s
+          AND q.scheduled_for <= n2.now
+          AND c.status = 'active'
+          AND outreach.next_send_slot(n2.now, coalesce(l.timezone, c.timezone), c.send_days,
+                                      c.window_start, c.window_end) = n2.now
+        ORDER BY q.scheduled_for, q.id
+        LIMIT %(limit)s
+        FOR UPDATE OF q SKIP LOCKED)
+    RETURNING e.*
+)
+SELECT cl.id, cl.claim_token, cl.attempts, cl.idempotency_key, cl.lead_id, cl.step_id,
+       l.email, l.first_name, l.last_name, l.company, l.title,
+       st.position AS step_position, st.template, st.subject,
+       c.key AS campaign_key, c.name AS campaign_name,
+       m.id AS mailbox_id, m.address AS mailbox_address, m.display_name AS mailbox_name,
+       m.smtp_conn_id
+FROM claimed cl
+JOIN outreach.leads l ON l.id = cl.lead_id
+JOIN outreach.sequence_steps st ON st.id = cl.step_id
+JOIN outreach.campaigns c ON c.id = cl.campaign_id
+JOIN outreach.mailboxes m ON m.id = cl.mailbox_id
+ORDER BY cl.scheduled_for, cl.id;
+
+-- name: email_mark_sent
+-- Only after the server accepted the message (2xx to the end of DATA): mark the row sent and
+-- write its one send-log entry in the same statement. The guard (sending + our claim token)
+-- means a row the reaper or an operator took over is never overwritten.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+done AS (
+    UPDATE outreach.emails e
+    SET status = 'sent', sent_at = n.now, last_error = NULL, updated_at = n.now
+    FROM n
+    WHERE e.id = %(email_id)s AND e.status = 'sending' AND e.claim_token = %(claim_token)s
+    RETURNING e.id, e.mailbox_id
+)
+INSERT INTO outreach.send_log (email_id, mailbox_id, message_id, smtp_reply, accepted_at)
+SELECT done.id, done.mailbox_id, %(message_id)s, %(smtp_reply)s, n.now FROM done, n
+RETURNING email_id;
+
+-- name: email_mark_retry
+-- Not accepted, retryable: back to the queue %(retry_after)s later, unless this was the last
+-- allowed attempt, in which case the row fails with the last reply.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+UPDATE outreach.emails e
+SET status = CASE WHEN e.attempts >= %(max_attempts)s THEN 'failed' ELSE 'queued' END
+                 ::outreach.email_status,
+    failure_kind = CASE WHEN e.attempts >= %(max_attempts)s THEN 'retries_exhausted' END,
+    scheduled_for = CASE WHEN e.attempts >= %(max_attempts)s THEN e.scheduled_for
+                         ELSE n.now + %(retry_after)s::interval END,
+    last_error = %(error)s, updated_at = n.now
+FROM n
+WHERE e.id = %(email_id)s AND e.status = 'sending' AND e.claim_token = %(claim_token)s
+RETURNING e.status, e.attempts, e.scheduled_for;
+
+-- name: email_mark_failed
+-- Final failure of a claimed row: 'permanent' (5xx), 'render' (the template failed) or
+-- 'unconfirmed' (the end of DATA was sent and no reply came: check Sent Items, never retried).
+UPDATE outreach.emails e
+SET status = 'failed', failure_kind = %(failure_kind)s, last_error = %(error)s, updated_at = now()
+WHERE e.id = %(email_id)s AND e.status = 'sending' AND e.claim_token = %(claim_token)s
+RETURNING e.id;
+
+-- name: email_mark_suppressed
+-- The pre-send check found the address suppressed: the row ends without a handoff.
+UPDATE outreach.emails e
+SET status = 'suppressed', updated_at = now()
+WHERE e.id = %(email_id)s AND e.status = 'sending' AND e.claim_token = %(claim_token)s
+RETURNING e.id;
+
+-- name: email_reap_stale
+-- Rows left 'sending' longer than the threshold (a killed worker, a lost connection) may or may
+-- not have gone out: fail them as unconfirmed, for a person to decide. One statement, guarded by
+-- status and the claim age, so a row that finished meanwhile is never touched.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+UPDATE outreach.emails e
+SET status = 'failed', failure_kind = 'unconfirmed',
+    last_error = format('left sending for over %%s (claimed by %%s at %%s): '
+                        'check Sent Items before doing anything',
+                        %(threshold)s::interval, e.claimed_by, e.claimed_at),
+    updated_at = n.now
+FROM n
+WHERE e.status = 'sending' AND e.claimed_at < n.now - %(threshold)s::interval
+RETURNING e.id, e.mailbox_id, e.claimed_by, e.claimed_at;
+
+-- name: email_plan_mailboxes
+-- Mailboxes with due rows, for the send plan: how many are due now.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+SELECT m.id AS mailbox_id, m.address, m.status, count(e.id)::integer AS due
+FROM outreach.mailboxes m
+JOIN outreach.emails e ON e.mailbox_id = m.id AND e.status = 'queued'
+CROSS JOIN n
+WHERE e.scheduled_for <= n.now
+GROUP BY m.id, m.address, m.status
+ORDER BY m.id;

@@ -1,0 +1,36 @@
+-- Read-only queries for the report.
+
+-- name: report_by_step
+SELECT c.key AS campaign, st.position AS step, e.mailbox_id,
+       count(*) FILTER (WHERE e.status = 'queued')::integer AS queued,
+       count(*) FILTER (WHERE e.status = 'sending')::integer AS sending,
+       count(*) FILTER (WHERE e.status = 'sent')::integer AS sent,
+       count(*) FILTER (WHERE e.status = 'failed' AND e.failure_kind <> 'unconfirmed')::integer AS failed,
+       count(*) FILTER (WHERE e.failure_kind = 'unconfirmed')::integer AS unconfirmed,
+       count(*) FILTER (WHERE e.status = 'suppressed')::integer AS suppressed,
+       (SELECT string_agg(k || '=' || n, ', ' ORDER BY k) FROM (
+            SELECT e2.failure_kind AS k, count(*) AS n FROM outreach.emails e2
+            WHERE e2.step_id = st.id AND e2.mailbox_id = e.mailbox_id AND e2.status = 'failed'
+            GROUP BY e2.failure_kind) f) AS failed_reasons
+FROM outreach.emails e
+JOIN outreach.sequence_steps st ON st.id = e.step_id
+JOIN outreach.campaigns c ON c.id = st.campaign_id
+GROUP BY c.key, st.id, st.position, e.mailbox_id
+ORDER BY c.key, st.position, e.mailbox_id;
+
+-- name: report_mailboxes
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+SELECT m.id, m.address, m.status, m.paused_reason,
+       outreach.mailbox_daily_limit(m, n.now) AS daily_limit,
+       (SELECT count(*) FROM outreach.send_log s WHERE s.mailbox_id = m.id
+          AND s.accepted_at >= (date_trunc('day', n.now AT TIME ZONE m.timezone) AT TIME ZONE m.timezone)
+       )::integer AS used_today,
+       (SELECT count(*) FROM outreach.send_log s WHERE s.mailbox_id = m.id)::integer AS sent_total
+FROM outreach.mailboxes m, n
+ORDER BY m.id;
+
+-- name: report_totals
+SELECT (SELECT count(*) FROM outreach.send_log)::integer AS send_log,
+       (SELECT count(*) FROM outreach.emails)::integer AS emails,
+       (SELECT count(*) FROM outreach.emails WHERE status = 'sent')::integer AS sent,
+       (SELECT count(*) FROM outreach.leads)::integer AS leads;
