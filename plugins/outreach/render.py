@@ -37,7 +37,8 @@ def _environment(directory: Path) -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(directory)),
         undefined=jinja2.StrictUndefined,
-        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2", "html")),
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2", "html"),
+                                            default_for_string=False),  # subjects are text
         keep_trailing_newline=True,
     )
 

@@ -1,0 +1,99 @@
+"""Shared fixtures: a real PostgreSQL (embedded pgserver unless OUTREACH_TEST_ADMIN_URL names a
+server), one template database built by running every migration, a fresh database per test cloned
+from it, and real aiosmtpd servers on loopback."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# Airflow reads its configuration at import time: point it at a throw-away home first.
+_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="outreach-test-airflow-"))
+os.environ.setdefault("AIRFLOW_HOME", str(_AIRFLOW_HOME))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(ROOT / "dags"))
+os.environ.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(ROOT / "plugins"))
+os.environ.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+                      f"sqlite:///{Path(os.environ['AIRFLOW_HOME']) / 'airflow.db'}")
+sys.path.insert(0, str(ROOT / "tests"))
+
+import psycopg  # noqa: E402
+import pytest  # noqa: E402
+
+from outreach import embedded  # noqa: E402
+from outreach.devsmtp import MaildirServer  # noqa: E402
+from outreach.migrate import upgrade  # noqa: E402
+from outreach.settings import Settings  # noqa: E402
+
+CAMPAIGN = ROOT / "include" / "campaigns" / "demo.yaml"
+MAILBOXES = ROOT / "include" / "mailboxes.yaml"
+LEADS = ROOT / "include" / "data" / "sample_leads.csv"
+DNC = ROOT / "include" / "data" / "do_not_contact.csv"
+SMTP_CONN_IDS = ("outreach_smtp_anna", "outreach_smtp_ben")
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Admin URL of the test server: OUTREACH_TEST_ADMIN_URL, else a fresh embedded pgserver."""
+    url = os.environ.get("OUTREACH_TEST_ADMIN_URL")
+    if url:
+        yield url
+        return
+    import atexit
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+
+        server = pgserver.get_server(str(tmp_path_factory.mktemp("pgdata")), cleanup_mode="stop")
+    yield server.get_uri()
+    # Stop it now, while pytest's output streams are still open, instead of at interpreter exit.
+    server.cleanup()
+    atexit.unregister(server._cleanup)
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_admin_url: str) -> str:
+    """Name of a template database with every migration applied."""
+    name = f"outreach_tpl_{os.getpid()}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    upgrade(embedded.with_database(pg_admin_url, name))
+    yield name
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def db_url(pg_admin_url: str, template_db: str) -> str:
+    """URL of a fresh database cloned from the migrated template, dropped after the test."""
+    name = f"outreach_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    yield embedded.with_database(pg_admin_url, name)
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def settings() -> Settings:
+    """Sender settings for tests (a test-only secret)."""
+    return Settings(public_url="https://unsubscribe.test.example",
+                    unsubscribe_secret="test-secret-0123456789", batch_size=50, smtp_timeout=5)
+
+
+@pytest.fixture
+def sink(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MaildirServer:
+    """A real aiosmtpd server storing into a Maildir; both demo mailboxes' Airflow SMTP
+    connections point at it."""
+    server = MaildirServer(tmp_path / "maildir").start()
+    for conn_id in SMTP_CONN_IDS:
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", server.connection_json())
+    yield server
+    server.stop()

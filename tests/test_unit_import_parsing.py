@@ -1,0 +1,93 @@
+"""CSV parsing: CRM headers, BOM, normalisation, bad rows named by line, field and reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import LEADS
+from outreach.leads import ImportFileError, map_headers, normalise_address, parse_leads_csv
+
+
+def write(tmp_path: Path, text: str, *, bom: bool = False, name: str = "leads.csv") -> Path:
+    p = tmp_path / name
+    p.write_bytes((b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8"))
+    return p
+
+
+@pytest.mark.parametrize("headers, expected", [
+    (["Email", "First Name", "Last Name", "Company", "Title"],
+     {"email": 0, "first_name": 1, "last_name": 2, "company": 3, "title": 4}),
+    (["Email Address", "First name", "Surname", "Company Name", "Job Title"],
+     {"email": 0, "first_name": 1, "last_name": 2, "company": 3, "title": 4}),
+    (["E-mail", "Given Name", "Organization", "Position"],
+     {"email": 0, "first_name": 1, "company": 2, "title": 3}),
+    (["Record ID", "Work Email", "Account Name", "Time Zone"],
+     {"email": 1, "company": 2, "timezone": 3}),
+])
+def test_headers_of_common_exports_are_recognised(headers, expected):
+    assert map_headers(headers) == expected
+
+
+def test_same_address_in_other_letter_case_is_one_lead():
+    assert normalise_address(" Maria.Garcia@Acme.COM ") == normalise_address("maria.garcia@acme.com")
+
+
+def test_bom_and_no_bom_parse_the_same(tmp_path):
+    text = "Email,First Name\r\nana@acme.example,Ana\r\n"
+    a = parse_leads_csv(write(tmp_path, text, bom=True, name="a.csv"))
+    b = parse_leads_csv(write(tmp_path, text, name="b.csv"))
+    assert [r.email for r in a.rows] == [r.email for r in b.rows] == ["ana@acme.example"]
+    assert a.rows[0].first_name == "Ana"
+
+
+def test_bad_rows_are_reported_by_line_and_good_rows_kept(tmp_path):
+    text = ("Email,First Name,Company\n"
+            "ok1@acme.example,Ok,Acme\n"          # line 2
+            "not-an-email,Bad,Acme\n"             # line 3
+            ",Empty,Acme\n"                       # line 4
+            "OK1@ACME.example,Dup,Acme\n"         # line 5
+            "\n"                                  # line 6 (blank: ignored)
+            "ok2@acme.example,\"Multi\nLine\",Acme\n"  # lines 7-8
+            "x@acme.example,A,B,C,D\n"            # line 9: too many fields
+            "ok3@acme.example,Ok3,Acme\n")        # line 10
+    parsed = parse_leads_csv(write(tmp_path, text))
+    assert [r.email for r in parsed.rows] == ["ok1@acme.example", "ok2@acme.example", "ok3@acme.example"]
+    assert [r.line for r in parsed.rows] == [2, 7, 10]
+    assert parsed.rows[1].first_name == "Multi Line"  # CR/LF in a name is folded to a space
+    problems = {(p.line, p.field): p.reason for p in parsed.problems}
+    assert "invalid address" in problems[(3, "email")]
+    assert problems[(4, "email")] == "empty"
+    assert problems[(5, "email")] == "duplicate of line 2"
+    assert "fields but the header has" in problems[(9, "(row)")]
+    assert parsed.rows_total == 7 and parsed.invalid == 3 and parsed.duplicates == 1
+
+
+def test_unknown_time_zone_is_ignored_not_fatal(tmp_path):
+    parsed = parse_leads_csv(write(tmp_path, "Email,Time Zone\nz@acme.example,Mars/Olympus\n"))
+    assert parsed.rows[0].timezone is None
+    assert parsed.problems[0].action == "ignored" and parsed.problems[0].line == 2
+
+
+def test_file_without_email_column_names_file_and_headers(tmp_path):
+    p = write(tmp_path, "Name,Company\nAna,Acme\n")
+    with pytest.raises(ImportFileError, match=r"leads\.csv, line 1: no email column.*'Name'"):
+        parse_leads_csv(p)
+
+
+def test_non_utf8_file_names_the_line(tmp_path):
+    p = tmp_path / "latin1.csv"
+    p.write_bytes("Email,First Name\nok@acme.example,Ana\nj@acme.example,J\xf6rg\n".encode("latin-1"))
+    with pytest.raises(ImportFileError, match=r"latin1\.csv, line 3: not UTF-8"):
+        parse_leads_csv(p)
+
+
+def test_shipped_sample_has_what_the_demo_promises():
+    parsed = parse_leads_csv(LEADS)
+    assert parsed.rows_total >= 200
+    reasons = [p.reason for p in parsed.problems]
+    assert sum(r.startswith("duplicate") for r in reasons) >= 2
+    assert sum(r.startswith("invalid") or r == "empty" for r in reasons) >= 3
+    raw = LEADS.read_text(encoding="utf-8-sig")
+    assert "Rosa.Moreau@Coho-Winery.example" in raw  # the duplicate differing only in case

@@ -1,0 +1,115 @@
+"""Rendering and message building: pure functions, no network."""
+
+from __future__ import annotations
+
+import datetime as dt
+import email
+import email.policy
+
+import pytest
+
+from outreach.message import Envelope, build_message, message_id_for, to_wire
+from outreach.render import RenderError, render
+from outreach.settings import Settings, SettingsError
+from outreach.tokens import TokenError, make_token, read_token
+from outreach.transport import dot_stuff
+from outreach.logutil import mask
+
+URL = "https://unsubscribe.test.example/unsubscribe/" + "T" * 120
+CTX = {"lead": {"first_name": "Zoë", "last_name": "O'Neill", "company": "Acme & Sons",
+                "title": "COO", "email": "zoe@acme.example"},
+       "sender": {"name": "Anna", "address": "anna@mail.example"},
+       "campaign": {"key": "c", "name": "C"}, "step": 1, "unsubscribe_url": URL}
+
+
+def envelope(**kw) -> Envelope:
+    base = dict(from_address="anna@mail.example", from_name="Anna Schmidt",
+                to_address="zoe@acme.example", to_name="Zoë O'Neill",
+                message_id="6f1c@mail.example", date=dt.datetime(2026, 11, 29, 9, 0, tzinfo=dt.timezone.utc),
+                unsubscribe_url=URL, unsubscribe_mailto="mailto:unsubscribe@mail.example?subject=u%20" + "T" * 120,
+                feedback_id="c:m1:cold:outreach", step_tag="c/1")
+    base.update(kw)
+    return Envelope(**base)
+
+
+def parse(msg) -> email.message.EmailMessage:
+    return email.message_from_bytes(to_wire(msg), policy=email.policy.default)
+
+
+def test_shipped_templates_render_with_the_unsubscribe_link_in_both_parts():
+    r = render("ops_intro", "{{ lead.company }} and late deliveries", CTX)
+    assert r.subject == "Acme & Sons and late deliveries"
+    assert URL in r.text and URL in r.html
+    assert "Acme &amp; Sons" in r.html  # HTML is autoescaped, text is not
+    assert "Acme & Sons" in r.text
+
+
+def test_missing_variable_is_an_error_not_an_empty_string():
+    with pytest.raises(RenderError, match="has no attribute 'nickname'"):
+        render("ops_intro", "Hi {{ lead.nickname }}", CTX)
+
+
+def test_template_without_unsubscribe_link_is_refused(tmp_path):
+    (tmp_path / "bare.txt.j2").write_text("Hello")
+    (tmp_path / "bare.html.j2").write_text("<p>Hello {{ unsubscribe_url }}</p>")
+    with pytest.raises(RenderError, match="text part must show"):
+        render("bare", "Hi", CTX, directory=tmp_path)
+
+
+def test_subject_with_newlines_cannot_inject_headers():
+    r = render("ops_intro", "Hi {{ lead.first_name }}", {**CTX, "lead": {**CTX["lead"], "first_name": "Eve\r\nBcc: all@x.example"}})
+    assert "\n" not in r.subject and "\r" not in r.subject
+    parsed = parse(build_message(r, envelope(to_name="Eve\r\nBcc: all@x.example")))
+    assert parsed["Bcc"] is None
+    assert len(parsed.get_all("To")) == 1
+
+
+def test_message_carries_the_sender_rule_headers():
+    r = render("ops_intro", "Subject", CTX)
+    parsed = parse(build_message(r, envelope()))
+    assert parsed["Message-ID"] == "<6f1c@mail.example>"
+    assert parsed["List-Unsubscribe"] == f"<{URL}>, <mailto:unsubscribe@mail.example?subject=u%20{'T' * 120}>"
+    assert parsed["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    assert parsed["Feedback-ID"] == "c:m1:cold:outreach"
+    assert parsed["Date"].datetime == dt.datetime(2026, 11, 29, 9, 0, tzinfo=dt.timezone.utc)
+    assert str(parsed["To"]) == "Zoë O'Neill <zoe@acme.example>"
+    assert [p.get_content_type() for p in parsed.iter_parts()] == ["text/plain", "text/html"]
+    wire = to_wire(build_message(r, envelope()))
+    assert b"=?utf-8?q?=3C" not in wire  # no encoded-words inside List-Unsubscribe
+    assert all(len(line) <= 998 for line in wire.split(b"\r\n"))
+
+
+def test_message_id_is_derived_from_the_idempotency_key_and_idna_domain():
+    assert message_id_for("k-1", "anna@bücher.example") == "k-1@xn--bcher-kva.example"
+
+
+def test_dot_stuffing_and_terminator():
+    assert dot_stuff(b"a\r\n.b\r\n..c") == b"a\r\n..b\r\n...c\r\n.\r\n"
+    assert dot_stuff(b"x\n.\n") == b"x\r\n..\r\n.\r\n"
+
+
+def test_unsubscribe_token_round_trip_and_tampering():
+    token = make_token("s" * 20, 42)
+    assert read_token("s" * 20, token) == 42
+    with pytest.raises(TokenError):
+        read_token("s" * 20, token[:-2] + ("A" if token[-2] != "A" else "B") + token[-1])
+    with pytest.raises(TokenError):
+        read_token("other-secret-0000000", token)
+    with pytest.raises(TokenError) as exc:
+        read_token("s" * 20, token, max_age=-1)
+    assert exc.value.expired
+
+
+def test_mask_never_shows_the_local_part():
+    assert mask("jane.doe@acme.example") == "j***@acme.example"
+    assert mask("nonsense") == "***"
+
+
+def test_settings_refuse_a_reaper_threshold_shorter_than_a_batch():
+    with pytest.raises(SettingsError, match="must exceed the longest a batch"):
+        Settings(public_url="https://x.example", unsubscribe_secret="x" * 16, batch_size=100,
+                 smtp_timeout=30, reaper_threshold=dt.timedelta(minutes=30))
+    with pytest.raises(SettingsError, match="https"):
+        Settings(public_url="http://x.example", unsubscribe_secret="x" * 16)
+    with pytest.raises(SettingsError, match="OUTREACH_UNSUBSCRIBE_SECRET"):
+        Settings.from_env({"OUTREACH_PUBLIC_URL": "https://x.example"})
