@@ -1,0 +1,120 @@
+"""The DAGs, run by real Airflow (``airflow dags test`` subprocesses, SQLite metadata)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import invariants
+from conftest import ROOT
+from flow import import_demo, rows
+from outreach.localairflow import airflow_env, ensure_metadata, run_dag
+from outreach.queue import queue_due
+from test_send_flow import EXPECTED_LEADS
+
+pytestmark = pytest.mark.airflow
+
+SETTINGS_ENV = {"OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
+                "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789"}
+
+
+@pytest.fixture(scope="session")
+def migrated_airflow_home(tmp_path_factory) -> Path:
+    """An AIRFLOW_HOME whose SQLite metadata database is migrated once per session."""
+    home = tmp_path_factory.mktemp("airflow-home")
+    ensure_metadata(airflow_env(home, "unused", {}))
+    return home
+
+
+def fresh_home(migrated: Path, tmp_path: Path, name: str) -> Path:
+    home = tmp_path / name
+    home.mkdir()
+    shutil.copy(migrated / "airflow.db", home / "airflow.db")
+    (home / ".migrated").write_text("ok\n")
+    return home
+
+
+def env_for(home: Path, db_url: str, sink) -> dict[str, str]:
+    conn = sink.connection_json()
+    return airflow_env(home, db_url, {"outreach_smtp_anna": conn, "outreach_smtp_ben": conn}, SETTINGS_ENV)
+
+
+PARSE_PROBE = r"""
+import json, socket, sys
+def refuse(*a, **k):
+    raise RuntimeError("network or database access at DAG parse time")
+socket.socket.connect = refuse
+socket.create_connection = refuse
+import psycopg
+psycopg.connect = refuse
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+out = {"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": {}}
+for dag_id, dag in bag.dags.items():
+    out["dags"][dag_id] = {
+        "tags": sorted(dag.tags), "doc_md": bool(dag.doc_md),
+        "tasks": {t.task_id: {"retries": t.retries, "owner": t.owner} for t in dag.tasks}}
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_every_dag_loads_without_database_or_network(tmp_path):
+    env = airflow_env(tmp_path / "home", "postgresql:///none?host=/nonexistent-socket-dir", {})
+    proc = subprocess.run([sys.executable, "-c", PARSE_PROBE, str(ROOT / "dags")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line, proc.stdout[-2000:] + proc.stderr[-4000:]
+    result = json.loads(line[len("RESULT "):])
+    assert result["errors"] == {}
+    assert set(result["dags"]) == {"outreach_import_leads", "outreach_queue_due", "outreach_send"}
+    for dag_id, dag in result["dags"].items():
+        assert "outreach" in dag["tags"] and dag["doc_md"], dag_id
+        for task_id, task in dag["tasks"].items():
+            assert task["retries"] >= 1 and task["owner"] == "outreach", (dag_id, task_id)
+
+
+def test_main_job_through_airflow_twice_adds_nothing(db_url, sink, migrated_airflow_home, tmp_path):
+    env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
+    for round_ in (1, 2):
+        for dag_id in ("outreach_import_leads", "outreach_queue_due", "outreach_send"):
+            result = run_dag(env, dag_id, tmp_path / f"{dag_id}-{round_}.log")
+            assert result.ok, f"{dag_id} round {round_}: {result.state}, see {result.log}:\n" + \
+                result.log.read_text()[-4000:]
+        messages = sink.messages()
+        totals = invariants.assert_ok(db_url, messages)
+        assert len(messages) == totals.send_log == totals.sent_rows == EXPECTED_LEADS
+    log = (tmp_path / "outreach_send-1.log").read_text()
+    assert "batch mailbox=1 (a***@mail.outreach-demo.example) claimed=" in log
+    assert "anna.schmidt@" not in log  # addresses are masked in task logs
+    assert "test-secret-0123456789" not in log
+
+
+def test_two_overlapping_send_runs_add_no_message(db_url, sink, migrated_airflow_home, tmp_path):
+    import_demo(db_url)
+    assert queue_due(db_url)["queued"] == EXPECTED_LEADS
+    results = {}
+
+    def run(name: str) -> None:
+        env = env_for(fresh_home(migrated_airflow_home, tmp_path, name), db_url, sink)
+        env["OUTREACH_BATCH_SIZE"] = "10"  # many small batches, so the two runs really interleave
+        results[name] = run_dag(env, "outreach_send", tmp_path / f"{name}.log")
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for name, r in results.items():
+        assert r.ok, f"run {name}: {r.state}, see {r.log}"
+    messages = sink.messages()
+    invariants.assert_ok(db_url, messages)
+    assert len(messages) == EXPECTED_LEADS
+    run_ids = {r["claimed_by"].split("/")[1]
+               for r in rows(db_url, "SELECT DISTINCT claimed_by FROM outreach.emails")}
+    assert len(run_ids) == 2, "both runs should have claimed some rows"
