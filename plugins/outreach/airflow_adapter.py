@@ -127,3 +127,13 @@ def summary_task(results: list[dict[str, Any]] | None) -> dict[str, int]:
     log.info("run summary: batches=%s %s", len(list(results or [])),
              " ".join(f"{k}={v}" for k, v in total.items()))
     return total
+
+
+def resolve_task(decision: str, resolved_by: str, email_ids: list[int] | None,
+                 campaign_key: str | None, mailbox: str | None, note: str) -> dict[str, Any]:
+    """Resolve unconfirmed emails (see :mod:`outreach.resolve`); return the ids resolved/skipped."""
+    from outreach.resolve import resolve
+
+    result = resolve(database_url(), decision, resolved_by, ids=email_ids,
+                     campaign_key=campaign_key, mailbox=mailbox, note=note)
+    return {"decision": decision, "resolved": result.resolved, "skipped": result.skipped}

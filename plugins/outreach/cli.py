@@ -93,14 +93,41 @@ def cmd_send(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     url = _url()
     limit = args.limit or settings.batch_size
-    if args.mailbox:
-        mailbox_ids = [args.mailbox]
-    else:
-        mailbox_ids = sorted({b["mailbox_id"] for b in plan_batches(url, limit)})
-    if not mailbox_ids:
-        print("nothing due")
-    for mailbox_id in mailbox_ids:
-        print(send_batch(url, mailbox_id, limit, smtp_connector, settings).line())
+    while True:
+        if args.mailbox:
+            mailbox_ids = [args.mailbox]
+        else:
+            mailbox_ids = sorted({b["mailbox_id"] for b in plan_batches(url, limit)})
+        if not mailbox_ids:
+            print("nothing due")
+        claimed = 0
+        for mailbox_id in mailbox_ids:
+            summary = send_batch(url, mailbox_id, limit, smtp_connector, settings)
+            claimed += summary.claimed
+            print(summary.line(), flush=True)
+        if not args.until_empty or claimed == 0:
+            return 0
+
+
+def cmd_unconfirmed(args: argparse.Namespace) -> int:
+    from outreach.logutil import mask
+    from outreach.resolve import list_unconfirmed
+
+    rows = list_unconfirmed(_url(), campaign_key=args.campaign, mailbox=args.mailbox)
+    for r in rows:
+        print(f"email {r['id']}  {r['campaign_key']}  mailbox {r['mailbox_id']}  to {mask(r['email'])}"
+              f"  claimed {r['claimed_at']:%Y-%m-%d %H:%M} UTC by {r['claimed_by']}  - {r['last_error']}")
+    print(f"{len(rows)} unconfirmed email(s): check Sent Items, then `outreach resolve`")
+    return 0
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    from outreach.resolve import resolve
+
+    ids = [int(x) for x in args.ids.split(",")] if args.ids else None
+    result = resolve(_url(), args.decision.replace("-", "_"), args.by, ids=ids,
+                     campaign_key=args.campaign, mailbox=args.mailbox, note=args.note)
+    print(result.line())
     return 0
 
 
@@ -129,7 +156,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser (sub-commands: db upgrade, import-leads, import-suppressions,
-    suppress, queue-due, send, reap, report, demo)."""
+    suppress, queue-due, send, unconfirmed, resolve, reap, report, demo)."""
     p = argparse.ArgumentParser(prog="outreach", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = p.add_subparsers(dest="command", required=True)
@@ -164,7 +191,22 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("send", help="claim and send one batch (per mailbox with due emails)")
     s.add_argument("--mailbox", type=int, help="mailbox id")
     s.add_argument("--limit", type=int, help="rows to claim at most (default OUTREACH_BATCH_SIZE)")
+    s.add_argument("--until-empty", action="store_true", help="keep claiming until nothing is due")
     s.set_defaults(func=cmd_send)
+
+    s = sub.add_parser("unconfirmed", help="list unconfirmed emails (a person must decide)")
+    s.add_argument("--campaign")
+    s.add_argument("--mailbox", help="address or id")
+    s.set_defaults(func=cmd_unconfirmed)
+
+    s = sub.add_parser("resolve", help="resolve unconfirmed emails after checking Sent Items")
+    s.add_argument("--ids", help="comma-separated email ids")
+    s.add_argument("--campaign")
+    s.add_argument("--mailbox", help="address or id")
+    s.add_argument("--decision", required=True, choices=["was-sent", "not-sent"])
+    s.add_argument("--by", required=True, help="who decides (recorded)")
+    s.add_argument("--note", default="")
+    s.set_defaults(func=cmd_resolve)
 
     sub.add_parser("reap", help="fail rows left 'sending' too long as unconfirmed").set_defaults(func=cmd_reap)
 

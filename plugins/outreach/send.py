@@ -10,21 +10,24 @@ rows still 'queued'; a retried task claims fresh rows or none, and rows an earli
 from __future__ import annotations
 
 import datetime as dt
-import socket
 import smtplib
+import socket
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from outreach import db
+import psycopg
+
+from outreach import db, failpoints
 from outreach.logutil import log, mask
 from outreach.message import Envelope, MessageError, build_message, message_id_for, to_wire
 from outreach.render import RenderError, render
 from outreach.settings import Settings
 from outreach.suppression import is_suppressed, suppress
 from outreach.tokens import make_token
-from outreach.transport import Outcome, SmtpSession
+from outreach.transport import Delivery, Outcome, SmtpSession
 
 SmtpConnector = Callable[[str], smtplib.SMTP]
 """Given a mailbox's Airflow SMTP connection id, return a connected ``smtplib.SMTP``."""
@@ -86,6 +89,10 @@ def claim(conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datetime | 
         rows = db.run(conn, "email_claim_batch", {
             "mailbox_id": mailbox_id, "limit": min(limit, remaining), "now": now,
             "claim_token": uuid.uuid4(), "claimed_by": worker})
+        if rows:
+            failpoints.hit("claim_before_commit")
+    if rows:
+        failpoints.hit("after_claim")
     return rows, ""
 
 
@@ -130,10 +137,27 @@ def _guarded(conn, name: str, params: dict[str, Any], summary: BatchSummary, wha
     return False
 
 
+class BatchAborted(RuntimeError):
+    """The database connection was lost in the middle of a batch. What could be recorded after
+    reconnecting was recorded; rows not yet handed off were released; the task must fail."""
+
+
+@dataclass
+class _Progress:
+    """Where a batch is: rows ``done`` (outcome recorded); the current row's ``delivery`` and
+    ``message_id`` once it was handed off."""
+
+    done: int = 0
+    delivery: Delivery | None = None
+    message_id: str = ""
+
+
 def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
                settings: Settings, *, worker: str | None = None, now: dt.datetime | None = None,
                ) -> BatchSummary:
     """Claim one batch of a mailbox and send it over one SMTP session.
+
+    Each row's outcome is committed right after its own handoff.
 
     :param url: outreach database URL.
     :param mailbox_id: the mailbox whose due rows to claim.
@@ -142,25 +166,38 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
     :param settings: see :class:`outreach.settings.Settings`.
     :param worker: recorded as ``claimed_by`` (default ``cli@host:pid``).
     :param now: a fixed clock (UTC) for claims and retries; default the database clock.
-    :raises outreach.db.OutreachDBError: the database is unreachable; rows already claimed stay
-        'sending' and go to the reaper (they are never silently resent).
+    :raises BatchAborted: the database went away mid-batch (after recording what it could once
+        reconnected; rows it could not record stay 'sending' for the reaper, never resent).
+    :raises outreach.db.OutreachDBError: the database is unreachable before the claim.
     """
     worker = worker or worker_name()
     conn = db.connect(url, autocommit=True)
     try:
         rows, note = claim(conn, mailbox_id, limit, worker=worker, now=now)
-        address = rows[0]["mailbox_address"] if rows else ""
-        if not address:
-            mb = conn.execute("SELECT address FROM outreach.mailboxes WHERE id = %s",
-                              (mailbox_id,)).fetchone()
-            address = mb["address"] if mb else ""
-        summary = BatchSummary(mailbox_id=mailbox_id, mailbox=mask(address), claimed=len(rows),
-                               note=note)
+        mailbox = db.one(conn, "mailbox_by_id", {"mailbox_id": mailbox_id})
+        summary = BatchSummary(mailbox_id=mailbox_id, mailbox=mask(mailbox["address"] if mailbox else ""),
+                               claimed=len(rows), note=note)
         if rows:
             session = SmtpSession(lambda: connector(rows[0]["smtp_conn_id"]))
+            progress = _Progress()
             try:
                 for row in rows:
-                    _send_one(conn, session, row, settings, summary, now)
+                    progress.delivery, progress.message_id = None, ""
+                    _send_one(conn, session, row, settings, summary, now, progress)
+                    progress.done += 1
+            except psycopg.OperationalError as exc:
+                log.error("database connection lost during batch of mailbox %s after %s of %s "
+                          "rows: %s", mailbox_id, progress.done, len(rows), exc)
+                _recover(url, rows[progress.done:], progress, settings, summary, now)
+                log.error(summary.line())
+                raise BatchAborted(f"database connection lost mid-batch ({exc}); "
+                                   f"{summary.line()}") from exc
+            except BaseException:
+                # A bug, or the task being terminated: record the handed-off row and release
+                # the rest right away instead of leaving them all to the reaper.
+                _recover(url, rows[progress.done:], progress, settings, summary, now, wait=False)
+                log.error(summary.line())
+                raise
             finally:
                 session.close()
         log.info(summary.line())
@@ -169,8 +206,41 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
         conn.close()
 
 
+def _recover(url: str, remaining: list[dict[str, Any]], progress: _Progress, settings: Settings,
+             summary: BatchSummary, now: dt.datetime | None, *, wait: bool = True) -> None:
+    """After a lost connection: reconnect (for up to ``settings.db_recover_seconds``), record the
+    outcome of the row that was handed off, and release the rows never handed off. Every write is
+    the usual guarded UPDATE, so a write that did commit before the error changes nothing now."""
+    deadline = time.monotonic() + (settings.db_recover_seconds if wait else 0)
+    while True:
+        try:
+            conn = db.connect(url, autocommit=True)
+            break
+        except db.OutreachDBError as exc:
+            if time.monotonic() >= deadline:
+                log.error("could not reconnect (%s): %s row(s) stay 'sending' for the reaper, "
+                          "which fails them as unconfirmed: ids %s", exc, len(remaining),
+                          [r["id"] for r in remaining])
+                return
+            time.sleep(0.5)
+    try:
+        untouched = remaining
+        if remaining and progress.delivery is not None:
+            current, untouched = remaining[0], remaining[1:]
+            state = db.one(conn, "email_claim_state", {"email_id": current["id"]})
+            if state and state["status"] == "sending" and state["claim_token"] == current["claim_token"]:
+                _record(conn, current, progress.delivery, progress.message_id, settings, summary, now)
+        if untouched:
+            released = db.run(conn, "email_release_claimed", {
+                "ids": [r["id"] for r in untouched], "claim_token": untouched[0]["claim_token"]})
+            log.warning("released %s claimed row(s) that were never handed off back to the queue",
+                        len(released))
+    finally:
+        conn.close()
+
+
 def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Settings,
-              summary: BatchSummary, now: dt.datetime | None) -> None:
+              summary: BatchSummary, now: dt.datetime | None, progress: _Progress) -> None:
     guard = {"email_id": row["id"], "claim_token": row["claim_token"]}
     who = f"email {row['id']} ({mask(row['email'])}, step {row['step_position']})"
     # Pre-send check: the one suppression function, right before the handoff.
@@ -190,6 +260,17 @@ def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Setting
             log.error("%s failed at stage RENDER: %s", who, exc)
         return
     delivery = session.deliver(payload, row["mailbox_address"], row["email"])
+    progress.delivery, progress.message_id = delivery, message_id
+    if delivery.outcome is Outcome.ACCEPTED:
+        failpoints.hit("after_accept")
+    _record(conn, row, delivery, message_id, settings, summary, now)
+
+
+def _record(conn, row: dict[str, Any], delivery: Delivery, message_id: str, settings: Settings,
+            summary: BatchSummary, now: dt.datetime | None) -> None:
+    """Record one handoff's outcome with the guarded transition it calls for."""
+    guard = {"email_id": row["id"], "claim_token": row["claim_token"]}
+    who = f"email {row['id']} ({mask(row['email'])}, step {row['step_position']})"
     if delivery.outcome is Outcome.ACCEPTED:
         if _guarded(conn, "email_mark_sent", {**guard, "message_id": message_id,
                                               "smtp_reply": f"{delivery.code} {delivery.reply}",

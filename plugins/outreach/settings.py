@@ -28,6 +28,8 @@ class Settings:
     Rules: at most ``max_attempts`` (3) attempts in total, retry ``retry_after`` (30 minutes)
     after a not-accepted error; the reaper threshold must exceed the longest a batch can take
     (``smtp_timeout`` × ``batch_size``), or two senders could end up on the same rows.
+    ``db_recover_seconds``: how long a batch that lost its database connection tries to reconnect
+    to record the row it handed off and release the rest before it fails.
     """
 
     public_url: str
@@ -38,6 +40,7 @@ class Settings:
     max_attempts: int = 3
     retry_after: dt.timedelta = dt.timedelta(minutes=30)
     reaper_threshold: dt.timedelta = dt.timedelta(minutes=30)
+    db_recover_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         if not self.public_url.startswith("https://"):

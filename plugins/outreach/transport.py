@@ -16,6 +16,8 @@ import smtplib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from outreach import failpoints
+
 
 class Outcome(enum.Enum):
     """How one handoff ended."""
@@ -145,12 +147,14 @@ class SmtpSession:
             if code != 354:
                 return self._reset(_classify(stage, code, resp))
             stage = Stage.BODY
+            failpoints.hit("before_body")
             client.send(dot_stuff(payload))
         except (smtplib.SMTPException, OSError) as exc:
             # Nothing after the end of data was sent yet: the server cannot have accepted it.
             self._drop()
             return Delivery(Outcome.RETRY, stage, getattr(exc, "smtp_code", None),
                             _text(str(exc) or type(exc).__name__))
+        failpoints.hit("after_end_of_data")
         try:
             code, resp = self._client.getreply()
         except (smtplib.SMTPException, OSError) as exc:

@@ -162,3 +162,18 @@ CROSS JOIN n
 WHERE e.scheduled_for <= n.now
 GROUP BY m.id, m.address, m.status
 ORDER BY m.id;
+
+-- name: email_claim_state
+-- Read back a claimed row's state (used only to recover after a lost connection).
+SELECT status::text AS status, claim_token FROM outreach.emails WHERE id = %(email_id)s;
+
+-- name: email_release_claimed
+-- Rows claimed but never handed off (the batch stopped early) go back to the queue; the attempt
+-- did not happen, so it is not counted. Guarded by our claim token like every transition.
+UPDATE outreach.emails e
+SET status = 'queued', attempts = greatest(e.attempts - 1, 0), updated_at = now()
+WHERE e.id = ANY (%(ids)s::bigint[]) AND e.status = 'sending' AND e.claim_token = %(claim_token)s
+RETURNING e.id;
+
+-- name: mailbox_by_id
+SELECT id, address, status FROM outreach.mailboxes WHERE id = %(mailbox_id)s;

@@ -1,0 +1,57 @@
+"""
+### outreach_resolve_unconfirmed (manual)
+
+An *unconfirmed* email may or may not have reached the recipient: the end of DATA was sent and no
+reply came, or a sender was lost while the row was `sending`. **Check the mailbox's Sent Items
+(or the provider's logs) before doing anything**, then trigger this DAG:
+
+* **was sent** — records it in the send log as operator-confirmed; it counts as sent.
+* **not sent** — puts it back in the queue with the same idempotency key and Message-ID.
+
+Select emails by id, or by campaign and/or mailbox. Nothing else ever moves an unconfirmed row
+(a database trigger refuses it).
+
+**Clearing `resolve` is safe**: each change is guarded by "still unconfirmed", so a second run
+resolves nothing twice.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import Param, dag, get_current_context, task
+
+from outreach import airflow_adapter
+
+
+@dag(
+    dag_id="outreach_resolve_unconfirmed",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["outreach", "operator"],
+    doc_md=__doc__,
+    default_args={"owner": "outreach", "retries": 1},
+    params={
+        "decision": Param("was_sent", type="string", enum=["was_sent", "not_sent"], title="Decision",
+                          values_display={"was_sent": "It was sent (found in Sent Items)",
+                                          "not_sent": "It was not sent: requeue it"}),
+        "email_ids": Param([], type="array", items={"type": "integer"}, title="Email ids",
+                           description="Leave empty to select by campaign and/or mailbox."),
+        "campaign_key": Param(None, type=["null", "string"], title="Campaign key"),
+        "mailbox": Param(None, type=["null", "string"], title="Mailbox address or id"),
+        "resolved_by": Param("", type="string", minLength=1, title="Your name",
+                             description="Recorded with the decision."),
+        "note": Param("", type="string", title="Note"),
+    },
+)
+def outreach_resolve_unconfirmed():
+    @task
+    def resolve() -> dict:
+        p = get_current_context()["params"]
+        return airflow_adapter.resolve_task(p["decision"], p["resolved_by"], p["email_ids"] or None,
+                                            p["campaign_key"], p["mailbox"], p["note"])
+
+    resolve()
+
+
+outreach_resolve_unconfirmed()

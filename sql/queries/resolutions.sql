@@ -1,0 +1,51 @@
+-- Operator resolution of unconfirmed emails. Each statement is guarded by
+-- status = 'failed' AND failure_kind = 'unconfirmed', so resolving twice changes nothing.
+
+-- name: resolution_begin
+-- Declares this transaction an operator resolution (checked by the emails_guard_unconfirmed
+-- trigger); SET LOCAL ends with the transaction.
+SELECT set_config('outreach.resolution', 'operator', true);
+
+-- name: email_list_unconfirmed
+-- Unconfirmed emails, by ids or by campaign and/or mailbox (NULL: any).
+SELECT e.id, e.idempotency_key, e.last_error, e.claimed_by, e.claimed_at, e.attempts,
+       l.email, m.address AS mailbox_address, m.id AS mailbox_id, c.key AS campaign_key
+FROM outreach.emails e
+JOIN outreach.leads l ON l.id = e.lead_id
+JOIN outreach.mailboxes m ON m.id = e.mailbox_id
+JOIN outreach.campaigns c ON c.id = e.campaign_id
+WHERE e.status = 'failed' AND e.failure_kind = 'unconfirmed'
+  AND (%(ids)s::bigint[] IS NULL OR e.id = ANY (%(ids)s::bigint[]))
+  AND (%(campaign_key)s::text IS NULL OR c.key = %(campaign_key)s::text)
+  AND (%(mailbox)s::text IS NULL OR m.address = lower(%(mailbox)s::text)
+       OR m.id::text = %(mailbox)s::text)
+ORDER BY e.id;
+
+-- name: email_resolve_was_sent
+-- A person saw it in Sent Items: record it in the send log as operator-confirmed and mark the
+-- row sent, in one statement.
+WITH done AS (
+    UPDATE outreach.emails e
+    SET status = 'sent', failure_kind = NULL, sent_at = coalesce(e.claimed_at, now()),
+        last_error = NULL, updated_at = now()
+    WHERE e.id = %(email_id)s AND e.status = 'failed' AND e.failure_kind = 'unconfirmed'
+    RETURNING e.id, e.mailbox_id, e.claimed_at
+)
+INSERT INTO outreach.send_log (email_id, mailbox_id, message_id, smtp_reply, source, accepted_at)
+SELECT done.id, done.mailbox_id, %(message_id)s, %(note)s, 'operator', coalesce(done.claimed_at, now())
+FROM done
+RETURNING email_id;
+
+-- name: email_resolve_not_sent
+-- A person checked: it did not go out. Back to the queue with the same idempotency key, so the
+-- next attempt carries the same Message-ID.
+UPDATE outreach.emails e
+SET status = 'queued', failure_kind = NULL, scheduled_for = now(), updated_at = now(),
+    last_error = 'operator: not sent, requeued (' || %(note)s || ')'
+WHERE e.id = %(email_id)s AND e.status = 'failed' AND e.failure_kind = 'unconfirmed'
+RETURNING e.id;
+
+-- name: resolution_insert
+INSERT INTO outreach.email_resolutions (email_id, decision, resolved_by, note)
+VALUES (%(email_id)s, %(decision)s, %(resolved_by)s, %(note)s)
+RETURNING id;

@@ -1,0 +1,204 @@
+"""Never twice under faults: each SMTP fault class, the retry clock, the reaper, operator
+resolution, a database restart mid-batch. Real PostgreSQL, a real (fault-injecting) SMTP server."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import invariants
+from conftest import CAMPAIGN, MAILBOXES, SMTP_CONN_IDS
+from faultsmtp import FaultSMTPServer
+from flow import rows, scalar
+from outreach import db
+from outreach.airflow_adapter import smtp_connector
+from outreach.devsmtp import free_port
+from outreach.leads import import_leads
+from outreach.queue import queue_due, reap
+from outreach.resolve import resolve
+from outreach.send import send_batch
+
+T0 = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+MIN = dt.timedelta(minutes=1)
+
+
+def leads_csv(tmp_path: Path, addresses: list[str]) -> Path:
+    p = tmp_path / "leads.csv"
+    p.write_text("Email,First Name,Company\n" + "".join(f"{a},Pat,Faults Inc\n" for a in addresses))
+    return p
+
+
+def point_mailboxes_at(monkeypatch, connection_json: str) -> None:
+    for conn_id in SMTP_CONN_IDS:
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", connection_json)
+
+
+def send_round(url, settings, now) -> list:
+    """One send run at clock ``now``: one batch per mailbox."""
+    return [send_batch(url, mb, 100, smtp_connector, settings, worker="faults", now=now) for mb in (1, 2)]
+
+
+def state(url: str) -> dict[str, dict]:
+    return {r["email"]: r for r in rows(url, """
+        SELECT l.email, e.status::text AS status, e.failure_kind, e.attempts, e.last_error,
+               e.scheduled_for FROM outreach.emails e JOIN outreach.leads l ON l.id = e.lead_id""")}
+
+
+def test_each_smtp_fault_class_lands_in_the_right_state(db_url, settings, tmp_path, monkeypatch):
+    rules = {
+        "ok@faults.example": ["accept"],
+        "greylist@faults.example": ["rcpt_451", "accept"],
+        "full@faults.example": ["rcpt_452"],
+        "closing@faults.example": ["rcpt_421", "accept"],
+        "nouser@faults.example": ["rcpt_550"],
+        "spam@faults.example": ["data_554"],
+        "later@faults.example": ["data_451", "accept"],
+        "dropped@faults.example": ["drop"],
+        "slow@faults.example": ["slow"],
+    }
+    with FaultSMTPServer(rules, slow_seconds=2.5) as smtp:
+        point_mailboxes_at(monkeypatch, smtp.connection_json(timeout=1))
+        import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, list(rules)), now=T0)
+        assert queue_due(db_url, now=T0)["queued"] == len(rules)
+
+        send_round(db_url, settings, T0)
+        s = state(db_url)
+        assert s["ok@faults.example"]["status"] == "sent"
+        for a in ("greylist", "full", "closing", "later"):
+            row = s[f"{a}@faults.example"]
+            assert (row["status"], row["attempts"]) == ("queued", 1), a
+            assert row["scheduled_for"] == T0 + 30 * MIN, a
+        assert "RCPT 451" in s["greylist@faults.example"]["last_error"]
+        assert "END_OF_DATA 451" in s["later@faults.example"]["last_error"]
+        assert (s["nouser@faults.example"]["status"], s["nouser@faults.example"]["failure_kind"]) == ("failed", "permanent")
+        assert "RCPT 550 5.1.1" in s["nouser@faults.example"]["last_error"]
+        assert (s["spam@faults.example"]["failure_kind"], s["spam@faults.example"]["attempts"]) == ("permanent", 1)
+        for a in ("dropped", "slow"):
+            row = s[f"{a}@faults.example"]
+            assert (row["status"], row["failure_kind"], row["attempts"]) == ("failed", "unconfirmed", 1), a
+            assert "check Sent Items" in row["last_error"]
+        # A 5.1.x "no such user" suppresses the address; a 5.7.1 spam rejection does not.
+        supp = {r["value"]: r["reason"] for r in rows(db_url, "SELECT value, reason FROM outreach.suppressions")}
+        assert supp == {"nouser@faults.example": "bounced"}
+
+        # A retry is never claimed before 30 minutes have passed.
+        assert sum(b.claimed for b in send_round(db_url, settings, T0 + 29 * MIN)) == 0
+        send_round(db_url, settings, T0 + 31 * MIN)
+        s = state(db_url)
+        for a in ("greylist", "closing", "later"):
+            assert (s[f"{a}@faults.example"]["status"], s[f"{a}@faults.example"]["attempts"]) == ("sent", 2), a
+        assert (s["full@faults.example"]["status"], s["full@faults.example"]["attempts"]) == ("queued", 2)
+
+        send_round(db_url, settings, T0 + 62 * MIN)
+        s = state(db_url)
+        full = s["full@faults.example"]
+        assert (full["status"], full["failure_kind"], full["attempts"]) == ("failed", "retries_exhausted", 3)
+        assert "RCPT 452" in full["last_error"]
+
+        # Nothing is ever retried again: unconfirmed and failed rows stay as they are.
+        assert sum(b.claimed for b in send_round(db_url, settings, T0 + 24 * 60 * MIN)) == 0
+        assert smtp.attempts["dropped@faults.example"] == 1 and smtp.attempts["slow@faults.example"] == 1
+        assert smtp.attempts["full@faults.example"] == 3
+        totals = invariants.assert_ok(db_url, smtp.messages())
+        assert totals.unconfirmed == 2 and totals.sent_rows == 4
+
+
+def test_connection_refused_is_not_accepted_and_retried_later(db_url, settings, tmp_path, monkeypatch):
+    closed = json.dumps({"conn_type": "smtp", "host": "127.0.0.1", "port": free_port(),
+                         "extra": {"disable_ssl": True, "disable_tls": True, "timeout": 1, "retry_limit": 0}})
+    point_mailboxes_at(monkeypatch, closed)
+    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"p{i}@faults.example" for i in range(6)]), now=T0)
+    queue_due(db_url, now=T0)
+    summaries = send_round(db_url, settings, T0)
+    assert sum(b.retried for b in summaries) == 6 and sum(b.sent for b in summaries) == 0
+    assert {(r["status"], r["attempts"]) for r in state(db_url).values()} == {("queued", 1)}
+    assert all(r["last_error"].startswith("CONNECT") for r in state(db_url).values())
+
+
+def test_reaper_racing_a_finishing_sender_never_overwrites_a_sent_row(db_url, settings, tmp_path):
+    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"r{i}@faults.example" for i in range(40)]), now=T0)
+    queue_due(db_url, now=T0)
+    from outreach.send import claim
+
+    for iteration in range(15):
+        with psycopg.connect(db_url, autocommit=True) as c:  # a fresh round: every row queued again
+            c.execute("DELETE FROM outreach.send_log")
+            c.execute("UPDATE outreach.emails SET status = 'queued', failure_kind = NULL, sent_at = NULL,"
+                      " scheduled_for = %s", (T0,))
+        conn = db.connect(db_url, autocommit=True)
+        # Claimed at T0; at T0 + 31 minutes the reaper may take them while the sender finishes.
+        claimed = claim(conn, 1, 100, worker="slow-sender", now=T0)[0]
+        claimed += claim(conn, 2, 100, worker="slow-sender", now=T0)[0]
+        assert len(claimed) == 40
+        barrier = threading.Barrier(2)
+        reaped: list[int] = []
+
+        def sender() -> None:
+            c2 = db.connect(db_url, autocommit=True)
+            barrier.wait()
+            for r in claimed:
+                db.run(c2, "email_mark_sent", {"email_id": r["id"], "claim_token": r["claim_token"],
+                                               "message_id": f"m{iteration}-{r['id']}@x", "smtp_reply": "250", "now": None})
+            c2.close()
+
+        def reaper() -> None:
+            barrier.wait()
+            reaped.extend(reap(db_url, dt.timedelta(minutes=30), now=T0 + 31 * MIN))
+
+        threads = [threading.Thread(target=sender), threading.Thread(target=reaper)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        conn.close()
+        final = rows(db_url, "SELECT e.id, e.status::text AS status, e.failure_kind,"
+                             " (SELECT count(*) FROM outreach.send_log s WHERE s.email_id = e.id) AS logs"
+                             " FROM outreach.emails e")
+        for r in final:
+            assert (r["status"], r["failure_kind"], r["logs"]) in {("sent", None, 1), ("failed", "unconfirmed", 0)}, r
+        assert sum(r["failure_kind"] == "unconfirmed" for r in final) == len(reaped)
+        # Clear the unconfirmed rows for the next round through the only allowed door.
+        if reaped:
+            resolve(db_url, "not_sent", "test", ids=reaped)
+
+
+def test_unconfirmed_rows_move_only_by_operator_resolution(db_url, sink, settings, tmp_path):
+    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"u{i}@faults.example" for i in range(4)]), now=T0)
+    queue_due(db_url, now=T0)
+    from outreach.send import claim
+
+    conn = db.connect(db_url, autocommit=True)
+    claim(conn, 1, 10, worker="killed", now=T0)
+    claim(conn, 2, 10, worker="killed", now=T0)
+    conn.close()
+    assert reap(db_url, dt.timedelta(minutes=30), now=T0 + 29 * MIN) == []
+    ids = sorted(reap(db_url, dt.timedelta(minutes=30), now=T0 + 31 * MIN))
+    assert len(ids) == 4
+    keys_before = {r["id"]: r["k"] for r in rows(db_url, "SELECT id, idempotency_key::text AS k FROM outreach.emails")}
+    with psycopg.connect(db_url) as c:
+        with pytest.raises(psycopg.errors.CheckViolation, match="only an operator resolution"):
+            c.execute("UPDATE outreach.emails SET status = 'queued', failure_kind = NULL WHERE id = %s", (ids[0],))
+    # The sender's own transitions cannot touch it either (they require status 'sending').
+    assert send_round(db_url, settings, T0 + 40 * MIN)[0].claimed == 0
+
+    with pytest.raises(ValueError, match="who decides"):
+        resolve(db_url, "was_sent", " ", ids=ids[:1])
+    sent = resolve(db_url, "was_sent", "Dana (ops)", ids=ids[:2], note="found in Sent Items")
+    requeued = resolve(db_url, "not_sent", "Dana (ops)", ids=ids[2:] + [999999])
+    assert sent.resolved == ids[:2] and requeued.resolved == ids[2:] and requeued.skipped == [999999]
+    assert resolve(db_url, "not_sent", "Dana (ops)", ids=ids).resolved == []  # twice: nothing
+    log = rows(db_url, "SELECT email_id, source, message_id FROM outreach.send_log ORDER BY email_id")
+    assert [(r["email_id"], r["source"]) for r in log] == [(ids[0], "operator"), (ids[1], "operator")]
+    assert log[0]["message_id"].startswith(keys_before[ids[0]] + "@")
+    send_round(db_url, settings, T0 + 41 * MIN)
+    messages = sink.messages()
+    assert len(messages) == 2
+    # The requeued rows went out with the same idempotency key, hence the same Message-ID.
+    assert {m["Message-ID"].strip("<>").split("@")[0] for m in messages} == {keys_before[i] for i in ids[2:]}
+    assert scalar(db_url, "SELECT count(*) FROM outreach.email_resolutions") == 4
+    invariants.assert_ok(db_url, messages)
