@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv clean
+.PHONY: demo test chaos venv clean
 
 venv: $(STAMP)
 
@@ -24,6 +24,12 @@ demo: venv
 ## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow).
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## Chaos: N SIGKILL iterations of real sender processes, then the invariant checker's totals.
+N ?= 50
+chaos: venv
+	OUTREACH_CHAOS_ITERATIONS=$(N) $(BIN)/python -m pytest -q -s tests/test_chaos.py \
+		-k sigkill -o log_cli=false 2>&1 | grep -E "chaos:|passed|failed|Error"
 
 clean:
 	rm -rf .outreach .airflow

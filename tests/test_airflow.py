@@ -72,7 +72,8 @@ def test_every_dag_loads_without_database_or_network(tmp_path):
     assert line, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads(line[len("RESULT "):])
     assert result["errors"] == {}
-    assert set(result["dags"]) == {"outreach_import_leads", "outreach_queue_due", "outreach_send"}
+    assert set(result["dags"]) == {"outreach_import_leads", "outreach_queue_due", "outreach_send",
+                                   "outreach_resolve_unconfirmed"}
     for dag_id, dag in result["dags"].items():
         assert "outreach" in dag["tags"] and dag["doc_md"], dag_id
         for task_id, task in dag["tasks"].items():
@@ -118,3 +119,28 @@ def test_two_overlapping_send_runs_add_no_message(db_url, sink, migrated_airflow
     run_ids = {r["claimed_by"].split("/")[1]
                for r in rows(db_url, "SELECT DISTINCT claimed_by FROM outreach.emails")}
     assert len(run_ids) == 2, "both runs should have claimed some rows"
+
+
+def test_operator_resolves_unconfirmed_emails_through_the_dag(db_url, sink, migrated_airflow_home, tmp_path):
+    import datetime as dt
+
+    from outreach import db
+    from outreach.queue import reap
+    from outreach.send import claim
+
+    import_demo(db_url)
+    queue_due(db_url)
+    conn = db.connect(db_url, autocommit=True)
+    held = [r["id"] for r in claim(conn, 1, 3, worker="lost-worker")[0]]
+    conn.close()
+    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31)
+    assert sorted(reap(db_url, dt.timedelta(minutes=30), now=later)) == sorted(held)
+    env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
+    conf = {"decision": "not_sent", "email_ids": held[:2], "resolved_by": "Dana (ops)",
+            "note": "not in Sent Items", "campaign_key": None, "mailbox": None}
+    result = run_dag(env, "outreach_resolve_unconfirmed", tmp_path / "resolve.log", conf=conf)
+    assert result.ok, result.log.read_text()[-4000:]
+    states = {r["id"]: (r["status"], r["failure_kind"]) for r in rows(
+        db_url, "SELECT id, status::text AS status, failure_kind FROM outreach.emails WHERE id = ANY(%s)", (held,))}
+    assert states == {held[0]: ("queued", None), held[1]: ("queued", None), held[2]: ("failed", "unconfirmed")}
+    assert "resolve not_sent: resolved=2" in result.log.read_text()
