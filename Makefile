@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test chaos venv clean
+.PHONY: demo test chaos airflow venv clean
 
 venv: $(STAMP)
 
@@ -21,6 +21,10 @@ $(STAMP): requirements.txt pyproject.toml
 demo: venv
 	$(BIN)/outreach demo
 
+## Run Airflow as people run it (LocalExecutor, PostgreSQL metadata) until Ctrl-C.
+airflow: venv
+	$(BIN)/outreach airflow
+
 ## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow).
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -32,4 +36,4 @@ chaos: venv
 		-k sigkill -o log_cli=false 2>&1 | grep -E "chaos:|passed|failed|Error"
 
 clean:
-	rm -rf .outreach .airflow
+	rm -rf .outreach .airflow .airflow-deploy

@@ -73,7 +73,7 @@ def test_every_dag_loads_without_database_or_network(tmp_path):
     result = json.loads(line[len("RESULT "):])
     assert result["errors"] == {}
     assert set(result["dags"]) == {"outreach_import_leads", "outreach_queue_due", "outreach_send",
-                                   "outreach_resolve_unconfirmed"}
+                                   "outreach_resolve_unconfirmed", "outreach_report"}
     for dag_id, dag in result["dags"].items():
         assert "outreach" in dag["tags"] and dag["doc_md"], dag_id
         for task_id, task in dag["tasks"].items():

@@ -137,3 +137,13 @@ def resolve_task(decision: str, resolved_by: str, email_ids: list[int] | None,
     result = resolve(database_url(), decision, resolved_by, ids=email_ids,
                      campaign_key=campaign_key, mailbox=mailbox, note=note)
     return {"decision": decision, "resolved": result.resolved, "skipped": result.skipped}
+
+
+def report_task() -> dict[str, Any]:
+    """Print the campaign report (text tables) to the task log; return its totals."""
+    from outreach.report import collect, render_text
+
+    report = collect(database_url())
+    for line in render_text(report).splitlines():
+        log.info(line)
+    return report["totals"] or {}

@@ -154,6 +154,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo()
 
 
+def cmd_airflow(args: argparse.Namespace) -> int:
+    from outreach.deploy import run_foreground
+
+    return run_foreground()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser (sub-commands: db upgrade, import-leads, import-suppressions,
     suppress, queue-due, send, unconfirmed, resolve, reap, report, demo)."""
@@ -214,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_report)
 
+    sub.add_parser("airflow", help="run Airflow locally (api-server, scheduler, dag-processor, "
+                   "triggerer) until Ctrl-C").set_defaults(func=cmd_airflow)
     sub.add_parser("demo", help="run the main job on the sample data with real Airflow").set_defaults(func=cmd_demo)
     return p
 

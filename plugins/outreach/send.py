@@ -229,7 +229,11 @@ def _recover(url: str, remaining: list[dict[str, Any]], progress: _Progress, set
             current, untouched = remaining[0], remaining[1:]
             state = db.one(conn, "email_claim_state", {"email_id": current["id"]})
             if state and state["status"] == "sending" and state["claim_token"] == current["claim_token"]:
-                _record(conn, current, progress.delivery, progress.message_id, settings, summary, now)
+                try:
+                    _record(conn, current, progress.delivery, progress.message_id, settings, summary, now)
+                except Exception as exc:  # noqa: BLE001 - still release the untouched rows below
+                    log.error("email %s: could not record its outcome (%s) after %s: it stays "
+                              "'sending' for the reaper", current["id"], progress.delivery.describe(), exc)
         if untouched:
             released = db.run(conn, "email_release_claimed", {
                 "ids": [r["id"] for r in untouched], "claim_token": untouched[0]["claim_token"]})
