@@ -36,7 +36,7 @@ REPLIES = {
     "rcpt_421": "421 4.3.2 Service shutting down, closing channel",
     "rcpt_451": "451 4.3.0 Temporary local problem, try later",
     "rcpt_452": "452 4.2.2 Mailbox full",
-    "rcpt_550": "550 5.1.1 No such user here",
+    "rcpt_550": "550 5.1.1 <{rcpt}>: Recipient address rejected: no such user here",
     "data_451": "451 4.7.1 Greylisted, try again later",
     "data_554": "554 5.7.1 Message rejected as spam",
 }
@@ -62,7 +62,7 @@ class _Handler:
         action = self.s._action(address, peek=True)
         if action.startswith("rcpt_"):
             self.s._action(address)  # consume this attempt
-            return REPLIES[action]
+            return REPLIES[action].format(rcpt=address)
         envelope.rcpt_tos.append(address)
         return "250 OK"
 

@@ -77,6 +77,9 @@ def test_each_smtp_fault_class_lands_in_the_right_state(db_url, settings, tmp_pa
         assert "END_OF_DATA 451" in s["later@faults.example"]["last_error"]
         assert (s["nouser@faults.example"]["status"], s["nouser@faults.example"]["failure_kind"]) == ("failed", "permanent")
         assert "RCPT 550 5.1.1" in s["nouser@faults.example"]["last_error"]
+        # The reply quoted the address; what is stored (and logged) masks it.
+        assert "<n***@faults.example>" in s["nouser@faults.example"]["last_error"]
+        assert "nouser@" not in s["nouser@faults.example"]["last_error"]
         assert (s["spam@faults.example"]["failure_kind"], s["spam@faults.example"]["attempts"]) == ("permanent", 1)
         for a in ("dropped", "slow"):
             row = s[f"{a}@faults.example"]

@@ -13,7 +13,7 @@ from outreach.render import RenderError, render
 from outreach.settings import Settings, SettingsError
 from outreach.tokens import TokenError, make_token, read_token
 from outreach.transport import dot_stuff
-from outreach.logutil import mask
+from outreach.logutil import mask, mask_addresses
 
 URL = "https://unsubscribe.test.example/unsubscribe/" + "T" * 120
 CTX = {"lead": {"first_name": "Zoë", "last_name": "O'Neill", "company": "Acme & Sons",
@@ -103,6 +103,9 @@ def test_unsubscribe_token_round_trip_and_tampering():
 def test_mask_never_shows_the_local_part():
     assert mask("jane.doe@acme.example") == "j***@acme.example"
     assert mask("nonsense") == "***"
+    assert mask_addresses("550 5.1.1 <jane.doe@acme.example>: Recipient address rejected; "
+                          "see postmaster@mx.acme.example") == \
+        "550 5.1.1 <j***@acme.example>: Recipient address rejected; see p***@mx.acme.example"
 
 
 def test_settings_refuse_a_reaper_threshold_shorter_than_a_batch():

@@ -52,6 +52,26 @@ def smtp_connector(smtp_conn_id: str) -> smtplib.SMTP:
     return client
 
 
+# --- trigger-form choices (files only: DAG parsing never touches the database) ---------------
+
+def project_files(folder: str, pattern: str) -> list[str]:
+    """Return project-relative paths under ``folder`` matching ``pattern`` (for Param examples)."""
+    from outreach.paths import project_root
+
+    root = project_root()
+    return sorted(str(p.relative_to(root)) for p in (root / folder).glob(pattern))
+
+
+def mailbox_addresses(mailbox_file: str = "include/mailboxes.yaml") -> list[str]:
+    """Return the mailbox addresses of the mailbox file (``[]`` if it cannot be read)."""
+    from outreach.campaign import ConfigError, load_mailboxes
+
+    try:
+        return [m.address.lower() for m in load_mailboxes(mailbox_file)]
+    except ConfigError:
+        return []
+
+
 # --- task bodies -------------------------------------------------------------------------------
 
 def import_task(campaign_file: str, mailbox_file: str, leads_file: str,

@@ -242,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    # The commands print their own summaries; the log repeats them only with -v.
+    logging.getLogger("outreach").setLevel(logging.INFO if args.verbose else logging.WARNING)
     try:
         return args.func(args)
     except (ConfigError, ImportFileError, SettingsError, OutreachDBError, ValueError) as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 log = logging.getLogger("outreach")
 
@@ -18,3 +19,12 @@ def mask(address: str | None) -> str:
     if not sep:
         return "***"
     return f"{local[:1]}***@{domain}"
+
+
+_ADDRESS = re.compile(r"([A-Za-z0-9.!#$%&'*+/=?^_`{|}~\-\u0080-\uffff]+)@([A-Za-z0-9.\-\u0080-\uffff]+\.[A-Za-z\u0080-\uffff]{2,})")
+
+
+def mask_addresses(text: str) -> str:
+    """Mask every address found in free text (an SMTP reply often quotes the recipient):
+    ``"550 <jane@acme.com> unknown"`` → ``"550 <j***@acme.com> unknown"``."""
+    return _ADDRESS.sub(lambda m: f"{m.group(1)[:1]}***@{m.group(2)}", text)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from outreach import failpoints
+from outreach.logutil import mask_addresses
 
 
 class Outcome(enum.Enum):
@@ -64,9 +65,11 @@ class Delivery:
 
 
 def _text(resp: bytes | str) -> str:
+    """One line of reply text, at most 500 characters, with any quoted address masked (it goes
+    to logs and ``last_error``)."""
     if isinstance(resp, bytes):
         resp = resp.decode("utf-8", "replace")
-    return " ".join(resp.split())[:500]
+    return mask_addresses(" ".join(resp.split()))[:500]
 
 
 def _classify(stage: Stage, code: int, resp: bytes | str) -> Delivery:

@@ -1,0 +1,67 @@
+"""The `outreach` command as a user runs it (a subprocess), against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def outreach(db_url: str, *args: str, tmp_path=None, **env: str) -> subprocess.CompletedProcess:
+    e = dict(os.environ, OUTREACH_DATABASE_URL=db_url, OUTREACH_HOME=str(ROOT),
+             OUTREACH_PUBLIC_URL="https://unsubscribe.test.example",
+             OUTREACH_UNSUBSCRIBE_SECRET="test-secret-0123456789", **env)
+    if tmp_path is not None:
+        e["AIRFLOW_HOME"] = str(tmp_path / "airflow-home")
+    return subprocess.run([sys.executable, "-m", "outreach.cli", *args], env=e, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_db_upgrade_twice_says_up_to_date(db_url):
+    p = outreach(db_url, "db", "upgrade")
+    assert p.returncode == 0 and "up to date" in p.stdout
+
+
+def test_import_reports_bad_rows_by_line_and_keeps_the_good(db_url, tmp_path):
+    csv = tmp_path / "crm-export.csv"
+    csv.write_text("Email Address,First Name,Company Name\nok@acme.example,Ok,Acme\nbroken@,Bad,Acme\n"
+                   "ok2@acme.example,Ok2,Acme\n")
+    p = outreach(db_url, "import-leads", "--csv", str(csv), tmp_path=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "imported=2" in p.stdout and "invalid=1" in p.stdout
+    assert f"{csv}, line 3, field email: invalid address" in p.stdout
+
+
+def test_unusable_files_fail_with_file_line_and_field(db_url, tmp_path):
+    csv = tmp_path / "no-email.csv"
+    csv.write_text("Name,Company\nAna,Acme\n")
+    p = outreach(db_url, "import-leads", "--csv", str(csv), tmp_path=tmp_path)
+    assert p.returncode == 1 and f"{csv}, line 1: no email column" in p.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "include/campaigns/demo.yaml").read_text().replace("delay_days: 3", "delay_days: -3"))
+    p = outreach(db_url, "import-leads", "--campaign", str(bad), "--csv", str(csv), tmp_path=tmp_path)
+    assert p.returncode == 1
+    assert f"{bad}, line 21, field steps.1.delay_days: Input should be greater than or equal to 0" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_report_text_and_json_after_a_send(db_url, sink, tmp_path):
+    conn = sink.connection_json()
+    env = {"AIRFLOW_CONN_OUTREACH_SMTP_ANNA": conn, "AIRFLOW_CONN_OUTREACH_SMTP_BEN": conn}
+    assert outreach(db_url, "import-leads", "--csv", "include/data/sample_leads.csv", "--suppressions",
+                    "include/data/do_not_contact.csv", tmp_path=tmp_path).returncode == 0
+    assert "queued 196" in outreach(db_url, "queue-due", tmp_path=tmp_path).stdout
+    p = outreach(db_url, "send", "--limit", "30", tmp_path=tmp_path, **env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("claimed=30 sent=30") == 2
+    text = outreach(db_url, "report", tmp_path=tmp_path).stdout
+    assert "q4-ops-intro" in text and "sent today" in text and "a***@mail.outreach-demo.example" in text
+    report = json.loads(outreach(db_url, "report", "--json", tmp_path=tmp_path).stdout)
+    by_mailbox = {r["mailbox_id"]: r for r in report["rows"]}
+    assert by_mailbox[1]["sent"] == 30 and by_mailbox[1]["queued"] == 68
+    assert {m["used_today"] for m in report["mailboxes"]} == {30}
+    assert report["totals"]["send_log"] == 60 == len(sink.messages())
+    assert "anna.schmidt@" not in json.dumps(report)
