@@ -21,16 +21,13 @@ import asyncio
 import datetime as dt
 import email
 import email.policy
-import json
 import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.message import Message
 
-from aiosmtpd.controller import Controller
-
-from outreach.devsmtp import free_port
+from outreach.devsmtp import LoopbackSMTPServer
 
 REPLIES = {
     "rcpt_421": "421 4.3.2 Service shutting down, closing channel",
@@ -91,7 +88,7 @@ class _Handler:
         return "250 2.0.0 OK queued"
 
 
-class FaultSMTPServer:
+class FaultSMTPServer(LoopbackSMTPServer):
     """The fault-injection server. ``rules``: ``{recipient: [action, …]}``; ``nth``:
     ``{message number: action}`` (1-based, counted at DATA); ``slow_seconds``: the delay of
     ``slow``; ``on_message``: the ``hook`` callback."""
@@ -106,9 +103,7 @@ class FaultSMTPServer:
         self.attempts: Counter[str] = Counter()
         self.message_count = 0
         self._lock = threading.Lock()
-        self.host = "127.0.0.1"
-        self.port = free_port()
-        self._controller = Controller(_Handler(self), hostname=self.host, port=self.port)
+        super().__init__(_Handler(self))
 
     def _action(self, rcpt: str, *, n: int | None = None, peek: bool = False) -> str:
         rcpt = rcpt.lower()
@@ -130,22 +125,3 @@ class FaultSMTPServer:
         """Every message taken, parsed, with ``X-RcptTo``/``X-MailFrom`` added."""
         with self._lock:
             return [a.message for a in self.accepted]
-
-    def connection_json(self, timeout: float = 1) -> str:
-        """An Airflow SMTP connection (JSON) to this server, plain text, ``timeout`` seconds."""
-        return json.dumps({"conn_type": "smtp", "host": self.host, "port": self.port,
-                           "extra": {"disable_ssl": True, "disable_tls": True, "timeout": timeout,
-                                     "retry_limit": 0}})
-
-    def start(self) -> FaultSMTPServer:
-        self._controller.start()
-        return self
-
-    def stop(self) -> None:
-        self._controller.stop()
-
-    def __enter__(self) -> FaultSMTPServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -22,23 +22,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-class MaildirServer:
-    """An aiosmtpd server on loopback storing accepted messages in ``maildir``.
+class LoopbackSMTPServer:
+    """An aiosmtpd server on loopback around ``handler``, in a background thread.
 
     Use as a context manager, or call :meth:`start` / :meth:`stop`. ``port`` 0 picks a free port.
     """
 
-    def __init__(self, maildir: Path, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.maildir = Path(maildir)
-        self.maildir.parent.mkdir(parents=True, exist_ok=True)
-        mailbox.Maildir(str(self.maildir), create=True)  # creates tmp/, new/, cur/
+    def __init__(self, handler: object, host: str = "127.0.0.1", port: int = 0) -> None:
         self.host = host
         self.port = port or free_port(host)
-        self._controller = Controller(Mailbox(self.maildir), hostname=host, port=self.port,
-                                      enable_SMTPUTF8=True)
+        self._controller = Controller(handler, hostname=host, port=self.port, enable_SMTPUTF8=True)
 
-    def start(self) -> MaildirServer:
-        """Start serving in a background thread."""
+    def start(self):
+        """Start serving in a background thread; return ``self``."""
         self._controller.start()
         return self
 
@@ -46,23 +42,34 @@ class MaildirServer:
         """Stop the server."""
         self._controller.stop()
 
-    def __enter__(self) -> MaildirServer:
+    def __enter__(self):
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def messages(self) -> list[Message]:
-        """Return every stored message."""
-        return read_maildir(self.maildir)
-
-    def connection_json(self) -> str:
-        """Return an Airflow SMTP connection (JSON form) pointing at this server, plain text."""
+    def connection_json(self, timeout: float = 30) -> str:
+        """Return an Airflow SMTP connection (JSON form) to this server: plain text, no retries
+        inside the hook, ``timeout`` seconds per reply."""
         import json
 
         return json.dumps({"conn_type": "smtp", "host": self.host, "port": self.port,
-                           "extra": {"disable_ssl": True, "disable_tls": True, "timeout": 30,
+                           "extra": {"disable_ssl": True, "disable_tls": True, "timeout": timeout,
                                      "retry_limit": 0}})
+
+
+class MaildirServer(LoopbackSMTPServer):
+    """A loopback SMTP server storing every accepted message in the Maildir ``maildir``."""
+
+    def __init__(self, maildir: Path, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.maildir = Path(maildir)
+        self.maildir.parent.mkdir(parents=True, exist_ok=True)
+        mailbox.Maildir(str(self.maildir), create=True)  # creates tmp/, new/, cur/
+        super().__init__(Mailbox(self.maildir), host, port)
+
+    def messages(self) -> list[Message]:
+        """Return every stored message."""
+        return read_maildir(self.maildir)
 
 
 def read_maildir(path: Path) -> list[Message]:
