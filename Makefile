@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test chaos airflow venv clean
+.PHONY: demo test chaos bench airflow venv clean
 
 venv: $(STAMP)
 
@@ -20,6 +20,10 @@ $(STAMP): requirements.txt pyproject.toml
 ## Run the main job (import → queue → send) with real Airflow on the shipped sample data.
 demo: venv
 	$(BIN)/outreach demo
+
+## Benchmark: the send path as a ratio against raw smtplib, measured in the same run.
+bench: venv
+	$(BIN)/python bench/bench_send.py $(or $(N),1000)
 
 ## Run Airflow as people run it (LocalExecutor, PostgreSQL metadata) until Ctrl-C.
 airflow: venv
