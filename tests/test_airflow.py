@@ -73,7 +73,7 @@ def test_every_dag_loads_without_database_or_network(tmp_path):
     result = json.loads(line[len("RESULT "):])
     assert result["errors"] == {}
     assert set(result["dags"]) == {"outreach_import_leads", "outreach_queue_due", "outreach_send",
-                                   "outreach_resolve_unconfirmed", "outreach_report"}
+                                   "outreach_resolve_unconfirmed", "outreach_report", "outreach_suppress"}
     for dag_id, dag in result["dags"].items():
         assert "outreach" in dag["tags"] and dag["doc_md"], dag_id
         for task_id, task in dag["tasks"].items():
@@ -144,3 +144,19 @@ def test_operator_resolves_unconfirmed_emails_through_the_dag(db_url, sink, migr
         db_url, "SELECT id, status::text AS status, failure_kind FROM outreach.emails WHERE id = ANY(%s)", (held,))}
     assert states == {held[0]: ("queued", None), held[1]: ("queued", None), held[2]: ("failed", "unconfirmed")}
     assert "resolve not_sent: resolved=2" in result.log.read_text()
+
+
+def test_operator_suppresses_a_domain_through_the_dag(db_url, sink, migrated_airflow_home, tmp_path):
+    import_demo(db_url)
+    queue_due(db_url)
+    env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
+    conf = {"value": "@Coho-Winery.example", "reason": "manual", "requested_by": "Dana (ops)"}
+    result = run_dag(env, "outreach_suppress", tmp_path / "suppress.log", conf=conf)
+    assert result.ok, result.log.read_text()[-4000:]
+    cancelled = rows(db_url, "SELECT count(*) AS n FROM outreach.emails e JOIN outreach.leads l ON l.id = e.lead_id"
+                             " WHERE l.email LIKE '%%@coho-winery.example' AND e.status = 'suppressed'")[0]["n"]
+    assert cancelled > 0
+    assert rows(db_url, "SELECT kind, value, source FROM outreach.suppressions WHERE kind = 'domain'"
+                        " AND value = 'coho-winery.example'") == [
+        {"kind": "domain", "value": "coho-winery.example", "source": "operator:Dana (ops)"}]
+    assert "cancelled %s queued email(s)" % cancelled in result.log.read_text()

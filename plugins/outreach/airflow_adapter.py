@@ -12,7 +12,7 @@ from __future__ import annotations
 import smtplib
 from typing import Any
 
-from outreach.logutil import log
+from outreach.logutil import log, mask
 
 DB_CONN_ID = "outreach_db"
 
@@ -167,3 +167,15 @@ def report_task() -> dict[str, Any]:
     for line in render_text(report).splitlines():
         log.info(line)
     return report["totals"] or {}
+
+
+def suppress_task(value: str, reason: str, requested_by: str) -> dict[str, Any]:
+    """Suppress an address or domain and cancel its queued steps, in one transaction."""
+    from outreach import db
+    from outreach.suppression import suppress
+
+    with db.transaction(database_url()) as conn:
+        added, cancelled = suppress(conn, value, reason, f"operator:{requested_by}")
+    log.info("suppress %s (%s) by %s: %s; cancelled %s queued email(s)", mask(value), reason,
+             requested_by, "added" if added else "already suppressed", cancelled)
+    return {"added": added, "cancelled": cancelled}

@@ -1,0 +1,46 @@
+"""
+### outreach_suppress (manual)
+
+Suppresses an address (`jane@acme.com`) or a whole domain (`@acme.com`): nothing more is sent to
+it, and its queued sequence steps are cancelled in the same transaction. The decision itself is
+always made by the one SQL function `outreach.is_suppressed()`, at import, at queueing and right
+before each SMTP handoff.
+
+**Clearing `suppress` is safe**: a suppression is unique per address or domain, so a second run
+adds nothing.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import Param, dag, get_current_context, task
+
+from outreach import airflow_adapter
+
+
+@dag(
+    dag_id="outreach_suppress",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["outreach", "operator"],
+    doc_md=__doc__,
+    default_args={"owner": "outreach", "retries": 1},
+    params={
+        "value": Param("", type="string", minLength=3, title="Address or @domain"),
+        "reason": Param("manual", type="string", title="Reason",
+                        enum=["manual", "unsubscribed", "bounced", "complained", "do-not-contact"]),
+        "requested_by": Param("", type="string", minLength=1, title="Your name",
+                              description="Recorded as the source of the suppression."),
+    },
+)
+def outreach_suppress():
+    @task
+    def suppress() -> dict:
+        p = get_current_context()["params"]
+        return airflow_adapter.suppress_task(p["value"], p["reason"], p["requested_by"])
+
+    suppress()
+
+
+outreach_suppress()
