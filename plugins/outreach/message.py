@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import email.policy
 import email.utils
+import re
 from dataclasses import dataclass
 from email.headerregistry import Address
 from email.message import EmailMessage
@@ -20,6 +21,9 @@ from email.message import EmailMessage
 import idna
 
 from outreach.render import Rendered
+
+
+_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
 class MessageError(ValueError):
@@ -47,14 +51,17 @@ class Envelope:
 def ascii_domain(domain: str) -> str:
     """Return ``domain`` IDNA-encoded (``bücher.example`` → ``xn--bcher-kva.example``).
 
-    :raises MessageError: the domain is not a valid internationalised domain name.
+    :raises MessageError: the domain is not a valid (internationalised) host name: only
+        letters, digits and hyphens in dot-separated labels survive, so no CR/LF or other
+        character can reach a header or an SMTP command.
     """
-    if domain.isascii():
-        return domain.lower()
     try:
-        return idna.encode(domain, uts46=True).decode("ascii")
+        out = domain.lower() if domain.isascii() else idna.encode(domain, uts46=True).decode("ascii")
     except idna.IDNAError as exc:
         raise MessageError(f"invalid domain {domain!r}: {exc}") from None
+    if len(out) > 253 or not all(_LABEL.fullmatch(label) for label in out.split(".")):
+        raise MessageError(f"invalid domain {domain!r}")
+    return out
 
 
 def envelope_address(address: str) -> str:
