@@ -358,16 +358,17 @@ def check_dmarc(resolver: _Dns, domain: str) -> tuple[Check, dict[str, str]]:
 
 
 def check_alignment(domain: str, spf: Check, dkim_check: Check, dmarc_tags: dict[str, str],
-                    ) -> Check:
+                    signing: bool = True) -> Check:
     """From-domain alignment: DKIM ``d=`` and MAIL FROM are the From domain, so each is aligned in
-    strict and relaxed mode alike; alignment holds when one of them passes."""
+    strict and relaxed mode alike; alignment holds when one of them passes. ``signing`` says
+    whether messages are DKIM-signed at all (a selector is configured)."""
     modes = f"adkim={dmarc_tags.get('adkim', 'r')}, aspf={dmarc_tags.get('aspf', 'r')}"
     aligned = [n for n, c in (("DKIM d=" + domain, dkim_check), ("SPF MAIL FROM " + domain, spf))
                if c.status == PASS]
     if aligned:
         return Check("alignment", PASS, f"From {domain} aligned through {' and '.join(aligned)} "
                      f"({modes})", RULE_ALIGN)
-    if WARN in (spf.status, dkim_check.status):
+    if spf.status == WARN or (signing and dkim_check.status == WARN):
         return Check("alignment", WARN, f"cannot tell: neither SPF nor DKIM passed for {domain}",
                      RULE_ALIGN)
     return Check("alignment", FAIL, f"neither SPF nor DKIM passes for From {domain}: DMARC "
@@ -439,6 +440,7 @@ def run_preflight(domain: str, *, selector: str | None = None, sending_ip: str |
     spf = check_spf(lookups, domain, sending_ip)
     dkim_check = check_dkim(lookups, domain, selector, dkim_public_key)
     dmarc, tags = check_dmarc(lookups, domain)
-    report.checks = [spf, dkim_check, dmarc, check_alignment(domain, spf, dkim_check, tags),
+    report.checks = [spf, dkim_check, dmarc,
+                     check_alignment(domain, spf, dkim_check, tags, signing=bool(selector)),
                      check_mx(lookups, domain), check_ptr(lookups, sending_ip)]
     return report
