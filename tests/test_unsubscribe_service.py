@@ -188,3 +188,38 @@ def test_no_secret_or_no_database_is_a_503_not_a_500(db_url):
     with RunningService(create_app(gone, "test-secret-0123456789")) as svc, httpx.Client() as client:
         assert client.post(svc.url("/unsubscribe/" + token), data=ONE_CLICK).status_code == 503
         assert client.get(svc.url("/unsubscribe/" + token)).status_code == 503
+
+
+def test_outreach_serve_unsubscribe_command(db_url, settings):
+    """The standalone command: a real `outreach serve-unsubscribe` process."""
+    import os
+    import subprocess
+    import sys
+
+    import_demo(db_url)
+    queue_due(db_url)
+    email_id, address = rows(db_url, "SELECT e.id, l.email FROM outreach.emails e JOIN outreach.leads l"
+                                     " ON l.id = e.lead_id ORDER BY e.id LIMIT 1")[0].values()
+    port = free_port()
+    env = {**os.environ, "OUTREACH_DATABASE_URL": db_url,
+           "OUTREACH_UNSUBSCRIBE_SECRET": settings.unsubscribe_secret}
+    proc = subprocess.Popen([sys.executable, "-m", "outreach.cli", "serve-unsubscribe",
+                             "--host", "127.0.0.1", "--port", str(port)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}/unsubscribe/" + make_token(settings.unsubscribe_secret, email_id)
+        with httpx.Client() as client:
+            for _ in range(600):  # until it listens (bounded), not a timed assertion
+                try:
+                    r = client.post(url, data=ONE_CLICK)
+                    break
+                except httpx.ConnectError:
+                    assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+                    time.sleep(0.05)
+            else:
+                raise AssertionError("serve-unsubscribe did not start listening")
+        assert r.status_code == 200 and "server" not in r.headers
+        assert suppressions_of(db_url, address) == 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
