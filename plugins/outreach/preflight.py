@@ -112,17 +112,23 @@ def make_resolver(nameserver: str | None = None, timeout: float = 3.0) -> dns.re
 
 class _Dns:
     """Lookups that return ``[]`` for "no such name / no such record" and raise
-    :class:`LookupFailed` for anything else."""
+    :class:`LookupFailed` for anything else. After a timeout, later lookups fail at once instead
+    of waiting again (a send run without DNS is held up once, not once per lookup)."""
 
     def __init__(self, resolver: dns.resolver.Resolver) -> None:
         self.resolver = resolver
+        self.unreachable: str | None = None
 
     def query(self, name: str, rdtype: str) -> list:
+        if self.unreachable:
+            raise LookupFailed(f"{rdtype} {name}: skipped, {self.unreachable}")
         try:
             return list(self.resolver.resolve(name, rdtype, search=False))
         except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):
             return []
         except dns.exception.DNSException as exc:
+            if isinstance(exc, dns.exception.Timeout):
+                self.unreachable = f"DNS unreachable ({type(exc).__name__})"
             raise LookupFailed(f"{rdtype} {name}: {type(exc).__name__}") from None
 
     def txt(self, name: str) -> list[str]:
