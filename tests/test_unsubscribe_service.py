@@ -223,3 +223,24 @@ def test_outreach_serve_unsubscribe_command(db_url, settings):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_secret_from_the_environment_or_the_airflow_connection(monkeypatch):
+    import json
+
+    from outreach import airflow_adapter
+    from outreach.settings import SettingsError
+
+    monkeypatch.delenv("OUTREACH_UNSUBSCRIBE_SECRET", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_OUTREACH_UNSUBSCRIBE", raising=False)
+    with pytest.raises(SettingsError, match="outreach_unsubscribe"):
+        airflow_adapter.unsubscribe_secret()
+    monkeypatch.setenv("AIRFLOW_CONN_OUTREACH_UNSUBSCRIBE",
+                       json.dumps({"conn_type": "generic", "password": "from-connection-0123456789"}))
+    monkeypatch.setenv("OUTREACH_PUBLIC_URL", "https://u.example/outreach")
+    assert airflow_adapter.unsubscribe_secret() == "from-connection-0123456789"
+    # The sender signs with the same secret the service checks.
+    assert airflow_adapter.settings().unsubscribe_secret == "from-connection-0123456789"
+    assert airflow_adapter.settings().unsubscribe_base == "https://u.example/outreach/unsubscribe/"
+    monkeypatch.setenv("OUTREACH_UNSUBSCRIBE_SECRET", "from-environment-0123456789")
+    assert airflow_adapter.unsubscribe_secret() == "from-environment-0123456789"

@@ -190,10 +190,10 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 
 def cmd_reap(args: argparse.Namespace) -> int:
+    from outreach.airflow_adapter import settings as load_settings
     from outreach.queue import reap
-    from outreach.settings import Settings
 
-    ids = reap(_url(), Settings.from_env().reaper_threshold)
+    ids = reap(_url(), load_settings().reaper_threshold)
     print(f"marked {len(ids)} email(s) unconfirmed" + (f": {ids}" if ids else ""))
     return 0
 
