@@ -123,3 +123,18 @@ def test_a_delete_outside_unsuppress_is_still_recorded(db_url):
         conn.execute("DELETE FROM outreach.suppressions WHERE value = 'joe@acme.example'")
     last = rows(db_url, "SELECT action, actor, note FROM outreach.suppression_events ORDER BY id DESC LIMIT 1")[0]
     assert last["action"] == "unsuppress" and last["actor"] and "without outreach unsuppress" in last["note"]
+
+
+def test_idn_domain_suppression_matches_leads_however_it_is_written(db_url):
+    """Leads keep an internationalised domain in Unicode; a domain suppression written in
+    either form must be stored the same way, or the one function would never match it."""
+    with db.transaction(db_url) as conn:
+        assert suppress(conn, "@XN--BCHER-KVA.example", "do-not-contact", "test")[0]
+        assert not suppress(conn, "bücher.example", "do-not-contact", "test")[0]  # the same one
+        suppress(conn, "@Straße.example", "do-not-contact", "test")
+        assert db.one(conn, "suppression_check", {"address": "anna@bücher.example"})["suppressed"]
+        assert db.one(conn, "suppression_check", {"address": "jo@strasse.example"})["suppressed"] is False
+    with pytest.raises(ValueError, match="not an address or a domain"):
+        from outreach.suppression import parse_entry
+
+        parse_entry("@no-dot")

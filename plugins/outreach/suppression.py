@@ -39,6 +39,11 @@ def parse_entry(value: str) -> tuple[str, str]:
     """Turn ``"jane@acme.com"`` into ``("address", "jane@acme.com")`` and ``"@acme.com"`` or
     ``"acme.com"`` into ``("domain", "acme.com")``.
 
+    Both are stored in the form leads are stored in (:func:`outreach.leads.normalise_address`):
+    an internationalised domain in Unicode, whichever way it was written (``@xn--bcher-kva.example``
+    and ``@bücher.example`` are the same suppression), so ``outreach.is_suppressed`` compares like
+    with like.
+
     :raises ValueError: neither a valid address nor a plausible domain.
     """
     value = value.strip()
@@ -47,10 +52,13 @@ def parse_entry(value: str) -> tuple[str, str]:
             return "address", normalise_address(value)
         except EmailNotValidError as exc:
             raise ValueError(f"invalid address: {exc}") from None
-    domain = value.lstrip("@").lower().rstrip(".")
-    if "." not in domain or any(not part for part in domain.split(".")) or " " in domain:
+    domain = value.lstrip("@").rstrip(".")
+    if "." not in domain or " " in domain:
         raise ValueError(f"not an address or a domain: {value!r}")
-    return "domain", domain.encode("idna").decode("ascii") if not domain.isascii() else domain
+    try:
+        return "domain", normalise_address(f"x@{domain}").rpartition("@")[2]
+    except EmailNotValidError:
+        raise ValueError(f"not an address or a domain: {value!r}") from None
 
 
 def suppress(conn, value: str, reason: str, source: str, *, actor: str | None = None,
