@@ -1,8 +1,12 @@
 """
 ### outreach_send
 
-Sends queued emails: plan → one mapped **send_batch** per batch → summary.
+Sends queued emails: preflight → plan → one mapped **send_batch** per batch → summary.
 
+* **preflight** checks each active mailbox's sending domain in DNS (SPF, DKIM, DMARC, alignment,
+  MX, PTR; see `outreach preflight`). `OUTREACH_PREFLIGHT` decides what a FAIL does: `warn`
+  (default) logs it, `block` keeps that domain's mailboxes out of this run's plan, `off` skips the
+  checks.
 * **plan** fails stale `sending` rows as unconfirmed, then plans batches per mailbox within
   today's limit (warm-up and daily cap).
 * **send_batch** claims its own rows (`FOR UPDATE SKIP LOCKED`, a fresh claim token), re-checks
@@ -35,8 +39,12 @@ from outreach import airflow_adapter
 )
 def outreach_send():
     @task
-    def plan() -> list[dict]:
-        return airflow_adapter.plan_task()
+    def preflight() -> dict:
+        return airflow_adapter.preflight_task()
+
+    @task
+    def plan(checked: dict) -> list[dict]:
+        return airflow_adapter.plan_task(checked)
 
     @task(map_index_template="{{ batch_label }}")
     def send_batch(batch: dict) -> dict:
@@ -50,7 +58,7 @@ def outreach_send():
     def summary(results) -> dict:
         return airflow_adapter.summary_task(list(results) if results is not None else [])
 
-    summary(send_batch.expand(batch=plan()))
+    summary(send_batch.expand(batch=plan(preflight())))
 
 
 outreach_send()

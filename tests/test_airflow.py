@@ -73,7 +73,8 @@ def test_every_dag_loads_without_database_or_network(tmp_path):
     result = json.loads(line[len("RESULT "):])
     assert result["errors"] == {}
     assert set(result["dags"]) == {"outreach_import_leads", "outreach_queue_due", "outreach_send",
-                                   "outreach_resolve_unconfirmed", "outreach_report", "outreach_suppress"}
+                                   "outreach_resolve_unconfirmed", "outreach_report", "outreach_suppress",
+                                   "outreach_unsuppress"}
     for dag_id, dag in result["dags"].items():
         assert "outreach" in dag["tags"] and dag["doc_md"], dag_id
         for task_id, task in dag["tasks"].items():
@@ -160,3 +161,12 @@ def test_operator_suppresses_a_domain_through_the_dag(db_url, sink, migrated_air
                         " AND value = 'coho-winery.example'") == [
         {"kind": "domain", "value": "coho-winery.example", "source": "operator:Dana (ops)"}]
     assert "cancelled %s queued email(s)" % cancelled in result.log.read_text()
+
+    conf = {"value": "@coho-winery.example", "why": "contract signed (ticket 4711)", "requested_by": "Dana (ops)"}
+    result = run_dag(env, "outreach_unsuppress", tmp_path / "unsuppress.log", conf=conf)
+    assert result.ok, result.log.read_text()[-4000:]
+    assert rows(db_url, "SELECT count(*) AS n FROM outreach.suppressions WHERE kind = 'domain'"
+                        " AND value = 'coho-winery.example'")[0]["n"] == 0
+    events = rows(db_url, "SELECT * FROM outreach.suppression_events WHERE value = 'coho-winery.example' ORDER BY id")
+    assert (events[-1]["action"], events[-1]["actor"], events[-1]["note"]) == (
+        "unsuppress", "Dana (ops)", "contract signed (ticket 4711)")

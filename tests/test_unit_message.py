@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import email
 import email.policy
+import re
 
 import pytest
 
@@ -116,3 +117,63 @@ def test_settings_refuse_a_reaper_threshold_shorter_than_a_batch():
         Settings(public_url="http://x.example", unsubscribe_secret="x" * 16)
     with pytest.raises(SettingsError, match="OUTREACH_UNSUBSCRIBE_SECRET"):
         Settings.from_env({"OUTREACH_PUBLIC_URL": "https://x.example"})
+
+
+# --- bad input: non-ASCII and CR/LF in names, subjects and addresses ---------------------------
+
+from outreach.message import MessageError, envelope_address  # noqa: E402
+
+
+def test_non_ascii_display_names_and_subject_round_trip_as_rfc2047():
+    r = render("ops_intro", "Grüße an {{ lead.company }}", {**CTX, "lead": {**CTX["lead"], "company": "Müller & Söhne"}})
+    msg = build_message(r, envelope(from_name="Jörg Weiß", to_name="Zoë O'Neill-Łukasiewicz"))
+    wire = to_wire(msg)
+    head = wire.split(b"\r\n\r\n", 1)[0]
+    assert head.isascii()  # RFC 5322 headers: non-ASCII only as encoded-words
+    parsed = parse(msg)
+    assert str(parsed["From"]) == "Jörg Weiß <anna@mail.example>"
+    assert parsed["To"].addresses[0].display_name == "Zoë O'Neill-Łukasiewicz"
+    assert parsed["Subject"] == "Grüße an Müller & Söhne"
+
+
+def test_idn_domains_are_idna_encoded_in_headers_and_envelope():
+    msg = build_message(render("ops_intro", "S", CTX),
+                        envelope(to_address="zoë@bücher.example".replace("zoë", "zoe"),
+                                 from_address="anna@bücher-mail.example"))
+    parsed = parse(msg)
+    assert parsed["To"].addresses[0].domain == "xn--bcher-kva.example"
+    assert parsed["From"].addresses[0].domain == "xn--bcher-mail-9db.example"
+    assert not re.search(rb"<[^>]*=\?utf-8\?", to_wire(msg))  # no encoded-word inside an address
+    assert envelope_address("anna@Bücher.example") == "anna@xn--bcher-kva.example"
+    with pytest.raises(MessageError):
+        envelope_address("anna@xn--.example.\u0000")
+
+
+def test_non_ascii_local_part_uses_smtputf8_headers():
+    msg = build_message(render("ops_intro", "S", CTX), envelope(to_address="jörg@bücher.example"))
+    wire = to_wire(msg)
+    assert "To: Zoë O'Neill <jörg@xn--bcher-kva.example>".encode() in wire  # RFC 6532 UTF-8
+    parsed = email.message_from_string(wire.decode("utf-8"), policy=email.policy.SMTPUTF8)
+    assert parsed["To"].addresses[0].username == "jörg"
+
+
+@pytest.mark.parametrize("field", ["from_name", "to_name"])
+def test_cr_lf_in_names_never_adds_a_header(field):
+    evil = "Eve\r\nBcc: all@x.example\r\n\r\nbody"
+    parsed = parse(build_message(render("ops_intro", "S", CTX), envelope(**{field: evil})))
+    assert parsed["Bcc"] is None and len(parsed.get_all("To")) == 1 and len(parsed.get_all("From")) == 1
+    assert [p.get_content_type() for p in parsed.iter_parts()] == ["text/plain", "text/html"]
+
+
+@pytest.mark.parametrize("address", ["eve\r\nbcc: x@y.example@acme.example", "e ve@acme.example",
+                                     "<eve>@acme.example", "eve,bob@acme.example"])
+def test_unsafe_addresses_are_refused_not_written(address):
+    with pytest.raises(MessageError):
+        build_message(render("ops_intro", "S", CTX), envelope(to_address=address))
+
+
+def test_cr_lf_in_a_domain_is_refused():
+    with pytest.raises(MessageError):
+        build_message(render("ops_intro", "S", CTX), envelope(to_address="eve@acme.example\r\nBcc: x@y.example"))
+    with pytest.raises(MessageError):
+        envelope_address("eve@acme.example\r\nRCPT TO:<x@y.example>")

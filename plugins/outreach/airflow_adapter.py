@@ -4,32 +4,91 @@ DAG files call these functions and nothing else. Nothing here runs at import tim
 never touches the database or the network. The outreach database is reached through the Airflow
 connection ``outreach_db`` when it exists, else ``OUTREACH_DATABASE_URL``, else the embedded
 server; each mailbox's SMTP server through the Airflow connection named in the mailbox file, opened
-with the SMTP provider's hook.
+with the SMTP provider's hook. The unsubscribe secret is ``OUTREACH_UNSUBSCRIBE_SECRET``, else the
+password of the Airflow connection ``outreach_unsubscribe``; a mailbox's DKIM private key is the
+password (or extra ``private_key``) of the connection its ``dkim_key_conn_id`` names.
 """
 
 from __future__ import annotations
 
+import os
 import smtplib
 from typing import Any
 
 from outreach.logutil import log, mask
 
 DB_CONN_ID = "outreach_db"
+UNSUBSCRIBE_CONN_ID = "outreach_unsubscribe"
+PREFLIGHT_MODES = ("block", "warn", "off")
 
 
 def database_url(conn_id: str = DB_CONN_ID) -> str:
     """Return the outreach database URL (see the module docstring for the order)."""
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    try:
-        conn = BaseHook.get_connection(conn_id)
-    except AirflowNotFoundException:
+    conn = _connection(conn_id)
+    if conn is None:
         from outreach.embedded import database_url as fallback
 
         return fallback()
     uri = conn.get_uri()
     return "postgresql://" + uri.split("://", 1)[1] if "://" in uri else uri
+
+
+def _connection(conn_id: str):
+    """Return the Airflow connection ``conn_id``, or ``None`` when it does not exist."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        return BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return None
+
+
+def unsubscribe_secret(conn_id: str = UNSUBSCRIBE_CONN_ID) -> str:
+    """Return the HMAC secret of unsubscribe tokens: ``OUTREACH_UNSUBSCRIBE_SECRET``, else the
+    password of the Airflow connection ``outreach_unsubscribe``. The sender and the unsubscribe
+    service both call this, so they always agree.
+
+    :raises outreach.settings.SettingsError: neither is set.
+    """
+    from outreach.settings import SettingsError
+
+    secret = os.environ.get("OUTREACH_UNSUBSCRIBE_SECRET")
+    if not secret:
+        conn = _connection(conn_id)
+        secret = conn.password if conn is not None else None
+    if not secret:
+        raise SettingsError(f"set OUTREACH_UNSUBSCRIBE_SECRET or the password of the Airflow "
+                            f"connection {conn_id!r} (see README: Configuration)")
+    return secret
+
+
+def settings():
+    """Return :class:`outreach.settings.Settings` from the environment, with the unsubscribe
+    secret from :func:`unsubscribe_secret`.
+
+    :raises outreach.settings.SettingsError: a setting is missing or invalid.
+    """
+    from outreach.settings import Settings
+
+    return Settings.from_env({**os.environ, "OUTREACH_UNSUBSCRIBE_SECRET": unsubscribe_secret()})
+
+
+def dkim_private_key(conn_id: str) -> bytes:
+    """Return the PEM private key kept in an Airflow connection: its password, else its extra
+    ``private_key`` (``\\n`` escapes are turned into line breaks).
+
+    :raises LookupError: no such connection, or it holds no key (the key is never in a message).
+    """
+    conn = _connection(conn_id)
+    if conn is None:
+        raise LookupError(f"no Airflow connection {conn_id!r} (DKIM key)")
+    pem = conn.password or (conn.extra_dejson or {}).get("private_key") or ""
+    pem = pem.replace("\\n", "\n").strip()
+    if "PRIVATE KEY" not in pem:
+        raise LookupError(f"Airflow connection {conn_id!r} holds no PEM private key "
+                          "(password or extra private_key)")
+    return pem.encode("ascii") + b"\n"
 
 
 def smtp_connector(smtp_conn_id: str) -> smtplib.SMTP:
@@ -104,35 +163,112 @@ def import_task(campaign_file: str, mailbox_file: str, leads_file: str,
 def queue_task() -> dict[str, Any]:
     """Reap stale 'sending' rows, then queue every due sequence step."""
     from outreach.queue import queue_due, reap
-    from outreach.settings import Settings
 
     url = database_url()
-    reaped = reap(url, Settings.from_env().reaper_threshold)
+    reaped = reap(url, settings().reaper_threshold)
     result = queue_due(url)
     result["reaped"] = len(reaped)
     return result
 
 
-def plan_task() -> list[dict[str, Any]]:
-    """Reap stale rows, then plan this run's batches (one mapped send task each)."""
-    from outreach.queue import plan_batches, reap
-    from outreach.settings import Settings
+def preflight_mode() -> str:
+    """Return ``OUTREACH_PREFLIGHT``: ``block``, ``warn`` (the default) or ``off``.
 
-    settings = Settings.from_env()
+    :raises outreach.settings.SettingsError: another value.
+    """
+    from outreach.settings import SettingsError
+
+    mode = os.environ.get("OUTREACH_PREFLIGHT", "warn").strip().lower()
+    if mode not in PREFLIGHT_MODES:
+        raise SettingsError(f"OUTREACH_PREFLIGHT must be one of {PREFLIGHT_MODES}, got {mode!r}")
+    return mode
+
+
+def preflight_task() -> dict[str, Any]:
+    """Run the DNS preflight for every active mailbox's domain (and DKIM selector).
+
+    Mode ``OUTREACH_PREFLIGHT``: ``off`` skips it; ``warn`` logs failures and blocks nothing;
+    ``block`` returns the mailboxes of failing domains in ``blocked`` so the plan skips them.
+    ``OUTREACH_SENDING_IP`` (optional) is checked for SPF and PTR; ``OUTREACH_DNS_NAMESERVER``
+    (optional, ``IP[:PORT]``) replaces the system resolver.
+
+    :returns: ``{"mode", "blocked": [{"mailbox_id", "domain", "reason"}], "domains": {domain:
+        "PASS"|"WARN"|"FAIL"}}``.
+    """
+    from outreach import db
+    from outreach.preflight import make_resolver, run_preflight
+    from outreach.signing import SigningError, public_key_b64
+
+    mode = preflight_mode()
+    out: dict[str, Any] = {"mode": mode, "blocked": [], "domains": {}}
+    if mode == "off":
+        log.info("preflight: off (OUTREACH_PREFLIGHT=off)")
+        return out
+    resolver = make_resolver(os.environ.get("OUTREACH_DNS_NAMESERVER") or None)
+    sending_ip = os.environ.get("OUTREACH_SENDING_IP") or None
+    with db.connect(database_url(), autocommit=True) as conn:
+        targets = db.run(conn, "mailbox_preflight_targets")
+    reports: dict[tuple[str, str | None, str | None], Any] = {}
+    for t in targets:
+        key = (t["domain"], t["dkim_selector"], t["dkim_key_conn_id"])
+        if key not in reports:
+            expected = None
+            if t["dkim_key_conn_id"]:
+                try:
+                    expected = public_key_b64(dkim_private_key(t["dkim_key_conn_id"]))
+                except (LookupError, SigningError) as exc:
+                    log.error("preflight: DKIM key of %s unusable: %s", t["domain"], exc)
+            reports[key] = run_preflight(t["domain"], selector=t["dkim_selector"],
+                                         sending_ip=sending_ip, dkim_public_key=expected,
+                                         resolver=resolver)
+            report = reports[key]
+            for line in report.text().splitlines():
+                (log.error if report.failed else log.info)("preflight: %s", line)
+        report = reports[key]
+        verdict = "FAIL" if report.failed else ("WARN" if any(c.status == "WARN" for c in report.checks)
+                                                else "PASS")
+        out["domains"][t["domain"]] = max(out["domains"].get(t["domain"], "PASS"), verdict,
+                                          key=("PASS", "WARN", "FAIL").index)
+        if report.failed:
+            failed = ", ".join(c.name for c in report.checks if c.status == "FAIL")
+            if mode == "block":
+                out["blocked"].append({"mailbox_id": t["id"], "domain": t["domain"],
+                                       "reason": f"preflight FAIL: {failed}"})
+                log.error("preflight: mailbox %s (%s) blocked for this run: %s failed "
+                          "(OUTREACH_PREFLIGHT=block)", t["id"], mask(t["address"]), failed)
+            else:
+                log.warning("preflight: mailbox %s (%s) sends anyway: %s failed "
+                            "(OUTREACH_PREFLIGHT=warn)", t["id"], mask(t["address"]), failed)
+    return out
+
+
+def plan_task(checked: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Reap stale rows, then plan this run's batches (one mapped send task each), leaving out
+    mailboxes the preflight blocked (``checked["blocked"]``, see :func:`preflight_task`)."""
+    from outreach.queue import plan_batches, reap
+
+    run_settings = settings()
     url = database_url()
-    reap(url, settings.reaper_threshold)
-    batches = plan_batches(url, settings.batch_size)
+    reap(url, run_settings.reaper_threshold)
+    blocked = {b["mailbox_id"]: b for b in (checked or {}).get("blocked", [])}
+    batches = []
+    for b in plan_batches(url, run_settings.batch_size):
+        if b["mailbox_id"] in blocked:
+            log.error("plan: skipping %s: %s (domain %s; OUTREACH_PREFLIGHT=block)", b["label"],
+                      blocked[b["mailbox_id"]]["reason"], blocked[b["mailbox_id"]]["domain"])
+            continue
+        batches.append(b)
     log.info("plan: %s batch(es): %s", len(batches), [b["label"] for b in batches])
     return batches
 
 
 def send_task(batch: dict[str, Any], worker: str) -> dict[str, Any]:
-    """Claim and send one batch; return its summary (the summary line is logged)."""
+    """Claim and send one batch (DKIM-signed when the mailbox has a key); return its summary
+    (the summary line is logged)."""
     from outreach.send import send_batch
-    from outreach.settings import Settings
 
     summary = send_batch(database_url(), batch["mailbox_id"], batch["limit"], smtp_connector,
-                         Settings.from_env(), worker=worker)
+                         settings(), worker=worker, dkim_keys=dkim_private_key)
     return summary.to_dict()
 
 
@@ -175,7 +311,21 @@ def suppress_task(value: str, reason: str, requested_by: str) -> dict[str, Any]:
     from outreach.suppression import suppress
 
     with db.transaction(database_url()) as conn:
-        added, cancelled = suppress(conn, value, reason, f"operator:{requested_by}")
+        added, cancelled = suppress(conn, value, reason, f"operator:{requested_by}",
+                                    actor=requested_by)
     log.info("suppress %s (%s) by %s: %s; cancelled %s queued email(s)", mask(value), reason,
              requested_by, "added" if added else "already suppressed", cancelled)
     return {"added": added, "cancelled": cancelled}
+
+
+def unsuppress_task(value: str, requested_by: str, why: str) -> dict[str, Any]:
+    """Remove the active suppression of an address or domain, recording who and why."""
+    from outreach import db
+    from outreach.suppression import unsuppress
+
+    with db.transaction(database_url()) as conn:
+        result = unsuppress(conn, value, actor=requested_by, note=why)
+    log.info("unsuppress %s by %s (%s): removed=%s (was %s) still_suppressed=%s", mask(value),
+             requested_by, why, result.removed, result.reason, result.still_suppressed)
+    return {"value": mask(value), "removed": result.removed, "reason": result.reason,
+            "still_suppressed": result.still_suppressed}

@@ -14,7 +14,8 @@ from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
+                      field_validator, model_validator)
 
 from outreach import db
 from outreach.paths import resolve, templates_dir
@@ -88,6 +89,11 @@ class Mailbox(_Model):
 
     ``warmup_start`` (a date) turns on the warm-up ramp: ``warmup_initial`` a day for
     ``warmup_days`` days, then ``+ warmup_increment`` a day up to ``daily_cap``.
+
+    ``dkim_selector`` and ``dkim_key_conn_id`` (both or neither) turn on DKIM signing with
+    ``d=`` the mailbox's domain: the PEM private key is read from that Airflow connection's
+    password (or its extra ``private_key``) at send time; the public key is published at
+    ``<selector>._domainkey.<domain>`` (Gmail and Yahoo sender rules: SPF and DKIM).
     """
 
     address: str
@@ -99,6 +105,14 @@ class Mailbox(_Model):
     warmup_initial: int = Field(default=10, gt=0)
     warmup_days: int = Field(default=7, ge=0)
     warmup_increment: int = Field(default=5, ge=0)
+    dkim_selector: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9\-_.]{0,62}$")
+    dkim_key_conn_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_\-]+$")
+
+    @model_validator(mode="after")
+    def _dkim_pair(self) -> Mailbox:
+        if (self.dkim_selector is None) != (self.dkim_key_conn_id is None):
+            raise ValueError("dkim_selector and dkim_key_conn_id go together: set both or neither")
+        return self
 
 
 class MailboxFile(_Model):
@@ -189,7 +203,8 @@ def sync(conn: Any, campaign: Campaign, mailboxes: list[Mailbox], source_file: s
             "address": m.address.lower(), "display_name": m.name, "smtp_conn_id": m.smtp_conn_id,
             "timezone": m.timezone, "daily_cap": m.daily_cap, "warmup_start": m.warmup_start,
             "warmup_initial": m.warmup_initial, "warmup_days": m.warmup_days,
-            "warmup_increment": m.warmup_increment})
+            "warmup_increment": m.warmup_increment, "dkim_selector": m.dkim_selector,
+            "dkim_key_conn_id": m.dkim_key_conn_id})
         mailbox_ids.append(row["id"])
     w = campaign.send_window
     row = db.one(conn, "campaign_upsert", {

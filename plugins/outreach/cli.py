@@ -66,13 +66,98 @@ def cmd_import_suppressions(args: argparse.Namespace) -> int:
     return 0
 
 
+def _operator() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
 def cmd_suppress(args: argparse.Namespace) -> int:
     from outreach import db
     from outreach.suppression import suppress
 
     with db.transaction(_url()) as conn:
-        added, cancelled = suppress(conn, args.value, args.reason, args.source)
+        added, cancelled = suppress(conn, args.value, args.reason, args.source,
+                                    actor=args.by or _operator())
     print(f"{'suppressed' if added else 'already suppressed'}; cancelled {cancelled} queued email(s)")
+    return 0
+
+
+def cmd_unsuppress(args: argparse.Namespace) -> int:
+    from outreach import db
+    from outreach.suppression import unsuppress
+
+    with db.transaction(_url()) as conn:
+        result = unsuppress(conn, args.value, actor=args.by or _operator(), note=args.reason)
+    if not result.removed:
+        print(f"{result.kind} {result.value} was not suppressed; nothing changed")
+        return 1
+    print(f"unsuppressed {result.kind} {result.value} (was: {result.reason}); recorded in "
+          "outreach.suppression_events. Emails it cancelled stay cancelled.")
+    if result.still_suppressed:
+        print(f"  note: {result.value} is still suppressed by another entry (a whole-domain "
+              "suppression?)")
+    return 0
+
+
+def cmd_serve_unsubscribe(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from outreach.airflow_adapter import unsubscribe_secret
+    from outreach.unsubscribe_app import create_app
+
+    unsubscribe_secret()  # refuse to start without a secret rather than answer 503 later
+    app = create_app(_url, unsubscribe_secret)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning",
+                proxy_headers=True, server_header=False)
+    return 0
+
+
+def _dkim_key(conn_id: str | None, key_file: str | None) -> bytes | None:
+    if key_file:
+        from pathlib import Path
+
+        return Path(key_file).read_bytes()
+    if conn_id:
+        from outreach.airflow_adapter import dkim_private_key
+
+        return dkim_private_key(conn_id)
+    return None
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from outreach.campaign import load_mailboxes
+    from outreach.preflight import make_resolver, run_preflight
+    from outreach.signing import public_key_b64
+
+    selector, conn_id = args.selector, args.key_conn_id
+    if not args.key_file and not conn_id and args.mailboxes:
+        # The mailbox file says which selector and key a domain signs with.
+        for m in load_mailboxes(args.mailboxes):
+            if (m.address.rpartition("@")[2].lower() == args.domain.lower().rstrip(".")
+                    and m.dkim_selector and (selector is None or selector == m.dkim_selector)):
+                selector, conn_id = m.dkim_selector, m.dkim_key_conn_id
+                break
+    key = _dkim_key(conn_id, args.key_file)
+    report = run_preflight(args.domain, selector=selector, sending_ip=args.sending_ip,
+                           dkim_public_key=public_key_b64(key) if key else None,
+                           resolver=make_resolver(args.nameserver, timeout=args.timeout))
+    print(report.text())
+    return 2 if report.failed else 0
+
+
+def cmd_dkim_record(args: argparse.Namespace) -> int:
+    from outreach.signing import public_key_record
+
+    key = _dkim_key(args.key_conn_id, args.key_file)
+    if key is None:
+        print("outreach: error: give --key-conn-id or --key-file", file=sys.stderr)
+        return 1
+    name = f"{args.selector}._domainkey.{args.domain}" if args.selector and args.domain else "<selector>._domainkey.<domain>"
+    print(f"{name} TXT \"{public_key_record(key)}\"")
     return 0
 
 
@@ -85,12 +170,11 @@ def cmd_queue_due(args: argparse.Namespace) -> int:
 
 
 def cmd_send(args: argparse.Namespace) -> int:
-    from outreach.airflow_adapter import smtp_connector
+    from outreach.airflow_adapter import dkim_private_key, settings as load_settings, smtp_connector
     from outreach.queue import plan_batches
     from outreach.send import send_batch
-    from outreach.settings import Settings
 
-    settings = Settings.from_env()
+    settings = load_settings()
     url = _url()
     limit = args.limit or settings.batch_size
     while True:
@@ -102,7 +186,8 @@ def cmd_send(args: argparse.Namespace) -> int:
             print("nothing due")
         claimed = 0
         for mailbox_id in mailbox_ids:
-            summary = send_batch(url, mailbox_id, limit, smtp_connector, settings)
+            summary = send_batch(url, mailbox_id, limit, smtp_connector, settings,
+                                 dkim_keys=dkim_private_key)
             claimed += summary.claimed
             print(summary.line(), flush=True)
         if not args.until_empty or claimed == 0:
@@ -132,10 +217,10 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 
 def cmd_reap(args: argparse.Namespace) -> int:
+    from outreach.airflow_adapter import settings as load_settings
     from outreach.queue import reap
-    from outreach.settings import Settings
 
-    ids = reap(_url(), Settings.from_env().reaper_threshold)
+    ids = reap(_url(), load_settings().reaper_threshold)
     print(f"marked {len(ids)} email(s) unconfirmed" + (f": {ids}" if ids else ""))
     return 0
 
@@ -162,7 +247,8 @@ def cmd_airflow(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser (sub-commands: db upgrade, import-leads, import-suppressions,
-    suppress, queue-due, send, unconfirmed, resolve, reap, report, demo)."""
+    suppress, unsuppress, queue-due, send, unconfirmed, resolve, reap, report, serve-unsubscribe,
+    preflight, dkim-record, airflow, demo)."""
     p = argparse.ArgumentParser(prog="outreach", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = p.add_subparsers(dest="command", required=True)
@@ -188,7 +274,38 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("value")
     s.add_argument("--reason", default="manual")
     s.add_argument("--source", default="cli")
+    s.add_argument("--by", help="who is doing it (default: the login name)")
     s.set_defaults(func=cmd_suppress)
+
+    s = sub.add_parser("unsuppress", help="remove a suppression, recording who and why")
+    s.add_argument("value", help="an address, or a whole domain (@acme.com)")
+    s.add_argument("--reason", required=True, help="why (for example a ticket reference)")
+    s.add_argument("--by", help="who is doing it (default: the login name)")
+    s.set_defaults(func=cmd_unsuppress)
+
+    s = sub.add_parser("serve-unsubscribe", help="run the one-click unsubscribe service (uvicorn)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8025)
+    s.set_defaults(func=cmd_serve_unsubscribe)
+
+    s = sub.add_parser("preflight", help="check a sending domain's DNS (SPF, DKIM, DMARC, MX, PTR)")
+    s.add_argument("domain")
+    s.add_argument("--selector", help="DKIM selector (default: the mailbox file's, if any)")
+    s.add_argument("--sending-ip", help="the IP your SMTP server sends from (SPF, PTR)")
+    s.add_argument("--nameserver", help="ask only this DNS server, IP[:PORT]")
+    s.add_argument("--mailboxes", default="include/mailboxes.yaml",
+                   help="mailbox file naming the domain's DKIM selector and key connection")
+    s.add_argument("--key-conn-id", help="Airflow connection holding the DKIM private key")
+    s.add_argument("--key-file", help="PEM file of the DKIM private key (instead of a connection)")
+    s.add_argument("--timeout", type=float, default=5.0, help="seconds per DNS lookup (5)")
+    s.set_defaults(func=cmd_preflight)
+
+    s = sub.add_parser("dkim-record", help="print the DKIM TXT record for a private key")
+    s.add_argument("--key-conn-id")
+    s.add_argument("--key-file")
+    s.add_argument("--selector")
+    s.add_argument("--domain")
+    s.set_defaults(func=cmd_dkim_record)
 
     s = sub.add_parser("queue-due", help="queue every due sequence step")
     s.add_argument("--campaign", help="only this campaign key")
@@ -232,6 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from outreach.db import OutreachDBError
     from outreach.leads import ImportFileError
     from outreach.settings import SettingsError
+    from outreach.signing import SigningError
 
     import os
 
@@ -246,7 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("outreach").setLevel(logging.INFO if args.verbose else logging.WARNING)
     try:
         return args.func(args)
-    except (ConfigError, ImportFileError, SettingsError, OutreachDBError, ValueError) as exc:
+    except (ConfigError, ImportFileError, SettingsError, OutreachDBError, SigningError,
+            LookupError, OSError, ValueError) as exc:
         print(f"outreach: error: {exc}", file=sys.stderr)
         return 1
 

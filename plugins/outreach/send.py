@@ -22,15 +22,20 @@ import psycopg
 
 from outreach import db, failpoints
 from outreach.logutil import log, mask
-from outreach.message import Envelope, MessageError, build_message, message_id_for, to_wire
+from outreach.message import (Envelope, MessageError, ascii_domain, build_message, envelope_address,
+                              message_id_for, to_wire)
 from outreach.render import RenderError, render
 from outreach.settings import Settings
+from outreach.signing import DkimKey, SigningError, sign
 from outreach.suppression import is_suppressed, suppress
 from outreach.tokens import make_token
 from outreach.transport import Delivery, Outcome, SmtpSession
 
 SmtpConnector = Callable[[str], smtplib.SMTP]
 """Given a mailbox's Airflow SMTP connection id, return a connected ``smtplib.SMTP``."""
+
+DkimKeyLoader = Callable[[str], bytes]
+"""Given a mailbox's ``dkim_key_conn_id``, return its PEM private key (raise when it cannot)."""
 
 
 @dataclass
@@ -106,15 +111,24 @@ def _context(row: dict[str, Any], unsubscribe_url: str) -> dict[str, Any]:
     }
 
 
-def prepare(row: dict[str, Any], settings: Settings, now: dt.datetime) -> tuple[str, bytes]:
-    """Render and build the message for a claimed row; return ``(message_id, wire bytes)``.
+def prepare(row: dict[str, Any], settings: Settings, now: dt.datetime,
+            dkim_private_key: bytes | None = None) -> tuple[str, bytes]:
+    """Render, build and (when the mailbox has a DKIM selector) sign the message for a claimed
+    row; return ``(message_id, wire bytes)``.
 
+    Signing happens last, on the wire bytes, so ``h=`` covers exactly what goes out
+    (see :mod:`outreach.signing`; RFC 8058 §4 wants List-Unsubscribe and List-Unsubscribe-Post
+    covered).
+
+    :param dkim_private_key: the PEM key of the mailbox's ``dkim_key_conn_id``; required when the
+        row has a ``dkim_selector``.
     :raises RenderError: the template failed for this lead.
     :raises MessageError: the message could not be built.
+    :raises SigningError: the mailbox has a DKIM selector but the key is missing or unusable.
     """
     token = make_token(settings.unsubscribe_secret, row["id"])
     url = settings.unsubscribe_base + token
-    domain = row["mailbox_address"].rpartition("@")[2]
+    domain = ascii_domain(row["mailbox_address"].rpartition("@")[2])
     rendered = render(row["template"], row["subject"], _context(row, url))
     to_name = f"{row['first_name']} {row['last_name']}".strip()
     message_id = message_id_for(str(row["idempotency_key"]), row["mailbox_address"])
@@ -124,7 +138,13 @@ def prepare(row: dict[str, Any], settings: Settings, now: dt.datetime) -> tuple[
         unsubscribe_url=url, unsubscribe_mailto=f"mailto:unsubscribe@{domain}?subject=unsubscribe%20{token}",
         feedback_id=f"{row['campaign_key']}:m{row['mailbox_id']}:cold:{settings.feedback_sender_id}",
         step_tag=f"{row['campaign_key']}/{row['step_position']}"))
-    return message_id, to_wire(msg)
+    wire = to_wire(msg)
+    if row.get("dkim_selector"):
+        if not dkim_private_key:
+            raise SigningError(f"mailbox {row['mailbox_id']} has dkim_selector "
+                               f"{row['dkim_selector']!r} but no DKIM key was loaded")
+        wire = sign(wire, DkimKey(row["dkim_selector"], domain, dkim_private_key))
+    return message_id, wire
 
 
 def _guarded(conn, name: str, params: dict[str, Any], summary: BatchSummary, what: str) -> bool:
@@ -154,7 +174,7 @@ class _Progress:
 
 def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
                settings: Settings, *, worker: str | None = None, now: dt.datetime | None = None,
-               ) -> BatchSummary:
+               dkim_keys: DkimKeyLoader | None = None) -> BatchSummary:
     """Claim one batch of a mailbox and send it over one SMTP session.
 
     Each row's outcome is committed right after its own handoff.
@@ -166,6 +186,9 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
     :param settings: see :class:`outreach.settings.Settings`.
     :param worker: recorded as ``claimed_by`` (default ``cli@host:pid``).
     :param now: a fixed clock (UTC) for claims and retries; default the database clock.
+    :param dkim_keys: loads a mailbox's DKIM private key by connection id (once per batch); when
+        it is missing or fails for a mailbox with a DKIM selector, its rows go back to the queue
+        unsent (stage SIGN), like any other not-accepted attempt.
     :raises BatchAborted: the database went away mid-batch (after recording what it could once
         reconnected; rows it could not record stay 'sending' for the reaper, never resent).
     :raises outreach.db.OutreachDBError: the database is unreachable before the claim.
@@ -179,11 +202,12 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
                                claimed=len(rows), note=note)
         if rows:
             session = SmtpSession(lambda: connector(rows[0]["smtp_conn_id"]))
+            keys = _KeyCache(dkim_keys)
             progress = _Progress()
             try:
                 for row in rows:
                     progress.delivery, progress.message_id = None, ""
-                    _send_one(conn, session, row, settings, summary, now, progress)
+                    _send_one(conn, session, row, settings, summary, now, keys, progress)
                     progress.done += 1
             except psycopg.OperationalError as exc:
                 log.error("database connection lost during batch of mailbox %s after %s of %s "
@@ -243,8 +267,57 @@ def _recover(url: str, remaining: list[dict[str, Any]], progress: _Progress, set
         conn.close()
 
 
+class _KeyCache:
+    """Load each DKIM key once per batch; remember a failure as a :class:`SigningError`."""
+
+    def __init__(self, loader: DkimKeyLoader | None) -> None:
+        self._loader = loader
+        self._keys: dict[str, bytes | SigningError] = {}
+
+    def for_row(self, row: dict[str, Any]) -> bytes | None:
+        conn_id = row.get("dkim_key_conn_id")
+        if not row.get("dkim_selector") or not conn_id:
+            return None
+        if conn_id not in self._keys:
+            if self._loader is None:
+                self._keys[conn_id] = SigningError(f"no DKIM key loader for {conn_id!r}")
+            else:
+                try:
+                    self._keys[conn_id] = self._loader(conn_id)
+                except Exception as exc:  # noqa: BLE001 - a missing connection, a bad secret
+                    # The message names the connection and the error type, never the key.
+                    self._keys[conn_id] = SigningError(
+                        f"cannot load the DKIM key from connection {conn_id!r}: "
+                        f"{type(exc).__name__}")
+        key = self._keys[conn_id]
+        if isinstance(key, SigningError):
+            raise key
+        return key
+
+
+def _retry(conn, guard: dict[str, Any], settings: Settings, summary: BatchSummary, who: str,
+           now: dt.datetime | None, reason: str) -> None:
+    """Not accepted, retryable: back to the queue, or failed after the last allowed attempt."""
+    res = db.run(conn, "email_mark_retry", {
+        **guard, "now": now, "error": reason, "max_attempts": settings.max_attempts,
+        "retry_after": settings.retry_after})
+    if not res:
+        summary.lost_claims += 1
+        log.error("email %s: retry skipped: the row is no longer 'sending' under our claim "
+                  "token; nothing changed", guard["email_id"])
+    elif res[0]["status"] == "failed":
+        summary.failed += 1
+        log.error("%s failed after %s attempts; last reply at stage %s", who,
+                  res[0]["attempts"], reason)
+    else:
+        summary.retried += 1
+        log.warning("%s not accepted (attempt %s) at stage %s; retry at %s UTC", who,
+                    res[0]["attempts"], reason, res[0]["scheduled_for"])
+
+
 def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Settings,
-              summary: BatchSummary, now: dt.datetime | None, progress: _Progress) -> None:
+              summary: BatchSummary, now: dt.datetime | None, keys: _KeyCache,
+              progress: _Progress) -> None:
     guard = {"email_id": row["id"], "claim_token": row["claim_token"]}
     who = f"email {row['id']} ({mask(row['email'])}, step {row['step_position']})"
     # Pre-send check: the one suppression function, right before the handoff.
@@ -255,7 +328,13 @@ def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Setting
         return
     clock = now or dt.datetime.now(dt.timezone.utc)
     try:
-        message_id, payload = prepare(row, settings, clock)
+        message_id, payload = prepare(row, settings, clock, keys.for_row(row))
+        mail_from, rcpt_to = envelope_address(row["mailbox_address"]), envelope_address(row["email"])
+    except SigningError as exc:
+        # Nothing was handed over: a configuration problem to fix, not a reason to send unsigned.
+        summary.failures.append(f"email {row['id']}: SIGN {exc}")
+        _retry(conn, guard, settings, summary, who, now, f"SIGN {exc}")
+        return
     except (RenderError, MessageError) as exc:
         if _guarded(conn, "email_mark_failed",
                     {**guard, "failure_kind": "render", "error": f"RENDER {exc}"}, summary, "fail"):
@@ -263,7 +342,7 @@ def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Setting
             summary.failures.append(f"email {row['id']}: RENDER {exc}")
             log.error("%s failed at stage RENDER: %s", who, exc)
         return
-    delivery = session.deliver(payload, row["mailbox_address"], row["email"])
+    delivery = session.deliver(payload, mail_from, rcpt_to)
     progress.delivery, progress.message_id = delivery, message_id
     if delivery.outcome is Outcome.ACCEPTED:
         failpoints.hit("after_accept")
@@ -284,21 +363,7 @@ def _record(conn, row: dict[str, Any], delivery: Delivery, message_id: str, sett
     reason = delivery.describe()
     summary.failures.append(f"email {row['id']}: {reason}")
     if delivery.outcome is Outcome.RETRY:
-        res = db.run(conn, "email_mark_retry", {
-            **guard, "now": now, "error": reason, "max_attempts": settings.max_attempts,
-            "retry_after": settings.retry_after})
-        if not res:
-            summary.lost_claims += 1
-            log.error("email %s: retry skipped: the row is no longer 'sending' under our claim "
-                      "token; nothing changed", row["id"])
-        elif res[0]["status"] == "failed":
-            summary.failed += 1
-            log.error("%s failed after %s attempts; last reply at stage %s", who,
-                      res[0]["attempts"], reason)
-        else:
-            summary.retried += 1
-            log.warning("%s not accepted (attempt %s) at stage %s; retry at %s UTC", who,
-                        res[0]["attempts"], reason, res[0]["scheduled_for"])
+        _retry(conn, guard, settings, summary, who, now, reason)
     elif delivery.outcome is Outcome.PERMANENT:
         with conn.transaction():
             ok = _guarded(conn, "email_mark_failed",

@@ -1,8 +1,10 @@
-"""Suppressions: add them (one by one or from a do-not-contact CSV) and cancel what they stop.
+"""Suppressions: add them (one by one, from a do-not-contact CSV, or by a one-click unsubscribe),
+remove them (with who and why), and cancel what they stop.
 
 Whether an address is suppressed is decided only by the SQL function ``outreach.is_suppressed``;
 this module only writes suppressions. Adding one cancels the queued steps of the addresses it
-covers in the same transaction.
+covers in the same transaction. Every addition and removal is recorded in
+``outreach.suppression_events`` by a trigger (migration 0003), so nothing is lost.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ def parse_entry(value: str) -> tuple[str, str]:
     """Turn ``"jane@acme.com"`` into ``("address", "jane@acme.com")`` and ``"@acme.com"`` or
     ``"acme.com"`` into ``("domain", "acme.com")``.
 
+    Both are stored in the form leads are stored in (:func:`outreach.leads.normalise_address`):
+    an internationalised domain in Unicode, whichever way it was written (``@xn--bcher-kva.example``
+    and ``@bücher.example`` are the same suppression), so ``outreach.is_suppressed`` compares like
+    with like.
+
     :raises ValueError: neither a valid address nor a plausible domain.
     """
     value = value.strip()
@@ -45,21 +52,29 @@ def parse_entry(value: str) -> tuple[str, str]:
             return "address", normalise_address(value)
         except EmailNotValidError as exc:
             raise ValueError(f"invalid address: {exc}") from None
-    domain = value.lstrip("@").lower().rstrip(".")
-    if "." not in domain or any(not part for part in domain.split(".")) or " " in domain:
+    domain = value.lstrip("@").rstrip(".")
+    if "." not in domain or " " in domain:
         raise ValueError(f"not an address or a domain: {value!r}")
-    return "domain", domain.encode("idna").decode("ascii") if not domain.isascii() else domain
+    try:
+        return "domain", normalise_address(f"x@{domain}").rpartition("@")[2]
+    except EmailNotValidError:
+        raise ValueError(f"not an address or a domain: {value!r}") from None
 
 
-def suppress(conn, value: str, reason: str, source: str) -> tuple[bool, int]:
+def suppress(conn, value: str, reason: str, source: str, *, actor: str | None = None,
+             ) -> tuple[bool, int]:
     """Suppress an address or domain inside the caller's transaction.
 
+    :param actor: who did it, recorded in the history (``outreach.suppression_events``); needs a
+        transaction (the setting is transaction-local).
     :returns: ``(added, cancelled)``: whether it was new, and how many queued emails it cancelled.
     :raises ValueError: bad value or unknown reason (one of :data:`REASONS`).
     """
     if reason not in REASONS:
         raise ValueError(f"unknown reason {reason!r}; one of {REASONS}")
     kind, norm = parse_entry(value)
+    if actor:
+        db.run(conn, "suppression_actor_set", {"actor": actor, "note": ""})
     added = bool(db.run(conn, "suppression_insert",
                         {"kind": kind, "value": norm, "reason": reason, "source": source}))
     cancelled = len(db.run(conn, "email_cancel_suppressed")) if added else 0
@@ -109,3 +124,65 @@ def is_suppressed(conn, address: str) -> bool:
     """Ask the one SQL function whether ``address`` is suppressed."""
     row = db.one(conn, "suppression_check", {"address": address})
     return bool(row and row["suppressed"])
+
+
+@dataclass(frozen=True)
+class Unsuppressed:
+    """Outcome of :func:`unsuppress`: ``kind``/``value`` as stored, whether a suppression was
+    ``removed``, the ``reason`` it had (``None`` when there was none), and whether the address is
+    ``still_suppressed`` (for example by a whole-domain suppression)."""
+
+    kind: str
+    value: str
+    removed: bool
+    reason: str | None
+    still_suppressed: bool
+
+
+def unsuppress(conn, value: str, *, actor: str, note: str) -> Unsuppressed:
+    """Remove the active suppression of an address or domain inside the caller's transaction.
+
+    The removal and who did it and why are recorded in ``outreach.suppression_events``. Emails
+    that the suppression already cancelled stay 'suppressed' (a final state): unsuppressing never
+    sends anything by itself.
+
+    :param actor: who is doing it (non-empty).
+    :param note: why (non-empty), for example a ticket reference.
+    :raises ValueError: bad value, or an empty ``actor`` or ``note``.
+    """
+    if not actor.strip() or not note.strip():
+        raise ValueError("an unsuppress needs who (--by) and why (--reason)")
+    kind, norm = parse_entry(value)
+    db.run(conn, "suppression_actor_set", {"actor": actor.strip(), "note": note.strip()})
+    removed = db.one(conn, "suppression_remove", {"kind": kind, "value": norm})
+    still = is_suppressed(conn, norm if kind == "address" else f"x@{norm}")
+    return Unsuppressed(kind, norm, removed is not None, removed["reason"] if removed else None,
+                        still)
+
+
+@dataclass(frozen=True)
+class OneClick:
+    """Outcome of :func:`unsubscribe_email`: the ``email_id``, the ``address`` suppressed, whether
+    the suppression was ``added`` now (``False`` on a repeat) and how many queued emails it
+    ``cancelled``."""
+
+    email_id: int
+    address: str
+    added: bool
+    cancelled: int
+
+
+def unsubscribe_email(conn, email_id: int) -> OneClick | None:
+    """Suppress the recipient of email row ``email_id`` (reason ``unsubscribed``, source
+    ``one-click:email:<id>``) and cancel their queued steps, inside the caller's transaction.
+
+    Repeats are harmless: the suppression exists once (RFC 8058 §3.2: the POST may be repeated).
+
+    :returns: ``None`` when no email row has that id.
+    """
+    row = db.one(conn, "email_unsubscribe_target", {"email_id": email_id})
+    if row is None:
+        return None
+    added, cancelled = suppress(conn, row["email"], "unsubscribed", f"one-click:email:{email_id}",
+                                actor="recipient (one-click)")
+    return OneClick(email_id, row["email"], added, cancelled)

@@ -83,7 +83,7 @@ SELECT cl.id, cl.claim_token, cl.attempts, cl.idempotency_key, cl.lead_id, cl.st
        st.position AS step_position, st.template, st.subject,
        c.key AS campaign_key, c.name AS campaign_name,
        m.id AS mailbox_id, m.address AS mailbox_address, m.display_name AS mailbox_name,
-       m.smtp_conn_id
+       m.smtp_conn_id, m.dkim_selector, m.dkim_key_conn_id
 FROM claimed cl
 JOIN outreach.leads l ON l.id = cl.lead_id
 JOIN outreach.sequence_steps st ON st.id = cl.step_id

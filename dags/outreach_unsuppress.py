@@ -1,0 +1,44 @@
+"""
+### outreach_unsuppress (manual)
+
+Removes the active suppression of an address or a whole domain (`@acme.com`), recording who did
+it and why in `outreach.suppression_events`. Emails the suppression already cancelled stay
+cancelled: unsuppressing never sends anything by itself. If the address is still covered (for
+example by a whole-domain suppression), the log says so.
+
+**Clearing `unsuppress` is safe**: a second run finds nothing to remove.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import Param, dag, get_current_context, task
+
+from outreach import airflow_adapter
+
+
+@dag(
+    dag_id="outreach_unsuppress",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["outreach", "operator"],
+    doc_md=__doc__,
+    default_args={"owner": "outreach", "retries": 1},
+    params={
+        "value": Param("", type="string", minLength=3, title="Address or @domain"),
+        "why": Param("", type="string", minLength=3, title="Why",
+                     description="For example: asked to be contacted again (ticket 4711)."),
+        "requested_by": Param("", type="string", minLength=1, title="Your name"),
+    },
+)
+def outreach_unsuppress():
+    @task
+    def unsuppress() -> dict:
+        p = get_current_context()["params"]
+        return airflow_adapter.unsuppress_task(p["value"], p["requested_by"], p["why"])
+
+    unsuppress()
+
+
+outreach_unsuppress()
