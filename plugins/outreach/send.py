@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from outreach import db
+from outreach.feedback import feedback_id
 from outreach.logutil import log, mask
 from outreach.message import Envelope, MessageError, build_message, message_id_for, to_wire
 from outreach.render import RenderError, render
@@ -115,7 +116,7 @@ def prepare(row: dict[str, Any], settings: Settings, now: dt.datetime) -> tuple[
         from_address=row["mailbox_address"], from_name=row["mailbox_name"],
         to_address=row["email"], to_name=to_name, message_id=message_id, date=now,
         unsubscribe_url=url, unsubscribe_mailto=f"mailto:unsubscribe@{domain}?subject=unsubscribe%20{token}",
-        feedback_id=f"{row['campaign_key']}:m{row['mailbox_id']}:cold:{settings.feedback_sender_id}",
+        feedback_id=feedback_id(row["campaign_key"], row["mailbox_id"], settings.feedback_sender_id),
         step_tag=f"{row['campaign_key']}/{row['step_position']}"))
     return message_id, to_wire(msg)
 
