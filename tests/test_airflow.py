@@ -20,8 +20,11 @@ from test_send_flow import EXPECTED_LEADS
 
 pytestmark = pytest.mark.airflow
 
+# Pacing off: these runs send the whole sample in one outreach_send run (pacing is tested with a
+# fixed clock in tests/test_pacing.py).
 SETTINGS_ENV = {"OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
-                "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789"}
+                "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
+                "OUTREACH_SEND_INTERVAL_MINUTES": "0"}
 
 
 @pytest.fixture(scope="session")
@@ -103,6 +106,7 @@ def test_two_overlapping_send_runs_add_no_message(db_url, sink, migrated_airflow
     def run(name: str) -> None:
         env = env_for(fresh_home(migrated_airflow_home, tmp_path, name), db_url, sink)
         env["OUTREACH_BATCH_SIZE"] = "10"  # many small batches, so the two runs really interleave
+        env["OUTREACH_SEND_PARALLELISM"] = "20"  # 20 × 10 rows: each run could send everything
         results[name] = run_dag(env, "outreach_send", tmp_path / f"{name}.log")
 
     threads = [threading.Thread(target=run, args=(n,)) for n in ("a", "b")]

@@ -101,18 +101,19 @@ def plan_task() -> list[dict[str, Any]]:
     settings = Settings.from_env()
     url = database_url()
     reap(url, settings.reaper_threshold)
-    batches = plan_batches(url, settings.batch_size)
+    batches = plan_batches(url, settings.batch_size, parallelism=settings.send_parallelism,
+                           interval=settings.send_interval)
     log.info("plan: %s batch(es): %s", len(batches), [b["label"] for b in batches])
     return batches
 
 
 def send_task(batch: dict[str, Any], worker: str) -> dict[str, Any]:
-    """Claim and send one batch; return its summary (the summary line is logged)."""
-    from outreach.send import send_batch
+    """Claim and send one planned batch across its mailboxes; return its summary."""
+    from outreach.send import send_planned
     from outreach.settings import Settings
 
-    summary = send_batch(database_url(), batch["mailbox_id"], batch["limit"], smtp_connector,
-                         Settings.from_env(), worker=worker)
+    summary = send_planned(database_url(), batch["quotas"], smtp_connector, Settings.from_env(),
+                           label=batch["label"], worker=worker)
     return summary.to_dict()
 
 

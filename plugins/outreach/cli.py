@@ -87,20 +87,20 @@ def cmd_queue_due(args: argparse.Namespace) -> int:
 def cmd_send(args: argparse.Namespace) -> int:
     from outreach.airflow_adapter import smtp_connector
     from outreach.queue import plan_batches
-    from outreach.send import send_batch
+    from outreach.send import send_planned
     from outreach.settings import Settings
 
     settings = Settings.from_env()
     url = _url()
     limit = args.limit or settings.batch_size
-    if args.mailbox:
-        mailbox_ids = [args.mailbox]
-    else:
-        mailbox_ids = sorted({b["mailbox_id"] for b in plan_batches(url, limit)})
-    if not mailbox_ids:
-        print("nothing due")
-    for mailbox_id in mailbox_ids:
-        print(send_batch(url, mailbox_id, limit, smtp_connector, settings).line())
+    batches = plan_batches(url, limit, parallelism=settings.send_parallelism,
+                           interval=settings.send_interval, mailbox_id=args.mailbox)
+    if not batches:
+        print("nothing due, or nothing more allowed in this run (daily cap, pacing, paused)")
+    for b in batches:
+        summary = send_planned(url, b["quotas"], smtp_connector, settings, label=b["label"])
+        for part in summary.batches:
+            print(part.line())
     return 0
 
 
@@ -161,10 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--campaign", help="only this campaign key")
     s.set_defaults(func=cmd_queue_due)
 
-    s = sub.add_parser("send", help="claim and send one batch (per mailbox with due emails)")
+    s = sub.add_parser("send", help="one send run: plan, then claim and send each planned batch")
     s.add_argument("--mailbox", type=int, help="mailbox id")
-    s.add_argument("--limit", type=int, help="rows to claim at most (default OUTREACH_BATCH_SIZE)")
+    s.add_argument("--limit", type=int, help="rows a batch claims at most (default OUTREACH_BATCH_SIZE)")
     s.set_defaults(func=cmd_send)
+
 
     sub.add_parser("reap", help="fail rows left 'sending' too long as unconfirmed").set_defaults(func=cmd_reap)
 
