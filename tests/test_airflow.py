@@ -75,7 +75,9 @@ def test_every_dag_loads_without_database_or_network(tmp_path):
     assert line, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads(line[len("RESULT "):])
     assert result["errors"] == {}
-    assert set(result["dags"]) == {"outreach_import_leads", "outreach_queue_due", "outreach_send"}
+    assert set(result["dags"]) == {"outreach_import_leads", "outreach_queue_due", "outreach_send",
+                                   "outreach_mailbox_pause", "outreach_mailbox_resume",
+                                   "outreach_postmaster"}
     for dag_id, dag in result["dags"].items():
         assert "outreach" in dag["tags"] and dag["doc_md"], dag_id
         for task_id, task in dag["tasks"].items():
@@ -122,3 +124,72 @@ def test_two_overlapping_send_runs_add_no_message(db_url, sink, migrated_airflow
     run_ids = {r["claimed_by"].split("/")[1]
                for r in rows(db_url, "SELECT DISTINCT claimed_by FROM outreach.emails")}
     assert len(run_ids) == 2, "both runs should have claimed some rows"
+
+
+ANNA = "anna.schmidt@mail.outreach-demo.example"
+
+
+def test_pause_and_resume_dags_with_their_params(db_url, sink, migrated_airflow_home, tmp_path):
+    import_demo(db_url)
+    env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
+    paused = run_dag(env, "outreach_mailbox_pause", tmp_path / "pause.log",
+                     conf={"mailbox": ANNA, "reason": "complaint from acme", "operator": "alice"})
+    assert paused.ok, paused.log.read_text()[-4000:]
+    assert rows(db_url, "SELECT status, paused_by, paused_reason FROM outreach.mailboxes"
+                        " ORDER BY id") == [
+        {"status": "paused", "paused_by": "alice", "paused_reason": "complaint from acme"},
+        {"status": "active", "paused_by": None, "paused_reason": None}]
+    resumed = run_dag(env, "outreach_mailbox_resume", tmp_path / "resume.log",
+                      conf={"mailbox": "1", "why": "acme confirmed a mistake", "operator": "bob"})
+    assert resumed.ok, resumed.log.read_text()[-4000:]
+    assert rows(db_url, "SELECT event, actor, reason FROM outreach.mailbox_events ORDER BY id") == [
+        {"event": "paused", "actor": "alice", "reason": "complaint from acme"},
+        {"event": "resumed", "actor": "bob", "reason": "acme confirmed a mistake"}]
+    assert rows(db_url, "SELECT status FROM outreach.mailboxes WHERE id = 1") == [{"status": "active"}]
+    pause_log = paused.log.read_text()
+    assert "mailbox 1 (a***@mail.outreach-demo.example) paused" in pause_log
+    assert ANNA not in pause_log  # addresses are masked in task logs
+
+
+def test_postmaster_dag_with_a_service_account_connection(db_url, sink, migrated_airflow_home,
+                                                          tmp_path):
+    """The daily DAG through real Airflow: google-auth signs a JWT with the service account key
+    from the Airflow connection, trades it at the (local) token endpoint, reads the (local)
+    Postmaster API, stores the figures and pauses on the spam rate."""
+    import datetime as dt
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from fakepostmaster import FakePostmaster
+
+    import_demo(db_url)
+    api = FakePostmaster(token="local-access-token").start()
+    try:
+        today = dt.datetime.now(dt.timezone.utc).date()
+        api.set("mail.outreach-demo.example", today - dt.timedelta(days=2), 0.0015)
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+        keyfile = {"type": "service_account", "project_id": "outreach-test",
+                   "private_key_id": "test-key-1", "private_key": pem,
+                   "client_email": "postmaster-reader@outreach-test.iam.gserviceaccount.com",
+                   "client_id": "1", "token_uri": api.base_url + "/token"}
+        env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
+        env["AIRFLOW_CONN_OUTREACH_POSTMASTER"] = json.dumps(
+            {"conn_type": "google_cloud_platform", "extra": {"keyfile_dict": json.dumps(keyfile)}})
+        env["OUTREACH_POSTMASTER_BASE_URL"] = api.base_url
+        result = run_dag(env, "outreach_postmaster", tmp_path / "postmaster.log")
+    finally:
+        api.stop()
+    log = result.log.read_text()
+    assert result.ok, log[-4000:]
+    grants = [r for r in api.requests if r["path"] == "/token"]
+    assert grants and grants[0]["form"]["grant_type"] == ["urn:ietf:params:oauth:grant-type:jwt-bearer"]
+    assert all(r["auth"] == "Bearer local-access-token" for r in api.requests if r["path"] != "/token")
+    known = rows(db_url, "SELECT count(*) FILTER (WHERE has_data) AS known, count(*) AS n"
+                         " FROM outreach.postmaster_stats")[0]
+    assert known == {"known": 1, "n": 3 * 14}
+    assert rows(db_url, "SELECT DISTINCT status, paused_by FROM outreach.mailboxes") == [
+        {"status": "paused", "paused_by": "postmaster"}]
+    assert "PRIVATE KEY" not in log and "local-access-token" not in log

@@ -104,6 +104,57 @@ def cmd_send(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_verdicts(verdicts: list, rule: str) -> None:
+    for v in verdicts:
+        print(f"mailbox {v.mailbox_id} ({v.mailbox}) {'paused' if v.paused else 'already paused'}:"
+              f" {v.reason}")
+    if not verdicts:
+        print(f"no active mailbox above the {rule} threshold")
+
+
+def cmd_mailbox(args: argparse.Namespace) -> int:
+    from outreach import mailboxes
+
+    url = _url()
+    if args.mailbox_command == "pause":
+        print(mailboxes.pause_mailbox(url, args.mailbox, args.reason, args.by).line())
+    elif args.mailbox_command == "resume":
+        print(mailboxes.resume_mailbox(url, args.mailbox, args.by, args.reason).line())
+    elif args.mailbox_command == "history":
+        for e in mailboxes.mailbox_events(url, args.mailbox):
+            print(f"{e['created_at']:%Y-%m-%d %H:%M %Z}  mailbox {e['mailbox_id']} ({e['address']})"
+                  f"  {e['event']} by {e['actor']}: {e['reason']}")
+    elif args.mailbox_command == "check-bounces":
+        from outreach.health import HealthSettings, pause_on_bounce_rate
+
+        h = HealthSettings.from_env()
+        _print_verdicts(pause_on_bounce_rate(url, threshold=h.bounce_rate_threshold,
+                                             min_sends=h.bounce_min_sends,
+                                             window_days=h.bounce_window_days), "bounce-rate")
+    elif args.mailbox_command == "check-spam-rate":
+        from outreach.health import HealthSettings, pause_on_spam_rate
+
+        h = HealthSettings.from_env()
+        _print_verdicts(pause_on_spam_rate(url, threshold=h.spam_rate_threshold), "spam-rate")
+    return 0
+
+
+def cmd_postmaster(args: argparse.Namespace) -> int:
+    from outreach.airflow_adapter import postmaster_credentials
+    from outreach.health import HealthSettings
+    from outreach.postmaster import PostmasterClient, fetch_and_store
+
+    h = HealthSettings.from_env()
+    client = PostmasterClient(postmaster_credentials(), base_url=h.postmaster_base_url)
+    summary = fetch_and_store(_url(), client, days=args.days or h.postmaster_days)
+    for domain, d in summary.domains.items():
+        print(f"{domain} {summary.start}..{summary.end}: {d['days_known']} day(s) with data, "
+              f"{d['days_unknown']} unknown; compliance needs work: {d['needs_work'] or 'nothing'}")
+    if not summary.domains:
+        print("no mailboxes, no domains")
+    return 0
+
+
 def cmd_reap(args: argparse.Namespace) -> int:
     from outreach.queue import reap
     from outreach.settings import Settings
@@ -129,7 +180,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser (sub-commands: db upgrade, import-leads, import-suppressions,
-    suppress, queue-due, send, reap, report, demo)."""
+    suppress, queue-due, send, mailbox, postmaster, reap, report, demo)."""
     p = argparse.ArgumentParser(prog="outreach", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = p.add_subparsers(dest="command", required=True)
@@ -166,6 +217,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=int, help="rows a batch claims at most (default OUTREACH_BATCH_SIZE)")
     s.set_defaults(func=cmd_send)
 
+    mbp = sub.add_parser("mailbox", help="pause or resume a mailbox, its history, health checks")
+    mbsub = mbp.add_subparsers(dest="mailbox_command", required=True)
+    for name, help_, reason_help in (
+            ("pause", "pause a mailbox: it sends nothing until resumed", "why (recorded)"),
+            ("resume", "resume a paused mailbox (cap and pacing still apply)", "why (recorded)")):
+        s = mbsub.add_parser(name, help=help_)
+        s.add_argument("mailbox", metavar="ADDRESS_OR_ID")
+        s.add_argument("--by", required=True, help="who (recorded)")
+        s.add_argument("--reason", required=True, help=reason_help)
+    s = mbsub.add_parser("history", help="pause/resume history, newest first")
+    s.add_argument("mailbox", metavar="ADDRESS_OR_ID", nargs="?")
+    mbsub.add_parser("check-bounces", help="pause mailboxes above the hard-bounce rate threshold")
+    mbsub.add_parser("check-spam-rate",
+                     help="pause mailboxes above the spam-rate threshold (stored Postmaster figures)")
+    mbp.set_defaults(func=cmd_mailbox)
+
+    s = sub.add_parser("postmaster", help="fetch Postmaster Tools figures (connection outreach_postmaster)")
+    s.add_argument("--days", type=int, help="days to fetch, today included (default 14)")
+    s.set_defaults(func=cmd_postmaster)
 
     sub.add_parser("reap", help="fail rows left 'sending' too long as unconfirmed").set_defaults(func=cmd_reap)
 
@@ -182,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from outreach.campaign import ConfigError
     from outreach.db import OutreachDBError
     from outreach.leads import ImportFileError
+    from outreach.postmaster import PostmasterError
     from outreach.settings import SettingsError
 
     import os
@@ -195,7 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
-    except (ConfigError, ImportFileError, SettingsError, OutreachDBError, ValueError) as exc:
+    except (ConfigError, ImportFileError, SettingsError, OutreachDBError, PostmasterError,
+            ValueError) as exc:
         print(f"outreach: error: {exc}", file=sys.stderr)
         return 1
 
