@@ -144,22 +144,22 @@ def test_only_an_operator_resumes_and_old_figures_do_not_pause_again(db_url, api
     api.set(DOMAIN, day(2), 0.0012)
     fetch_and_store(db_url, client(api), days=14, now=NOW)
     assert len(pause_on_spam_rate(db_url, now=NOW)) == 2
-    # The next day: still paused whatever happens (nothing resumes automatically) …
-    api.set(DOMAIN, day(1), 0.0002)
+    # The next day, no new data: both stay paused (nothing resumes automatically).
     next_day = NOW + dt.timedelta(days=1)
     fetch_and_store(db_url, client(api), days=14, now=next_day)
     assert pause_on_spam_rate(db_url, now=next_day) == []
-    assert mailbox(db_url, 1)["status"] == "paused"
-    # … until an operator resumes. A re-run with the figures known then does not pause again.
-    api.stats[DOMAIN][("SPAM_RATE", "")].pop(day(1))
+    assert [mailbox(db_url, m)["status"] for m in (1, 2)] == ["paused", "paused"]
+    # An operator resumes mailbox 1. The figure was known then: re-runs do not pause it again.
     resume_mailbox(db_url, 1, "bob", "complaint source removed", now=next_day + dt.timedelta(hours=1))
     fetch_and_store(db_url, client(api), days=14, now=next_day + dt.timedelta(hours=2))
     assert pause_on_spam_rate(db_url, now=next_day + dt.timedelta(hours=2)) == []
-    assert mailbox(db_url, 1)["status"] == "active"
-    # A new bad figure after the resume pauses it again.
-    api.set(DOMAIN, DAY, 0.0015)
-    fetch_and_store(db_url, client(api), days=14, now=next_day + dt.timedelta(days=1))
-    assert [v.mailbox_id for v in pause_on_spam_rate(db_url, now=next_day + dt.timedelta(days=1))] == [1]
+    assert [mailbox(db_url, m)["status"] for m in (1, 2)] == ["active", "paused"]
+    # A new figure above the threshold, stored after the resume, pauses it again.
+    api.set(DOMAIN, day(1), 0.0015)
+    later = next_day + dt.timedelta(days=1)
+    fetch_and_store(db_url, client(api), days=14, now=later)
+    assert [v.mailbox_id for v in pause_on_spam_rate(db_url, now=later)] == [1]
+    assert "0.15 % on 2026-03-09" in mailbox(db_url, 1)["paused_reason"]
 
 
 def test_spam_rate_breach_is_strictly_above_the_threshold():
