@@ -4,6 +4,8 @@ files, and an SMTP server on loopback that refuses some recipients at RCPT (a ha
 from __future__ import annotations
 
 import datetime as dt
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import psycopg
@@ -66,3 +68,25 @@ class BouncingServer(MaildirServer):
         super().__init__(maildir)
         self._controller = Controller(_Refusing(self.maildir), hostname=self.host, port=self.port,
                                       enable_SMTPUTF8=True)
+
+
+def concurrently(target: Callable[..., object], args: Sequence[tuple]) -> None:
+    """Run ``target(*a)`` for every ``a`` of ``args`` in its own thread, all released at once
+    (a barrier); re-raise the first error any of them raised."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(args))
+
+    def run(*a: object) -> None:
+        try:
+            barrier.wait()
+            target(*a)
+        except BaseException as exc:  # noqa: BLE001 - reported to the test below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=a) for a in args]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]

@@ -7,7 +7,6 @@ left in today's send window); the number of send batches follows the configured 
 from __future__ import annotations
 
 import datetime as dt
-import threading
 from collections import Counter
 from zoneinfo import ZoneInfo
 
@@ -21,7 +20,7 @@ from outreach.airflow_adapter import smtp_connector
 from outreach.mailboxes import pause_mailbox, resume_mailbox
 from outreach.queue import plan_batches, queue_due, split_work
 from outreach.send import claim, send_planned
-from scenario import ADDRESS, one_mailbox_campaign
+from scenario import ADDRESS, concurrently, one_mailbox_campaign
 
 BERLIN = ZoneInfo("Europe/Berlin")
 # Wednesday 4 March 2026, 16:20 in Berlin: the 09:00–17:00 window closes in 40 minutes, so four
@@ -118,23 +117,10 @@ def test_run_share_holds_across_concurrent_batches_and_an_overlapping_run(db_url
                         now=late)
     assert len(plan) == 4 and all(b["limit"] == 5 for b in plan)
     assert Counter(m for b in plan for m, n in b["quotas"] for _ in range(n)) == {1: 10, 2: 10}
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(2 * len(plan))
-
     def run(batch: dict, worker: str) -> None:
-        try:
-            barrier.wait()
-            send_planned(db_url, batch["quotas"], smtp_connector, small, worker=worker, now=late)
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
+        send_planned(db_url, batch["quotas"], smtp_connector, small, worker=worker, now=late)
 
-    threads = [threading.Thread(target=run, args=(b, f"{run_}-{i}"))
-               for run_ in ("a", "b") for i, b in enumerate(plan)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    concurrently(run, [(b, f"{run_}-{i}") for run_ in ("a", "b") for i, b in enumerate(plan)])
     assert sent_by_mailbox(db_url) == {1: 10, 2: 10}
     # The next run: 30 left over 3 runs.
     send_run(db_url, small, now=late + TEN)
@@ -148,24 +134,12 @@ def test_daily_caps_hold_under_concurrent_multi_mailbox_batches(db_url, sink, se
     with psycopg.connect(db_url) as conn:
         conn.execute("UPDATE outreach.mailboxes SET warmup_start = NULL,"
                      " daily_cap = CASE id WHEN 1 THEN 30 ELSE 20 END")
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(8)
-
     def worker(i: int) -> None:
-        try:
-            barrier.wait()
-            for _ in range(6):
-                quotas = [[1, 4], [2, 4]] if i % 2 else [[2, 4], [1, 4]]
-                send_planned(db_url, quotas, smtp_connector, settings, worker=f"w{i}")
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
+        for _ in range(6):
+            quotas = [[1, 4], [2, 4]] if i % 2 else [[2, 4], [1, 4]]
+            send_planned(db_url, quotas, smtp_connector, settings, worker=f"w{i}")
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    concurrently(worker, [(i,) for i in range(8)])
     assert sent_by_mailbox(db_url) == {1: 30, 2: 20}
     invariants.assert_ok(db_url, sink.messages())
 
