@@ -24,13 +24,14 @@ CONN_ID = "outreach_smtp_anna"  # the sink fixture points this Airflow connectio
 def one_mailbox_campaign(url: str, tmp_path: Path, *, leads: int, bounces: int = 0,
                          daily_cap: int = 50, timezone: str = "Europe/Berlin",
                          window: tuple[str, str] = ("09:00", "17:00"),
-                         now: dt.datetime | None = None) -> int:
+                         warmup_start: str | None = None, now: dt.datetime | None = None) -> int:
     """Import ``leads`` leads (the first ``bounces`` of them addresses that the
-    :class:`BouncingServer` refuses) into a one-step campaign of one mailbox, queue them at
-    ``now`` and return the mailbox id."""
+    :class:`BouncingServer` refuses) into a one-step campaign of one mailbox (cap, time zone,
+    optional warm-up start date), queue them at ``now`` and return the mailbox id."""
     (tmp_path / "mailboxes.yaml").write_text(
         f"mailboxes:\n  - address: {ADDRESS}\n    name: Pace Tester\n    smtp_conn_id: {CONN_ID}\n"
-        f"    timezone: {timezone}\n    daily_cap: {daily_cap}\n")
+        f"    timezone: {timezone}\n    daily_cap: {daily_cap}\n"
+        + (f"    warmup_start: {warmup_start}\n" if warmup_start else ""))
     (tmp_path / "campaign.yaml").write_text(
         f"key: pacing-test\nname: Pacing test\ntimezone: {timezone}\n"
         f"send_window:\n  days: [mon, tue, wed, thu, fri, sat, sun]\n"

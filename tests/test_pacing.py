@@ -66,6 +66,24 @@ def test_a_run_gets_its_fair_share_of_what_is_left_today(db_url, tmp_path):
     assert quota(db_url, mb, T0, interval=None)["run_left"] == 50
 
 
+def test_the_daily_limit_counts_per_local_day_through_the_warm_up(db_url, tmp_path):
+    """Warm-up from Monday 2 March: 10 a day for 7 days, then 15 on day 8 (Monday 9 March).
+    Berlin's midnight is 23:00 UTC: the count restarts at local midnight, not at UTC's."""
+    mb = one_mailbox_campaign(db_url, tmp_path, leads=40, daily_cap=40, window=("00:00", "24:00"),
+                              warmup_start="2026-03-02",
+                              now=dt.datetime(2026, 3, 8, 23, 0, tzinfo=BERLIN))
+    with db.connect(db_url, autocommit=True) as conn:
+        def take(local: str) -> tuple[int, str]:
+            got, note = claim(conn, mb, 50, worker="t",
+                              now=dt.datetime.fromisoformat(local).replace(tzinfo=BERLIN))
+            return len(got), note
+
+        assert take("2026-03-08 23:50") == (10, "")
+        assert take("2026-03-08 23:59:59") == (0, "daily limit reached (10/10)")
+        assert take("2026-03-09 00:00") == (15, "")  # 2026-03-08 23:00 UTC: a new local day
+        assert take("2026-03-09 23:00") == (0, "daily limit reached (15/15)")
+
+
 @pytest.mark.parametrize("tz, local_midnight, runs", [
     ("Europe/Berlin", "2027-03-28", 23 * 6),     # spring forward: a 23-hour day
     ("Europe/Berlin", "2026-10-25", 25 * 6),     # fall back: a 25-hour day
