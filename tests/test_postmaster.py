@@ -53,6 +53,11 @@ def test_fetch_stores_every_day_with_missing_days_unknown_and_follows_pages(db_u
         if n not in (0, 1, 5):  # today and yesterday not computed yet; day 5 too little traffic
             api.set(DOMAIN, day(n), 0.0004 + n / 100000)
     api.set(DOMAIN, day(3), 0.0021, loop="m2")
+    status = api.compliance_status(DOMAIN)
+    status["complianceData"]["rowData"][3]["status"] = {"status": "NEEDS_WORK"}  # DMARC_POLICY
+    status["complianceData"]["oneClickUnsubscribeVerdict"] = {"status": {"status": "NEEDS_WORK"},
+                                                              "reason": "NO_UNSUB_GENERAL"}
+    api.compliance[DOMAIN] = status
     summary = fetch_and_store(db_url, client(api), days=14, now=NOW)
 
     spam = stats(db_url)
@@ -65,7 +70,7 @@ def test_fetch_stores_every_day_with_missing_days_unknown_and_follows_pages(db_u
     assert sum(has for _, has in loop2.values()) == 1
     assert sum(has for _, has in stats(db_url, "FEEDBACK_LOOP_SPAM_RATE", "m1").values()) == 0
     assert summary.domains[DOMAIN]["days_known"] == 12
-    assert summary.domains[DOMAIN]["needs_work"] == []
+    assert summary.domains[DOMAIN]["needs_work"] == ["DMARC_POLICY", "oneClickUnsubscribe"]
 
     queries = [r for r in api.requests if r["path"].endswith("domainStats:query")]
     assert len(queries) == 3  # 12 figures, at most 4 a page
@@ -78,7 +83,9 @@ def test_fetch_stores_every_day_with_missing_days_unknown_and_follows_pages(db_u
     assert {d.get("filter") for d in first["metricDefinitions"]} == {
         None, 'feedback_loop_id = "m1"', 'feedback_loop_id = "m2"'}
     assert any(r["path"] == f"/v2/domains/{DOMAIN}/complianceStatus" for r in api.requests)
-    assert rows(db_url, "SELECT needs_work FROM outreach.postmaster_compliance")[0]["needs_work"] == []
+    stored = rows(db_url, "SELECT day, needs_work, status FROM outreach.postmaster_compliance")
+    assert stored == [{"day": DAY, "needs_work": ["DMARC_POLICY", "oneClickUnsubscribe"],
+                       "status": status}]
 
 
 def test_refetch_and_late_data(db_url, api):
@@ -98,7 +105,8 @@ def test_refetch_and_late_data(db_url, api):
     spam = stats(db_url)
     assert spam[day(1)] == (0.0007, True)
     assert spam[day(3)] == (0.0005, True)  # an unknown day never overwrites a known figure
-    assert rows(db_url, "SELECT count(*) AS n FROM outreach.postmaster_stats")[0]["n"] == 3 * 8  # 3 series × the 8 days day(6)..tomorrow
+    # 3 series (SPAM_RATE, loops m1 and m2) × the 8 days from day(6) to tomorrow
+    assert rows(db_url, "SELECT count(*) AS n FROM outreach.postmaster_stats")[0]["n"] == 3 * 8
 
 
 @pytest.mark.parametrize("rate, paused", [

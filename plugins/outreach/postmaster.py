@@ -232,13 +232,14 @@ def fetch_and_store(url: str, client: PostmasterClient, *, days: int = 14,
                                                        start, end, page_size=page_size))
         series = [(SPAM_RATE, "")] + [(FEEDBACK_LOOP_SPAM_RATE, loop) for loop in loop_ids]
         rows = [(m, loop, day, values.get((m, loop, day))) for m, loop in series for day in all_days]
-        status = client.compliance_status(domain)
-        work = needs_work(status)
         with db.transaction(url) as conn:
             db.run(conn, "postmaster_stat_upsert", {
                 "domain": domain, "now": now, "metrics": [r[0] for r in rows],
                 "feedback_loop_ids": [r[1] for r in rows], "days": [r[2] for r in rows],
                 "values": [r[3] for r in rows]})
+        status = client.compliance_status(domain)
+        work = needs_work(status)
+        with db.transaction(url) as conn:
             db.run(conn, "postmaster_compliance_upsert", {
                 "domain": domain, "now": now, "needs_work": work, "status": Jsonb(status)})
         known = sum(1 for r in rows if r[3] is not None)
