@@ -59,6 +59,25 @@ class FakePostmaster:
         metric = "FEEDBACK_LOOP_SPAM_RATE" if loop else "SPAM_RATE"
         self.stats.setdefault(domain, {}).setdefault((metric, loop), {})[day] = value
 
+    def service_account_key(self) -> dict[str, str]:
+        """Return a service account's JSON key (a fresh RSA key) whose ``token_uri`` is this
+        server's ``/token``, as Google's key files are shaped."""
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+        return {"type": "service_account", "project_id": "outreach-test",
+                "private_key_id": "test-key-1", "private_key": pem,
+                "client_email": "postmaster-reader@outreach-test.iam.gserviceaccount.com",
+                "client_id": "1", "token_uri": self.base_url + "/token"}
+
+    def connection_json(self) -> str:
+        """Return the Airflow connection ``outreach_postmaster`` (JSON form) with such a key."""
+        return json.dumps({"conn_type": "google_cloud_platform",
+                           "extra": {"keyfile_dict": json.dumps(self.service_account_key())}})
+
     def start(self) -> FakePostmaster:
         self._thread.start()
         return self

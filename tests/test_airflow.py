@@ -158,9 +158,6 @@ def test_postmaster_dag_with_a_service_account_connection(db_url, sink, migrated
     Postmaster API, stores the figures and pauses on the spam rate."""
     import datetime as dt
 
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
     from fakepostmaster import FakePostmaster
 
     import_demo(db_url)
@@ -168,16 +165,8 @@ def test_postmaster_dag_with_a_service_account_connection(db_url, sink, migrated
     try:
         today = dt.datetime.now(dt.timezone.utc).date()
         api.set("mail.outreach-demo.example", today - dt.timedelta(days=2), 0.0015)
-        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
-        keyfile = {"type": "service_account", "project_id": "outreach-test",
-                   "private_key_id": "test-key-1", "private_key": pem,
-                   "client_email": "postmaster-reader@outreach-test.iam.gserviceaccount.com",
-                   "client_id": "1", "token_uri": api.base_url + "/token"}
         env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
-        env["AIRFLOW_CONN_OUTREACH_POSTMASTER"] = json.dumps(
-            {"conn_type": "google_cloud_platform", "extra": {"keyfile_dict": json.dumps(keyfile)}})
+        env["AIRFLOW_CONN_OUTREACH_POSTMASTER"] = api.connection_json()
         env["OUTREACH_POSTMASTER_BASE_URL"] = api.base_url
         result = run_dag(env, "outreach_postmaster", tmp_path / "postmaster.log")
     finally:

@@ -10,6 +10,7 @@ from google.oauth2.credentials import Credentials
 
 from fakepostmaster import FakePostmaster
 from flow import import_demo, rows
+from outreach.cli import main
 from outreach.health import SPAM_ACTOR, pause_on_spam_rate, spam_rate_breach
 from outreach.mailboxes import resume_mailbox
 from outreach.postmaster import PostmasterClient, PostmasterError, fetch_and_store
@@ -202,3 +203,27 @@ def test_api_errors_are_reported_without_the_token(db_url, api):
     with pytest.raises(ValueError, match="page_size"):
         client(api).query_domain_stats(DOMAIN, [], DAY, DAY, page_size=201)
     assert rows(db_url, "SELECT count(*) AS n FROM outreach.postmaster_stats")[0]["n"] == 0
+
+
+def test_cli_postmaster_with_a_service_account_connection(db_url, api, monkeypatch, capsys):
+    """``outreach postmaster`` reads the key from the Airflow connection, google-auth trades a
+    signed JWT at the (local) token endpoint; ``outreach mailbox check-spam-rate`` then pauses."""
+    import_demo(db_url)
+    api.token = "local-access-token"
+    today = dt.datetime.now(dt.timezone.utc).date()
+    api.set(DOMAIN, today - dt.timedelta(days=3), 0.0011)
+    monkeypatch.setenv("OUTREACH_DATABASE_URL", db_url)
+    monkeypatch.setenv("AIRFLOW_CONN_OUTREACH_POSTMASTER", api.connection_json())
+    monkeypatch.setenv("OUTREACH_POSTMASTER_BASE_URL", api.base_url)
+    assert main(["postmaster", "--days", "5"]) == 0
+    out = capsys.readouterr().out
+    assert f"{DOMAIN} {today - dt.timedelta(days=4)}..{today}: 1 day(s) with data, 14 unknown" in out
+    assert [r["form"]["grant_type"] for r in api.requests if r["path"] == "/token"] == [
+        ["urn:ietf:params:oauth:grant-type:jwt-bearer"]]
+    assert main(["mailbox", "check-spam-rate"]) == 0
+    out = capsys.readouterr().out
+    assert "mailbox 1 (a***@mail.outreach-demo.example) paused: Postmaster spam rate" in out
+    assert "0.11 %" in out and "local-access-token" not in out
+    monkeypatch.setenv("AIRFLOW_CONN_OUTREACH_POSTMASTER", '{"conn_type": "generic", "extra": {}}')
+    assert main(["postmaster"]) == 1
+    assert "neither extra keyfile_dict nor key_path" in capsys.readouterr().err
