@@ -7,11 +7,16 @@ Sends queued emails: preflight → plan → one mapped **send_batch** per batch 
   MX, PTR; see `outreach preflight`). `OUTREACH_PREFLIGHT` decides what a FAIL does: `warn`
   (default) logs it, `block` keeps that domain's mailboxes out of this run's plan, `off` skips the
   checks.
-* **plan** fails stale `sending` rows as unconfirmed, then plans batches per mailbox within
-  today's limit (warm-up and daily cap).
-* **send_batch** claims its own rows (`FOR UPDATE SKIP LOCKED`, a fresh claim token), re-checks
-  suppression right before the handoff, sends over one SMTP session and commits each row's
-  outcome right after its handoff. It logs one summary line.
+* **plan** fails stale `sending` rows as unconfirmed, then gives each active mailbox its work for
+  this run — what it may still send today (daily cap, warm-up) and no more than its fair share
+  of that over the runs left in today's send window (pacing, `OUTREACH_SEND_INTERVAL_MINUTES`,
+  10 like this schedule) — and splits it over at most `OUTREACH_SEND_PARALLELISM` (4) batches
+  of at most `OUTREACH_BATCH_SIZE` rows, each across mailboxes.
+* **send_batch** claims its own rows mailbox by mailbox (the mailbox's lock, its remaining quota
+  and run share, then `FOR UPDATE SKIP LOCKED` with a fresh claim token), re-checks suppression
+  right before the handoff, sends over one SMTP session per mailbox and commits each row's
+  outcome right after its handoff. It logs one summary line per mailbox. Paused mailboxes are
+  never claimed.
 * **summary** adds up the batches.
 
 **Clearing is safe.** A cleared or retried `send_batch` claims fresh rows or none: what its

@@ -83,9 +83,11 @@ def db_url(pg_admin_url: str, template_db: str) -> str:
 
 @pytest.fixture
 def settings() -> Settings:
-    """Sender settings for tests (a test-only secret)."""
+    """Sender settings for tests (a test-only secret). Pacing is off: these tests send a whole
+    day's work at once; pacing has its own tests with a fixed clock (tests/test_pacing.py)."""
     return Settings(public_url="https://unsubscribe.test.example",
-                    unsubscribe_secret="test-secret-0123456789", batch_size=50, smtp_timeout=5)
+                    unsubscribe_secret="test-secret-0123456789", batch_size=50, smtp_timeout=5,
+                    send_interval_minutes=0)
 
 
 @pytest.fixture

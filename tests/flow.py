@@ -11,7 +11,7 @@ from conftest import CAMPAIGN, DNC, LEADS, MAILBOXES
 from outreach.airflow_adapter import smtp_connector
 from outreach.leads import import_leads
 from outreach.queue import plan_batches
-from outreach.send import send_batch
+from outreach.send import send_planned
 from outreach.suppression import import_suppressions
 
 
@@ -21,16 +21,23 @@ def import_demo(url: str, now: dt.datetime | None = None):
     return import_leads(url, CAMPAIGN, MAILBOXES, LEADS, now=now)
 
 
+def send_run(url: str, settings, *, now: dt.datetime | None = None, worker: str = "test") -> list:
+    """One send run as the DAG does it: plan, then send every planned batch; return the
+    planned batches' summaries."""
+    return [send_planned(url, b["quotas"], smtp_connector, settings, label=b["label"],
+                         worker=worker, now=now)
+            for b in plan_batches(url, settings.batch_size, parallelism=settings.send_parallelism,
+                                  interval=settings.send_interval, now=now)]
+
+
 def send_all(url: str, settings, *, now: dt.datetime | None = None, worker: str = "test") -> list:
-    """Run send batches until a plan is empty; return the batch summaries."""
+    """Run send runs until a plan is empty; return the planned batches' summaries."""
     out = []
     for _ in range(100):
-        batches = plan_batches(url, settings.batch_size, now=now)
-        if not batches:
+        summaries = send_run(url, settings, now=now, worker=worker)
+        if not summaries:
             return out
-        for b in batches:
-            out.append(send_batch(url, b["mailbox_id"], b["limit"], smtp_connector, settings,
-                                  worker=worker, now=now))
+        out.extend(summaries)
     raise AssertionError("send_all did not converge")
 
 

@@ -20,8 +20,11 @@ from test_send_flow import EXPECTED_LEADS
 
 pytestmark = pytest.mark.airflow
 
+# Pacing off: these runs send the whole sample in one outreach_send run (pacing is tested with a
+# fixed clock in tests/test_pacing.py).
 SETTINGS_ENV = {"OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
-                "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789"}
+                "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
+                "OUTREACH_SEND_INTERVAL_MINUTES": "0"}
 
 
 @pytest.fixture(scope="session")
@@ -74,7 +77,8 @@ def test_every_dag_loads_without_database_or_network(tmp_path):
     assert result["errors"] == {}
     assert set(result["dags"]) == {"outreach_import_leads", "outreach_queue_due", "outreach_send",
                                    "outreach_resolve_unconfirmed", "outreach_report", "outreach_suppress",
-                                   "outreach_unsuppress"}
+                                   "outreach_unsuppress", "outreach_mailbox_pause", "outreach_mailbox_resume",
+                                   "outreach_postmaster"}
     for dag_id, dag in result["dags"].items():
         assert "outreach" in dag["tags"] and dag["doc_md"], dag_id
         for task_id, task in dag["tasks"].items():
@@ -105,6 +109,7 @@ def test_two_overlapping_send_runs_add_no_message(db_url, sink, migrated_airflow
     def run(name: str) -> None:
         env = env_for(fresh_home(migrated_airflow_home, tmp_path, name), db_url, sink)
         env["OUTREACH_BATCH_SIZE"] = "10"  # many small batches, so the two runs really interleave
+        env["OUTREACH_SEND_PARALLELISM"] = "20"  # 20 × 10 rows: each run could send everything
         results[name] = run_dag(env, "outreach_send", tmp_path / f"{name}.log")
 
     threads = [threading.Thread(target=run, args=(n,)) for n in ("a", "b")]
@@ -170,3 +175,61 @@ def test_operator_suppresses_a_domain_through_the_dag(db_url, sink, migrated_air
     events = rows(db_url, "SELECT * FROM outreach.suppression_events WHERE value = 'coho-winery.example' ORDER BY id")
     assert (events[-1]["action"], events[-1]["actor"], events[-1]["note"]) == (
         "unsuppress", "Dana (ops)", "contract signed (ticket 4711)")
+
+
+ANNA = "anna.schmidt@mail.outreach-demo.example"
+
+
+def test_pause_and_resume_dags_with_their_params(db_url, sink, migrated_airflow_home, tmp_path):
+    import_demo(db_url)
+    env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
+    paused = run_dag(env, "outreach_mailbox_pause", tmp_path / "pause.log",
+                     conf={"mailbox": ANNA, "reason": "complaint from acme", "operator": "alice"})
+    assert paused.ok, paused.log.read_text()[-4000:]
+    assert rows(db_url, "SELECT status, paused_by, paused_reason FROM outreach.mailboxes"
+                        " ORDER BY id") == [
+        {"status": "paused", "paused_by": "alice", "paused_reason": "complaint from acme"},
+        {"status": "active", "paused_by": None, "paused_reason": None}]
+    resumed = run_dag(env, "outreach_mailbox_resume", tmp_path / "resume.log",
+                      conf={"mailbox": "1", "why": "acme confirmed a mistake", "operator": "bob"})
+    assert resumed.ok, resumed.log.read_text()[-4000:]
+    assert rows(db_url, "SELECT event, actor, reason FROM outreach.mailbox_events ORDER BY id") == [
+        {"event": "paused", "actor": "alice", "reason": "complaint from acme"},
+        {"event": "resumed", "actor": "bob", "reason": "acme confirmed a mistake"}]
+    assert rows(db_url, "SELECT status FROM outreach.mailboxes WHERE id = 1") == [{"status": "active"}]
+    pause_log = paused.log.read_text()
+    assert "mailbox 1 (a***@mail.outreach-demo.example) paused" in pause_log
+    assert ANNA not in pause_log  # addresses are masked in task logs
+
+
+def test_postmaster_dag_with_a_service_account_connection(db_url, sink, migrated_airflow_home,
+                                                          tmp_path):
+    """The daily DAG through real Airflow: google-auth signs a JWT with the service account key
+    from the Airflow connection, trades it at the (local) token endpoint, reads the (local)
+    Postmaster API, stores the figures and pauses on the spam rate."""
+    import datetime as dt
+
+    from fakepostmaster import FakePostmaster
+
+    import_demo(db_url)
+    api = FakePostmaster(token="local-access-token").start()
+    try:
+        today = dt.datetime.now(dt.timezone.utc).date()
+        api.set("mail.outreach-demo.example", today - dt.timedelta(days=2), 0.0015)
+        env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
+        env["AIRFLOW_CONN_OUTREACH_POSTMASTER"] = api.connection_json()
+        env["OUTREACH_POSTMASTER_BASE_URL"] = api.base_url
+        result = run_dag(env, "outreach_postmaster", tmp_path / "postmaster.log")
+    finally:
+        api.stop()
+    log = result.log.read_text()
+    assert result.ok, log[-4000:]
+    grants = [r for r in api.requests if r["path"] == "/token"]
+    assert grants and grants[0]["form"]["grant_type"] == ["urn:ietf:params:oauth:grant-type:jwt-bearer"]
+    assert all(r["auth"] == "Bearer local-access-token" for r in api.requests if r["path"] != "/token")
+    known = rows(db_url, "SELECT count(*) FILTER (WHERE has_data) AS known, count(*) AS n"
+                         " FROM outreach.postmaster_stats")[0]
+    assert known == {"known": 1, "n": 3 * 14}
+    assert rows(db_url, "SELECT DISTINCT status, paused_by FROM outreach.mailboxes") == [
+        {"status": "paused", "paused_by": "postmaster"}]
+    assert "PRIVATE KEY" not in log and "local-access-token" not in log

@@ -46,6 +46,7 @@ def deployment(pg_admin_url, db_url, sink, tmp_path):
                                 "OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
                                 "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
                                 "OUTREACH_BATCH_SIZE": "25",
+                                "OUTREACH_SEND_INTERVAL_MINUTES": "0",
                                 "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
                                 "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1"})
     dep.migrate()

@@ -6,7 +6,8 @@ connection ``outreach_db`` when it exists, else ``OUTREACH_DATABASE_URL``, else 
 server; each mailbox's SMTP server through the Airflow connection named in the mailbox file, opened
 with the SMTP provider's hook. The unsubscribe secret is ``OUTREACH_UNSUBSCRIBE_SECRET``, else the
 password of the Airflow connection ``outreach_unsubscribe``; a mailbox's DKIM private key is the
-password (or extra ``private_key``) of the connection its ``dkim_key_conn_id`` names.
+password (or extra ``private_key``) of the connection its ``dkim_key_conn_id`` names; Google Postmaster Tools through the service account in the Airflow
+connection ``outreach_postmaster``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from outreach.logutil import log, mask
 DB_CONN_ID = "outreach_db"
 UNSUBSCRIBE_CONN_ID = "outreach_unsubscribe"
 PREFLIGHT_MODES = ("block", "warn", "off")
+POSTMASTER_CONN_ID = "outreach_postmaster"
 
 
 def database_url(conn_id: str = DB_CONN_ID) -> str:
@@ -129,6 +131,46 @@ def mailbox_addresses(mailbox_file: str = "include/mailboxes.yaml") -> list[str]
         return [m.address.lower() for m in load_mailboxes(mailbox_file)]
     except ConfigError:
         return []
+
+
+def postmaster_credentials(conn_id: str = POSTMASTER_CONN_ID) -> Any:
+    """Return google-auth service-account credentials for the Postmaster Tools API.
+
+    The Airflow connection (any conn type; ``google_cloud_platform`` works) holds the service
+    account's JSON key in its extra ``keyfile_dict`` (a JSON object or its text; the Google
+    provider's ``extra__google_cloud_platform__keyfile_dict`` is read too) or a file path in
+    ``key_path``. The scope is ``postmaster.traffic.readonly``; the service account must be added
+    as a user of each domain in Postmaster Tools. The key is never logged.
+
+    :raises outreach.postmaster.PostmasterError: the connection is missing or holds no usable key.
+    """
+    import json
+
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+    from google.oauth2 import service_account
+
+    from outreach.postmaster import SCOPE, PostmasterError
+
+    try:
+        extra = BaseHook.get_connection(conn_id).extra_dejson
+    except AirflowNotFoundException:
+        raise PostmasterError(f"Airflow connection {conn_id!r} is not defined (it holds the "
+                              "Postmaster service account key)") from None
+    info = extra.get("keyfile_dict") or extra.get("extra__google_cloud_platform__keyfile_dict")
+    try:
+        if isinstance(info, str):
+            info = json.loads(info)
+        if info:
+            return service_account.Credentials.from_service_account_info(info, scopes=[SCOPE])
+        if extra.get("key_path"):
+            return service_account.Credentials.from_service_account_file(extra["key_path"],
+                                                                         scopes=[SCOPE])
+    except (ValueError, KeyError, OSError) as exc:
+        # The message of a key-parsing error names the problem, never the key's content.
+        raise PostmasterError(f"connection {conn_id!r}: unusable service account key "
+                              f"({type(exc).__name__})") from None
+    raise PostmasterError(f"connection {conn_id!r} has neither extra keyfile_dict nor key_path")
 
 
 # --- task bodies -------------------------------------------------------------------------------
@@ -251,25 +293,72 @@ def plan_task(checked: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     url = database_url()
     reap(url, run_settings.reaper_threshold)
     blocked = {b["mailbox_id"]: b for b in (checked or {}).get("blocked", [])}
+    for mailbox_id, b in blocked.items():
+        log.error("plan: mailbox %s left out of this run: %s (domain %s; OUTREACH_PREFLIGHT=block)",
+                  mailbox_id, b["reason"], b["domain"])
     batches = []
-    for b in plan_batches(url, run_settings.batch_size):
-        if b["mailbox_id"] in blocked:
-            log.error("plan: skipping %s: %s (domain %s; OUTREACH_PREFLIGHT=block)", b["label"],
-                      blocked[b["mailbox_id"]]["reason"], blocked[b["mailbox_id"]]["domain"])
-            continue
-        batches.append(b)
+    for b in plan_batches(url, run_settings.batch_size, parallelism=run_settings.send_parallelism,
+                          interval=run_settings.send_interval):
+        b["quotas"] = [q for q in b["quotas"] if q[0] not in blocked]
+        if b["quotas"]:
+            batches.append(b)
     log.info("plan: %s batch(es): %s", len(batches), [b["label"] for b in batches])
     return batches
 
 
 def send_task(batch: dict[str, Any], worker: str) -> dict[str, Any]:
-    """Claim and send one batch (DKIM-signed when the mailbox has a key); return its summary
-    (the summary line is logged)."""
-    from outreach.send import send_batch
+    """Claim and send one planned batch across its mailboxes (DKIM-signed when a mailbox has a
+    key); return its summary (one summary line per mailbox is logged)."""
+    from outreach.send import send_planned
 
-    summary = send_batch(database_url(), batch["mailbox_id"], batch["limit"], smtp_connector,
-                         settings(), worker=worker, dkim_keys=dkim_private_key)
+    summary = send_planned(database_url(), batch["quotas"], smtp_connector, settings(),
+                           label=batch["label"], worker=worker, dkim_keys=dkim_private_key)
     return summary.to_dict()
+
+
+def pause_task(mailbox: str, reason: str, by: str) -> dict[str, Any]:
+    """Pause a mailbox (id or address) for an operator; return what changed."""
+    from outreach.mailboxes import pause_mailbox
+
+    change = pause_mailbox(database_url(), mailbox, reason, by)  # logs the change
+    return {"mailbox_id": change.mailbox_id, "changed": change.changed, "status": change.status}
+
+
+def resume_task(mailbox: str, by: str, why: str) -> dict[str, Any]:
+    """Resume a mailbox (id or address) for an operator; return what changed."""
+    from outreach.mailboxes import resume_mailbox
+
+    change = resume_mailbox(database_url(), mailbox, by, why)  # logs the change
+    return {"mailbox_id": change.mailbox_id, "changed": change.changed, "status": change.status}
+
+
+def postmaster_fetch_task() -> dict[str, Any]:
+    """Fetch and store the Postmaster Tools figures and compliance of every sending domain."""
+    from outreach.health import HealthSettings
+    from outreach.postmaster import PostmasterClient, fetch_and_store
+
+    health = HealthSettings.from_env()
+    client = PostmasterClient(postmaster_credentials(), base_url=health.postmaster_base_url)
+    return fetch_and_store(database_url(), client, days=health.postmaster_days).to_dict()
+
+
+def spam_rate_task() -> list[dict[str, Any]]:
+    """Pause mailboxes whose latest known Postmaster spam rate is above the threshold."""
+    from outreach.health import HealthSettings, pause_on_spam_rate
+
+    health = HealthSettings.from_env()
+    return [v.to_dict() for v in pause_on_spam_rate(database_url(),
+                                                    threshold=health.spam_rate_threshold)]
+
+
+def bounce_rate_task() -> list[dict[str, Any]]:
+    """Pause mailboxes whose hard-bounce rate is above the threshold."""
+    from outreach.health import HealthSettings, pause_on_bounce_rate
+
+    health = HealthSettings.from_env()
+    return [v.to_dict() for v in pause_on_bounce_rate(
+        database_url(), threshold=health.bounce_rate_threshold, min_sends=health.bounce_min_sends,
+        window_days=health.bounce_window_days)]
 
 
 def summary_task(results: list[dict[str, Any]] | None) -> dict[str, int]:

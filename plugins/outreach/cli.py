@@ -172,24 +172,23 @@ def cmd_queue_due(args: argparse.Namespace) -> int:
 def cmd_send(args: argparse.Namespace) -> int:
     from outreach.airflow_adapter import dkim_private_key, settings as load_settings, smtp_connector
     from outreach.queue import plan_batches
-    from outreach.send import send_batch
+    from outreach.send import send_planned
 
     settings = load_settings()
     url = _url()
     limit = args.limit or settings.batch_size
     while True:
-        if args.mailbox:
-            mailbox_ids = [args.mailbox]
-        else:
-            mailbox_ids = sorted({b["mailbox_id"] for b in plan_batches(url, limit)})
-        if not mailbox_ids:
-            print("nothing due")
+        batches = plan_batches(url, limit, parallelism=settings.send_parallelism,
+                               interval=settings.send_interval, mailbox_id=args.mailbox)
+        if not batches:
+            print("nothing due, or nothing more allowed in this run (daily cap, pacing, paused)")
         claimed = 0
-        for mailbox_id in mailbox_ids:
-            summary = send_batch(url, mailbox_id, limit, smtp_connector, settings,
-                                 dkim_keys=dkim_private_key)
-            claimed += summary.claimed
-            print(summary.line(), flush=True)
+        for b in batches:
+            summary = send_planned(url, b["quotas"], smtp_connector, settings, label=b["label"],
+                                   dkim_keys=dkim_private_key)
+            for part in summary.batches:
+                claimed += part.claimed
+                print(part.line(), flush=True)
         if not args.until_empty or claimed == 0:
             return 0
 
@@ -213,6 +212,57 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     result = resolve(_url(), args.decision.replace("-", "_"), args.by, ids=ids,
                      campaign_key=args.campaign, mailbox=args.mailbox, note=args.note)
     print(result.line())
+    return 0
+
+
+def _print_verdicts(verdicts: list, rule: str) -> None:
+    for v in verdicts:
+        print(f"mailbox {v.mailbox_id} ({v.mailbox}) {'paused' if v.paused else 'already paused'}:"
+              f" {v.reason}")
+    if not verdicts:
+        print(f"no active mailbox above the {rule} threshold")
+
+
+def cmd_mailbox(args: argparse.Namespace) -> int:
+    from outreach import mailboxes
+
+    url = _url()
+    if args.mailbox_command == "pause":
+        print(mailboxes.pause_mailbox(url, args.mailbox, args.reason, args.by).line())
+    elif args.mailbox_command == "resume":
+        print(mailboxes.resume_mailbox(url, args.mailbox, args.by, args.reason).line())
+    elif args.mailbox_command == "history":
+        for e in mailboxes.mailbox_events(url, args.mailbox):
+            print(f"{e['created_at']:%Y-%m-%d %H:%M %Z}  mailbox {e['mailbox_id']} ({e['address']})"
+                  f"  {e['event']} by {e['actor']}: {e['reason']}")
+    elif args.mailbox_command == "check-bounces":
+        from outreach.health import HealthSettings, pause_on_bounce_rate
+
+        h = HealthSettings.from_env()
+        _print_verdicts(pause_on_bounce_rate(url, threshold=h.bounce_rate_threshold,
+                                             min_sends=h.bounce_min_sends,
+                                             window_days=h.bounce_window_days), "bounce-rate")
+    elif args.mailbox_command == "check-spam-rate":
+        from outreach.health import HealthSettings, pause_on_spam_rate
+
+        h = HealthSettings.from_env()
+        _print_verdicts(pause_on_spam_rate(url, threshold=h.spam_rate_threshold), "spam-rate")
+    return 0
+
+
+def cmd_postmaster(args: argparse.Namespace) -> int:
+    from outreach.airflow_adapter import postmaster_credentials
+    from outreach.health import HealthSettings
+    from outreach.postmaster import PostmasterClient, fetch_and_store
+
+    h = HealthSettings.from_env()
+    client = PostmasterClient(postmaster_credentials(), base_url=h.postmaster_base_url)
+    summary = fetch_and_store(_url(), client, days=args.days or h.postmaster_days)
+    for domain, d in summary.domains.items():
+        print(f"{domain} {summary.start}..{summary.end}: {d['days_known']} day(s) with data, "
+              f"{d['days_unknown']} unknown; compliance needs work: {d['needs_work'] or 'nothing'}")
+    if not summary.domains:
+        print("no mailboxes, no domains")
     return 0
 
 
@@ -247,8 +297,8 @@ def cmd_airflow(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser (sub-commands: db upgrade, import-leads, import-suppressions,
-    suppress, unsuppress, queue-due, send, unconfirmed, resolve, reap, report, serve-unsubscribe,
-    preflight, dkim-record, airflow, demo)."""
+    suppress, unsuppress, queue-due, send, unconfirmed, resolve, mailbox, postmaster, reap, report,
+    serve-unsubscribe, preflight, dkim-record, airflow, demo)."""
     p = argparse.ArgumentParser(prog="outreach", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = p.add_subparsers(dest="command", required=True)
@@ -311,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--campaign", help="only this campaign key")
     s.set_defaults(func=cmd_queue_due)
 
-    s = sub.add_parser("send", help="claim and send one batch (per mailbox with due emails)")
+    s = sub.add_parser("send", help="one send run: plan, then claim and send each planned batch")
     s.add_argument("--mailbox", type=int, help="mailbox id")
     s.add_argument("--limit", type=int, help="rows to claim at most (default OUTREACH_BATCH_SIZE)")
     s.add_argument("--until-empty", action="store_true", help="keep claiming until nothing is due")
@@ -331,6 +381,26 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--note", default="")
     s.set_defaults(func=cmd_resolve)
 
+    mbp = sub.add_parser("mailbox", help="pause or resume a mailbox, its history, health checks")
+    mbsub = mbp.add_subparsers(dest="mailbox_command", required=True)
+    for name, help_, reason_help in (
+            ("pause", "pause a mailbox: it sends nothing until resumed", "why (recorded)"),
+            ("resume", "resume a paused mailbox (cap and pacing still apply)", "why (recorded)")):
+        s = mbsub.add_parser(name, help=help_)
+        s.add_argument("mailbox", metavar="ADDRESS_OR_ID")
+        s.add_argument("--by", required=True, help="who (recorded)")
+        s.add_argument("--reason", required=True, help=reason_help)
+    s = mbsub.add_parser("history", help="pause/resume history, newest first")
+    s.add_argument("mailbox", metavar="ADDRESS_OR_ID", nargs="?")
+    mbsub.add_parser("check-bounces", help="pause mailboxes above the hard-bounce rate threshold")
+    mbsub.add_parser("check-spam-rate",
+                     help="pause mailboxes above the spam-rate threshold (stored Postmaster figures)")
+    mbp.set_defaults(func=cmd_mailbox)
+
+    s = sub.add_parser("postmaster", help="fetch Postmaster Tools figures (connection outreach_postmaster)")
+    s.add_argument("--days", type=int, help="days to fetch, today included (default 14)")
+    s.set_defaults(func=cmd_postmaster)
+
     sub.add_parser("reap", help="fail rows left 'sending' too long as unconfirmed").set_defaults(func=cmd_reap)
 
     s = sub.add_parser("report", help="per campaign, step and mailbox")
@@ -348,6 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from outreach.campaign import ConfigError
     from outreach.db import OutreachDBError
     from outreach.leads import ImportFileError
+    from outreach.postmaster import PostmasterError
     from outreach.settings import SettingsError
     from outreach.signing import SigningError
 
@@ -365,7 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ConfigError, ImportFileError, SettingsError, OutreachDBError, SigningError,
-            LookupError, OSError, ValueError) as exc:
+            PostmasterError, LookupError, OSError, ValueError) as exc:
         print(f"outreach: error: {exc}", file=sys.stderr)
         return 1
 

@@ -67,7 +67,9 @@ def run_demo() -> int:
                           {"outreach_smtp_anna": smtp.connection_json(),
                            "outreach_smtp_ben": smtp.connection_json()},
                           {"OUTREACH_PUBLIC_URL": os.environ.get("OUTREACH_PUBLIC_URL", DEMO_PUBLIC_URL),
-                           "OUTREACH_UNSUBSCRIBE_SECRET": demo_secret(state)})
+                           "OUTREACH_UNSUBSCRIBE_SECRET": demo_secret(state),
+                           # One run sends the whole sample: no pacing over the day.
+                           "OUTREACH_SEND_INTERVAL_MINUTES": "0"})
         print("  Airflow metadata (SQLite) in .airflow/ …", flush=True)
         ensure_metadata(env)
         for dag_id in ("outreach_import_leads", "outreach_queue_due", "outreach_send"):

@@ -45,24 +45,83 @@ def reap(url: str, threshold: dt.timedelta, *, now: dt.datetime | None = None) -
     return [r["id"] for r in rows]
 
 
-def plan_batches(url: str, batch_size: int, *, max_batches: int = 64,
-                 now: dt.datetime | None = None) -> list[dict[str, Any]]:
-    """Plan the send run: one entry per batch, ``{"mailbox_id", "mailbox", "limit", "label"}``.
+def plan_batches(url: str, batch_size: int, *, parallelism: int = 4,
+                 interval: dt.timedelta | None = None, now: dt.datetime | None = None,
+                 mailbox_id: int | None = None) -> list[dict[str, Any]]:
+    """Plan one send run: at most ``parallelism`` batches, each claiming across mailboxes.
 
-    A mailbox gets ``ceil(min(due, remaining today) / batch_size)`` batches; paused mailboxes get
-    none. Each batch claims on its own, so a plan that over-estimates only yields empty batches.
+    A mailbox's work this run is ``min(due, run_left)``: what it may still start today (cap and
+    warm-up) and, with ``interval``, this run's fair share of that (pacing, see
+    ``mailbox_remaining_today``); paused mailboxes get none. The work is then split over
+    ``min(parallelism, ceil(total / batch_size))`` batches by :func:`split_work`, so the number of
+    mapped send tasks follows the configured parallelism, not the number of mailboxes. Each
+    batch claims on its own under every mailbox's lock, so a plan that over-estimates (rows
+    outside their send window, a concurrent run) only yields smaller batches.
+
+    :param batch_size: rows one batch claims at most (``OUTREACH_BATCH_SIZE``).
+    :param parallelism: batches at most (``OUTREACH_SEND_PARALLELISM``).
+    :param interval: the send runs' interval for pacing; ``None`` = no pacing.
+    :param now: a fixed clock (UTC); default the database clock.
+    :param mailbox_id: plan for this mailbox only.
+    :returns: ``[{"label": str, "limit": rows, "quotas": [[mailbox_id, rows], …]}, …]``
+        (JSON-serialisable, for XCom).
     """
-    out: list[dict[str, Any]] = []
+    work: dict[int, int] = {}
     with db.connect(url, autocommit=True) as conn:
-        for mb in db.run(conn, "email_plan_mailboxes", {"now": now}):
+        for mb in db.run(conn, "email_plan_mailboxes", {"now": now, "mailbox_id": mailbox_id}):
             if mb["status"] != "active":
                 log.info("plan: mailbox %s (%s) is paused; %s due rows wait", mb["mailbox_id"],
                          mask(mb["address"]), mb["due"])
                 continue
-            quota = db.one(conn, "mailbox_remaining_today", {"mailbox_id": mb["mailbox_id"], "now": now})
-            n = min(mb["due"], max(0, quota["daily_limit"] - quota["used"]))
-            for i in range(math.ceil(n / batch_size)):
-                out.append({"mailbox_id": mb["mailbox_id"], "mailbox": mask(mb["address"]),
-                            "limit": batch_size,
-                            "label": f"mailbox {mb['mailbox_id']} ({mask(mb['address'])}) #{i + 1}"})
-    return out[:max_batches]
+            quota = db.one(conn, "mailbox_remaining_today",
+                           {"mailbox_id": mb["mailbox_id"], "now": now, "interval": interval})
+            n = min(mb["due"], quota["run_left"])
+            log.info("plan: mailbox %s (%s): due=%s remaining_today=%s runs_left=%s run_share=%s "
+                     "-> %s this run", mb["mailbox_id"], mask(mb["address"]), mb["due"],
+                     quota["remaining"], quota["runs_left"], quota["run_share"], n)
+            if n > 0:
+                work[mb["mailbox_id"]] = n
+    return split_work(work, batch_size, parallelism)
+
+
+def split_work(work: dict[int, int], batch_size: int, parallelism: int) -> list[dict[str, Any]]:
+    """Split per-mailbox work over at most ``parallelism`` batches of at most ``batch_size`` rows.
+
+    A pure function. With ``n = min(parallelism, ceil(total / batch_size))`` batches, each
+    mailbox's rows are spread evenly over all of them (a mailbox's share differs by at most one
+    between batches, and so does a batch's size); when the total exceeds ``n × batch_size`` the
+    mailboxes are scaled down in proportion (largest remainder) and the rest waits for the next
+    run. Each batch starts with a different mailbox, so concurrent batches do not queue on the
+    same mailbox lock.
+
+    :param work: ``{mailbox_id: rows}`` (rows > 0).
+    :returns: see :func:`plan_batches`; ``[]`` when there is no work.
+    """
+    total = sum(work.values())
+    if total <= 0:
+        return []
+    parts = min(parallelism, math.ceil(total / batch_size))
+    capacity = parts * batch_size
+    if total > capacity:
+        scaled = {m: n * capacity // total for m, n in work.items()}
+        rest = capacity - sum(scaled.values())
+        for m in sorted(work, key=lambda m: (-(work[m] * capacity % total), m))[:rest]:
+            scaled[m] += 1
+        work = {m: n for m, n in scaled.items() if n > 0}
+    quotas: list[dict[int, int]] = [{} for _ in range(parts)]
+    offset = 0
+    for m in sorted(work):
+        base, extra = divmod(work[m], parts)
+        for i in range(parts):
+            k = base + (1 if (i - offset) % parts < extra else 0)
+            if k:
+                quotas[i][m] = k
+        offset = (offset + extra) % parts
+    out = []
+    for i, q in enumerate(quotas):
+        ids = sorted(q)
+        order = ids[i % len(ids):] + ids[:i % len(ids)] if ids else []
+        shown = ", ".join(str(m) for m in order[:6]) + (", …" if len(order) > 6 else "")
+        out.append({"label": f"batch {i + 1}/{parts}: {sum(q.values())} from mailbox(es) {shown}",
+                    "limit": sum(q.values()), "quotas": [[m, q[m]] for m in order]})
+    return [b for b in out if b["limit"] > 0]

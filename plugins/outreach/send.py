@@ -14,13 +14,14 @@ import smtplib
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psycopg
 
 from outreach import db, failpoints
+from outreach.feedback import feedback_id
 from outreach.logutil import log, mask
 from outreach.message import (Envelope, MessageError, ascii_domain, build_message, envelope_address,
                               message_id_for, to_wire)
@@ -76,10 +77,17 @@ def worker_name(label: str = "cli") -> str:
 
 
 def claim(conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datetime | None = None,
-          ) -> tuple[list[dict[str, Any]], str]:
-    """Claim up to ``limit`` due rows of one mailbox within its daily quota, in one transaction.
+          interval: dt.timedelta | None = None) -> tuple[list[dict[str, Any]], str]:
+    """Claim up to ``limit`` due rows of one mailbox within its quota, in one transaction.
 
-    :returns: ``(rows, note)``; ``note`` says why nothing was claimed ("paused", "daily cap") .
+    The mailbox row is locked first (``mailbox_lock``), so the counts that follow hold however
+    many senders claim at once; then one claim statement takes at most what is left: the daily
+    limit (cap and warm-up, per local calendar day) and, with ``interval``, this send run's fair
+    share of it (see ``mailbox_remaining_today`` in ``sql/queries/emails.sql``).
+
+    :param interval: the send runs' interval for pacing (``None``: no pacing).
+    :returns: ``(rows, note)``; ``note`` says why nothing was claimed ("paused", "daily cap",
+        "run share") .
     """
     with conn.transaction():
         locked = db.one(conn, "mailbox_lock", {"mailbox_id": mailbox_id})
@@ -87,12 +95,16 @@ def claim(conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datetime | 
             return [], "unknown mailbox"
         if locked["status"] != "active":
             return [], "mailbox paused"
-        quota = db.one(conn, "mailbox_remaining_today", {"mailbox_id": mailbox_id, "now": now})
+        quota = db.one(conn, "mailbox_remaining_today", {"mailbox_id": mailbox_id, "now": now,
+                                                         "interval": interval})
         remaining = quota["daily_limit"] - quota["used"]
         if remaining <= 0:
             return [], f"daily limit reached ({quota['used']}/{quota['daily_limit']})"
+        if quota["run_left"] <= 0:
+            return [], (f"run share used ({quota['slot_used']}/{quota['run_share']}; "
+                        f"{quota['remaining']} left today over {quota['runs_left']} run(s))")
         rows = db.run(conn, "email_claim_batch", {
-            "mailbox_id": mailbox_id, "limit": min(limit, remaining), "now": now,
+            "mailbox_id": mailbox_id, "limit": min(limit, quota["run_left"]), "now": now,
             "claim_token": uuid.uuid4(), "claimed_by": worker})
         if rows:
             failpoints.hit("claim_before_commit")
@@ -136,7 +148,7 @@ def prepare(row: dict[str, Any], settings: Settings, now: dt.datetime,
         from_address=row["mailbox_address"], from_name=row["mailbox_name"],
         to_address=row["email"], to_name=to_name, message_id=message_id, date=now,
         unsubscribe_url=url, unsubscribe_mailto=f"mailto:unsubscribe@{domain}?subject=unsubscribe%20{token}",
-        feedback_id=f"{row['campaign_key']}:m{row['mailbox_id']}:cold:{settings.feedback_sender_id}",
+        feedback_id=feedback_id(row["campaign_key"], row["mailbox_id"], settings.feedback_sender_id),
         step_tag=f"{row['campaign_key']}/{row['step_position']}"))
     wire = to_wire(msg)
     if row.get("dkim_selector"):
@@ -181,7 +193,8 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
 
     :param url: outreach database URL.
     :param mailbox_id: the mailbox whose due rows to claim.
-    :param limit: at most this many rows (further limited by the mailbox's daily quota).
+    :param limit: at most this many rows (further limited by the mailbox's daily quota and, when
+        ``settings.send_interval`` is set, by this send run's fair share of it).
     :param connector: opens the mailbox's SMTP connection by Airflow connection id.
     :param settings: see :class:`outreach.settings.Settings`.
     :param worker: recorded as ``claimed_by`` (default ``cli@host:pid``).
@@ -196,7 +209,8 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
     worker = worker or worker_name()
     conn = db.connect(url, autocommit=True)
     try:
-        rows, note = claim(conn, mailbox_id, limit, worker=worker, now=now)
+        rows, note = claim(conn, mailbox_id, limit, worker=worker, now=now,
+                           interval=settings.send_interval)
         mailbox = db.one(conn, "mailbox_by_id", {"mailbox_id": mailbox_id})
         summary = BatchSummary(mailbox_id=mailbox_id, mailbox=mask(mailbox["address"] if mailbox else ""),
                                claimed=len(rows), note=note)
@@ -380,3 +394,60 @@ def _record(conn, row: dict[str, Any], delivery: Delivery, message_id: str, sett
             summary.unconfirmed += 1
             log.error("%s unconfirmed at stage %s: check Sent Items before doing anything; "
                       "never retried automatically", who, reason)
+
+
+@dataclass
+class PlannedSummary:
+    """What one planned batch did across its mailboxes: one :class:`BatchSummary` per mailbox,
+    and the totals (``claimed``, ``sent``, … as properties), for the task log and XCom."""
+
+    label: str
+    batches: list[BatchSummary] = field(default_factory=list)
+
+    def _total(self, key: str) -> int:
+        return sum(getattr(b, key) for b in self.batches)
+
+    claimed = property(lambda self: self._total("claimed"))
+    sent = property(lambda self: self._total("sent"))
+    retried = property(lambda self: self._total("retried"))
+    failed = property(lambda self: self._total("failed"))
+    unconfirmed = property(lambda self: self._total("unconfirmed"))
+    suppressed = property(lambda self: self._total("suppressed"))
+
+    def line(self) -> str:
+        """Return the analyst-facing summary line of the whole planned batch."""
+        return (f"{self.label or 'batch'}: mailboxes={len(self.batches)} claimed={self.claimed} "
+                f"sent={self.sent} retried={self.retried} failed={self.failed} "
+                f"unconfirmed={self.unconfirmed} suppressed={self.suppressed}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-serialisable dict: the totals, ``label`` and ``batches``."""
+        keys = ("claimed", "sent", "retried", "failed", "unconfirmed", "suppressed")
+        return {"label": self.label, **{k: getattr(self, k) for k in keys},
+                "batches": [b.to_dict() for b in self.batches]}
+
+
+def send_planned(url: str, quotas: Sequence[Sequence[int]], connector: SmtpConnector,
+                 settings: Settings, *, label: str = "", worker: str | None = None,
+                 now: dt.datetime | None = None, dkim_keys: DkimKeyLoader | None = None,
+                 ) -> PlannedSummary:
+    """Send one planned batch across mailboxes: for each ``(mailbox_id, n)`` of ``quotas``, claim
+    and send up to ``n`` rows of that mailbox with :func:`send_batch`.
+
+    Each mailbox is claimed on its own (its lock, its daily limit and run share, then the one
+    claim statement), one after the other, so a planned batch never holds more than one
+    mailbox's rows in 'sending' at a time and never exceeds any mailbox's quota, however many
+    planned batches run at once (see :func:`outreach.queue.plan_batches`).
+
+    :param quotas: ``[(mailbox_id, rows at most), …]`` in claim order (JSON lists are fine).
+    :param label: the batch's name in logs (the plan's ``label``).
+    :raises outreach.db.OutreachDBError: see :func:`send_batch`; mailboxes after the failing one
+        are not claimed (their rows stay queued for the next run).
+    """
+    worker = worker or worker_name()
+    summary = PlannedSummary(label=label)
+    for mailbox_id, n in quotas:
+        summary.batches.append(send_batch(url, int(mailbox_id), int(n), connector, settings,
+                                          worker=worker, now=now, dkim_keys=dkim_keys))
+    log.info(summary.line())
+    return summary

@@ -8,6 +8,8 @@
 | OUTREACH_BATCH_SIZE          | rows one send task claims at most (default 50)             |
 | OUTREACH_SMTP_TIMEOUT        | seconds an SMTP reply may take (default 30)                 |
 | OUTREACH_REAPER_MINUTES      | minutes before a `sending` row is failed as unconfirmed (30) |
+| OUTREACH_SEND_INTERVAL_MINUTES | minutes between `outreach_send` runs, for pacing (10; 0 = no pacing) |
+| OUTREACH_SEND_PARALLELISM    | mapped send tasks per run at most (default 4)               |
 """
 
 from __future__ import annotations
@@ -30,6 +32,13 @@ class Settings:
     (``smtp_timeout`` × ``batch_size``), or two senders could end up on the same rows.
     ``db_recover_seconds``: how long a batch that lost its database connection tries to reconnect
     to record the row it handed off and release the rest before it fails.
+
+    Pacing and fan-out: ``send_interval_minutes`` is the send DAG's run interval (its schedule is
+    ``*/10 * * * *``: keep the two equal); each run gives a mailbox at most its fair share of
+    what it may still send today over the runs left in today's send window (``0`` turns pacing
+    off: a run may use all of the day's remaining quota). ``send_parallelism`` is the number of
+    mapped send tasks a run plans at most (each claims across mailboxes, at most ``batch_size``
+    rows; Airflow's ``[core] max_map_length`` is 1024).
     """
 
     public_url: str
@@ -41,6 +50,8 @@ class Settings:
     retry_after: dt.timedelta = dt.timedelta(minutes=30)
     reaper_threshold: dt.timedelta = dt.timedelta(minutes=30)
     db_recover_seconds: float = 30.0
+    send_interval_minutes: int = 10
+    send_parallelism: int = 4
 
     def __post_init__(self) -> None:
         if not self.public_url.startswith("https://"):
@@ -53,12 +64,22 @@ class Settings:
                                 "(Gmail Feedback-ID format a:b:c:SenderId)")
         if self.batch_size < 1:
             raise SettingsError("OUTREACH_BATCH_SIZE must be at least 1")
+        if not 0 <= self.send_interval_minutes <= 1440:
+            raise SettingsError("OUTREACH_SEND_INTERVAL_MINUTES must be 0 (no pacing) to 1440")
+        if not 1 <= self.send_parallelism <= 1024:
+            raise SettingsError("OUTREACH_SEND_PARALLELISM must be 1 to 1024 (Airflow's "
+                                "[core] max_map_length)")
         longest_batch = dt.timedelta(seconds=self.smtp_timeout * self.batch_size)
         if self.reaper_threshold <= longest_batch:
             raise SettingsError(
                 f"OUTREACH_REAPER_MINUTES ({self.reaper_threshold}) must exceed the longest a batch "
                 f"can take, OUTREACH_SMTP_TIMEOUT × OUTREACH_BATCH_SIZE ({longest_batch}); "
                 "otherwise the reaper could fail rows a live sender is still sending")
+
+    @property
+    def send_interval(self) -> dt.timedelta | None:
+        """Return the send run interval used for pacing, or ``None`` when pacing is off."""
+        return dt.timedelta(minutes=self.send_interval_minutes) if self.send_interval_minutes else None
 
     @property
     def unsubscribe_base(self) -> str:
@@ -83,6 +104,8 @@ class Settings:
                 batch_size=int(env.get("OUTREACH_BATCH_SIZE", "50")),
                 smtp_timeout=float(env.get("OUTREACH_SMTP_TIMEOUT", "30")),
                 reaper_threshold=dt.timedelta(minutes=float(env.get("OUTREACH_REAPER_MINUTES", "30"))),
+                send_interval_minutes=int(env.get("OUTREACH_SEND_INTERVAL_MINUTES", "10")),
+                send_parallelism=int(env.get("OUTREACH_SEND_PARALLELISM", "4")),
             )
         except ValueError as exc:
             if isinstance(exc, SettingsError):

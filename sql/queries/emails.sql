@@ -38,17 +38,70 @@ RETURNING id, mailbox_id;
 SELECT id, address, status FROM outreach.mailboxes WHERE id = %(mailbox_id)s FOR UPDATE;
 
 -- name: mailbox_remaining_today
--- What the mailbox may still start today (its local calendar day): the warm-up/cap limit minus
--- every email claimed today that went out or may have gone out (sending, sent, unconfirmed).
-WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
-SELECT m.id, m.status,
-       outreach.mailbox_daily_limit(m, n.now) AS daily_limit,
-       (SELECT count(*) FROM outreach.emails e
-        WHERE e.mailbox_id = m.id
-          AND e.claimed_at >= (date_trunc('day', n.now AT TIME ZONE m.timezone) AT TIME ZONE m.timezone)
-          AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed'))::integer AS used
-FROM outreach.mailboxes m, n
-WHERE m.id = %(mailbox_id)s;
+-- What the mailbox may still start today (its local calendar day), and in this send run.
+-- daily_limit, used, remaining: the warm-up/cap limit minus every email claimed today that went
+-- out or may have gone out (sending, sent, unconfirmed).
+-- Pacing, when %(interval)s (the send DAG's run interval) is given: a run is the interval slot
+-- that contains now (date_bin: UTC multiples of the interval, like the DAG's cron schedule).
+-- runs_left counts the slots from this one up to window_end, the latest moment today at which a
+-- send window of one of the mailbox's queued emails is open. The run's fair share is
+-- ceil(what remained at the start of the slot / runs_left), at least 1 while anything remains;
+-- slot_used counts what this slot already claimed (another mapped task, an earlier try of a
+-- retried task, an overlapping run), so run_left, the share still open, holds however many
+-- claimers there are. Without an interval, run_left is simply what remains today.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now, %(interval)s::interval AS step),
+mb AS (
+    SELECT m.id, m.status, outreach.mailbox_daily_limit(m, n.now) AS daily_limit, n.now, n.step,
+           d.local_day AT TIME ZONE m.timezone AS day_start,
+           (d.local_day + interval '1 day') AT TIME ZONE m.timezone AS day_end,
+           date_bin(n.step, n.now, timestamptz '2000-01-01 00:00:00+00') AS slot_start
+    FROM outreach.mailboxes m
+    CROSS JOIN n
+    CROSS JOIN LATERAL (SELECT date_trunc('day', n.now AT TIME ZONE m.timezone) AS local_day) d
+    WHERE m.id = %(mailbox_id)s
+),
+usage AS (
+    SELECT count(e.id)::integer AS used,
+           count(e.id) FILTER (WHERE e.claimed_at >= mb.slot_start)::integer AS slot_used
+    FROM mb
+    LEFT JOIN outreach.emails e
+           ON e.mailbox_id = mb.id AND e.claimed_at >= mb.day_start
+          AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed')
+),
+horizon AS (
+    -- Each distinct window (lead time zone, falling back to the campaign's) is evaluated once.
+    SELECT max(outreach.send_window_close(mb.slot_start, mb.day_end, w.tz, w.send_days,
+                                          w.window_start, w.window_end)) AS window_end
+    FROM mb
+    LEFT JOIN LATERAL (
+        SELECT DISTINCT coalesce(l.timezone, c.timezone) AS tz, c.send_days, c.window_start,
+                        c.window_end
+        FROM outreach.emails q
+        JOIN outreach.campaigns c ON c.id = q.campaign_id
+        JOIN outreach.leads l ON l.id = q.lead_id
+        WHERE mb.step IS NOT NULL AND q.mailbox_id = mb.id AND q.status = 'queued'
+          AND q.scheduled_for < mb.day_end AND c.status = 'active'
+    ) w ON true
+),
+quota AS (
+    SELECT mb.*, u.used, u.slot_used, greatest(0, mb.daily_limit - u.used) AS remaining,
+           h.window_end,
+           ceil(extract(epoch FROM h.window_end - mb.slot_start)
+                / extract(epoch FROM mb.step))::integer AS runs_left
+    FROM mb, usage u, horizon h
+),
+share AS (
+    SELECT quota.*,
+           CASE WHEN step IS NULL THEN remaining
+                WHEN window_end IS NULL OR window_end <= now THEN 0
+                ELSE ceil((remaining + slot_used)::numeric / greatest(runs_left, 1))::integer
+           END AS run_share
+    FROM quota
+)
+SELECT id, status, daily_limit, used, remaining, window_end, runs_left, run_share, slot_used,
+       CASE WHEN step IS NULL THEN remaining
+            ELSE greatest(0, least(remaining, run_share - slot_used)) END AS run_left
+FROM share;
 
 -- name: email_claim_batch
 -- The claim is this one statement: lock up to %(limit)s due rows of one mailbox that no other
@@ -153,13 +206,14 @@ WHERE e.status = 'sending' AND e.claimed_at < n.now - %(threshold)s::interval
 RETURNING e.id, e.mailbox_id, e.claimed_by, e.claimed_at;
 
 -- name: email_plan_mailboxes
--- Mailboxes with due rows, for the send plan: how many are due now.
+-- Mailboxes with due rows, for the send plan: how many are due now (all mailboxes, or one).
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT m.id AS mailbox_id, m.address, m.status, count(e.id)::integer AS due
 FROM outreach.mailboxes m
 JOIN outreach.emails e ON e.mailbox_id = m.id AND e.status = 'queued'
 CROSS JOIN n
 WHERE e.scheduled_for <= n.now
+  AND (%(mailbox_id)s::bigint IS NULL OR m.id = %(mailbox_id)s::bigint)
 GROUP BY m.id, m.address, m.status
 ORDER BY m.id;
 

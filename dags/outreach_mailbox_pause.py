@@ -1,0 +1,48 @@
+"""
+### outreach_mailbox_pause
+
+Pauses one sending mailbox, for an operator (a trigger form: mailbox, reason, operator).
+
+* **pause** sets the mailbox `paused` with the reason, the time and who, in one guarded UPDATE
+  (only an active mailbox changes) that also writes the history row
+  (`outreach.mailbox_events`). From then on no send task claims its emails: they stay queued.
+
+**Clearing `pause` is safe**: pausing a paused mailbox changes nothing and keeps the first
+reason. Resume with `outreach_mailbox_resume` (or `outreach mailbox resume`).
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import Param, dag, get_current_context, task
+
+from outreach import airflow_adapter
+
+
+@dag(
+    dag_id="outreach_mailbox_pause",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["outreach"],
+    doc_md=__doc__,
+    default_args={"owner": "outreach", "retries": 1},
+    params={
+        "mailbox": Param(type="string", minLength=1, title="Mailbox",
+                         description="The mailbox's address or id."),
+        "reason": Param(type="string", minLength=1, title="Reason",
+                        description="Why it is paused (recorded with the pause)."),
+        "operator": Param(type="string", minLength=1, title="Operator",
+                          description="Who pauses it (recorded)."),
+    },
+)
+def outreach_mailbox_pause():
+    @task
+    def pause() -> dict:
+        p = get_current_context()["params"]
+        return airflow_adapter.pause_task(p["mailbox"], p["reason"], p["operator"])
+
+    pause()
+
+
+outreach_mailbox_pause()

@@ -1,0 +1,49 @@
+"""
+### outreach_mailbox_resume
+
+Resumes one paused mailbox, for an operator (a trigger form: mailbox, why, operator). Automatic
+pauses (Postmaster spam rate, hard-bounce rate) are only ever lifted here or with
+`outreach mailbox resume`.
+
+* **resume** sets the mailbox `active` in one guarded UPDATE (only a paused mailbox changes) that
+  also records who resumed it and why (`outreach.mailbox_events`).
+
+The backlog is not released in one burst: the day's cap and each `outreach_send` run's fair share
+still apply. **Clearing `resume` is safe**: resuming an active mailbox changes nothing.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import Param, dag, get_current_context, task
+
+from outreach import airflow_adapter
+
+
+@dag(
+    dag_id="outreach_mailbox_resume",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["outreach"],
+    doc_md=__doc__,
+    default_args={"owner": "outreach", "retries": 1},
+    params={
+        "mailbox": Param(type="string", minLength=1, title="Mailbox",
+                         description="The mailbox's address or id."),
+        "why": Param(type="string", minLength=1, title="Why",
+                     description="Why it may send again (recorded with the resume)."),
+        "operator": Param(type="string", minLength=1, title="Operator",
+                          description="Who resumes it (recorded)."),
+    },
+)
+def outreach_mailbox_resume():
+    @task
+    def resume() -> dict:
+        p = get_current_context()["params"]
+        return airflow_adapter.resume_task(p["mailbox"], p["operator"], p["why"])
+
+    resume()
+
+
+outreach_mailbox_resume()

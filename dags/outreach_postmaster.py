@@ -1,0 +1,56 @@
+"""
+### outreach_postmaster
+
+Daily mailbox health: Google Postmaster Tools figures, and our own hard-bounce rate.
+
+* **fetch_postmaster** reads Postmaster Tools API v2 for every sending domain (the mailboxes'
+  From domains) with the service account of the Airflow connection `outreach_postmaster`:
+  `SPAM_RATE`, `FEEDBACK_LOOP_SPAM_RATE` per mailbox (Feedback-ID field `m<id>`) for the last
+  14 days, and the compliance status. One row per domain / metric / day is upserted; a day
+  without data is stored as unknown, never as 0 %.
+* **pause_on_spam_rate** pauses every mailbox whose domain's or feedback loop's latest known spam
+  rate is above 0.1 % (`OUTREACH_SPAM_RATE_THRESHOLD`), with the figure and its date as the
+  reason, by `postmaster`.
+* **pause_on_bounce_rate** (independent of Postmaster) pauses every mailbox whose hard-bounce rate
+  over 28 days is above 3 % after at least 20 sends, by `bounce-rate`.
+
+Only an operator resumes (`outreach_mailbox_resume`). **Clearing any task is safe**: upserts, and
+a pause only changes an active mailbox.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import dag, task
+
+from outreach import airflow_adapter
+
+
+@dag(
+    dag_id="outreach_postmaster",
+    schedule="0 7 * * *",  # daily, 07:00 UTC: Postmaster data lags 1-2 days anyway
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["outreach"],
+    doc_md=__doc__,
+    default_args={"owner": "outreach", "retries": 2},
+)
+def outreach_postmaster():
+    @task
+    def fetch_postmaster() -> dict:
+        return airflow_adapter.postmaster_fetch_task()
+
+    @task
+    def pause_on_spam_rate() -> list:
+        return airflow_adapter.spam_rate_task()
+
+    @task
+    def pause_on_bounce_rate() -> list:
+        return airflow_adapter.bounce_rate_task()
+
+    fetch_postmaster() >> pause_on_spam_rate()
+    pause_on_bounce_rate()
+
+
+outreach_postmaster()

@@ -1,0 +1,222 @@
+"""Mailbox health rules that pause a mailbox on their own; only an operator resumes it.
+
+Two rules, both run daily by the ``outreach_postmaster`` DAG (and ``outreach mailbox
+check-spam-rate`` / ``check-bounces``):
+
+* **Spam rate** (:func:`pause_on_spam_rate`): when the latest *known* Postmaster Tools spam rate
+  of a mailbox's domain (``SPAM_RATE``), or of the mailbox's own feedback loop
+  (``FEEDBACK_LOOP_SPAM_RATE`` for its Feedback-ID field ``m<id>``), is above the threshold —
+  default 0.1 % (0.001), Gmail's sender guidelines: keep the spam rate below 0.1 % and never let
+  it reach 0.3 % — the mailbox is paused by ``postmaster`` with the figure and its date as the
+  reason. Days without data are skipped, never read as 0 %; with no known figure at all nothing
+  happens.
+* **Hard-bounce rate** (:func:`pause_on_bounce_rate`), our own signal whatever Postmaster says:
+  above 3 % (0.03) of at least 20 sends over the last 28 days, the mailbox is paused by
+  ``bounce-rate``. A hard bounce is a permanent failure at RCPT with a 5.1.x reply, or an address
+  suppressed as 'bounced' (see ``mailbox_bounce_counts`` in ``sql/queries/mailboxes.sql``).
+
+After an operator resumes a mailbox, evidence that was already known then does not pause it
+again (the operator decided on it): the spam rule only acts on a figure stored or revised after
+the resume, the bounce rule only counts sends since the resume.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from typing import Any
+
+from outreach import db
+from outreach.feedback import mailbox_feedback_loop_id
+from outreach.logutil import log, mask
+from outreach.mailboxes import pause
+from outreach.postmaster import (DEFAULT_BASE_URL, FEEDBACK_LOOP_SPAM_RATE, SPAM_RATE,
+                                 base_url_from_env)
+
+SPAM_ACTOR = "postmaster"
+BOUNCE_ACTOR = "bounce-rate"
+
+
+class HealthSettingsError(ValueError):
+    """A health setting is invalid; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """Thresholds (fractions: 0.001 = 0.1 %) and the Postmaster fetch.
+
+    | variable                         | field                 | default |
+    |----------------------------------|-----------------------|---------|
+    | OUTREACH_SPAM_RATE_THRESHOLD     | spam_rate_threshold   | 0.001 (0.1 %) |
+    | OUTREACH_BOUNCE_RATE_THRESHOLD   | bounce_rate_threshold | 0.03 (3 %) |
+    | OUTREACH_BOUNCE_MIN_SENDS        | bounce_min_sends      | 20 |
+    | OUTREACH_BOUNCE_WINDOW_DAYS      | bounce_window_days    | 28 |
+    | OUTREACH_POSTMASTER_DAYS         | postmaster_days       | 14 (days fetched, today included) |
+    | OUTREACH_POSTMASTER_BASE_URL     | postmaster_base_url   | https://gmailpostmastertools.googleapis.com |
+    """
+
+    spam_rate_threshold: float = 0.001
+    bounce_rate_threshold: float = 0.03
+    bounce_min_sends: int = 20
+    bounce_window_days: int = 28
+    postmaster_days: int = 14
+    postmaster_base_url: str = DEFAULT_BASE_URL
+
+    def __post_init__(self) -> None:
+        if not 0 < self.spam_rate_threshold < 0.003:
+            raise HealthSettingsError("OUTREACH_SPAM_RATE_THRESHOLD must be a fraction above 0 and "
+                                      "below 0.003 (Gmail: never reach 0.3 %)")
+        if not 0 < self.bounce_rate_threshold < 1:
+            raise HealthSettingsError("OUTREACH_BOUNCE_RATE_THRESHOLD must be a fraction (0.03 = 3 %)")
+        if self.bounce_min_sends < 1 or self.bounce_window_days < 1:
+            raise HealthSettingsError("OUTREACH_BOUNCE_MIN_SENDS and OUTREACH_BOUNCE_WINDOW_DAYS "
+                                      "must be at least 1")
+        if not 1 <= self.postmaster_days <= 120:
+            raise HealthSettingsError("OUTREACH_POSTMASTER_DAYS must be 1 to 120")
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> HealthSettings:
+        """Build the settings from environment variables (see the class docstring).
+
+        :raises HealthSettingsError: a value is not a number or out of range.
+        """
+        env = dict(os.environ if env is None else env)
+        try:
+            return cls(
+                spam_rate_threshold=float(env.get("OUTREACH_SPAM_RATE_THRESHOLD", "0.001")),
+                bounce_rate_threshold=float(env.get("OUTREACH_BOUNCE_RATE_THRESHOLD", "0.03")),
+                bounce_min_sends=int(env.get("OUTREACH_BOUNCE_MIN_SENDS", "20")),
+                bounce_window_days=int(env.get("OUTREACH_BOUNCE_WINDOW_DAYS", "28")),
+                postmaster_days=int(env.get("OUTREACH_POSTMASTER_DAYS", "14")),
+                postmaster_base_url=base_url_from_env(),
+            )
+        except ValueError as exc:
+            if isinstance(exc, HealthSettingsError):
+                raise
+            raise HealthSettingsError(f"invalid number in health settings: {exc}") from None
+
+
+def percent(fraction: float) -> str:
+    """Format a fraction as a percentage for people: ``0.0011`` → ``"0.11 %"``."""
+    return f"{fraction * 100:.3g} %"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A rule found a mailbox above its threshold: ``mailbox_id``, ``mailbox`` (masked),
+    ``rule`` (``spam_rate``, ``feedback_loop_spam_rate`` or ``bounce_rate``), ``value``
+    (a fraction), ``reason`` (recorded with the pause) and ``paused`` (False when the mailbox
+    was already paused, so nothing changed)."""
+
+    mailbox_id: int
+    mailbox: str
+    rule: str
+    value: float
+    reason: str
+    paused: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-serialisable dict."""
+        return asdict(self)
+
+
+def spam_rate_breach(mailbox: dict[str, Any], latest: dict[tuple[str, str, str], dict[str, Any]],
+                     threshold: float) -> tuple[str, dict[str, Any]] | None:
+    """Decide the spam-rate rule for one mailbox; a pure function.
+
+    :param mailbox: ``{id, domain, resumed_at}`` (``mailbox_health_list``).
+    :param latest: ``{(domain, metric, feedback_loop_id): {day, value, updated_at}}``, the latest
+        day *with data* of each series (``postmaster_stat_latest_known``).
+    :param threshold: a fraction; a figure strictly above it breaches ("keep it below 0.1 %").
+    :returns: ``(rule, stat)`` of the highest breaching figure, or ``None`` — also when no
+        figure is known, or when every breaching figure was known before the last resume.
+    """
+    found = []
+    for rule, key in (("spam_rate", (mailbox["domain"], SPAM_RATE, "")),
+                      ("feedback_loop_spam_rate", (mailbox["domain"], FEEDBACK_LOOP_SPAM_RATE,
+                                                   mailbox_feedback_loop_id(mailbox["id"])))):
+        stat = latest.get(key)
+        if stat is None or stat["value"] is None or not stat["value"] > threshold:
+            continue
+        if mailbox.get("resumed_at") is not None and stat["updated_at"] <= mailbox["resumed_at"]:
+            log.info("mailbox %s: %s %s on %s is above the threshold but was known when an "
+                     "operator resumed the mailbox; not pausing again", mailbox["id"], rule,
+                     percent(stat["value"]), stat["day"])
+            continue
+        found.append((stat["value"], rule, stat))
+    if not found:
+        return None
+    _, rule, stat = max(found, key=lambda f: f[0])
+    return rule, stat
+
+
+def pause_on_spam_rate(url: str, *, threshold: float = 0.001,
+                       now: dt.datetime | None = None) -> list[Verdict]:
+    """Pause every active mailbox whose domain's or feedback loop's latest known Postmaster spam
+    rate is above ``threshold`` (by ``postmaster``, reason = figure, date, threshold).
+
+    :param threshold: a fraction (default 0.001 = 0.1 %, Gmail's sender guidelines).
+    :param now: a fixed clock (UTC) for the pause; default the database clock.
+    :returns: one :class:`Verdict` per breaching mailbox.
+    """
+    verdicts = []
+    with db.transaction(url) as conn:
+        latest = {(r["domain"], r["metric"], r["feedback_loop_id"]): r
+                  for r in db.run(conn, "postmaster_stat_latest_known")}
+        for mb in db.run(conn, "mailbox_health_list"):
+            if mb["status"] != "active":
+                continue
+            breach = spam_rate_breach(mb, latest, threshold)
+            if breach is None:
+                continue
+            rule, stat = breach
+            what = ("Postmaster spam rate of " + stat["domain"] if rule == "spam_rate" else
+                    f"Postmaster feedback-loop spam rate of {stat['feedback_loop_id']} (Feedback-ID) "
+                    f"on {stat['domain']}")
+            reason = (f"{what}: {percent(stat['value'])} on {stat['day']:%Y-%m-%d}, above "
+                      f"{percent(threshold)}")
+            paused = pause(conn, mb["id"], reason, SPAM_ACTOR, now=now) is not None
+            verdicts.append(Verdict(mb["id"], mask(mb["address"]), rule, stat["value"], reason, paused))
+    for v in verdicts:
+        log.warning("mailbox %s (%s) %s: %s", v.mailbox_id, v.mailbox,
+                    "paused" if v.paused else "not paused (already paused)", v.reason)
+    return verdicts
+
+
+def bounce_rate_breach(sends: int, hard_bounces: int, threshold: float, min_sends: int) -> bool:
+    """Decide the bounce-rate rule; a pure function: ``hard_bounces / sends > threshold`` once
+    ``sends >= min_sends`` (compared exactly, as fractions)."""
+    return sends >= min_sends and Fraction(hard_bounces, sends) > Fraction(str(threshold))
+
+
+def pause_on_bounce_rate(url: str, *, threshold: float = 0.03, min_sends: int = 20,
+                         window_days: int = 28, now: dt.datetime | None = None) -> list[Verdict]:
+    """Pause every active mailbox whose hard-bounce rate over the last ``window_days`` days (or
+    since an operator last resumed it) is above ``threshold`` after at least ``min_sends`` sends.
+
+    :param threshold: a fraction (default 0.03 = 3 %).
+    :param now: a fixed clock (UTC); default the database clock.
+    :returns: one :class:`Verdict` per breaching mailbox.
+    """
+    verdicts = []
+    with db.transaction(url) as conn:
+        for mb in db.run(conn, "mailbox_bounce_counts",
+                         {"now": now, "window": dt.timedelta(days=window_days)}):
+            if mb["status"] != "active":
+                continue
+            if not bounce_rate_breach(mb["sends"], mb["hard_bounces"], threshold, min_sends):
+                log.info("mailbox %s: %s hard bounce(s) in %s send(s) since %s: below the rule",
+                         mb["id"], mb["hard_bounces"], mb["sends"], mb["since"])
+                continue
+            rate = mb["hard_bounces"] / mb["sends"]
+            reason = (f"hard-bounce rate {percent(rate)} ({mb['hard_bounces']} of {mb['sends']} "
+                      f"sends since {mb['since'].astimezone(dt.timezone.utc):%Y-%m-%d %H:%M} UTC), above "
+                      f"{percent(threshold)}")
+            paused = pause(conn, mb["id"], reason, BOUNCE_ACTOR, now=now) is not None
+            verdicts.append(Verdict(mb["id"], mask(mb["address"]), "bounce_rate", rate, reason, paused))
+    for v in verdicts:
+        log.warning("mailbox %s (%s) %s: %s", v.mailbox_id, v.mailbox,
+                    "paused" if v.paused else "not paused (already paused)", v.reason)
+    return verdicts

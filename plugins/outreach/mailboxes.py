@@ -1,0 +1,130 @@
+"""Pausing and resuming a mailbox, with who, when and why.
+
+A pause is one guarded UPDATE (only ``WHERE status = 'active'``) that writes its history row in
+``outreach.mailbox_events`` in the same statement; a resume likewise (only ``WHERE status =
+'paused'``). A paused mailbox sends nothing: :func:`outreach.send.claim` locks the mailbox row and
+refuses a paused one. A resumed mailbox does not release its backlog in one burst: the day's cap
+and each send run's fair share (pacing) still apply.
+
+Automatic pauses come from :mod:`outreach.health` (by ``postmaster`` or ``bounce-rate``); only an
+operator resumes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from outreach import db
+from outreach.logutil import log, mask
+
+
+class MailboxNotFound(ValueError):
+    """No mailbox has the given id or address."""
+
+
+@dataclass(frozen=True)
+class StatusChange:
+    """The outcome of a pause or resume: ``mailbox_id``, ``mailbox`` (masked address),
+    ``changed`` (False when the mailbox already had that status), ``status`` after the call
+    (``active``/``paused``) and ``at`` (UTC) when it changed."""
+
+    mailbox_id: int
+    mailbox: str
+    changed: bool
+    status: str
+    at: dt.datetime | None = None
+
+    def line(self) -> str:
+        """Return a one-line description for logs and the CLI."""
+        what = {"paused": "paused", "active": "resumed"}[self.status]
+        if self.changed:
+            return f"mailbox {self.mailbox_id} ({self.mailbox}) {what}"
+        return f"mailbox {self.mailbox_id} ({self.mailbox}) was already {self.status}; nothing changed"
+
+
+def find_mailbox(conn: Any, mailbox: str | int) -> dict[str, Any]:
+    """Return the mailbox row for an id (``3``, ``"3"``) or an address (case-insensitive).
+
+    :raises MailboxNotFound: no such mailbox.
+    """
+    text = str(mailbox).strip()
+    params = ({"mailbox_id": int(text), "address": None} if text.isdigit()
+              else {"mailbox_id": None, "address": text})
+    row = db.one(conn, "mailbox_find", params)
+    if row is None:
+        raise MailboxNotFound(f"no mailbox {mask(text) if '@' in text else text!r}")
+    return row
+
+
+def _required(value: str, what: str) -> str:
+    value = (value or "").strip()
+    if not value:
+        raise ValueError(f"{what} is required")
+    return value
+
+
+def pause(conn: Any, mailbox_id: int, reason: str, by: str, *,
+          now: dt.datetime | None = None) -> dt.datetime | None:
+    """Pause one active mailbox inside the caller's transaction.
+
+    :param reason: recorded with the pause (for automatic pauses: the figure and its date).
+    :param by: who pauses (an operator, or ``postmaster`` / ``bounce-rate``).
+    :param now: a fixed clock (UTC); default the database clock.
+    :returns: when it was paused, or ``None`` when it was not active (nothing changed).
+    """
+    done = db.run(conn, "mailbox_pause", {"mailbox_id": mailbox_id, "reason": reason, "by": by,
+                                          "now": now})
+    return done[0]["created_at"] if done else None
+
+
+def pause_mailbox(url: str, mailbox: str | int, reason: str, by: str, *,
+                  now: dt.datetime | None = None) -> StatusChange:
+    """Pause a mailbox (by id or address): it sends nothing until an operator resumes it.
+
+    Idempotent: pausing a paused mailbox changes nothing and keeps the first reason.
+
+    :raises MailboxNotFound: no such mailbox.
+    :raises ValueError: ``reason`` or ``by`` is empty.
+    """
+    reason, by = _required(reason, "a reason"), _required(by, "who pauses (--by)")
+    with db.transaction(url) as conn:
+        row = find_mailbox(conn, mailbox)
+        at = pause(conn, row["id"], reason, by, now=now)
+    change = StatusChange(row["id"], mask(row["address"]), at is not None, "paused", at)
+    log.warning("%s by %s: %s", change.line(), by, reason)
+    return change
+
+
+def resume_mailbox(url: str, mailbox: str | int, by: str, why: str, *,
+                   now: dt.datetime | None = None) -> StatusChange:
+    """Resume a paused mailbox (by id or address), recording who and why.
+
+    Its backlog is not released in one burst: the day's cap and each send run's fair share
+    still apply (``mailbox_remaining_today``).
+
+    :raises MailboxNotFound: no such mailbox.
+    :raises ValueError: ``by`` or ``why`` is empty.
+    """
+    by, why = _required(by, "who resumes (--by)"), _required(why, "why (--reason)")
+    with db.transaction(url) as conn:
+        row = find_mailbox(conn, mailbox)
+        done = db.run(conn, "mailbox_resume", {"mailbox_id": row["id"], "by": by, "why": why,
+                                               "now": now})
+    change = StatusChange(row["id"], mask(row["address"]), bool(done), "active",
+                          done[0]["created_at"] if done else None)
+    log.warning("%s by %s: %s", change.line(), by, why)
+    return change
+
+
+def mailbox_events(url: str, mailbox: str | int | None = None) -> list[dict[str, Any]]:
+    """Return the pause/resume history, newest first: ``{id, mailbox_id, address (masked),
+    event ('paused'/'resumed'), actor, reason, created_at (UTC)}`` for one mailbox or all.
+
+    :raises MailboxNotFound: no such mailbox.
+    """
+    with db.connect(url, autocommit=True) as conn:
+        mailbox_id = find_mailbox(conn, mailbox)["id"] if mailbox is not None else None
+        rows = db.run(conn, "mailbox_event_list", {"mailbox_id": mailbox_id})
+    return [{**r, "address": mask(r["address"])} for r in rows]
