@@ -53,7 +53,8 @@ def cli_env(db_url: str, smtp: FaultSMTPServer, tmp_path: Path, **extra: str) ->
     env.update({"OUTREACH_DATABASE_URL": db_url, "OUTREACH_HOME": str(ROOT),
                 "AIRFLOW_HOME": str(tmp_path / "airflow-home"),
                 "OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
-                "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789"})
+                "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
+                "OUTREACH_SEND_INTERVAL_MINUTES": "0"})  # no pacing: these tests drain the queue
     for conn_id in SMTP_CONN_IDS:
         env[f"AIRFLOW_CONN_{conn_id.upper()}"] = smtp.connection_json(timeout=5)
     env.pop("OUTREACH_FAILPOINTS", None)

@@ -47,6 +47,7 @@ def deployment(pg_admin_url, db_url, sink, tmp_path):
                                 "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
                                 "OUTREACH_BATCH_SIZE": "25",
                                 "OUTREACH_SEND_INTERVAL_MINUTES": "0",
+                                "OUTREACH_SEND_PARALLELISM": "4",
                                 "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
                                 "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1"})
     dep.migrate()
@@ -86,6 +87,33 @@ def task_instances(dep, token, dag_id, run_id) -> list[dict]:
     return dep.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", token)["task_instances"]
 
 
+def clear_and_wait(dep, token, run_id: str, tis: list[dict], *, only_failed: bool) -> dict:
+    """Clear send_batch task instances (and what follows them) through the REST API; wait for the
+    run to finish again; return the run."""
+    dep.api("POST", "/dags/outreach_send/clearTaskInstances", token, json={
+        "dag_run_id": run_id, "task_ids": [["send_batch", t["map_index"]] for t in tis],
+        "only_failed": only_failed, "dry_run": False, "reset_dag_runs": True, "include_downstream": True})
+
+    def rerun_done():
+        now = {(t["map_index"]): t for t in task_instances(dep, token, "outreach_send", run_id)
+               if t["task_id"] == "send_batch"}
+        if not all(now[t["map_index"]]["try_number"] > t["try_number"] for t in tis):
+            return None
+        run = dep.api("GET", f"/dags/outreach_send/dagRuns/{run_id}", token)
+        return run if run["state"] in FINAL else None
+
+    return wait_for(rerun_done, 300, "the cleared task instances to run again")
+
+
+def send_tis(dep, token, run_id: str) -> list[dict]:
+    return [t for t in task_instances(dep, token, "outreach_send", run_id) if t["task_id"] == "send_batch"]
+
+
+def accepted_once(messages) -> None:
+    ids = [m["Message-ID"] for m in messages]
+    assert len(ids) == len(set(ids)), "a Message-ID was accepted twice"
+
+
 def test_scheduler_runs_the_main_job_and_clearing_sends_nothing_twice(deployment, db_url, sink, tmp_path):
     dep = deployment
     token = dep.token()
@@ -96,49 +124,47 @@ def test_scheduler_runs_the_main_job_and_clearing_sends_nothing_twice(deployment
 
     assert run_and_wait(dep, token, "outreach_import_leads")["state"] == "success"
     assert run_and_wait(dep, token, "outreach_queue_due")["state"] == "success"
+
+    # Run A: 4 mapped batches of at most 25 rows across both mailboxes, all successful.
+    run_a = run_and_wait(dep, token, "outreach_send")
+    assert run_a["state"] == "success"
+    tis_a = send_tis(dep, token, run_a["dag_run_id"])
+    assert len(tis_a) == 4 and {t["state"] for t in tis_a} == {"success"}
+    after_a = len(sink.messages())
+    assert after_a == 100
+
+    # Clear a successful send task: its re-run claims fresh rows or none, never its old ones.
+    rerun = clear_and_wait(dep, token, run_a["dag_run_id"], tis_a[:1], only_failed=False)
+    assert rerun["state"] == "success"
+    accepted_once(sink.messages())
+    assert after_a <= len(sink.messages()) <= after_a + 25
+    invariants.assert_ok(db_url, sink.messages())
+
+    # Run B with a broken send log for mailbox 2: each try hands one message of mailbox 2 to the
+    # server, cannot record it, and fails; after its retries every batch has failed.
     with psycopg.connect(db_url) as c:
         c.execute(BREAK_LEDGER)
-    send = run_and_wait(dep, token, "outreach_send")
-    assert send["state"] == "failed"  # mailbox 2's batches could not record what they sent
-    tis = [t for t in task_instances(dep, token, "outreach_send", send["dag_run_id"]) if t["task_id"] == "send_batch"]
-    ok = [t for t in tis if t["state"] == "success"]
-    failed = [t for t in tis if t["state"] == "failed"]
-    assert ok and failed and all(t["try_number"] == 3 for t in failed)  # retried twice, failed each time
-    sent_before = len(sink.messages())
+    run_b = run_and_wait(dep, token, "outreach_send")
+    assert run_b["state"] == "failed"
+    failed = [t for t in send_tis(dep, token, run_b["dag_run_id"]) if t["state"] == "failed"]
+    assert failed and all(t["try_number"] == 3 for t in failed)  # retried twice, failed each time
+    stuck = rows(db_url, "SELECT id FROM outreach.emails WHERE status = 'sending'")
+    assert len(stuck) == 3 * len(failed)  # one handed-off, unrecorded row per failed try
+    accepted_once(sink.messages())
 
-    # Clear a successful send task: its re-run claims fresh rows or none, and sends nothing twice.
+    # Mend the ledger and clear the failed tasks: they send fresh rows and succeed.
     with psycopg.connect(db_url) as c:
         c.execute(MEND_LEDGER)
-    target = ok[0]
-    dep.api("POST", "/dags/outreach_send/clearTaskInstances", token, json={
-        "dag_run_id": send["dag_run_id"], "task_ids": [["send_batch", target["map_index"]]],
-        "only_failed": False, "dry_run": False, "reset_dag_runs": True})
-    wait_for(lambda: next(t for t in task_instances(dep, token, "outreach_send", send["dag_run_id"])
-                          if t["task_id"] == "send_batch" and t["map_index"] == target["map_index"]
-                          )["try_number"] > target["try_number"] and
-             dep.api("GET", f"/dags/outreach_send/dagRuns/{send['dag_run_id']}", token)["state"] in FINAL,
-             300, "the cleared successful task to run again")
-    assert len(sink.messages()) == sent_before  # its rows were all sent: the re-run found none
-    ids = [m["Message-ID"] for m in sink.messages()]
-    assert len(ids) == len(set(ids))
+    assert clear_and_wait(dep, token, run_b["dag_run_id"], failed, only_failed=True)["state"] == "success"
+    for _ in range(5):  # later scheduled runs send the rest
+        if not rows(db_url, "SELECT id FROM outreach.emails WHERE status = 'queued'"):
+            break
+        assert run_and_wait(dep, token, "outreach_send")["state"] == "success"
 
-    # Clear the failed ones: with the ledger mended they send the rest.
-    dep.api("POST", "/dags/outreach_send/clearTaskInstances", token, json={
-        "dag_run_id": send["dag_run_id"], "task_ids": [["send_batch", t["map_index"]] for t in failed],
-        "only_failed": True, "dry_run": False, "reset_dag_runs": True, "include_downstream": True})
-    final = wait_for(lambda: (r := dep.api("GET", f"/dags/outreach_send/dagRuns/{send['dag_run_id']}", token))
-                     ["state"] in FINAL and r, 300, "the cleared failed tasks to finish")
-    states = [(t["task_id"], t["map_index"], t["state"], t["try_number"])
-              for t in task_instances(dep, token, "outreach_send", send["dag_run_id"])]
-    assert final["state"] == "success", states
-
-    # The messages the server took while the ledger was broken are 'sending'; the reaper makes
-    # them unconfirmed for a person to decide. Everything else was sent exactly once.
-    stuck = rows(db_url, "SELECT id FROM outreach.emails WHERE status = 'sending'")
-    assert len(stuck) == len(failed) * 3  # one handed-off row per failed try
+    # The messages taken while the ledger was broken are still 'sending'; the reaper makes them
+    # unconfirmed for a person to decide. Everything else was sent exactly once; nothing is lost.
     reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31))
     messages = sink.messages()
     totals = invariants.assert_ok(db_url, messages)
     assert totals.unconfirmed == len(stuck)
     assert totals.sent_rows + totals.unconfirmed == len(messages) == 196
-    assert len(messages) >= sent_before

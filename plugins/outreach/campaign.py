@@ -174,7 +174,26 @@ def load_campaign(path: str | Path) -> Campaign:
             if not (templates_dir() / f"{step.template}{suffix}").is_file():
                 raise ConfigError(f"{path}, field steps.{i}.template: no template file "
                                   f"{templates_dir() / (step.template + suffix)}")
+        # A typo such as {{ lead.compnay }} would fail every email of the step: refuse it now.
+        from outreach.render import RenderError, render
+
+        try:
+            render(step.template, step.subject, SAMPLE_CONTEXT)
+        except RenderError as exc:
+            raise ConfigError(f"{path}, field steps.{i} (template {step.template!r}, subject "
+                              f"{step.subject!r}): does not render for a sample lead: {exc}") from None
     return campaign
+
+
+SAMPLE_CONTEXT = {
+    "lead": {"first_name": "Sam", "last_name": "Sample", "company": "Sample GmbH",
+             "title": "Head of Operations", "email": "sam@sample.example"},
+    "sender": {"name": "Sender Name", "address": "sender@mail.sample.example"},
+    "campaign": {"key": "sample", "name": "Sample"},
+    "step": 1,
+    "unsubscribe_url": "https://unsubscribe.sample.example/unsubscribe/TOKEN",
+}
+"""The context a campaign's templates are test-rendered with when the file is loaded."""
 
 
 def load_mailboxes(path: str | Path) -> list[Mailbox]:

@@ -174,9 +174,13 @@ def cmd_send(args: argparse.Namespace) -> int:
     from outreach.queue import plan_batches
     from outreach.send import send_planned
 
+    import dataclasses
+
     settings = load_settings()
+    if args.limit:  # validated like OUTREACH_BATCH_SIZE (the reaper threshold must outlast a batch)
+        settings = dataclasses.replace(settings, batch_size=args.limit)
     url = _url()
-    limit = args.limit or settings.batch_size
+    limit = settings.batch_size
     while True:
         batches = plan_batches(url, limit, parallelism=settings.send_parallelism,
                                interval=settings.send_interval, mailbox_id=args.mailbox)

@@ -196,6 +196,12 @@ def parse_leads_csv(path: str | Path) -> ParsedFile:
         if not any(cell.strip() for cell in record):
             continue
         out.rows_total += 1
+        nul = next((i for i, cell in enumerate(record) if "\x00" in cell), None)
+        if nul is not None:
+            out.invalid += 1
+            out.problems.append(Problem(line, headers[nul] if nul < len(headers) else "(row)",
+                                        "contains a NUL byte (a binary or corrupted export?)"))
+            continue
         if len(record) > len(headers):
             out.invalid += 1
             out.problems.append(Problem(line, "(row)", f"{len(record)} fields but the header has "

@@ -66,6 +66,8 @@ def render(template: str, subject: str, context: dict[str, Any],
         raise RenderError(f"template {template!r}: {exc.message}") from None
     except jinja2.TemplateError as exc:
         raise RenderError(f"template {template!r}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a filter or expression failing for this lead's data
+        raise RenderError(f"template {template!r}: {type(exc).__name__}: {exc}") from None
     if not subject_out:
         raise RenderError(f"template {template!r}: the subject renders empty")
     url = context["unsubscribe_url"]

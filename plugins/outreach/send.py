@@ -30,7 +30,7 @@ from outreach.settings import Settings
 from outreach.signing import DkimKey, SigningError, sign
 from outreach.suppression import is_suppressed, suppress
 from outreach.tokens import make_token
-from outreach.transport import Delivery, Outcome, SmtpSession
+from outreach.transport import Delivery, Outcome, SmtpSession, Stage
 
 SmtpConnector = Callable[[str], smtplib.SMTP]
 """Given a mailbox's Airflow SMTP connection id, return a connected ``smtplib.SMTP``."""
@@ -215,7 +215,7 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
         summary = BatchSummary(mailbox_id=mailbox_id, mailbox=mask(mailbox["address"] if mailbox else ""),
                                claimed=len(rows), note=note)
         if rows:
-            session = SmtpSession(lambda: connector(rows[0]["smtp_conn_id"]))
+            session = SmtpSession(lambda: connector(rows[0]["smtp_conn_id"]), settings.smtp_timeout)
             keys = _KeyCache(dkim_keys)
             progress = _Progress()
             try:
@@ -349,13 +349,24 @@ def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Setting
         summary.failures.append(f"email {row['id']}: SIGN {exc}")
         _retry(conn, guard, settings, summary, who, now, f"SIGN {exc}")
         return
-    except (RenderError, MessageError) as exc:
+    except Exception as exc:  # noqa: BLE001 - RenderError, MessageError or a bug for this row only
+        reason = str(exc) if isinstance(exc, (RenderError, MessageError)) else f"{type(exc).__name__}: {exc}"
         if _guarded(conn, "email_mark_failed",
-                    {**guard, "failure_kind": "render", "error": f"RENDER {exc}"}, summary, "fail"):
+                    {**guard, "failure_kind": "render", "error": f"RENDER {reason}"}, summary, "fail"):
             summary.failed += 1
-            summary.failures.append(f"email {row['id']}: RENDER {exc}")
-            log.error("%s failed at stage RENDER: %s", who, exc)
+            summary.failures.append(f"email {row['id']}: RENDER {reason}")
+            log.error("%s failed at stage RENDER: %s", who, reason)
         return
+    # Heartbeat: re-assert our claim right before the handoff. If the reaper (or an operator)
+    # took the row meanwhile, it is not ours to send; and the reaper measures the claim's age
+    # from here, so only a handoff that itself outlasts the threshold can be reaped.
+    if not _guarded(conn, "email_touch_claim", {**guard, "now": now}, summary, "hand off"):
+        return
+    # Until the transport says otherwise, an interrupted handoff counts as ambiguous: the row is
+    # then failed as unconfirmed by the recovery below, never released to be sent again.
+    progress.delivery = Delivery(Outcome.AMBIGUOUS, Stage.BODY, None,
+                                 "the sender was interrupted during the SMTP handoff")
+    progress.message_id = message_id
     delivery = session.deliver(payload, mail_from, rcpt_to)
     progress.delivery, progress.message_id = delivery, message_id
     if delivery.outcome is Outcome.ACCEPTED:

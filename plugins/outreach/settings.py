@@ -19,6 +19,10 @@ import os
 from dataclasses import dataclass
 
 
+HANDOFF_REPLIES = 8
+"""Replies one SMTP handoff may wait for: greeting, EHLO, STARTTLS, AUTH, MAIL, RCPT, DATA, end."""
+
+
 class SettingsError(ValueError):
     """A setting is missing or invalid; the message names the variable."""
 
@@ -69,6 +73,14 @@ class Settings:
         if not 1 <= self.send_parallelism <= 1024:
             raise SettingsError("OUTREACH_SEND_PARALLELISM must be 1 to 1024 (Airflow's "
                                 "[core] max_map_length)")
+        # One handoff waits for at most HANDOFF_REPLIES replies (greeting, EHLO, STARTTLS, AUTH
+        # on a reconnect; MAIL, RCPT, DATA, end of DATA); the sender re-asserts its claim right
+        # before each handoff, so the reaper must outwait one handoff at least.
+        longest_handoff = dt.timedelta(seconds=self.smtp_timeout * HANDOFF_REPLIES)
+        if self.reaper_threshold <= longest_handoff:
+            raise SettingsError(
+                f"OUTREACH_REAPER_MINUTES ({self.reaper_threshold}) must exceed the longest one "
+                f"SMTP handoff can take, {HANDOFF_REPLIES} × OUTREACH_SMTP_TIMEOUT ({longest_handoff})")
         longest_batch = dt.timedelta(seconds=self.smtp_timeout * self.batch_size)
         if self.reaper_threshold <= longest_batch:
             raise SettingsError(

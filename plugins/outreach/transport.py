@@ -92,10 +92,12 @@ class SmtpSession:
 
     :param connect: returns a connected, greeted (and authenticated) ``smtplib.SMTP``; in Airflow
         this comes from the SMTP provider's hook for the mailbox's connection.
+    :param timeout: seconds any reply may take once connected (``None``: the connection's own).
     """
 
-    def __init__(self, connect: Callable[[], smtplib.SMTP]) -> None:
+    def __init__(self, connect: Callable[[], smtplib.SMTP], timeout: float | None = None) -> None:
         self._connect = connect
+        self._timeout = timeout
         self._client: smtplib.SMTP | None = None
 
     def _drop(self) -> None:
@@ -128,6 +130,10 @@ class SmtpSession:
         if self._client is None:
             try:
                 self._client = self._connect()
+                if self._timeout and self._client.sock is not None:
+                    # Every later reply waits at most the validated timeout (Settings.smtp_timeout).
+                    self._client.timeout = self._timeout
+                    self._client.sock.settimeout(self._timeout)
                 self._client.ehlo_or_helo_if_needed()
             except Exception as exc:  # noqa: BLE001 - refused, reset, TLS, AUTH, hook errors
                 self._client = None
@@ -167,6 +173,12 @@ class SmtpSession:
                             "no reply after the end of DATA: " + _text(str(exc) or type(exc).__name__))
         if 200 <= code <= 299:
             return Delivery(Outcome.ACCEPTED, Stage.END_OF_DATA, code, _text(resp))
+        if not 400 <= code <= 599:
+            # An unparseable (smtplib: -1) or out-of-protocol reply to the end of DATA: the server
+            # may have taken the message, so it is never retried automatically.
+            self._drop()
+            return Delivery(Outcome.AMBIGUOUS, Stage.END_OF_DATA, code,
+                            "unexpected reply to the end of DATA: " + _text(resp))
         if code == 421:
             self._drop()
         return _classify(Stage.END_OF_DATA, code, resp)

@@ -231,3 +231,11 @@ RETURNING e.id;
 
 -- name: mailbox_by_id
 SELECT id, address, status FROM outreach.mailboxes WHERE id = %(mailbox_id)s;
+
+-- name: email_touch_claim
+-- The sender's heartbeat right before each handoff: proves the row is still ours (status and
+-- claim token) and restarts the reaper's clock. No row back: someone took it; do not send.
+UPDATE outreach.emails e
+SET claimed_at = coalesce(%(now)s::timestamptz, now()), updated_at = now()
+WHERE e.id = %(email_id)s AND e.status = 'sending' AND e.claim_token = %(claim_token)s
+RETURNING e.id;
