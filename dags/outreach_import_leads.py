@@ -14,7 +14,6 @@ unique by normalised address, enrolments by campaign and lead, suppressions by v
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
 from outreach import airflow_adapter
@@ -22,12 +21,8 @@ from outreach import airflow_adapter
 
 @dag(
     dag_id="outreach_import_leads",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    tags=["outreach"],
     doc_md=__doc__,
-    default_args={"owner": "outreach", "retries": 1},
+    **airflow_adapter.dag_kwargs(),
     params={
         "campaign_file": Param("include/campaigns/demo.yaml", type="string", title="Campaign file",
                                description="Campaign YAML, relative to the project root.",

@@ -14,7 +14,6 @@ still apply. **Clearing `resume` is safe**: resuming an active mailbox changes n
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
 from outreach import airflow_adapter
@@ -22,12 +21,8 @@ from outreach import airflow_adapter
 
 @dag(
     dag_id="outreach_mailbox_resume",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    tags=["outreach"],
     doc_md=__doc__,
-    default_args={"owner": "outreach", "retries": 1},
+    **airflow_adapter.dag_kwargs(operator=True),
     params={
         "mailbox": Param(type="string", minLength=1, title="Mailbox",
                          description="The mailbox's address or id."),

@@ -20,7 +20,6 @@ a pause only changes an active mailbox.
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import dag, task
 
 from outreach import airflow_adapter
@@ -28,13 +27,9 @@ from outreach import airflow_adapter
 
 @dag(
     dag_id="outreach_postmaster",
-    schedule="0 7 * * *",  # daily, 07:00 UTC: Postmaster data lags 1-2 days anyway
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    max_active_runs=1,
-    tags=["outreach"],
     doc_md=__doc__,
-    default_args={"owner": "outreach", "retries": 2},
+    # Daily at 07:00 UTC: Postmaster data lags 1–2 days anyway.
+    **airflow_adapter.dag_kwargs(schedule="0 7 * * *", retries=2, max_active_runs=1),
 )
 def outreach_postmaster():
     @task

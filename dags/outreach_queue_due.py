@@ -14,7 +14,6 @@ constraint, so a second run queues nothing twice.
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import dag, task
 
 from outreach import airflow_adapter
@@ -22,13 +21,8 @@ from outreach import airflow_adapter
 
 @dag(
     dag_id="outreach_queue_due",
-    schedule="*/15 * * * *",
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    max_active_runs=1,
-    tags=["outreach"],
     doc_md=__doc__,
-    default_args={"owner": "outreach", "retries": 2},
+    **airflow_adapter.dag_kwargs(schedule="*/15 * * * *", retries=2, max_active_runs=1),
 )
 def outreach_queue_due():
     @task

@@ -11,7 +11,6 @@ as `outreach report`.
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import dag, task
 
 from outreach import airflow_adapter
@@ -19,12 +18,8 @@ from outreach import airflow_adapter
 
 @dag(
     dag_id="outreach_report",
-    schedule="0 7 * * *",
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    tags=["outreach"],
     doc_md=__doc__,
-    default_args={"owner": "outreach", "retries": 1},
+    **airflow_adapter.dag_kwargs(schedule="0 7 * * *"),
 )
 def outreach_report():
     @task

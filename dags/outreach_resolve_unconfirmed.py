@@ -17,7 +17,6 @@ resolves nothing twice.
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
 from outreach import airflow_adapter
@@ -25,12 +24,8 @@ from outreach import airflow_adapter
 
 @dag(
     dag_id="outreach_resolve_unconfirmed",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    tags=["outreach", "operator"],
     doc_md=__doc__,
-    default_args={"owner": "outreach", "retries": 1},
+    **airflow_adapter.dag_kwargs(operator=True),
     params={
         "decision": Param("was_sent", type="string", enum=["was_sent", "not_sent"], title="Decision",
                           values_display={"was_sent": "It was sent (found in Sent Items)",

@@ -26,7 +26,6 @@ earlier try sent is `sent`, and rows it left `sending` (a killed worker) go to t
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import TriggerRule, dag, get_current_context, task
 
 from outreach import airflow_adapter
@@ -34,13 +33,8 @@ from outreach import airflow_adapter
 
 @dag(
     dag_id="outreach_send",
-    schedule="*/10 * * * *",
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    max_active_runs=2,
-    tags=["outreach"],
     doc_md=__doc__,
-    default_args={"owner": "outreach", "retries": 2},
+    **airflow_adapter.dag_kwargs(schedule="*/10 * * * *", retries=2, max_active_runs=2),
 )
 def outreach_send():
     @task

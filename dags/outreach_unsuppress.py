@@ -11,7 +11,6 @@ example by a whole-domain suppression), the log says so.
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
 from outreach import airflow_adapter
@@ -19,12 +18,8 @@ from outreach import airflow_adapter
 
 @dag(
     dag_id="outreach_unsuppress",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    tags=["outreach", "operator"],
     doc_md=__doc__,
-    default_args={"owner": "outreach", "retries": 1},
+    **airflow_adapter.dag_kwargs(operator=True),
     params={
         "value": Param("", type="string", minLength=3, title="Address or @domain"),
         "why": Param("", type="string", minLength=3, title="Why",

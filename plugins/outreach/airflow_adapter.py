@@ -113,6 +113,20 @@ def smtp_connector(smtp_conn_id: str) -> smtplib.SMTP:
     return client
 
 
+# --- DAG definitions ---------------------------------------------------------------------------
+
+def dag_kwargs(*, schedule: str | None = None, retries: int = 1, operator: bool = False,
+               **extra: Any) -> dict[str, Any]:
+    """Return the ``@dag`` arguments every outreach DAG shares: ``schedule`` (cron or ``None`` for
+    manual DAGs), a fixed start date (UTC), no catch-up, tag ``outreach`` (and ``operator`` for
+    operator actions), owner ``outreach`` and ``retries`` per task; ``extra`` is passed through."""
+    import datetime as dt
+
+    return {"schedule": schedule, "start_date": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+            "catchup": False, "tags": ["outreach"] + (["operator"] if operator else []),
+            "default_args": {"owner": "outreach", "retries": retries}, **extra}
+
+
 # --- trigger-form choices (files only: DAG parsing never touches the database) ---------------
 
 def project_files(folder: str, pattern: str) -> list[str]:

@@ -432,6 +432,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # The CLI reads Airflow connections; keep Airflow's files in the project, not in ~/airflow.
     os.environ.setdefault("AIRFLOW_HOME", str(project_root() / ".airflow"))
+    import signal
+
+    def _terminate(signum, frame):  # noqa: ARG001
+        # Turn SIGTERM into an exception so an interrupted batch records its handed-off row as
+        # unconfirmed and puts the rows it never touched back in the queue (see outreach.send).
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _terminate)
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
