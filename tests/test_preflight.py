@@ -125,7 +125,7 @@ def test_preflight_task_blocks_failing_domains_in_block_mode(db_url, tmp_path, m
         monkeypatch.setenv("OUTREACH_DNS_NAMESERVER", ns)
         good = airflow_adapter.preflight_task()
         assert good["blocked"] == [] and good["domains"] == {demo_domain: PASS}
-        assert {b["mailbox_id"] for b in airflow_adapter.plan_task(good)} == {1, 2}
+        assert {q[0] for b in airflow_adapter.plan_task(good) for q in b["quotas"]} == {1, 2}
     broken = [r for r in good_zone(demo_domain, SELECTOR, key, IP) if "_dmarc" not in str(r.rname)]
     with dns_server(broken) as ns:
         monkeypatch.setenv("OUTREACH_DNS_NAMESERVER", ns)
@@ -137,7 +137,7 @@ def test_preflight_task_blocks_failing_domains_in_block_mode(db_url, tmp_path, m
         assert plan == []
         assert "blocked for this run: DMARC failed (OUTREACH_PREFLIGHT=block)" in caplog.text
     else:
-        assert checked["blocked"] == [] and {b["mailbox_id"] for b in plan} == {1, 2}
+        assert checked["blocked"] == [] and {q[0] for b in plan for q in b["quotas"]} == {1, 2}
         assert "sends anyway: DMARC failed (OUTREACH_PREFLIGHT=warn)" in caplog.text
     assert "anna.schmidt@" not in caplog.text and "BEGIN PRIVATE KEY" not in caplog.text
 
