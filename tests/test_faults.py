@@ -61,6 +61,9 @@ def test_each_smtp_fault_class_lands_in_the_right_state(db_url, settings, tmp_pa
         "dropped@faults.example": ["drop"],
         "slow@faults.example": ["slow"],
     }
+    import dataclasses
+
+    settings = dataclasses.replace(settings, smtp_timeout=1)  # every reply within 1 s, or no reply
     with FaultSMTPServer(rules, slow_seconds=2.5) as smtp:
         point_mailboxes_at(monkeypatch, smtp.connection_json(timeout=1))
         import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, list(rules)), now=T0)
