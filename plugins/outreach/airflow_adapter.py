@@ -279,7 +279,8 @@ def preflight_task() -> dict[str, Any]:
                                          resolver=resolver)
             report = reports[key]
             for line in report.text().splitlines():
-                (log.error if report.failed else log.info)("preflight: %s", line)
+                level = log.info if not report.failed else (log.error if mode == "block" else log.warning)
+                level("preflight: %s", line)
         report = reports[key]
         verdict = "FAIL" if report.failed else ("WARN" if any(c.status == "WARN" for c in report.checks)
                                                 else "PASS")

@@ -236,9 +236,12 @@ def cmd_mailbox(args: argparse.Namespace) -> int:
     elif args.mailbox_command == "resume":
         print(mailboxes.resume_mailbox(url, args.mailbox, args.by, args.reason).line())
     elif args.mailbox_command == "history":
-        for e in mailboxes.mailbox_events(url, args.mailbox):
+        events = mailboxes.mailbox_events(url, args.mailbox)
+        for e in events:
             print(f"{e['created_at']:%Y-%m-%d %H:%M %Z}  mailbox {e['mailbox_id']} ({e['address']})"
                   f"  {e['event']} by {e['actor']}: {e['reason']}")
+        if not events:
+            print("no pause or resume events" + (f" for mailbox {args.mailbox}" if args.mailbox else ""))
     elif args.mailbox_command == "check-bounces":
         from outreach.health import HealthSettings, pause_on_bounce_rate
 
@@ -447,6 +450,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("outreach").setLevel(logging.INFO if args.verbose else logging.WARNING)
     try:
         return args.func(args)
+    except BrokenPipeError:
+        # `outreach report --json | head`: the reader went away; that is not an error.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ConfigError, ImportFileError, SettingsError, OutreachDBError, SigningError,
             PostmasterError, LookupError, OSError, ValueError) as exc:
         print(f"outreach: error: {exc}", file=sys.stderr)

@@ -88,7 +88,8 @@ def run_demo() -> int:
     print("=" * 72)
     print(f"Leads ({LEADS_FILE}): {imp['rows_total']} rows")
     print(f"  imported {imp['imported']}, updated {imp['updated']}, duplicate {imp['duplicate']}, "
-          f"invalid {imp['invalid']}, suppressed {imp['suppressed']}, newly enrolled {imp['enrolled']}")
+          f"invalid {imp['invalid']}, suppressed {imp['suppressed']}, newly enrolled {imp['enrolled']}"
+          + (f"; already known and unchanged {imp['unchanged']}" if imp["unchanged"] else ""))
     for p in imp["problems"]:
         if p["reason"] != "suppressed" and not p["reason"].startswith("duplicate"):
             print(f"    invalid: line {p['line']}, field {p['field']}: {p['reason']}")
@@ -98,8 +99,9 @@ def run_demo() -> int:
     sup = [p["line"] for p in imp["problems"] if p["reason"] == "suppressed"]
     if sup:
         print(f"    suppressed (do-not-contact, not stored): lines {sup}")
+    statuses = ", ".join(f"{n} {s}" for s, n in sorted(after["status"].items())) or "none"
     print(f"Emails queued this run: {after['emails'] - before['emails']} "
-          f"(all emails by status: {after['status']})")
+          f"(all emails so far: {statuses})")
     sent_now = {a: n - before["per_mailbox"].get(a, 0) for a, n in after["per_mailbox"].items()}
     print(f"Sent this run: {sum(sent_now.values())}")
     for address, n in sorted(sent_now.items()):

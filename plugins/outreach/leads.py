@@ -88,7 +88,8 @@ class ParsedFile:
 @dataclass
 class ImportResult:
     """What an import did. ``imported`` new leads, ``updated`` known leads whose fields changed,
-    ``duplicate`` rows repeated in the file or already known unchanged, ``invalid`` rows skipped,
+    ``duplicate`` rows repeating an earlier row of the file, ``unchanged`` rows whose lead was
+    already known with the same fields, ``invalid`` rows skipped,
     ``suppressed`` rows whose address is suppressed (not stored), ``enrolled`` new enrolments."""
 
     file: str
@@ -97,6 +98,7 @@ class ImportResult:
     imported: int = 0
     updated: int = 0
     duplicate: int = 0
+    unchanged: int = 0
     invalid: int = 0
     suppressed: int = 0
     enrolled: int = 0
@@ -106,7 +108,8 @@ class ImportResult:
     def summary(self) -> str:
         """Return the one-line summary for logs."""
         return (f"import {self.file}: rows={self.rows_total} imported={self.imported} "
-                f"updated={self.updated} duplicate={self.duplicate} invalid={self.invalid} "
+                f"updated={self.updated} unchanged={self.unchanged} duplicate={self.duplicate} "
+                f"invalid={self.invalid} "
                 f"suppressed={self.suppressed} enrolled={self.enrolled}")
 
     def to_dict(self) -> dict[str, Any]:
@@ -278,8 +281,8 @@ def import_leads(url: str, campaign_file: str | Path, mailbox_file: str | Path,
         upserted = db.run(conn, "lead_upsert_staged")
         result.imported = sum(1 for r in upserted if r["inserted"])
         result.updated = len(upserted) - result.imported
-        result.duplicate = parsed.duplicates + (len(parsed.rows) - result.suppressed
-                                                - result.imported - result.updated)
+        result.duplicate = parsed.duplicates
+        result.unchanged = len(parsed.rows) - result.suppressed - result.imported - result.updated
         result.enrolled = len(db.run(conn, "enrollment_insert_staged",
                                      {"campaign_id": campaign_id, "now": now}))
         problems = [asdict(p) for p in result.problems]
@@ -288,7 +291,8 @@ def import_leads(url: str, campaign_file: str | Path, mailbox_file: str | Path,
         db.run(conn, "import_run_insert", {
             "kind": "leads", "file": str(csv_file), "campaign_key": campaign.key,
             "rows_total": result.rows_total, "imported": result.imported,
-            "updated": result.updated, "duplicate": result.duplicate, "invalid": result.invalid,
+            "updated": result.updated, "duplicate": result.duplicate,
+            "unchanged": result.unchanged, "invalid": result.invalid,
             "suppressed": result.suppressed, "enrolled": result.enrolled,
             "problems": json.dumps(problems)})
     return result

@@ -57,9 +57,9 @@ RETURNING id;
 
 -- name: import_run_insert
 INSERT INTO outreach.import_runs (kind, file, campaign_key, rows_total, imported, updated,
-                                  duplicate, invalid, suppressed, enrolled, problems)
+                                  duplicate, unchanged, invalid, suppressed, enrolled, problems)
 VALUES (%(kind)s, %(file)s, %(campaign_key)s, %(rows_total)s, %(imported)s, %(updated)s,
-        %(duplicate)s, %(invalid)s, %(suppressed)s, %(enrolled)s, %(problems)s)
+        %(duplicate)s, %(unchanged)s, %(invalid)s, %(suppressed)s, %(enrolled)s, %(problems)s)
 RETURNING id;
 
 -- name: import_run_latest
