@@ -40,13 +40,9 @@ def demo_secret(state: Path) -> str:
 
 def _counts(url: str) -> dict[str, Any]:
     with db.connect(url, autocommit=True) as conn:
-        per_mailbox = {r["address"]: r["n"] for r in conn.execute(
-            "SELECT m.address, count(s.id)::int AS n FROM outreach.mailboxes m "
-            "LEFT JOIN outreach.send_log s ON s.mailbox_id = m.id GROUP BY m.address").fetchall()}
-        emails = conn.execute("SELECT count(*)::int AS n FROM outreach.emails").fetchone()["n"]
-        status = {r["status"]: r["n"] for r in conn.execute(
-            "SELECT status::text, count(*)::int AS n FROM outreach.emails GROUP BY status").fetchall()}
-    return {"per_mailbox": per_mailbox, "emails": emails, "status": status}
+        per_mailbox = {r["address"]: r["n"] for r in db.run(conn, "report_sent_per_mailbox")}
+        status = {r["status"]: r["n"] for r in db.run(conn, "report_email_status_counts")}
+    return {"per_mailbox": per_mailbox, "emails": sum(status.values()), "status": status}
 
 
 def run_demo() -> int:

@@ -34,3 +34,12 @@ SELECT (SELECT count(*) FROM outreach.send_log)::integer AS send_log,
        (SELECT count(*) FROM outreach.emails)::integer AS emails,
        (SELECT count(*) FROM outreach.emails WHERE status = 'sent')::integer AS sent,
        (SELECT count(*) FROM outreach.leads)::integer AS leads;
+
+-- name: report_sent_per_mailbox
+-- Send-log entries per mailbox address (the demo compares them before and after a run).
+SELECT m.address, count(s.id)::integer AS n
+FROM outreach.mailboxes m LEFT JOIN outreach.send_log s ON s.mailbox_id = m.id
+GROUP BY m.address;
+
+-- name: report_email_status_counts
+SELECT status::text AS status, count(*)::integer AS n FROM outreach.emails GROUP BY status;
