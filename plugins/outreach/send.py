@@ -176,12 +176,17 @@ class BatchAborted(RuntimeError):
 
 @dataclass
 class _Progress:
-    """Where a batch is: rows ``done`` (outcome recorded); the current row's ``delivery`` and
-    ``message_id`` once it was handed off."""
+    """Where a batch is: rows ``done`` (outcome recorded); ``delivery`` and ``message_id`` of the
+    row ``row_id`` once its handoff reached the message body (only that row's, never another's)."""
 
     done: int = 0
+    row_id: int | None = None
     delivery: Delivery | None = None
     message_id: str = ""
+
+    def handed_off(self, row_id: int) -> Delivery | None:
+        """Return the recorded delivery if it belongs to ``row_id``, else ``None``."""
+        return self.delivery if self.row_id == row_id else None
 
 
 def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
@@ -211,33 +216,35 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
     try:
         rows, note = claim(conn, mailbox_id, limit, worker=worker, now=now,
                            interval=settings.send_interval)
-        mailbox = db.one(conn, "mailbox_by_id", {"mailbox_id": mailbox_id})
-        summary = BatchSummary(mailbox_id=mailbox_id, mailbox=mask(mailbox["address"] if mailbox else ""),
-                               claimed=len(rows), note=note)
-        if rows:
-            session = SmtpSession(lambda: connector(rows[0]["smtp_conn_id"]), settings.smtp_timeout)
-            keys = _KeyCache(dkim_keys)
-            progress = _Progress()
-            try:
-                for row in rows:
-                    progress.delivery, progress.message_id = None, ""
-                    _send_one(conn, session, row, settings, summary, now, keys, progress)
-                    progress.done += 1
-            except psycopg.OperationalError as exc:
-                log.error("database connection lost during batch of mailbox %s after %s of %s "
-                          "rows: %s", mailbox_id, progress.done, len(rows), exc)
-                _recover(url, rows[progress.done:], progress, settings, summary, now)
-                log.error(summary.line())
-                raise BatchAborted(f"database connection lost mid-batch ({exc}); "
-                                   f"{summary.line()}") from exc
-            except BaseException:
-                # A bug, or the task being terminated: record the handed-off row and release
-                # the rest right away instead of leaving them all to the reaper.
-                _recover(url, rows[progress.done:], progress, settings, summary, now, wait=False)
-                log.error(summary.line())
-                raise
-            finally:
-                session.close()
+        summary = BatchSummary(mailbox_id=mailbox_id, mailbox="", claimed=len(rows), note=note)
+        progress = _Progress()
+        # From here on, whatever stops the batch goes through _recover: nothing claimed is left
+        # 'sending' for the reaper unless the database itself is gone.
+        try:
+            mailbox = db.one(conn, "mailbox_by_id", {"mailbox_id": mailbox_id})
+            summary.mailbox = mask(mailbox["address"] if mailbox else "")
+            if rows:
+                session = SmtpSession(lambda: connector(rows[0]["smtp_conn_id"]), settings.smtp_timeout)
+                keys = _KeyCache(dkim_keys)
+                try:
+                    for row in rows:
+                        _send_one(conn, session, row, settings, summary, now, keys, progress)
+                        progress.done += 1
+                finally:
+                    session.close()
+        except psycopg.OperationalError as exc:
+            log.error("database connection lost during batch of mailbox %s after %s of %s "
+                      "rows: %s", mailbox_id, progress.done, len(rows), exc)
+            _recover(url, rows[progress.done:], progress, settings, summary, now)
+            log.error(summary.line())
+            raise BatchAborted(f"database connection lost mid-batch ({exc}); "
+                               f"{summary.line()}") from exc
+        except BaseException:
+            # A bug, or the task being terminated: record the handed-off row and release
+            # the rest right away instead of leaving them all to the reaper.
+            _recover(url, rows[progress.done:], progress, settings, summary, now, wait=False)
+            log.error(summary.line())
+            raise
         log.info(summary.line())
         return summary
     finally:
@@ -263,15 +270,16 @@ def _recover(url: str, remaining: list[dict[str, Any]], progress: _Progress, set
             time.sleep(0.5)
     try:
         untouched = remaining
-        if remaining and progress.delivery is not None:
+        delivery = progress.handed_off(remaining[0]["id"]) if remaining else None
+        if delivery is not None:
             current, untouched = remaining[0], remaining[1:]
             state = db.one(conn, "email_claim_state", {"email_id": current["id"]})
             if state and state["status"] == "sending" and state["claim_token"] == current["claim_token"]:
                 try:
-                    _record(conn, current, progress.delivery, progress.message_id, settings, summary, now)
+                    _record(conn, current, delivery, progress.message_id, settings, summary, now)
                 except Exception as exc:  # noqa: BLE001 - still release the untouched rows below
                     log.error("email %s: could not record its outcome (%s) after %s: it stays "
-                              "'sending' for the reaper", current["id"], progress.delivery.describe(), exc)
+                              "'sending' for the reaper", current["id"], delivery.describe(), exc)
         if untouched:
             released = db.run(conn, "email_release_claimed", {
                 "ids": [r["id"] for r in untouched], "claim_token": untouched[0]["claim_token"]})
@@ -362,13 +370,16 @@ def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Setting
     # from here, so only a handoff that itself outlasts the threshold can be reaped.
     if not _guarded(conn, "email_touch_claim", {**guard, "now": now}, summary, "hand off"):
         return
-    # Until the transport says otherwise, an interrupted handoff counts as ambiguous: the row is
-    # then failed as unconfirmed by the recovery below, never released to be sent again.
-    progress.delivery = Delivery(Outcome.AMBIGUOUS, Stage.BODY, None,
-                                 "the sender was interrupted during the SMTP handoff")
-    progress.message_id = message_id
-    delivery = session.deliver(payload, mail_from, rcpt_to)
-    progress.delivery, progress.message_id = delivery, message_id
+    def body_going_out() -> None:
+        # The server said 354: from now until the transport returns, an interrupted handoff is
+        # ambiguous, so recovery fails the row as unconfirmed instead of releasing it. Before
+        # this point nothing can have been accepted, and recovery puts the row back in the queue.
+        progress.row_id, progress.message_id = row["id"], message_id
+        progress.delivery = Delivery(Outcome.AMBIGUOUS, Stage.BODY, None,
+                                     "the sender was interrupted during the SMTP handoff")
+
+    delivery = session.deliver(payload, mail_from, rcpt_to, on_body=body_going_out)
+    progress.row_id, progress.delivery, progress.message_id = row["id"], delivery, message_id
     if delivery.outcome is Outcome.ACCEPTED:
         failpoints.hit("after_accept")
     _record(conn, row, delivery, message_id, settings, summary, now)

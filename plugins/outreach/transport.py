@@ -119,12 +119,15 @@ class SmtpSession:
             self._drop()
         return delivery
 
-    def deliver(self, payload: bytes, sender: str, recipient: str) -> Delivery:
+    def deliver(self, payload: bytes, sender: str, recipient: str,
+                on_body: Callable[[], None] | None = None) -> Delivery:
         """Hand one message to the server and classify what happened.
 
         :param payload: the message bytes (see :func:`outreach.message.to_wire`).
         :param sender: envelope sender (MAIL FROM).
         :param recipient: the one envelope recipient (RCPT TO).
+        :param on_body: called after the 354 go-ahead, right before the message body is sent
+            (from then on, until a reply is read, the outcome would be ambiguous).
         :returns: a :class:`Delivery`; this method does not raise for SMTP or socket errors.
         """
         if self._client is None:
@@ -156,6 +159,8 @@ class SmtpSession:
             if code != 354:
                 return self._reset(_classify(stage, code, resp))
             stage = Stage.BODY
+            if on_body is not None:
+                on_body()
             failpoints.hit("before_body")
             client.send(dot_stuff(payload))
         except (smtplib.SMTPException, OSError) as exc:
