@@ -144,13 +144,20 @@ def test_reaper_racing_a_finishing_sender_never_overwrites_a_sent_row(db_url, se
         barrier = threading.Barrier(2)
         reaped: list[int] = []
 
+        errors: list[BaseException] = []
+
         def sender() -> None:
             c2 = db.connect(db_url, autocommit=True)
             barrier.wait()
-            for r in claimed:
-                db.run(c2, "email_mark_sent", {"email_id": r["id"], "claim_token": r["claim_token"],
-                                               "message_id": f"m{iteration}-{r['id']}@x", "smtp_reply": "250", "now": None})
-            c2.close()
+            try:
+                for r in claimed:
+                    db.run(c2, "email_mark_sent", {"email_id": r["id"], "claim_token": r["claim_token"],
+                                                   "message_id": f"m{iteration}-{r['id']}@x",
+                                                   "smtp_reply": "250", "now": None})
+            except BaseException as exc:  # noqa: BLE001 - a guarded transition never raises
+                errors.append(exc)
+            finally:
+                c2.close()
 
         def reaper() -> None:
             barrier.wait()
@@ -162,6 +169,7 @@ def test_reaper_racing_a_finishing_sender_never_overwrites_a_sent_row(db_url, se
         for t in threads:
             t.join()
         conn.close()
+        assert not errors, errors
         final = rows(db_url, "SELECT e.id, e.status::text AS status, e.failure_kind,"
                              " (SELECT count(*) FROM outreach.send_log s WHERE s.email_id = e.id) AS logs"
                              " FROM outreach.emails e")
