@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import psycopg
 from psycopg.rows import dict_row
 
-from conftest import CAMPAIGN, DNC, LEADS, MAILBOXES
+from conftest import CAMPAIGN, DNC, LEADS, MAILBOXES, SMTP_CONN_IDS
 from outreach.airflow_adapter import smtp_connector
 from outreach.leads import import_leads
 from outreach.queue import plan_batches
@@ -51,3 +52,25 @@ def rows(url: str, sql: str, params: tuple = ()) -> list[dict]:
     """Return all rows as dicts."""
     with psycopg.connect(url, row_factory=dict_row) as conn:
         return conn.execute(sql, params).fetchall()
+
+
+def leads_csv(tmp_path: Path, lines: list[str], name: str = "leads.csv") -> Path:
+    """Write a leads CSV (header ``Email,First Name,Company``) from ``lines``; a line may be just
+    an address (name and company are then filled in)."""
+    p = tmp_path / name
+    body = "".join((line if "," in line else f"{line},Pat,Test Ltd") + "\n" for line in lines)
+    p.write_text("Email,First Name,Company\n" + body, encoding="utf-8")
+    return p
+
+
+def point_mailboxes_at(monkeypatch, connection_json: str) -> None:
+    """Point both demo mailboxes' Airflow SMTP connections at one server."""
+    for conn_id in SMTP_CONN_IDS:
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", connection_json)
+
+
+def one_mailbox(url: str) -> None:
+    """Every enrolment on mailbox 1, and no cap or warm-up in the way."""
+    with psycopg.connect(url) as c:
+        c.execute("UPDATE outreach.enrollments SET mailbox_id = 1")
+        c.execute("UPDATE outreach.mailboxes SET daily_cap = 100000, warmup_start = NULL")

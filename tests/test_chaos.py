@@ -22,7 +22,7 @@ import pytest
 import invariants
 from conftest import CAMPAIGN, MAILBOXES, ROOT, SMTP_CONN_IDS
 from faultsmtp import FaultSMTPServer
-from flow import rows, scalar
+from flow import leads_csv, rows, scalar
 from outreach import embedded
 from outreach.airflow_adapter import smtp_connector
 from outreach.failpoints import POINTS
@@ -35,14 +35,8 @@ from outreach.settings import Settings
 ITERATIONS = int(os.environ.get("OUTREACH_CHAOS_ITERATIONS", "10"))
 
 
-def many_leads(tmp_path: Path, n: int, tag: str) -> Path:
-    p = tmp_path / f"{tag}.csv"
-    p.write_text("Email,First Name,Company\n" + "".join(f"{tag}{i}@chaos.example,Lee,Chaos Ltd\n" for i in range(n)))
-    return p
-
-
 def prepare(db_url: str, tmp_path: Path, n: int, tag: str) -> None:
-    import_leads(db_url, CAMPAIGN, MAILBOXES, many_leads(tmp_path, n, tag))
+    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"{tag}{i}@chaos.example" for i in range(n)], name=f"{tag}.csv"))
     with psycopg.connect(db_url) as conn:  # established mailboxes: no cap gets in the way here
         conn.execute("UPDATE outreach.mailboxes SET daily_cap = 100000, warmup_start = NULL")
     assert queue_due(db_url)["queued"] == n
@@ -137,7 +131,7 @@ def own_server(tmp_path):
 
 def test_postgres_restarted_mid_batch_loses_nothing_and_sends_nothing_twice(own_server, tmp_path, settings, monkeypatch):
     url, restart = own_server
-    import_leads(url, CAMPAIGN, MAILBOXES, many_leads(tmp_path, 40, "pg"))
+    import_leads(url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"pg{i}@chaos.example" for i in range(40)], name="pg.csv"))
     queue_due(url)
     with FaultSMTPServer(nth={5: "hook"}, on_message=lambda n: restart()) as smtp:
         for conn_id in SMTP_CONN_IDS:

@@ -6,15 +6,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
-from pathlib import Path
 
 import psycopg
 import pytest
 
 import invariants
-from conftest import CAMPAIGN, MAILBOXES, SMTP_CONN_IDS
+from conftest import CAMPAIGN, MAILBOXES
 from faultsmtp import FaultSMTPServer
-from flow import rows, scalar
+from flow import leads_csv, point_mailboxes_at, rows, scalar
 from outreach import db
 from outreach.airflow_adapter import smtp_connector
 from outreach.devsmtp import free_port
@@ -25,17 +24,6 @@ from outreach.send import send_batch
 
 T0 = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
 MIN = dt.timedelta(minutes=1)
-
-
-def leads_csv(tmp_path: Path, addresses: list[str]) -> Path:
-    p = tmp_path / "leads.csv"
-    p.write_text("Email,First Name,Company\n" + "".join(f"{a},Pat,Faults Inc\n" for a in addresses))
-    return p
-
-
-def point_mailboxes_at(monkeypatch, connection_json: str) -> None:
-    for conn_id in SMTP_CONN_IDS:
-        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", connection_json)
 
 
 def send_round(url, settings, now) -> list:

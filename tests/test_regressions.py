@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -25,7 +24,7 @@ import pytest
 import invariants
 from conftest import CAMPAIGN, MAILBOXES, ROOT, SMTP_CONN_IDS
 from faultsmtp import FaultSMTPServer
-from flow import rows, scalar
+from flow import leads_csv, one_mailbox, point_mailboxes_at, rows, scalar
 from outreach.airflow_adapter import smtp_connector
 from outreach.devsmtp import LoopbackSMTPServer
 from outreach.leads import import_leads
@@ -34,24 +33,6 @@ from outreach.resolve import list_unconfirmed, resolve
 from outreach.send import send_batch
 from outreach.settings import Settings
 from outreach.suppression import import_suppressions
-
-
-def csv_of(tmp_path: Path, lines: list[str], name: str = "leads.csv") -> Path:
-    p = tmp_path / name
-    p.write_text("Email,First Name,Company\n" + "".join(l + "\n" for l in lines), encoding="utf-8")
-    return p
-
-
-def point_at(monkeypatch, connection_json: str) -> None:
-    for conn_id in SMTP_CONN_IDS:
-        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", connection_json)
-
-
-def one_mailbox(url: str) -> None:
-    """Every enrolment on mailbox 1 and no cap in the way."""
-    with psycopg.connect(url) as c:
-        c.execute("UPDATE outreach.enrollments SET mailbox_id = 1")
-        c.execute("UPDATE outreach.mailboxes SET daily_cap = 100000, warmup_start = NULL")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -64,7 +45,7 @@ def test_idn_domain_suppression_is_honoured(db_url, sink, settings, tmp_path, dn
     dnc.write_text(f"email\n{dnc_entry}\n", encoding="utf-8")
     assert import_suppressions(db_url, dnc).added == 1
     r = import_leads(db_url, CAMPAIGN, MAILBOXES,
-                     csv_of(tmp_path, ["jane@bücher.de,Jane,Bücher", "max@xn--bcher-kva.de,Max,Bücher"]))
+                     leads_csv(tmp_path, ["jane@bücher.de,Jane,Bücher", "max@xn--bcher-kva.de,Max,Bücher"]))
     queue_due(db_url)
     for mb in (1, 2):
         send_batch(db_url, mb, 50, smtp_connector, settings, worker="atk")
@@ -104,7 +85,7 @@ def test_template_raising_for_one_lead_does_not_stop_the_batch(db_url, sink, set
             "{% set n = lead.company|length %}Score {{ 100 // n }}\n" + src)
     monkeypatch.setenv("OUTREACH_TEMPLATES", str(tdir))
     import_leads(db_url, CAMPAIGN, MAILBOXES,
-                 csv_of(tmp_path, ["a1@ex.example,A,Acme", "a2@ex.example,B,", "a3@ex.example,C,Acme",
+                 leads_csv(tmp_path, ["a1@ex.example,A,Acme", "a2@ex.example,B,", "a3@ex.example,C,Acme",
                                    "a4@ex.example,D,Acme"]))
     one_mailbox(db_url)
     queue_due(db_url)
@@ -153,7 +134,7 @@ class _SlowReplies:
 def test_sender_never_hands_off_a_row_the_reaper_took_meanwhile(db_url, sink, settings, tmp_path):
     """The claim is taken, then (before the handoff) the reaper fails the rows as unconfirmed and an
     operator requeues them: the original sender must not send them; the next run sends each once."""
-    import_leads(db_url, CAMPAIGN, MAILBOXES, csv_of(tmp_path, [f"h{i}@ex.example,H,Heart" for i in range(5)]))
+    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"h{i}@ex.example,H,Heart" for i in range(5)]))
     one_mailbox(db_url)
     queue_due(db_url)
     taken: list[int] = []
@@ -188,7 +169,7 @@ def test_sender_never_hands_off_a_row_the_reaper_took_meanwhile(db_url, sink, se
 # ---------------------------------------------------------------------------------------------
 
 def test_sigint_while_waiting_for_end_of_data_reply_never_resends(db_url, tmp_path):
-    import_leads(db_url, CAMPAIGN, MAILBOXES, csv_of(tmp_path, ["int@ex.example,I,Int"]))
+    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, ["int@ex.example,I,Int"]))
     queue_due(db_url)
     with FaultSMTPServer({"int@ex.example": ["slow", "accept"]}, slow_seconds=5) as smtp:
         env = dict(os.environ, OUTREACH_DATABASE_URL=db_url, OUTREACH_HOME=str(ROOT),
@@ -234,8 +215,8 @@ def test_unparseable_reply_after_end_of_data_is_not_retried(db_url, settings, tm
     handler = _GarbledAfterData()
     t0 = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
     with LoopbackSMTPServer(handler) as smtp:
-        point_at(monkeypatch, smtp.connection_json(timeout=5))
-        import_leads(db_url, CAMPAIGN, MAILBOXES, csv_of(tmp_path, ["g@ex.example,G,Garbled"]), now=t0)
+        point_mailboxes_at(monkeypatch, smtp.connection_json(timeout=5))
+        import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, ["g@ex.example,G,Garbled"]), now=t0)
         queue_due(db_url, now=t0)
         for now in (t0, t0 + dt.timedelta(minutes=31)):
             for mb in (1, 2):
@@ -253,7 +234,7 @@ def test_daily_cap_holds_under_concurrent_claims(db_url, tmp_path):
     from outreach import db
     from outreach.send import claim
 
-    import_leads(db_url, CAMPAIGN, MAILBOXES, csv_of(tmp_path, [f"cap{i}@ex.example,C,Cap" for i in range(300)]))
+    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"cap{i}@ex.example,C,Cap" for i in range(300)]))
     one_mailbox(db_url)
     with psycopg.connect(db_url) as c:
         c.execute("UPDATE outreach.mailboxes SET daily_cap = 37")
@@ -285,7 +266,7 @@ def test_subject_typo_is_refused_or_recoverable(db_url, sink, settings, tmp_path
     bad.write_text(text.replace('"{{ lead.company }} and late deliveries"', '"{{ lead.compnay }} and late deliveries"'))
     good = tmp_path / "good.yaml"
     good.write_text(text)
-    leads = csv_of(tmp_path, [f"t{i}@ex.example,T,Typo" for i in range(4)])
+    leads = leads_csv(tmp_path, [f"t{i}@ex.example,T,Typo" for i in range(4)])
     try:
         import_leads(db_url, bad, MAILBOXES, leads)
     except Exception:  # noqa: BLE001 - refusing the file is a fine outcome
@@ -312,7 +293,7 @@ def test_random_external_kills_never_duplicate_or_lose(db_url, tmp_path):
 
     rng = random.Random(int(os.environ.get("ATK_SEED", "7")))
     n = 240
-    import_leads(db_url, CAMPAIGN, MAILBOXES, csv_of(tmp_path, [f"k{i}@ex.example,K,Kill" for i in range(n)]))
+    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"k{i}@ex.example,K,Kill" for i in range(n)]))
     with psycopg.connect(db_url) as c:
         c.execute("UPDATE outreach.mailboxes SET daily_cap = 100000, warmup_start = NULL")
     with FaultSMTPServer() as smtp:
