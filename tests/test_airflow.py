@@ -62,13 +62,16 @@ out = {"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": {}}
 for dag_id, dag in bag.dags.items():
     out["dags"][dag_id] = {
         "tags": sorted(dag.tags), "doc_md": bool(dag.doc_md),
+        "schedule": getattr(dag.timetable, "expression", None),
         "tasks": {t.task_id: {"retries": t.retries, "owner": t.owner} for t in dag.tasks}}
 print("RESULT " + json.dumps(out))
 """
 
 
-def test_every_dag_loads_without_database_or_network(tmp_path):
+@pytest.mark.parametrize("schedules", ["on", "off"])
+def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
     env = airflow_env(tmp_path / "home", "postgresql:///none?host=/nonexistent-socket-dir", {})
+    env["OUTREACH_SCHEDULES"] = schedules
     proc = subprocess.run([sys.executable, "-c", PARSE_PROBE, str(ROOT / "dags")], env=env,
                           capture_output=True, text=True, timeout=300)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
@@ -79,6 +82,12 @@ def test_every_dag_loads_without_database_or_network(tmp_path):
                                    "outreach_resolve_unconfirmed", "outreach_report", "outreach_suppress",
                                    "outreach_unsuppress", "outreach_mailbox_pause", "outreach_mailbox_resume",
                                    "outreach_postmaster"}
+    scheduled = {d: dag["schedule"] for d, dag in result["dags"].items() if dag["schedule"] is not None}
+    if schedules == "on":
+        assert scheduled == {"outreach_queue_due": "*/15 * * * *", "outreach_send": "*/10 * * * *",
+                             "outreach_report": "0 7 * * *", "outreach_postmaster": "0 7 * * *"}
+    else:  # OUTREACH_SCHEDULES=off: every DAG runs only when triggered
+        assert scheduled == {}
     for dag_id, dag in result["dags"].items():
         assert "outreach" in dag["tags"] and dag["doc_md"], dag_id
         for task_id, task in dag["tasks"].items():

@@ -119,10 +119,21 @@ def dag_kwargs(*, schedule: str | None = None, retries: int = 1, operator: bool 
                **extra: Any) -> dict[str, Any]:
     """Return the ``@dag`` arguments every outreach DAG shares: ``schedule`` (cron or ``None`` for
     manual DAGs), a fixed start date (UTC), no catch-up, tag ``outreach`` (and ``operator`` for
-    operator actions), owner ``outreach`` and ``retries`` per task; ``extra`` is passed through."""
-    import datetime as dt
+    operator actions), owner ``outreach`` and ``retries`` per task; ``extra`` is passed through.
 
-    return {"schedule": schedule, "start_date": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    ``OUTREACH_SCHEDULES=off`` in the environment of the DAG processor turns every schedule off:
+    DAGs then run only when triggered (a staging deployment, a maintenance window, tests that
+    must count what one triggered run sent). Any other value but ``on`` (default) is refused.
+
+    :raises ValueError: ``OUTREACH_SCHEDULES`` is neither ``on`` nor ``off``.
+    """
+    import datetime as dt
+    import os
+
+    switch = os.environ.get("OUTREACH_SCHEDULES", "on").strip().lower()
+    if switch not in ("on", "off"):
+        raise ValueError(f"OUTREACH_SCHEDULES must be 'on' or 'off', got {switch!r}")
+    return {"schedule": schedule if switch == "on" else None, "start_date": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
             "catchup": False, "tags": ["outreach"] + (["operator"] if operator else []),
             "default_args": {"owner": "outreach", "retries": retries}, **extra}
 
