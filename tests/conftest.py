@@ -33,7 +33,7 @@ CAMPAIGN = ROOT / "include" / "campaigns" / "demo.yaml"
 MAILBOXES = ROOT / "include" / "mailboxes.yaml"
 LEADS = ROOT / "include" / "data" / "sample_leads.csv"
 DNC = ROOT / "include" / "data" / "do_not_contact.csv"
-SMTP_CONN_IDS = ("outreach_smtp_anna", "outreach_smtp_ben")
+SMTP_CONN_IDS = ("outreach_smtp_anna", "outreach_smtp_ben", "outreach_smtp_hello")
 
 
 @pytest.fixture(scope="session")
@@ -92,8 +92,8 @@ def settings() -> Settings:
 
 @pytest.fixture
 def sink(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MaildirServer:
-    """A real aiosmtpd server storing into a Maildir; both demo mailboxes' Airflow SMTP
-    connections point at it."""
+    """A real aiosmtpd server storing into a Maildir; every demo mailbox's Airflow SMTP
+    connection points at it."""
     server = MaildirServer(tmp_path / "maildir").start()
     for conn_id in SMTP_CONN_IDS:
         monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", server.connection_json())

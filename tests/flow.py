@@ -64,7 +64,7 @@ def leads_csv(tmp_path: Path, lines: list[str], name: str = "leads.csv") -> Path
 
 
 def point_mailboxes_at(monkeypatch, connection_json: str) -> None:
-    """Point both demo mailboxes' Airflow SMTP connections at one server."""
+    """Point every demo mailbox's Airflow SMTP connection at one server."""
     for conn_id in SMTP_CONN_IDS:
         monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", connection_json)
 

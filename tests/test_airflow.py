@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import invariants
-from conftest import ROOT
+from conftest import MAILBOXES, ROOT, SMTP_CONN_IDS
 from flow import import_demo, rows
 from outreach.localairflow import airflow_env, ensure_metadata, run_dag
 from outreach.queue import queue_due
@@ -45,7 +45,7 @@ def fresh_home(migrated: Path, tmp_path: Path, name: str) -> Path:
 
 def env_for(home: Path, db_url: str, sink) -> dict[str, str]:
     conn = sink.connection_json()
-    return airflow_env(home, db_url, {"outreach_smtp_anna": conn, "outreach_smtp_ben": conn}, SETTINGS_ENV)
+    return airflow_env(home, db_url, {c: conn for c in SMTP_CONN_IDS}, SETTINGS_ENV)
 
 
 PARSE_PROBE = r"""
@@ -81,11 +81,12 @@ def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
     assert set(result["dags"]) == {"outreach_import_leads", "outreach_queue_due", "outreach_send",
                                    "outreach_resolve_unconfirmed", "outreach_report", "outreach_suppress",
                                    "outreach_unsuppress", "outreach_mailbox_pause", "outreach_mailbox_resume",
-                                   "outreach_postmaster"}
+                                   "outreach_postmaster", "outreach_transactional"}
     scheduled = {d: dag["schedule"] for d, dag in result["dags"].items() if dag["schedule"] is not None}
     if schedules == "on":
         assert scheduled == {"outreach_queue_due": "*/15 * * * *", "outreach_send": "*/10 * * * *",
-                             "outreach_report": "0 7 * * *", "outreach_postmaster": "0 7 * * *"}
+                             "outreach_report": "0 7 * * *", "outreach_postmaster": "0 7 * * *",
+                             "outreach_transactional": "* * * * *"}
     else:  # OUTREACH_SCHEDULES=off: every DAG runs only when triggered
         assert scheduled == {}
     for dag_id, dag in result["dags"].items():
@@ -242,3 +243,25 @@ def test_postmaster_dag_with_a_service_account_connection(db_url, sink, migrated
     assert rows(db_url, "SELECT DISTINCT status, paused_by FROM outreach.mailboxes") == [
         {"status": "paused", "paused_by": "postmaster"}]
     assert "PRIVATE KEY" not in log and "local-access-token" not in log
+
+
+def test_transactional_dag_triggered_twice_with_one_key_sends_once(db_url, sink, migrated_airflow_home,
+                                                                     tmp_path):
+    from outreach.campaign import sync_mailboxes
+
+    sync_mailboxes(db_url, MAILBOXES)
+    env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
+    conf = {"delivery_key": "signup-42", "to": "new.user@example.com", "template": "welcome",
+            "context": {"user": {"name": "Kim"}, "verify_url": "https://app.example/v?t=1"}}
+    for attempt in (1, 2):
+        result = run_dag(env, "outreach_transactional", tmp_path / f"tx{attempt}.log", conf=conf)
+        assert result.ok, result.log.read_text()[-4000:]
+    [msg] = sink.messages()
+    assert msg["To"] == "new.user@example.com" and msg["X-Outreach-Step"] == "transactional/welcome"
+    assert rows(db_url, "SELECT delivery_key, status::text AS status FROM outreach.emails") == [
+        {"delivery_key": "signup-42", "status": "sent"}]
+    # A request that cannot be enqueued fails the run at once, naming the field.
+    bad = run_dag(env, "outreach_transactional", tmp_path / "bad.log",
+                  conf={**conf, "delivery_key": "signup-43", "to": "not-an-address"})
+    assert not bad.ok and "to: " in bad.log.read_text()
+    invariants.assert_ok(db_url, sink.messages())

@@ -15,13 +15,15 @@ import pytest
 
 import invariants
 from flow import rows
+from conftest import MAILBOXES
 from outreach import embedded
+from outreach.campaign import sync_mailboxes
 from outreach.deploy import Deployment, sqlalchemy_url
 from outreach.queue import reap
 
 pytestmark = pytest.mark.airflow
 
-DAGS = ("outreach_import_leads", "outreach_queue_due", "outreach_send")
+DAGS = ("outreach_import_leads", "outreach_queue_due", "outreach_send", "outreach_transactional")
 FINAL = {"success", "failed"}
 
 # While this trigger exists, recording a sent email of mailbox 2 fails: the SMTP server has taken
@@ -43,6 +45,7 @@ def deployment(pg_admin_url, db_url, sink, tmp_path):
     dep = Deployment(home=tmp_path / "airflow", metadata_url=sqlalchemy_url(meta_url), outreach_url=db_url,
                      env_extra={"AIRFLOW_CONN_OUTREACH_SMTP_ANNA": conn_json,
                                 "AIRFLOW_CONN_OUTREACH_SMTP_BEN": conn_json,
+                                "AIRFLOW_CONN_OUTREACH_SMTP_HELLO": conn_json,
                                 "OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
                                 "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
                                 "OUTREACH_BATCH_SIZE": "25",
@@ -80,11 +83,19 @@ def wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def run_and_wait(dep: Deployment, token: str, dag_id: str, timeout: float = 300) -> dict:
-    run = dep.api("POST", f"/dags/{dag_id}/dagRuns", token, json={"logical_date": None, "conf": {}})
-    run_id = run["dag_run_id"]
+def trigger(dep: Deployment, token: str, dag_id: str, conf: dict | None = None) -> str:
+    """Trigger a run through the REST API; return its run id."""
+    return dep.api("POST", f"/dags/{dag_id}/dagRuns", token,
+                   json={"logical_date": None, "conf": conf or {}})["dag_run_id"]
+
+
+def wait_run(dep: Deployment, token: str, dag_id: str, run_id: str, timeout: float = 300) -> dict:
     return wait_for(lambda: (r := dep.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}", token))["state"] in FINAL and r,
                     timeout, f"{dag_id} run {run_id}")
+
+
+def run_and_wait(dep: Deployment, token: str, dag_id: str, timeout: float = 300) -> dict:
+    return wait_run(dep, token, dag_id, trigger(dep, token, dag_id), timeout)
 
 
 def task_instances(dep, token, dag_id, run_id) -> list[dict]:
@@ -172,3 +183,13 @@ def test_scheduler_runs_the_main_job_and_clearing_sends_nothing_twice(deployment
     totals = invariants.assert_ok(db_url, messages)
     assert totals.unconfirmed == len(stuck)
     assert totals.sent_rows + totals.unconfirmed == len(messages) == 196
+
+    # Transactional mail through the REST API: two triggers with one delivery key, at once.
+    sync_mailboxes(db_url, MAILBOXES)
+    conf = {"delivery_key": "welcome:signup-7", "to": "new.user@example.com", "template": "welcome",
+            "context": {"user": {"name": "Kim"}, "verify_url": "https://app.example/v?t=7"}}
+    runs = [trigger(dep, token, "outreach_transactional", conf) for _ in range(2)]
+    assert [wait_run(dep, token, "outreach_transactional", r)["state"] for r in runs] == ["success"] * 2
+    welcome = [m for m in sink.messages() if m["X-Outreach-Step"] == "transactional/welcome"]
+    assert len(welcome) == 1 and welcome[0]["To"] == "new.user@example.com"
+    assert invariants.assert_ok(db_url, sink.messages()).unconfirmed == len(stuck)

@@ -322,3 +322,40 @@ def test_random_external_kills_never_duplicate_or_lose(db_url, tmp_path):
     t = invariants.assert_ok(db_url, messages)
     assert t.sent_rows + t.unconfirmed == n, t
     print(f"\nkills: accepted={t.accepted} sent={t.sent_rows} unconfirmed={t.unconfirmed}")
+
+
+@pytest.mark.parametrize("message_class", ["marketing", "transactional"])
+def test_a_claim_never_takes_more_than_its_limit_whatever_the_plan(db_url, message_class):
+    """CI failure of 2026-11-30 (one send run sent 196 rows where its plan allowed 100): written
+    as ``e.id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)``, the claim's locking subquery could
+    run as a subplan rescanned per row; each rescan skipped the rows the statement had already
+    updated and returned the next n, so one claim took a mailbox's whole queue (daily cap and
+    batch size ignored). It happened while the tables had no statistics (right after an import,
+    before autovacuum's ANALYZE). The locking SELECT is now a MATERIALIZED CTE, run once."""
+    from outreach import db
+    from outreach.campaign import sync_mailboxes
+    from outreach.send import claim
+    from outreach.transactional import enqueue
+
+    with psycopg.connect(db_url, autocommit=True) as c:
+        for table in ("emails", "leads", "campaigns", "mailboxes", "enrollments"):
+            c.execute(f"ALTER TABLE outreach.{table} SET (autovacuum_enabled = false)")
+    if message_class == "marketing":
+        from flow import import_demo
+
+        import_demo(db_url)
+        queue_due(db_url)
+        mailbox = 1
+    else:
+        sync_mailboxes(db_url, MAILBOXES)
+        with db.connect(db_url) as conn, conn.transaction():
+            for i in range(60):
+                enqueue(conn, f"k{i}", f"user{i}@example.com", "welcome",
+                        {"user": {"name": "U"}, "verify_url": "https://app.example/v"})
+        mailbox = scalar(db_url, "SELECT id FROM outreach.mailboxes WHERE transactional")
+    with db.connect(db_url, autocommit=True) as conn:
+        for analyzed in (False, True):
+            if analyzed:
+                conn.execute("ANALYZE")
+            taken, _ = claim(conn, mailbox, 5, worker="t", message_class=message_class)
+            assert len(taken) == 5, (analyzed, len(taken))

@@ -15,7 +15,8 @@ from outreach.suppression import suppress, unsuppress
 # Nothing but the function knows about test_blocked, so whatever reacts to it asks the function.
 REPLACE_FUNCTION = """
 CREATE TABLE public.test_blocked (address text PRIMARY KEY);
-CREATE OR REPLACE FUNCTION outreach.is_suppressed(address text) RETURNS boolean
+CREATE OR REPLACE FUNCTION outreach.is_suppressed(address text, message_class text DEFAULT 'marketing')
+RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT EXISTS (SELECT 1 FROM public.test_blocked b WHERE b.address = lower(is_suppressed.address))
         OR EXISTS (
@@ -134,8 +135,10 @@ def test_idn_domain_suppression_matches_leads_however_it_is_written(db_url):
         assert suppress(conn, "@XN--BCHER-KVA.example", "do-not-contact", "test")[0]
         assert not suppress(conn, "bücher.example", "do-not-contact", "test")[0]  # the same one
         suppress(conn, "@Straße.example", "do-not-contact", "test")
-        assert db.one(conn, "suppression_check", {"address": "anna@bücher.example"})["suppressed"]
-        assert db.one(conn, "suppression_check", {"address": "jo@strasse.example"})["suppressed"] is False
+        assert db.one(conn, "suppression_check", {"address": "anna@bücher.example",
+                                                    "message_class": "marketing"})["suppressed"]
+        assert db.one(conn, "suppression_check", {"address": "jo@strasse.example",
+                                                    "message_class": "marketing"})["suppressed"] is False
     with pytest.raises(ValueError, match="not an address or a domain"):
         from outreach.suppression import parse_entry
 

@@ -444,3 +444,47 @@ def unsuppress_task(value: str, requested_by: str, why: str) -> dict[str, Any]:
              requested_by, why, result.removed, result.reason, result.still_suppressed)
     return {"value": mask(value), "removed": result.removed, "reason": result.reason,
             "still_suppressed": result.still_suppressed}
+
+
+# --- transactional mail ------------------------------------------------------------------------
+
+def transactional_enqueue_task(params: dict[str, Any]) -> dict[str, Any] | None:
+    """Enqueue the transactional email a DAG run's conf asks for (``delivery_key``, ``to``,
+    ``template``, ``context``, optional ``mailbox``) and commit; ``None`` when the run names no
+    delivery key (a scheduled send cycle). Triggering twice with the same key enqueues once.
+
+    :raises airflow.sdk.exceptions.AirflowFailException: the request is invalid (the message names
+        the field): retrying cannot help, so the task fails without retries.
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from outreach import db
+    from outreach.transactional import TransactionalError, enqueue
+
+    key = (params.get("delivery_key") or "").strip()
+    if not key:
+        log.info("no delivery_key in this run's conf: a send cycle only")
+        return None
+    try:
+        with db.connect(database_url()) as conn, conn.transaction():
+            result = enqueue(conn, key, params.get("to") or "", params.get("template") or "",
+                             params.get("context") or {}, mailbox=params.get("mailbox") or None)
+    except TransactionalError as exc:
+        raise AirflowFailException(f"cannot enqueue delivery key {key!r}: {exc}") from None
+    return {"email_id": result.email_id, "created": result.created, "status": result.status}
+
+
+def transactional_send_task() -> dict[str, Any]:
+    """One transactional send cycle (see :func:`outreach.transactional.send_due`); return its
+    summary (one summary line per mailbox is logged)."""
+    from outreach.transactional import send_due
+
+    return send_due(database_url(), smtp_connector, settings(), worker=None,
+                    dkim_keys=dkim_private_key).to_dict()
+
+
+def transactional_schedule() -> str:
+    """Return the ``outreach_transactional`` schedule: ``OUTREACH_TRANSACTIONAL_SCHEDULE`` (a cron
+    expression), default ``* * * * *`` (every minute: the longest a row waits when nobody runs
+    ``outreach transactional worker``)."""
+    return os.environ.get("OUTREACH_TRANSACTIONAL_SCHEDULE", "* * * * *").strip() or "* * * * *"

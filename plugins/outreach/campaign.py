@@ -107,6 +107,8 @@ class Mailbox(_Model):
     warmup_increment: int = Field(default=5, ge=0)
     dkim_selector: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9\-_.]{0,62}$")
     dkim_key_conn_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_\-]+$")
+    transactional: bool = False
+    """This mailbox sends transactional mail when the caller names no mailbox (at most one)."""
 
     @model_validator(mode="after")
     def _dkim_pair(self) -> Mailbox:
@@ -116,9 +118,16 @@ class Mailbox(_Model):
 
 
 class MailboxFile(_Model):
-    """The mailbox file: ``mailboxes: [Mailbox, …]``."""
+    """The mailbox file: ``mailboxes: [Mailbox, …]``, at most one with ``transactional: true``."""
 
     mailboxes: list[Mailbox] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _one_transactional(self) -> MailboxFile:
+        marked = [m.address for m in self.mailboxes if m.transactional]
+        if len(marked) > 1:
+            raise ValueError(f"at most one mailbox may be 'transactional: true', got {marked}")
+        return self
 
 
 def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
@@ -204,6 +213,31 @@ def load_mailboxes(path: str | Path) -> list[Mailbox]:
     return list(_load(resolve(path), MailboxFile).mailboxes)
 
 
+def upsert_mailbox(conn: Any, m: Mailbox) -> int:
+    """Create or update one mailbox from the mailbox file (never its pause status), inside the
+    caller's transaction; return its id. A mailbox marked ``transactional`` takes the mark from
+    any other mailbox first (at most one holds it: a unique index)."""
+    if m.transactional:
+        db.run(conn, "mailbox_clear_transactional", {"address": m.address.lower()})
+    return db.one(conn, "mailbox_upsert", {
+        "address": m.address.lower(), "display_name": m.name, "smtp_conn_id": m.smtp_conn_id,
+        "timezone": m.timezone, "daily_cap": m.daily_cap, "warmup_start": m.warmup_start,
+        "warmup_initial": m.warmup_initial, "warmup_days": m.warmup_days,
+        "warmup_increment": m.warmup_increment, "dkim_selector": m.dkim_selector,
+        "dkim_key_conn_id": m.dkim_key_conn_id, "transactional": m.transactional})["id"]
+
+
+def sync_mailboxes(url: str, path: str | Path) -> list[int]:
+    """Write every mailbox of the mailbox file into the database, in one transaction; return
+    their ids. Idempotent (``outreach mailboxes sync``).
+
+    :raises ConfigError: the file is invalid (named with its line and field).
+    """
+    mailboxes = load_mailboxes(path)
+    with db.connect(url) as conn, conn.transaction():
+        return [upsert_mailbox(conn, m) for m in mailboxes]
+
+
 def sync(conn: Any, campaign: Campaign, mailboxes: list[Mailbox], source_file: str) -> int:
     """Write a campaign, its steps and its mailboxes into the database; return the campaign id.
 
@@ -215,16 +249,7 @@ def sync(conn: Any, campaign: Campaign, mailboxes: list[Mailbox], source_file: s
     missing = [a for a in campaign.mailboxes if a.lower() not in by_address]
     if missing:
         raise ConfigError(f"{source_file}, field mailboxes: not in the mailbox file: {missing}")
-    mailbox_ids = []
-    for address in campaign.mailboxes:
-        m = by_address[address.lower()]
-        row = db.one(conn, "mailbox_upsert", {
-            "address": m.address.lower(), "display_name": m.name, "smtp_conn_id": m.smtp_conn_id,
-            "timezone": m.timezone, "daily_cap": m.daily_cap, "warmup_start": m.warmup_start,
-            "warmup_initial": m.warmup_initial, "warmup_days": m.warmup_days,
-            "warmup_increment": m.warmup_increment, "dkim_selector": m.dkim_selector,
-            "dkim_key_conn_id": m.dkim_key_conn_id})
-        mailbox_ids.append(row["id"])
+    mailbox_ids = [upsert_mailbox(conn, by_address[address.lower()]) for address in campaign.mailboxes]
     w = campaign.send_window
     row = db.one(conn, "campaign_upsert", {
         "key": campaign.key, "name": campaign.name, "timezone": campaign.timezone,

@@ -242,6 +242,11 @@ def cmd_mailbox(args: argparse.Namespace) -> int:
                   f"  {e['event']} by {e['actor']}: {e['reason']}")
         if not events:
             print("no pause or resume events" + (f" for mailbox {args.mailbox}" if args.mailbox else ""))
+    elif args.mailbox_command == "sync":
+        from outreach.campaign import sync_mailboxes
+
+        ids = sync_mailboxes(url, args.file)
+        print(f"synced {len(ids)} mailbox(es) from {args.file}")
     elif args.mailbox_command == "check-bounces":
         from outreach.health import HealthSettings, pause_on_bounce_rate
 
@@ -254,6 +259,52 @@ def cmd_mailbox(args: argparse.Namespace) -> int:
 
         h = HealthSettings.from_env()
         _print_verdicts(pause_on_spam_rate(url, threshold=h.spam_rate_threshold), "spam-rate")
+    return 0
+
+
+def cmd_transactional(args: argparse.Namespace) -> int:
+    from outreach import db, transactional
+    from outreach.airflow_adapter import dkim_private_key, settings as load_settings, smtp_connector
+
+    url = _url()
+    if args.tx_command == "enqueue":
+        try:
+            context = json.loads(args.context)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--context: not JSON ({exc})") from None
+        with db.connect(url) as conn, conn.transaction():
+            r = transactional.enqueue(conn, args.key, args.to, args.template, context,
+                                      mailbox=args.mailbox)
+        print(f"email {r.email_id}: {'enqueued' if r.created else 'already enqueued'} "
+              f"(status {r.status})")
+    elif args.tx_command == "send":
+        summary = transactional.send_due(url, smtp_connector, load_settings(),
+                                         dkim_keys=dkim_private_key)
+        for part in summary.batches:
+            print(part.line(), flush=True)
+        print(summary.line())
+    elif args.tx_command == "worker":
+        print(f"sending transactional mail as it is enqueued (poll every {args.poll} s); Ctrl-C stops",
+              flush=True)
+        try:
+            transactional.watch(url, smtp_connector, load_settings(), poll_seconds=args.poll,
+                                dkim_keys=dkim_private_key)
+        except KeyboardInterrupt:
+            pass
+    elif args.tx_command == "show":
+        from outreach.logutil import mask
+
+        with db.connect(url, autocommit=True) as conn:
+            row = db.one(conn, "transactional_by_key", {"delivery_key": args.key})
+        if row is None:
+            print(f"no email has delivery key {args.key!r}")
+            return 1
+        print(f"email {row['id']} to {mask(row['recipient'])} ({row['template']}): {row['status']}"
+              + (f"/{row['failure_kind']}" if row["failure_kind"] else "")
+              + f", {row['attempts']} attempt(s)"
+              + (f", Message-ID <{row['message_id']}> accepted {row['accepted_at']:%Y-%m-%d %H:%M:%S} UTC"
+                 if row["message_id"] else "")
+              + (f" - {row['last_error']}" if row["last_error"] else ""))
     return 0
 
 
@@ -399,10 +450,27 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--reason", required=True, help=reason_help)
     s = mbsub.add_parser("history", help="pause/resume history, newest first")
     s.add_argument("mailbox", metavar="ADDRESS_OR_ID", nargs="?")
+    s = mbsub.add_parser("sync", help="write every mailbox of the mailbox file to the database")
+    s.add_argument("--file", default="include/mailboxes.yaml")
     mbsub.add_parser("check-bounces", help="pause mailboxes above the hard-bounce rate threshold")
     mbsub.add_parser("check-spam-rate",
                      help="pause mailboxes above the spam-rate threshold (stored Postmaster figures)")
     mbp.set_defaults(func=cmd_mailbox)
+
+    txp = sub.add_parser("transactional", help="transactional mail with a delivery key")
+    txsub = txp.add_subparsers(dest="tx_command", required=True)
+    s = txsub.add_parser("enqueue", help="enqueue one email (the same key again changes nothing)")
+    s.add_argument("--key", required=True, help="the delivery key (made when the request arrived)")
+    s.add_argument("--to", required=True)
+    s.add_argument("--template", required=True, help="include/templates/<name>.{subject,txt,html}.j2")
+    s.add_argument("--context", default="{}", help="template variables, a JSON object")
+    s.add_argument("--mailbox", help="sending mailbox (default: the one marked transactional)")
+    txsub.add_parser("send", help="one send cycle of due transactional emails")
+    s = txsub.add_parser("worker", help="send transactional emails as they are enqueued (LISTEN)")
+    s.add_argument("--poll", type=float, default=30.0, help="seconds between polls (default 30)")
+    s = txsub.add_parser("show", help="the email of a delivery key and its send-log entry")
+    s.add_argument("key")
+    txp.set_defaults(func=cmd_transactional)
 
     s = sub.add_parser("postmaster", help="fetch Postmaster Tools figures (connection outreach_postmaster)")
     s.add_argument("--days", type=int, help="days to fetch, today included (default 14)")

@@ -60,8 +60,8 @@ def run_demo() -> int:
     with MaildirServer(maildir) as smtp:
         print(f"  SMTP server (aiosmtpd) on {smtp.host}:{smtp.port}, storing into {maildir}")
         env = airflow_env(root / ".airflow", url,
-                          {"outreach_smtp_anna": smtp.connection_json(),
-                           "outreach_smtp_ben": smtp.connection_json()},
+                          {conn_id: smtp.connection_json() for conn_id in
+                           ("outreach_smtp_anna", "outreach_smtp_ben", "outreach_smtp_hello")},
                           {"OUTREACH_PUBLIC_URL": os.environ.get("OUTREACH_PUBLIC_URL", DEMO_PUBLIC_URL),
                            "OUTREACH_UNSUBSCRIBE_SECRET": demo_secret(state),
                            # One run sends the whole sample: no pacing over the day.

@@ -16,11 +16,14 @@ def mailbox_feedback_loop_id(mailbox_id: int) -> str:
     return f"m{int(mailbox_id)}"
 
 
-def feedback_id(campaign_key: str, mailbox_id: int, sender_id: str) -> str:
-    """Return the Feedback-ID header value ``<campaign>:m<mailbox id>:cold:<sender id>``.
+def feedback_id(campaign_key: str, mailbox_id: int, sender_id: str, kind: str = "cold") -> str:
+    """Return the Feedback-ID header value ``<campaign>:m<mailbox id>:<kind>:<sender id>``.
 
-    :param campaign_key: the campaign's slug (no ``:``; see :class:`outreach.campaign.Campaign`).
+    :param campaign_key: the campaign's slug (no ``:``; see :class:`outreach.campaign.Campaign`),
+        or the template name of transactional mail.
     :param mailbox_id: the sending mailbox's id.
     :param sender_id: ``OUTREACH_FEEDBACK_SENDER_ID`` (5–15 characters, stable per stream).
+    :param kind: the message type: ``cold`` (campaigns) or ``transactional``, so Gmail's feedback
+        loop reports the two streams apart.
     """
-    return f"{campaign_key}:{mailbox_feedback_loop_id(mailbox_id)}:cold:{sender_id}"
+    return f"{campaign_key}:{mailbox_feedback_loop_id(mailbox_id)}:{kind}:{sender_id}"

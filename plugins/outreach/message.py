@@ -34,7 +34,8 @@ class MessageError(ValueError):
 class Envelope:
     """Who and what: ``from_address``/``from_name``, ``to_address``/``to_name``; ``message_id``
     without angle brackets; ``date`` (aware, UTC); ``unsubscribe_url`` (https) and
-    ``unsubscribe_mailto``; ``feedback_id`` (``a:b:c:SenderId``); ``step_tag`` (campaign/step)."""
+    ``unsubscribe_mailto`` (both ``None`` for transactional mail: no List-Unsubscribe headers);
+    ``feedback_id`` (``a:b:c:SenderId``); ``step_tag`` (campaign/step, or transactional/template)."""
 
     from_address: str
     from_name: str
@@ -42,8 +43,8 @@ class Envelope:
     to_name: str
     message_id: str
     date: dt.datetime
-    unsubscribe_url: str
-    unsubscribe_mailto: str
+    unsubscribe_url: str | None
+    unsubscribe_mailto: str | None
     feedback_id: str
     step_tag: str
 
@@ -97,9 +98,10 @@ def _address(addr: str, name: str) -> Address:
 def build_message(rendered: Rendered, env: Envelope) -> EmailMessage:
     """Build the multipart/alternative message (text, then HTML).
 
-    Carries List-Unsubscribe (the https URL first, then mailto) and
-    ``List-Unsubscribe-Post: List-Unsubscribe=One-Click`` (RFC 8058 §3.1–3.2), Feedback-ID (Gmail
-    feedback loop) and a Message-ID derived from the row's idempotency key.
+    Marketing mail carries List-Unsubscribe (the https URL first, then mailto) and
+    ``List-Unsubscribe-Post: List-Unsubscribe=One-Click`` (RFC 8058 §3.1–3.2); transactional mail
+    neither (Gmail's bulk-sender rules exempt it). Both carry Feedback-ID (Gmail feedback loop)
+    and a Message-ID derived from the row's idempotency key.
 
     :raises MessageError: an address cannot be represented in a header.
     """
@@ -115,8 +117,9 @@ def build_message(rendered: Rendered, env: Envelope) -> EmailMessage:
         raise MessageError(str(exc)) from None
     msg["Date"] = email.utils.format_datetime(env.date.astimezone(dt.timezone.utc))
     msg["Message-ID"] = f"<{env.message_id}>"
-    msg["List-Unsubscribe"] = f"<{env.unsubscribe_url}>, <{env.unsubscribe_mailto}>"
-    msg["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
+    if env.unsubscribe_url:  # marketing; transactional mail carries neither header
+        msg["List-Unsubscribe"] = f"<{env.unsubscribe_url}>, <{env.unsubscribe_mailto}>"
+        msg["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
     msg["Feedback-ID"] = env.feedback_id
     msg["X-Outreach-Step"] = env.step_tag
     msg.set_content(rendered.text)

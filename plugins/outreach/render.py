@@ -43,21 +43,27 @@ def _environment(directory: Path) -> jinja2.Environment:
     )
 
 
-def render(template: str, subject: str, context: dict[str, Any],
-           directory: Path | None = None) -> Rendered:
+def render(template: str, subject: str | None, context: dict[str, Any],
+           directory: Path | None = None, *, require_unsubscribe: bool = True) -> Rendered:
     """Render one email.
 
     :param template: template name (``intro`` → ``intro.txt.j2`` + ``intro.html.j2``).
-    :param subject: the step's subject, a Jinja2 string; whitespace (CR/LF too) is folded to one
+    :param subject: the step's subject, a Jinja2 string; ``None``: the template's own
+        ``<name>.subject.j2`` (transactional templates). Whitespace (CR/LF too) is folded to one
         space so it can never break the header.
-    :param context: ``lead`` (first_name, last_name, company, title, email), ``sender`` (name,
-        address), ``campaign`` (key, name) and ``unsubscribe_url``.
+    :param context: for marketing, ``lead`` (first_name, last_name, company, title, email),
+        ``sender`` (name, address), ``campaign`` (key, name) and ``unsubscribe_url``; for
+        transactional mail, what the application enqueued plus ``recipient`` and ``sender``.
+    :param require_unsubscribe: both parts must show ``context["unsubscribe_url"]`` (marketing:
+        Gmail and Yahoo sender guidelines); ``False`` for transactional mail.
     :raises RenderError: missing template or variable, a template error, or a part without the
         unsubscribe link.
     """
     env = _environment(directory or templates_dir())
     try:
-        subject_out = " ".join(env.from_string(subject).render(context).split())
+        raw_subject = (env.from_string(subject).render(context) if subject is not None
+                       else env.get_template(f"{template}.subject.j2").render(context))
+        subject_out = " ".join(raw_subject.split())
         text = env.get_template(f"{template}.txt.j2").render(context)
         html_out = env.get_template(f"{template}.html.j2").render(context)
     except jinja2.TemplateNotFound as exc:
@@ -70,6 +76,8 @@ def render(template: str, subject: str, context: dict[str, Any],
         raise RenderError(f"template {template!r}: {type(exc).__name__}: {exc}") from None
     if not subject_out:
         raise RenderError(f"template {template!r}: the subject renders empty")
+    if not require_unsubscribe:
+        return Rendered(subject_out, text, html_out)
     url = context["unsubscribe_url"]
     if url not in text:
         raise RenderError(f"template {template!r}: the text part must show {{{{ unsubscribe_url }}}}")

@@ -54,10 +54,12 @@ class BatchSummary:
     lost_claims: int = 0
     note: str = ""
     failures: list[str] = field(default_factory=list)
+    message_class: str = "marketing"
 
     def line(self) -> str:
         """Return the analyst-facing summary line."""
-        text = (f"batch mailbox={self.mailbox_id} ({self.mailbox}) claimed={self.claimed} "
+        kind = "batch" if self.message_class == "marketing" else f"{self.message_class} batch"
+        text = (f"{kind} mailbox={self.mailbox_id} ({self.mailbox}) claimed={self.claimed} "
                 f"sent={self.sent} retried={self.retried} failed={self.failed} "
                 f"unconfirmed={self.unconfirmed} suppressed={self.suppressed}")
         if self.lost_claims:
@@ -76,19 +78,36 @@ def worker_name(label: str = "cli") -> str:
     return f"{label}@{socket.gethostname()}:{os.getpid()}"
 
 
+MESSAGE_CLASSES = ("marketing", "transactional")
+
+
 def claim(conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datetime | None = None,
-          interval: dt.timedelta | None = None) -> tuple[list[dict[str, Any]], str]:
+          interval: dt.timedelta | None = None,
+          message_class: str = "marketing") -> tuple[list[dict[str, Any]], str]:
     """Claim up to ``limit`` due rows of one mailbox within its quota, in one transaction.
 
-    The mailbox row is locked first (``mailbox_lock``), so the counts that follow hold however
-    many senders claim at once; then one claim statement takes at most what is left: the daily
-    limit (cap and warm-up, per local calendar day) and, with ``interval``, this send run's fair
-    share of it (see ``mailbox_remaining_today`` in ``sql/queries/emails.sql``).
+    Marketing: the mailbox row is locked first (``mailbox_lock``), so the counts that follow hold
+    however many senders claim at once; then one claim statement takes at most what is left: the
+    daily limit (cap and warm-up, per local calendar day) and, with ``interval``, this send run's
+    fair share of it (see ``mailbox_remaining_today`` in ``sql/queries/emails.sql``).
+    Transactional: one claim statement (``email_claim_transactional``) with no window, cap or
+    warm-up; a paused mailbox claims nothing.
 
-    :param interval: the send runs' interval for pacing (``None``: no pacing).
+    :param interval: the send runs' interval for pacing (``None``: no pacing; marketing only).
+    :param message_class: ``marketing`` or ``transactional``.
     :returns: ``(rows, note)``; ``note`` says why nothing was claimed ("paused", "daily cap",
         "run share") .
+    :raises ValueError: an unknown message class.
     """
+    if message_class == "transactional":
+        rows = db.run(conn, "email_claim_transactional", {
+            "mailbox_id": mailbox_id, "limit": limit, "now": now,
+            "claim_token": uuid.uuid4(), "claimed_by": worker})
+        if rows:
+            failpoints.hit("after_claim")
+        return rows, ""
+    if message_class != "marketing":
+        raise ValueError(f"message_class must be one of {MESSAGE_CLASSES}, got {message_class!r}")
     with conn.transaction():
         locked = db.one(conn, "mailbox_lock", {"mailbox_id": mailbox_id})
         if locked is None:
@@ -123,10 +142,27 @@ def _context(row: dict[str, Any], unsubscribe_url: str) -> dict[str, Any]:
     }
 
 
+def _transactional_context(row: dict[str, Any]) -> dict[str, Any]:
+    return {**(row["context"] or {}), "recipient": {"email": row["email"]},
+            "sender": {"name": row["mailbox_name"], "address": row["mailbox_address"]}}
+
+
+def describe(row: dict[str, Any]) -> str:
+    """Return how logs name a claimed row: its id, the masked recipient and its step (marketing)
+    or template (transactional); never the full address."""
+    what = (f"step {row['step_position']}" if row.get("message_class", "marketing") == "marketing"
+            else f"transactional {row['template']}")
+    return f"email {row['id']} ({mask(row['email'])}, {what})"
+
+
 def prepare(row: dict[str, Any], settings: Settings, now: dt.datetime,
             dkim_private_key: bytes | None = None) -> tuple[str, bytes]:
     """Render, build and (when the mailbox has a DKIM selector) sign the message for a claimed
     row; return ``(message_id, wire bytes)``.
+
+    Marketing rows get the one-click unsubscribe headers and link (RFC 8058); transactional rows
+    (``row["message_class"] == "transactional"``) are rendered from what the application
+    enqueued, with the template's own subject and no List-Unsubscribe headers.
 
     Signing happens last, on the wire bytes, so ``h=`` covers exactly what goes out
     (see :mod:`outreach.signing`; RFC 8058 §4 wants List-Unsubscribe and List-Unsubscribe-Post
@@ -138,18 +174,30 @@ def prepare(row: dict[str, Any], settings: Settings, now: dt.datetime,
     :raises MessageError: the message could not be built.
     :raises SigningError: the mailbox has a DKIM selector but the key is missing or unusable.
     """
-    token = make_token(settings.unsubscribe_secret, row["id"])
-    url = settings.unsubscribe_base + token
     domain = ascii_domain(row["mailbox_address"].rpartition("@")[2])
-    rendered = render(row["template"], row["subject"], _context(row, url))
-    to_name = f"{row['first_name']} {row['last_name']}".strip()
     message_id = message_id_for(str(row["idempotency_key"]), row["mailbox_address"])
-    msg = build_message(rendered, Envelope(
-        from_address=row["mailbox_address"], from_name=row["mailbox_name"],
-        to_address=row["email"], to_name=to_name, message_id=message_id, date=now,
-        unsubscribe_url=url, unsubscribe_mailto=f"mailto:unsubscribe@{domain}?subject=unsubscribe%20{token}",
-        feedback_id=feedback_id(row["campaign_key"], row["mailbox_id"], settings.feedback_sender_id),
-        step_tag=f"{row['campaign_key']}/{row['step_position']}"))
+    if row.get("message_class", "marketing") == "transactional":
+        rendered = render(row["template"], None, _transactional_context(row),
+                          require_unsubscribe=False)
+        envelope = Envelope(
+            from_address=row["mailbox_address"], from_name=row["mailbox_name"],
+            to_address=row["email"], to_name="", message_id=message_id, date=now,
+            unsubscribe_url=None, unsubscribe_mailto=None,
+            feedback_id=feedback_id(row["template"], row["mailbox_id"], settings.feedback_sender_id,
+                                    "transactional"),
+            step_tag=f"transactional/{row['template']}")
+    else:
+        token = make_token(settings.unsubscribe_secret, row["id"])
+        url = settings.unsubscribe_base + token
+        rendered = render(row["template"], row["subject"], _context(row, url))
+        envelope = Envelope(
+            from_address=row["mailbox_address"], from_name=row["mailbox_name"],
+            to_address=row["email"], to_name=f"{row['first_name']} {row['last_name']}".strip(),
+            message_id=message_id, date=now, unsubscribe_url=url,
+            unsubscribe_mailto=f"mailto:unsubscribe@{domain}?subject=unsubscribe%20{token}",
+            feedback_id=feedback_id(row["campaign_key"], row["mailbox_id"], settings.feedback_sender_id),
+            step_tag=f"{row['campaign_key']}/{row['step_position']}")
+    msg = build_message(rendered, envelope)
     wire = to_wire(msg)
     if row.get("dkim_selector"):
         if not dkim_private_key:
@@ -191,7 +239,8 @@ class _Progress:
 
 def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
                settings: Settings, *, worker: str | None = None, now: dt.datetime | None = None,
-               dkim_keys: DkimKeyLoader | None = None) -> BatchSummary:
+               dkim_keys: DkimKeyLoader | None = None,
+               message_class: str = "marketing") -> BatchSummary:
     """Claim one batch of a mailbox and send it over one SMTP session.
 
     Each row's outcome is committed right after its own handoff.
@@ -207,6 +256,8 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
     :param dkim_keys: loads a mailbox's DKIM private key by connection id (once per batch); when
         it is missing or fails for a mailbox with a DKIM selector, its rows go back to the queue
         unsent (stage SIGN), like any other not-accepted attempt.
+    :param message_class: which rows to claim: ``marketing`` (campaign steps, within the
+        mailbox's quota) or ``transactional`` (see :func:`claim`).
     :raises BatchAborted: the database went away mid-batch (after recording what it could once
         reconnected; rows it could not record stay 'sending' for the reaper, never resent).
     :raises outreach.db.OutreachDBError: the database is unreachable before the claim.
@@ -215,8 +266,9 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
     conn = db.connect(url, autocommit=True)
     try:
         rows, note = claim(conn, mailbox_id, limit, worker=worker, now=now,
-                           interval=settings.send_interval)
-        summary = BatchSummary(mailbox_id=mailbox_id, mailbox="", claimed=len(rows), note=note)
+                           interval=settings.send_interval, message_class=message_class)
+        summary = BatchSummary(mailbox_id=mailbox_id, mailbox="", claimed=len(rows), note=note,
+                               message_class=message_class)
         progress = _Progress()
         # From here on, whatever stops the batch goes through _recover: nothing claimed is left
         # 'sending' for the reaper unless the database itself is gone.
@@ -341,9 +393,9 @@ def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Setting
               summary: BatchSummary, now: dt.datetime | None, keys: _KeyCache,
               progress: _Progress) -> None:
     guard = {"email_id": row["id"], "claim_token": row["claim_token"]}
-    who = f"email {row['id']} ({mask(row['email'])}, step {row['step_position']})"
+    who = describe(row)
     # Pre-send check: the one suppression function, right before the handoff.
-    if is_suppressed(conn, row["email"]):
+    if is_suppressed(conn, row["email"], row.get("message_class", "marketing")):
         if _guarded(conn, "email_mark_suppressed", guard, summary, "mark suppressed"):
             summary.suppressed += 1
             log.info("%s: suppressed before the handoff; not sent", who)
@@ -389,7 +441,7 @@ def _record(conn, row: dict[str, Any], delivery: Delivery, message_id: str, sett
             summary: BatchSummary, now: dt.datetime | None) -> None:
     """Record one handoff's outcome with the guarded transition it calls for."""
     guard = {"email_id": row["id"], "claim_token": row["claim_token"]}
-    who = f"email {row['id']} ({mask(row['email'])}, step {row['step_position']})"
+    who = describe(row)
     if delivery.outcome is Outcome.ACCEPTED:
         if _guarded(conn, "email_mark_sent", {**guard, "message_id": message_id,
                                               "smtp_reply": f"{delivery.code} {delivery.reply}",

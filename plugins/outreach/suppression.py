@@ -120,9 +120,11 @@ def import_suppressions(url: str, csv_file: str | Path, reason: str = "do-not-co
     return result
 
 
-def is_suppressed(conn, address: str) -> bool:
-    """Ask the one SQL function whether ``address`` is suppressed."""
-    row = db.one(conn, "suppression_check", {"address": address})
+def is_suppressed(conn, address: str, message_class: str = "marketing") -> bool:
+    """Ask the one SQL function whether ``address`` is suppressed for ``message_class``
+    (``marketing``: any suppression; ``transactional``: hard bounces, manual blocks and
+    do-not-contact entries, not marketing unsubscribes or complaints — migration 0006)."""
+    row = db.one(conn, "suppression_check", {"address": address, "message_class": message_class})
     return bool(row and row["suppressed"])
 
 

@@ -30,6 +30,7 @@ from starlette.concurrency import run_in_threadpool
 from outreach import db
 from outreach.logutil import log, mask
 from outreach.tokens import MAX_AGE_SECONDS, TokenError, read_token
+from outreach.suppression import is_suppressed
 
 ONE_CLICK_FIELD, ONE_CLICK_VALUE = "List-Unsubscribe", "One-Click"
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -151,8 +152,7 @@ def create_app(database_url: str | Callable[[], str], secret: str | Callable[[],
         with db.connect(url.get(), autocommit=True) as conn:
             row = db.one(conn, "email_unsubscribe_target", {"email_id": email_id})
             if row is not None:
-                row["suppressed"] = db.one(conn, "suppression_check",
-                                           {"address": row["email"]})["suppressed"]
+                row["suppressed"] = is_suppressed(conn, row["email"])
             return row
 
     def unsubscribe(email_id: int):

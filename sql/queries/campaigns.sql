@@ -1,20 +1,26 @@
 -- Campaigns, their sequence steps and mailboxes: written when a reviewed campaign file is synced.
 
+-- name: mailbox_clear_transactional
+-- Before a mailbox takes the transactional mark, every other mailbox loses it.
+UPDATE outreach.mailboxes SET transactional = false, updated_at = now()
+WHERE transactional AND address <> %(address)s
+RETURNING id;
+
 -- name: mailbox_upsert
 -- Create or update a mailbox from the mailbox file; its pause status is never touched here.
 INSERT INTO outreach.mailboxes AS m (address, display_name, smtp_conn_id, timezone, daily_cap,
                                      warmup_start, warmup_initial, warmup_days, warmup_increment,
-                                     dkim_selector, dkim_key_conn_id)
+                                     dkim_selector, dkim_key_conn_id, transactional)
 VALUES (%(address)s, %(display_name)s, %(smtp_conn_id)s, %(timezone)s, %(daily_cap)s,
         %(warmup_start)s, %(warmup_initial)s, %(warmup_days)s, %(warmup_increment)s,
-        %(dkim_selector)s, %(dkim_key_conn_id)s)
+        %(dkim_selector)s, %(dkim_key_conn_id)s, %(transactional)s)
 ON CONFLICT ON CONSTRAINT outreach_mailboxes_address_key DO UPDATE
 SET display_name = excluded.display_name, smtp_conn_id = excluded.smtp_conn_id,
     timezone = excluded.timezone, daily_cap = excluded.daily_cap,
     warmup_start = excluded.warmup_start, warmup_initial = excluded.warmup_initial,
     warmup_days = excluded.warmup_days, warmup_increment = excluded.warmup_increment,
     dkim_selector = excluded.dkim_selector, dkim_key_conn_id = excluded.dkim_key_conn_id,
-    updated_at = now()
+    transactional = excluded.transactional, updated_at = now()
 RETURNING id;
 
 -- name: campaign_upsert

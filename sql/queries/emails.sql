@@ -107,32 +107,37 @@ FROM share;
 -- The claim is this one statement: lock up to %(limit)s due rows of one mailbox that no other
 -- sender holds (SKIP LOCKED), stamp a fresh claim token, claimed_at and attempts + 1, and return
 -- everything needed to build the messages. Rows outside their send window stay queued.
+-- The locking SELECT is a MATERIALIZED CTE, evaluated exactly once: written inline as
+-- `e.id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)` the planner may run it as a subplan
+-- rescanned per row, and each rescan skips the rows this statement already updated and returns
+-- the next n — a claim of the whole queue (seen here after migration 0006 changed the plan).
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+picked AS MATERIALIZED (
+    SELECT q.id
+    FROM outreach.emails q
+    JOIN outreach.campaigns c ON c.id = q.campaign_id
+    JOIN outreach.leads l ON l.id = q.lead_id
+    CROSS JOIN n
+    WHERE q.status = 'queued'
+      AND q.mailbox_id = %(mailbox_id)s
+      AND q.scheduled_for <= n.now
+      AND c.status = 'active'
+      AND outreach.next_send_slot(n.now, coalesce(l.timezone, c.timezone), c.send_days,
+                                  c.window_start, c.window_end) = n.now
+    ORDER BY q.scheduled_for, q.id
+    LIMIT %(limit)s
+    FOR UPDATE OF q SKIP LOCKED
+),
 claimed AS (
     UPDATE outreach.emails e
     SET status = 'sending', claim_token = %(claim_token)s, claimed_at = n.now,
         claimed_by = %(claimed_by)s, attempts = e.attempts + 1, updated_at = n.now
     FROM n
-    WHERE e.status = 'queued'
-      AND e.id IN (
-        SELECT q.id
-        FROM outreach.emails q
-        JOIN outreach.campaigns c ON c.id = q.campaign_id
-        JOIN outreach.leads l ON l.id = q.lead_id
-        CROSS JOIN n AS n2
-        WHERE q.status = 'queued'
-          AND q.mailbox_id = %(mailbox_id)s
-          AND q.scheduled_for <= n2.now
-          AND c.status = 'active'
-          AND outreach.next_send_slot(n2.now, coalesce(l.timezone, c.timezone), c.send_days,
-                                      c.window_start, c.window_end) = n2.now
-        ORDER BY q.scheduled_for, q.id
-        LIMIT %(limit)s
-        FOR UPDATE OF q SKIP LOCKED)
+    WHERE e.status = 'queued' AND e.id IN (SELECT id FROM picked)
     RETURNING e.*
 )
 SELECT cl.id, cl.claim_token, cl.attempts, cl.idempotency_key, cl.lead_id, cl.step_id,
-       l.email, l.first_name, l.last_name, l.company, l.title,
+       cl.message_class, l.email, l.first_name, l.last_name, l.company, l.title,
        st.position AS step_position, st.template, st.subject,
        c.key AS campaign_key, c.name AS campaign_name,
        m.id AS mailbox_id, m.address AS mailbox_address, m.display_name AS mailbox_name,
@@ -143,6 +148,50 @@ JOIN outreach.sequence_steps st ON st.id = cl.step_id
 JOIN outreach.campaigns c ON c.id = cl.campaign_id
 JOIN outreach.mailboxes m ON m.id = cl.mailbox_id
 ORDER BY cl.scheduled_for, cl.id;
+
+-- name: email_claim_transactional
+-- The claim of transactional rows: the same one statement (FOR UPDATE SKIP LOCKED, a fresh claim
+-- token, claimed_at and attempts + 1), over due transactional rows of one active mailbox. No send
+-- window, daily cap or warm-up holds them back (mail the recipient is waiting for); a paused
+-- mailbox sends nothing. Returns the columns email_claim_batch returns, for the same send path.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+picked AS MATERIALIZED (  -- evaluated once: see email_claim_batch
+    SELECT q.id
+    FROM outreach.emails q
+    JOIN outreach.mailboxes mb ON mb.id = q.mailbox_id
+    CROSS JOIN n
+    WHERE q.status = 'queued' AND q.message_class = 'transactional'
+      AND q.mailbox_id = %(mailbox_id)s AND q.scheduled_for <= n.now
+      AND mb.status = 'active'
+    ORDER BY q.scheduled_for, q.id
+    LIMIT %(limit)s
+    FOR UPDATE OF q SKIP LOCKED
+),
+claimed AS (
+    UPDATE outreach.emails e
+    SET status = 'sending', claim_token = %(claim_token)s, claimed_at = n.now,
+        claimed_by = %(claimed_by)s, attempts = e.attempts + 1, updated_at = n.now
+    FROM n
+    WHERE e.status = 'queued' AND e.id IN (SELECT id FROM picked)
+    RETURNING e.*
+)
+SELECT cl.id, cl.claim_token, cl.attempts, cl.idempotency_key, cl.lead_id, cl.step_id,
+       cl.message_class, cl.recipient AS email, cl.template, cl.context, cl.delivery_key,
+       m.id AS mailbox_id, m.address AS mailbox_address, m.display_name AS mailbox_name,
+       m.smtp_conn_id, m.dkim_selector, m.dkim_key_conn_id
+FROM claimed cl
+JOIN outreach.mailboxes m ON m.id = cl.mailbox_id
+ORDER BY cl.scheduled_for, cl.id;
+
+-- name: email_plan_transactional
+-- Mailboxes with due transactional rows, and how many.
+SELECT m.id AS mailbox_id, m.address, m.status, count(e.id)::integer AS due
+FROM outreach.emails e
+JOIN outreach.mailboxes m ON m.id = e.mailbox_id
+WHERE e.status = 'queued' AND e.message_class = 'transactional'
+  AND e.scheduled_for <= coalesce(%(now)s::timestamptz, now())
+GROUP BY m.id, m.address, m.status
+ORDER BY m.id;
 
 -- name: email_mark_sent
 -- Only after the server accepted the message (2xx to the end of DATA): mark the row sent and
@@ -211,6 +260,7 @@ WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT m.id AS mailbox_id, m.address, m.status, count(e.id)::integer AS due
 FROM outreach.mailboxes m
 JOIN outreach.emails e ON e.mailbox_id = m.id AND e.status = 'queued'
+                       AND e.message_class = 'marketing'
 CROSS JOIN n
 WHERE e.scheduled_for <= n.now
   AND (%(mailbox_id)s::bigint IS NULL OR m.id = %(mailbox_id)s::bigint)

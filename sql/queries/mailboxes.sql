@@ -77,7 +77,7 @@ SELECT mb.id, mb.address, mb.status, mb.since,
        count(e.id) FILTER (WHERE
            (e.failure_kind = 'permanent' AND e.last_error ~ '^RCPT 5[0-9][0-9] (.* )?5\.1\.[0-9]+')
            OR EXISTS (SELECT 1 FROM outreach.suppressions s
-                      WHERE s.kind = 'address' AND s.value = lower(l.email)
+                      WHERE s.kind = 'address' AND s.value = lower(coalesce(l.email, e.recipient))
                         AND s.reason = 'bounced'))::integer AS hard_bounces
 FROM mb
 LEFT JOIN outreach.emails e

@@ -9,11 +9,12 @@ SELECT set_config('outreach.resolution', 'operator', true);
 -- name: email_list_unconfirmed
 -- Unconfirmed emails, by ids or by campaign and/or mailbox (NULL: any).
 SELECT e.id, e.idempotency_key, e.last_error, e.claimed_by, e.claimed_at, e.attempts,
-       l.email, m.address AS mailbox_address, m.id AS mailbox_id, c.key AS campaign_key
+       coalesce(l.email, e.recipient) AS email, m.address AS mailbox_address,
+       m.id AS mailbox_id, c.key AS campaign_key, e.message_class
 FROM outreach.emails e
-JOIN outreach.leads l ON l.id = e.lead_id
+LEFT JOIN outreach.leads l ON l.id = e.lead_id
 JOIN outreach.mailboxes m ON m.id = e.mailbox_id
-JOIN outreach.campaigns c ON c.id = e.campaign_id
+LEFT JOIN outreach.campaigns c ON c.id = e.campaign_id
 WHERE e.status = 'failed' AND e.failure_kind = 'unconfirmed'
   AND (%(ids)s::bigint[] IS NULL OR e.id = ANY (%(ids)s::bigint[]))
   AND (%(campaign_key)s::text IS NULL OR c.key = %(campaign_key)s::text)

@@ -9,15 +9,18 @@ ON CONFLICT ON CONSTRAINT outreach_suppressions_value_key DO NOTHING
 RETURNING id;
 
 -- name: suppression_check
-SELECT outreach.is_suppressed(%(address)s) AS suppressed;
+SELECT outreach.is_suppressed(%(address)s, %(message_class)s) AS suppressed;
 
 -- name: email_cancel_suppressed
--- Queued steps of addresses that are now suppressed are cancelled in the same transaction as the
--- suppression. Rows already 'sending' are left alone: the pre-send check stops them.
+-- Queued emails of addresses that are now suppressed (for their message class) are cancelled in
+-- the same transaction as the suppression. Rows already 'sending' are left alone: the pre-send
+-- check stops them.
 UPDATE outreach.emails e
 SET status = 'suppressed', updated_at = now()
-FROM outreach.leads l
-WHERE l.id = e.lead_id AND e.status = 'queued' AND outreach.is_suppressed(l.email)
+WHERE e.status = 'queued'
+  AND outreach.is_suppressed(coalesce(e.recipient, (SELECT l.email FROM outreach.leads l
+                                                    WHERE l.id = e.lead_id)),
+                             e.message_class)
 RETURNING e.id;
 
 -- name: suppression_actor_set
@@ -41,7 +44,7 @@ ORDER BY created_at, id;
 
 -- name: email_unsubscribe_target
 -- The email row an unsubscribe token names, with the address it went (or will go) to.
-SELECT e.id, e.status::text AS status, l.email
+SELECT e.id, e.status::text AS status, coalesce(l.email, e.recipient) AS email, e.message_class
 FROM outreach.emails e
-JOIN outreach.leads l ON l.id = e.lead_id
+LEFT JOIN outreach.leads l ON l.id = e.lead_id
 WHERE e.id = %(email_id)s;

@@ -1,0 +1,202 @@
+"""Transactional mail with a durable delivery key: a signup welcome email goes out once.
+
+The failure this prevents: the API times out after its database commit, the client retries, a
+worker picks the job up again, and the new user gets two welcome emails — or none.
+
+* The application makes a **delivery key** when the request arrives (a UUID, or its own
+  idempotency key) and calls :func:`enqueue` — or the SQL function
+  ``outreach.enqueue_transactional`` — *inside its own transaction*, so its user row and the email
+  row commit together or not at all (an outbox). The key is UNIQUE in ``outreach.emails``:
+  enqueuing it again returns the existing row and changes nothing.
+* The row then takes the marketing send path: the same claim (``FOR UPDATE SKIP LOCKED`` with a
+  claim token), the same guarded transitions, send log, fault classes, reaper and operator
+  resolution. Its Message-ID comes from the key (``md5('outreach-transactional:' || key)`` as a
+  UUID), so every attempt carries the same one.
+* Suppression is the same SQL function, asked for the ``transactional`` class: marketing
+  unsubscribes and complaints do not stop a welcome email; hard bounces, manual blocks and
+  do-not-contact entries do.
+* No warm-up, daily cap or send window holds it back, and no List-Unsubscribe headers are sent
+  (Gmail's bulk-sender rules exempt transactional mail). :func:`send_due` is one short send
+  cycle; the ``outreach_transactional`` DAG runs it every minute, and ``outreach transactional
+  worker`` runs it whenever a row is enqueued (LISTEN/NOTIFY), with a poll as a safety net.
+
+Templates: ``include/templates/<name>.subject.j2``, ``<name>.txt.j2`` and ``<name>.html.j2``,
+rendered with the enqueued context plus ``recipient.email`` and ``sender`` (name, address).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from email_validator import EmailNotValidError, validate_email
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from outreach import db
+from outreach.logutil import log, mask
+from outreach.paths import templates_dir
+from outreach.send import (DkimKeyLoader, PlannedSummary, SmtpConnector, send_batch, worker_name)
+from outreach.settings import Settings
+
+TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9_]{0,62}$")
+TEMPLATE_PARTS = ("subject.j2", "txt.j2", "html.j2")
+NOTIFY_CHANNEL = "outreach_transactional"
+
+
+class TransactionalError(ValueError):
+    """The request cannot be enqueued: a bad delivery key, recipient, template or context, or no
+    mailbox to send it from. The message names the field."""
+
+
+class DeliveryKeyConflict(TransactionalError):
+    """The delivery key was already used for another message (another recipient or template)."""
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """The one email row of a delivery key: ``email_id``; ``created`` (``False`` for a replay);
+    ``status`` at the time of the call (``queued``, ``sending``, ``sent``, ``failed`` or
+    ``suppressed``); ``message_key`` (the UUID the Message-ID is made of)."""
+
+    email_id: int
+    created: bool
+    status: str
+    message_key: uuid.UUID
+
+
+def new_delivery_key() -> str:
+    """Return a fresh delivery key (a random UUID as text), to be made once when the request
+    arrives and kept with it (retries reuse it)."""
+    return str(uuid.uuid4())
+
+
+def validate_request(delivery_key: str, to: str, template: str,
+                     context: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """Check a request before it reaches the database; return ``(normalised address, context)``.
+
+    :raises TransactionalError: the delivery key is empty or longer than 200 characters; ``to``
+        is not a valid address (email-validator, no DNS lookup); ``template`` is not a lower-case
+        name or one of its three files is missing; ``context`` is not a JSON object.
+    """
+    if not isinstance(delivery_key, str) or not 1 <= len(delivery_key) <= 200:
+        raise TransactionalError("delivery_key: 1 to 200 characters")
+    try:
+        address = validate_email(to, check_deliverability=False).normalized
+    except (EmailNotValidError, TypeError) as exc:
+        raise TransactionalError(f"to: {exc}") from None
+    if not isinstance(template, str) or not TEMPLATE_NAME.match(template):
+        raise TransactionalError(f"template: {template!r} is not a template name "
+                                 "(lower-case letters, digits, underscores)")
+    missing = [f"{template}.{part}" for part in TEMPLATE_PARTS
+               if not (templates_dir() / f"{template}.{part}").is_file()]
+    if missing:
+        raise TransactionalError(f"template: missing in {templates_dir()}: {', '.join(missing)}")
+    ctx = dict(context or {})
+    try:
+        json.dumps(ctx)
+    except (TypeError, ValueError) as exc:
+        raise TransactionalError(f"context: not JSON-serialisable ({exc})") from None
+    return address, ctx
+
+
+def enqueue(conn: psycopg.Connection, delivery_key: str, to: str, template: str,
+            context: Mapping[str, Any] | None = None, *, mailbox: str | None = None) -> Enqueued:
+    """Enqueue one transactional email inside the caller's transaction (nothing is committed
+    here: the caller commits, together with its own rows; on an error raised here the caller's
+    transaction is failed and must be rolled back). On an autocommit connection the row commits
+    at once.
+
+    What happens when this runs twice: the second call finds the key (UNIQUE
+    ``outreach_emails_delivery_key_key``) and returns the first call's row, ``created=False``;
+    a concurrent second call waits for the first transaction and then does the same. Suppressed
+    recipients get a row with status ``suppressed`` (and nothing is sent).
+
+    :param conn: the application's connection, inside its transaction (psycopg 3).
+    :param delivery_key: made when the request arrived; the same for every retry.
+    :param to: the recipient address.
+    :param template: ``include/templates/<template>.{subject,txt,html}.j2``.
+    :param context: the template's variables (a JSON object).
+    :param mailbox: the sending mailbox's address; default the mailbox marked
+        ``transactional: true`` in the mailbox file (``outreach mailboxes sync``).
+    :raises TransactionalError: see :func:`validate_request`; or no such mailbox.
+    :raises DeliveryKeyConflict: the key was used for another recipient or template.
+    """
+    address, ctx = validate_request(delivery_key, to, template, context)
+    try:
+        # Inside the caller's transaction, no savepoint and no commit of our own: if this fails,
+        # the caller's transaction fails with it (no user row without its email row). A cursor
+        # of our own, so the caller's connection may use any row factory.
+        with conn.cursor(row_factory=dict_row) as cur:
+            row = cur.execute(db.query("transactional_enqueue"), {
+                "delivery_key": delivery_key, "recipient": address, "template": template,
+                "context": Jsonb(ctx), "mailbox": mailbox}).fetchone()
+    except psycopg.errors.UniqueViolation as exc:
+        raise DeliveryKeyConflict(exc.diag.message_primary or str(exc)) from None
+    except (psycopg.errors.NoDataFound, psycopg.errors.InvalidParameterValue) as exc:
+        raise TransactionalError(exc.diag.message_primary or str(exc)) from None
+    result = Enqueued(row["email_id"], row["created"], row["status"], row["message_key"])
+    log.info("transactional email %s (%s, %s) %s: status %s", result.email_id, mask(address),
+             template, "enqueued" if result.created else "already enqueued (same delivery key)",
+             result.status)
+    return result
+
+
+def send_due(url: str, connector: SmtpConnector, settings: Settings, *, limit: int | None = None,
+             worker: str | None = None, now: dt.datetime | None = None,
+             dkim_keys: DkimKeyLoader | None = None) -> PlannedSummary:
+    """One short send cycle: claim and send the due transactional rows of every mailbox, at most
+    ``limit`` per mailbox (default ``settings.batch_size``), over one SMTP session per mailbox.
+
+    Safe to run concurrently and to repeat: each row is claimed by one statement with ``FOR
+    UPDATE SKIP LOCKED``, and every later change is guarded by status and claim token.
+
+    :raises outreach.db.OutreachDBError: the database is unreachable.
+    :raises outreach.send.BatchAborted: see :func:`outreach.send.send_batch`.
+    """
+    worker = worker or worker_name("transactional")
+    with db.connect(url, autocommit=True) as conn:
+        due = db.run(conn, "email_plan_transactional", {"now": now})
+    summary = PlannedSummary(label="transactional")
+    for m in due:
+        if m["status"] != "active":
+            log.warning("mailbox %s (%s) is paused: %s transactional email(s) wait for it",
+                        m["mailbox_id"], mask(m["address"]), m["due"])
+            continue
+        summary.batches.append(send_batch(url, m["mailbox_id"], limit or settings.batch_size,
+                                          connector, settings, worker=worker, now=now,
+                                          dkim_keys=dkim_keys, message_class="transactional"))
+    log.info(summary.line())
+    return summary
+
+
+def watch(url: str, connector: SmtpConnector, settings: Settings, *, poll_seconds: float = 30.0,
+          stop: threading.Event | None = None, dkim_keys: DkimKeyLoader | None = None) -> None:
+    """Run :func:`send_due` whenever a transactional email is enqueued (``LISTEN
+    outreach_transactional``; :func:`enqueue` notifies at commit) and at least every
+    ``poll_seconds`` seconds, until ``stop`` is set (or forever).
+
+    A cycle that fails (the database or the SMTP server away) is logged and the loop goes on;
+    nothing claimed is lost (see :func:`outreach.send.send_batch`).
+    """
+    stop = stop or threading.Event()
+    worker = worker_name("transactional-worker")
+    while not stop.is_set():
+        try:
+            with db.connect(url, autocommit=True) as listener:
+                listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                while not stop.is_set():
+                    send_due(url, connector, settings, worker=worker, dkim_keys=dkim_keys)
+                    # Wait for a NOTIFY (or the poll interval); several at once make one cycle.
+                    for _ in listener.notifies(timeout=poll_seconds, stop_after=1):
+                        pass
+        except Exception as exc:  # noqa: BLE001 - keep the worker alive; log and retry
+            log.error("transactional worker: %s: %s; retrying in 5 s", type(exc).__name__, exc)
+            stop.wait(5)
