@@ -81,6 +81,13 @@ def test_same_key_twice_is_one_row_and_one_message(tx_url, sink, settings):
     [log] = rows(tx_url, "SELECT message_id FROM outreach.send_log")
     assert log["message_id"] == expected_message_id("signup-1")
     invariants.assert_ok(tx_url, sink.messages())
+    # The report shows transactional mail per template.
+    from outreach.report import collect, render_text
+
+    report = collect(tx_url)
+    [row] = report["rows"]
+    assert (row["campaign"], row["step"], row["template"], row["sent"]) == ("transactional", None, "welcome", 1)
+    assert "transactional  welcome" in render_text(report)
 
 
 def test_a_key_names_one_message(tx_url):

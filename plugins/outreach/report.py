@@ -36,7 +36,8 @@ def render_text(report: dict[str, Any]) -> str:
     cols = ["queued", "sending", "sent", "failed", "unconfirmed", "suppressed"]
     parts = ["Emails by campaign, step and mailbox"]
     parts.append(_table(["campaign", "step", "mailbox"] + cols + ["failed by reason"], [
-        [r["campaign"], r["step"], r["mailbox_id"]] + [r[c] for c in cols] + [r["failed_reasons"] or "-"]
+        [r["campaign"], r["step"] if r["step"] is not None else r["template"], r["mailbox_id"]]
+        + [r[c] for c in cols] + [r["failed_reasons"] or "-"]
         for r in report["rows"]]))
     parts.append("\nMailboxes today (local day)")
     parts.append(_table(["mailbox", "address", "status", "sent today", "limit today", "reason"], [

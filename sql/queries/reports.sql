@@ -1,7 +1,10 @@
 -- Read-only queries for the report.
 
 -- name: report_by_step
-SELECT c.key AS campaign, st.position AS step, e.mailbox_id,
+-- Per campaign, step and mailbox; transactional mail as campaign 'transactional', per template
+-- (step NULL).
+SELECT coalesce(c.key, e.message_class) AS campaign, st.position AS step, e.template,
+       e.mailbox_id,
        count(*) FILTER (WHERE e.status = 'queued')::integer AS queued,
        count(*) FILTER (WHERE e.status = 'sending')::integer AS sending,
        count(*) FILTER (WHERE e.status = 'sent')::integer AS sent,
@@ -10,13 +13,15 @@ SELECT c.key AS campaign, st.position AS step, e.mailbox_id,
        count(*) FILTER (WHERE e.status = 'suppressed')::integer AS suppressed,
        (SELECT string_agg(k || '=' || n, ', ' ORDER BY k) FROM (
             SELECT e2.failure_kind AS k, count(*) AS n FROM outreach.emails e2
-            WHERE e2.step_id = st.id AND e2.mailbox_id = e.mailbox_id AND e2.status = 'failed'
+            WHERE e2.mailbox_id = e.mailbox_id AND e2.status = 'failed'
+              AND (e2.step_id = st.id OR (st.id IS NULL AND e2.step_id IS NULL
+                                          AND e2.template = e.template))
             GROUP BY e2.failure_kind) f) AS failed_reasons
 FROM outreach.emails e
-JOIN outreach.sequence_steps st ON st.id = e.step_id
-JOIN outreach.campaigns c ON c.id = st.campaign_id
-GROUP BY c.key, st.id, st.position, e.mailbox_id
-ORDER BY c.key, st.position, e.mailbox_id;
+LEFT JOIN outreach.sequence_steps st ON st.id = e.step_id
+LEFT JOIN outreach.campaigns c ON c.id = st.campaign_id
+GROUP BY e.message_class, c.key, st.id, st.position, e.template, e.mailbox_id
+ORDER BY e.message_class, c.key, st.position, e.template, e.mailbox_id;
 
 -- name: report_mailboxes
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
