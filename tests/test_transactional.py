@@ -92,6 +92,7 @@ def test_same_key_twice_is_one_row_and_one_message(tx_url, sink, settings):
 
 def test_a_key_names_one_message(tx_url):
     enqueue_one(tx_url, "k-1", "jo@example.com")
+    assert not enqueue_one(tx_url, "k-1", "Jo@Example.COM").created  # the same address
     with pytest.raises(DeliveryKeyConflict, match="already used for another message"):
         enqueue_one(tx_url, "k-1", "someone.else@example.com")
     with pytest.raises(TransactionalError, match="^to: "):

@@ -144,7 +144,8 @@ BEGIN
         -- A concurrent transaction inserted the same key and committed first.
         SELECT * INTO v_existing FROM outreach.emails e WHERE e.delivery_key = p_delivery_key;
     END IF;
-    IF v_existing.recipient IS DISTINCT FROM p_recipient OR v_existing.template IS DISTINCT FROM p_template THEN
+    IF lower(v_existing.recipient) IS DISTINCT FROM lower(p_recipient)
+       OR v_existing.template IS DISTINCT FROM p_template THEN
         RAISE EXCEPTION 'delivery key % was already used for another message (email %)',
                         p_delivery_key, v_existing.id
             USING ERRCODE = 'unique_violation',
