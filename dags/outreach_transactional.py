@@ -48,7 +48,8 @@ from outreach import airflow_adapter
 def outreach_transactional():
     @task
     def enqueue() -> dict | None:
-        return airflow_adapter.transactional_enqueue_task(get_current_context()["params"])
+        ctx = get_current_context()
+        return airflow_adapter.transactional_enqueue_task(ctx["params"], ctx["dag_run"].conf)
 
     @task
     def send(enqueued: dict | None) -> dict:

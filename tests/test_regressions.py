@@ -142,14 +142,14 @@ def test_sender_never_hands_off_a_row_the_reaper_took_meanwhile(db_url, sink, se
 
     real_check = send_mod.is_suppressed
 
-    def stalled_sender(conn, address):
+    def stalled_sender(conn, address, *args):
         # The sender stalls after its claim, before its first handoff (a GC pause, a slow DNS
         # lookup…): meanwhile the reaper takes the rows and an operator requeues them.
         if not taken:
             later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31)
             taken.extend(reap(db_url, settings.reaper_threshold, now=later))
             resolve(db_url, "not_sent", "Dana", ids=list(taken), note="not in Sent Items")
-        return real_check(conn, address)
+        return real_check(conn, address, *args)
 
     send_mod.is_suppressed = stalled_sender
     try:

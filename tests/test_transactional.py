@@ -369,3 +369,94 @@ def test_a_failed_insert_leaves_neither_row(tx_url, sink, settings, app_factory,
     assert resp.status_code == 201 and signup_rows(tx_url) == (1, 1)
     assert send_due(tx_url, smtp_connector, settings).sent == 1
     assert len(welcome_messages(sink)) == 1
+
+
+# --- found by the adversarial review -------------------------------------------------------------
+
+def test_simultaneous_enqueues_of_a_new_key_never_fail(tx_url):
+    """Two transactions enqueue the same new key at the same moment and both commit: one row,
+    and neither caller gets an error (the insert has no conflict target: the delivery key and the
+    idempotency key made from it are both UNIQUE, and either index may report the race)."""
+    errors: list[BaseException] = []
+    for i in range(200):  # the race showed in about 1 pair in 60 with a conflict target
+        barrier = threading.Barrier(2)
+
+        def one(key=f"pair-{i}"):
+            try:
+                with db.connect(tx_url) as conn, conn.transaction():
+                    barrier.wait(5)
+                    enqueue(conn, key, "jo@example.com", "welcome", WELCOME_CONTEXT)
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(exc)
+
+        threads = [threading.Thread(target=one) for _ in range(2)]
+        [t.start() for t in threads]
+        [t.join(20) for t in threads]
+    assert errors == []
+    assert scalar(tx_url, "SELECT count(*) FROM outreach.emails") == 200
+
+
+def test_bad_requests_are_refused_naming_the_field(tx_url):
+    for context, match in (([1], "^context: must be a JSON object"),
+                           ({"user": {"name": float("nan")}, "verify_url": "x"}, "^context: not JSON"),
+                           ({"user": {"name": "a\x00b"}, "verify_url": "x"}, "^context: NUL"),
+                           ({}, "^context: .*'user' is undefined")):
+        with pytest.raises(TransactionalError, match=match):
+            enqueue_one(tx_url, "bad", context=context)
+    with pytest.raises(TransactionalError, match="^delivery_key"):
+        enqueue_one(tx_url, "a\x00b")
+    # The SQL function refuses an ACE domain: suppressions keep IDN domains in Unicode.
+    with db.connect(tx_url) as conn, conn.transaction():
+        suppress(conn, "@bücher.example", "do-not-contact", "test")
+    with psycopg.connect(tx_url) as conn, pytest.raises(psycopg.errors.InvalidParameterValue, match="Unicode"):
+        conn.execute("SELECT * FROM outreach.enqueue_transactional('ace', 'anna@xn--bcher-kva.example', "
+                      "'welcome', '{}'::jsonb)")
+    # The Python function takes either form and stores the Unicode one, which is suppressed.
+    assert enqueue_one(tx_url, "idn", "anna@xn--bcher-kva.example").status == "suppressed"
+    assert scalar(tx_url, "SELECT recipient FROM outreach.emails") == "anna@bücher.example"
+
+
+def test_dag_conf_is_checked_before_anything_is_enqueued(tx_url, monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from outreach.airflow_adapter import transactional_enqueue_task
+
+    monkeypatch.setenv("OUTREACH_DATABASE_URL", tx_url)
+    base = {"delivery_key": None, "to": None, "template": "welcome", "context": {}, "mailbox": None}
+    assert transactional_enqueue_task(base, {}) is None  # a send cycle only
+    for conf, match in (({"deliveryKey": "k", "to": "jo@example.com"}, "unknown conf key"),
+                        ({"to": "jo@example.com"}, "delivery_key: required"),
+                        ({"delivery_key": "   ", "to": "jo@example.com"}, "blank")):
+        with pytest.raises(AirflowFailException, match=match):
+            transactional_enqueue_task({**base, **conf}, conf)
+    # The key is used exactly as given (never stripped), like the application's own enqueue.
+    conf = {"delivery_key": "welcome:k1 ", "to": "jo@example.com", "context": WELCOME_CONTEXT}
+    assert transactional_enqueue_task({**base, **conf}, conf)["created"]
+    assert not enqueue_one(tx_url, "welcome:k1 ").created
+    assert scalar(tx_url, "SELECT count(*) FROM outreach.emails") == 1
+
+
+def test_example_app_answers_concurrent_retries_of_one_signup_as_replays(tx_url, app_factory):
+    app = app_factory()
+    for round_ in range(5):
+        key = str(uuid.uuid4())
+        body = {"email": f"jo{round_}@example.com", "name": "Jo"}
+        statuses: list[int] = []
+        barrier = threading.Barrier(4)
+
+        def post():
+            barrier.wait(5)
+            statuses.append(httpx.post(app.base + "/signup", json=body, headers={"Idempotency-Key": key},
+                                       timeout=20).status_code)
+
+        threads = [threading.Thread(target=post) for _ in range(4)]
+        [t.start() for t in threads]
+        [t.join(30) for t in threads]
+        assert sorted(statuses) == [200, 200, 200, 201], statuses
+    assert signup_rows(tx_url) == (5, 5)
+    other_body = httpx.post(app.base + "/signup", json={"email": "someone@example.com", "name": "X"},
+                            headers={"Idempotency-Key": key}, timeout=10)
+    assert other_body.status_code == 422
+    taken = httpx.post(app.base + "/signup", json={"email": "jo0@example.com", "name": "Jo"},
+                       headers={"Idempotency-Key": str(uuid.uuid4())}, timeout=10)
+    assert taken.status_code == 409

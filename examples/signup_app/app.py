@@ -16,7 +16,7 @@ and commits. The user row and the email row commit together or not at all; outre
 email once (``outreach transactional worker``, or the ``outreach_transactional`` DAG).
 
 Replies: 201 (created), 200 (a replay of the same key), 409 (the address signed up with another
-key), 422 (bad input), 400 (no Idempotency-Key).
+key), 422 (bad input, or the key reused for another address), 400 (no Idempotency-Key).
 
 ``SIGNUP_EXAMPLE_AFTER_COMMIT``, for tests: ``sleep:<seconds>`` delays the reply after the
 commit (a client times out and retries); ``kill`` SIGKILLs the process right after the first
@@ -76,10 +76,16 @@ def create_schema(url: str) -> None:
         conn.execute(SCHEMA)
 
 
-def _replay(conn, key: str) -> dict[str, Any] | None:
+def _replay(conn, key: str, body: Signup) -> tuple[int, dict[str, Any]] | None:
+    """The answer to a request whose key already signed up: 200 with that signup, or 422 when
+    the key comes with another address (a key names one request)."""
     row = conn.execute("SELECT id, email, welcome_email_id FROM signup_example.users "
                        "WHERE signup_key = %s", (key,)).fetchone()
-    return None if row is None else {"user_id": row["id"], "email_id": row["welcome_email_id"]}
+    if row is None:
+        return None
+    if row["email"] != body.email.strip().lower():
+        raise HTTPException(422, "this Idempotency-Key was used for another signup")
+    return 200, {"user_id": row["id"], "email_id": row["welcome_email_id"], "replayed": True}
 
 
 def signup_once(url: str, key: str, body: Signup, verify_base: str) -> tuple[int, dict[str, Any]]:
@@ -91,8 +97,8 @@ def signup_once(url: str, key: str, body: Signup, verify_base: str) -> tuple[int
     with db.connect(url) as conn:
         try:
             with conn.transaction():
-                if (done := _replay(conn, key)) is not None:
-                    return 200, {**done, "replayed": True}
+                if (done := _replay(conn, key, body)) is not None:
+                    return done
                 token = secrets.token_urlsafe(24)
                 user_id = conn.execute(
                     "INSERT INTO signup_example.users (email, name, signup_key, verification_token)"
@@ -102,11 +108,13 @@ def signup_once(url: str, key: str, body: Signup, verify_base: str) -> tuple[int
                                 {"user": {"name": body.name}, "verify_url": f"{verify_base}?token={token}"})
                 conn.execute("UPDATE signup_example.users SET welcome_email_id = %s WHERE id = %s",
                              (email.email_id, user_id))
-        except psycopg.errors.UniqueViolation as exc:
-            if exc.diag.constraint_name == "signup_example_users_signup_key_key":
-                # The same key committed by a concurrent request: answer as a replay.
-                with conn.transaction():
-                    return 200, {**_replay(conn, key), "replayed": True}
+        except psycopg.errors.UniqueViolation:
+            # A concurrent request committed first. Whichever unique index reported it (the key
+            # or the address), a request with the same key is a replay; only an address that
+            # signed up under another key is a conflict.
+            with conn.transaction():
+                if (done := _replay(conn, key, body)) is not None:
+                    return done
             raise HTTPException(409, "this address has already signed up") from None
     return 201, {"user_id": user_id, "email_id": email.email_id, "replayed": False}
 

@@ -448,23 +448,42 @@ def unsuppress_task(value: str, requested_by: str, why: str) -> dict[str, Any]:
 
 # --- transactional mail ------------------------------------------------------------------------
 
-def transactional_enqueue_task(params: dict[str, Any]) -> dict[str, Any] | None:
-    """Enqueue the transactional email a DAG run's conf asks for (``delivery_key``, ``to``,
-    ``template``, ``context``, optional ``mailbox``) and commit; ``None`` when the run names no
-    delivery key (a scheduled send cycle). Triggering twice with the same key enqueues once.
+TRANSACTIONAL_PARAMS = frozenset({"delivery_key", "to", "template", "context", "mailbox"})
+
+
+def transactional_enqueue_task(params: dict[str, Any],
+                               conf: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Enqueue the transactional email a DAG run asks for and commit; return its row, or
+    ``None`` when the run names no delivery key (a scheduled send cycle). Triggering twice with
+    the same key enqueues once.
+
+    :param params: the run's params (``delivery_key``, ``to``, ``template``, ``context``,
+        optional ``mailbox``), filled from its conf.
+    :param conf: the run's conf as triggered, to refuse keys the DAG does not take.
 
     :raises airflow.sdk.exceptions.AirflowFailException: the request is invalid (the message names
-        the field): retrying cannot help, so the task fails without retries.
+        the field: an unknown conf key, a blank key, ``to`` without a key, a bad address,
+        template or context): retrying cannot help, so the task fails without retries.
     """
     from airflow.sdk.exceptions import AirflowFailException
 
     from outreach import db
     from outreach.transactional import TransactionalError, enqueue
 
-    key = (params.get("delivery_key") or "").strip()
-    if not key:
+    unknown = sorted((set(params) | set(conf or {})) - TRANSACTIONAL_PARAMS)
+    if unknown:
+        raise AirflowFailException(f"unknown conf key(s) {unknown}: the conf takes "
+                                   f"{sorted(TRANSACTIONAL_PARAMS)}")
+    key = params.get("delivery_key")
+    if key is None:
+        if params.get("to"):
+            raise AirflowFailException("delivery_key: required with 'to' (make it when the "
+                                       "request arrives and reuse it on every retry)")
         log.info("no delivery_key in this run's conf: a send cycle only")
         return None
+    if not isinstance(key, str) or not key.strip():
+        # Never stripped: the key is compared exactly, as the application's enqueue does.
+        raise AirflowFailException("delivery_key: must not be blank")
     try:
         with db.connect(database_url()) as conn, conn.transaction():
             result = enqueue(conn, key, params.get("to") or "", params.get("template") or "",

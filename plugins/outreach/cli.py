@@ -203,7 +203,7 @@ def cmd_unconfirmed(args: argparse.Namespace) -> int:
 
     rows = list_unconfirmed(_url(), campaign_key=args.campaign, mailbox=args.mailbox)
     for r in rows:
-        print(f"email {r['id']}  {r['campaign_key']}  mailbox {r['mailbox_id']}  to {mask(r['email'])}"
+        print(f"email {r['id']}  {r['campaign_key'] or r['message_class']}  mailbox {r['mailbox_id']}  to {mask(r['email'])}"
               f"  claimed {r['claimed_at']:%Y-%m-%d %H:%M} UTC by {r['claimed_by']}  - {r['last_error']}")
     print(f"{len(rows)} unconfirmed email(s): check Sent Items, then `outreach resolve`")
     return 0

@@ -78,19 +78,37 @@ def new_delivery_key() -> str:
     return str(uuid.uuid4())
 
 
+def _text_ok(value: str) -> bool:
+    """PostgreSQL text holds neither NUL nor lone surrogates."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value
+
+
 def validate_request(delivery_key: str, to: str, template: str,
                      context: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
     """Check a request before it reaches the database; return ``(normalised address, context)``.
 
-    :raises TransactionalError: the delivery key is empty or longer than 200 characters; ``to``
-        is not a valid address (email-validator, no DNS lookup); ``template`` is not a lower-case
-        name or one of its three files is missing; ``context`` is not a JSON object.
+    The address takes the form leads and suppressions are stored in (lower case, an
+    internationalised domain in Unicode: :func:`outreach.leads.normalise_address`). The template
+    is rendered once with the context, so a missing variable is reported now, against the
+    request, instead of failing the email at send time.
+
+    :raises TransactionalError: the delivery key is empty, longer than 200 characters or holds
+        NUL; ``to`` is not a valid address (email-validator, no DNS lookup); ``template`` is not
+        a lower-case name or one of its three files is missing; ``context`` is not a JSON object
+        (NaN, NUL and lone surrogates included) or the template cannot be rendered with it.
     """
-    if not isinstance(delivery_key, str) or not 1 <= len(delivery_key) <= 200:
-        raise TransactionalError("delivery_key: 1 to 200 characters")
+    from outreach.leads import normalise_address
+    from outreach.render import RenderError, render
+
+    if not isinstance(delivery_key, str) or not 1 <= len(delivery_key) <= 200 or not _text_ok(delivery_key):
+        raise TransactionalError("delivery_key: 1 to 200 characters, no NUL")
     try:
-        address = validate_email(to, check_deliverability=False).normalized
-    except (EmailNotValidError, TypeError) as exc:
+        address = normalise_address(to)
+    except (EmailNotValidError, TypeError, AttributeError) as exc:
         raise TransactionalError(f"to: {exc}") from None
     if not isinstance(template, str) or not TEMPLATE_NAME.match(template):
         raise TransactionalError(f"template: {template!r} is not a template name "
@@ -99,11 +117,22 @@ def validate_request(delivery_key: str, to: str, template: str,
                if not (templates_dir() / f"{template}.{part}").is_file()]
     if missing:
         raise TransactionalError(f"template: missing in {templates_dir()}: {', '.join(missing)}")
-    ctx = dict(context or {})
+    if context is None:
+        context = {}
+    if not isinstance(context, Mapping):
+        raise TransactionalError(f"context: must be a JSON object, got {type(context).__name__}")
+    ctx = dict(context)
     try:
-        json.dumps(ctx)
+        text = json.dumps(ctx, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise TransactionalError(f"context: not JSON-serialisable ({exc})") from None
+    if not _text_ok(text) or "\\u0000" in text:
+        raise TransactionalError("context: NUL characters and lone surrogates cannot be stored")
+    try:
+        render(template, None, {**ctx, "recipient": {"email": address},
+                                "sender": {"name": "", "address": ""}}, require_unsubscribe=False)
+    except RenderError as exc:
+        raise TransactionalError(f"context: {exc}") from None
     return address, ctx
 
 
@@ -125,7 +154,7 @@ def enqueue(conn: psycopg.Connection, delivery_key: str, to: str, template: str,
     :param template: ``include/templates/<template>.{subject,txt,html}.j2``.
     :param context: the template's variables (a JSON object).
     :param mailbox: the sending mailbox's address; default the mailbox marked
-        ``transactional: true`` in the mailbox file (``outreach mailboxes sync``).
+        ``transactional: true`` in the mailbox file (``outreach mailbox sync``).
     :raises TransactionalError: see :func:`validate_request`; or no such mailbox.
     :raises DeliveryKeyConflict: the key was used for another recipient or template.
     """
@@ -139,6 +168,8 @@ def enqueue(conn: psycopg.Connection, delivery_key: str, to: str, template: str,
                 "delivery_key": delivery_key, "recipient": address, "template": template,
                 "context": Jsonb(ctx), "mailbox": mailbox}).fetchone()
     except psycopg.errors.UniqueViolation as exc:
+        # Raised by outreach.enqueue_transactional itself (no constraint name): the key was
+        # used for another recipient or template, or its idempotency key is taken.
         raise DeliveryKeyConflict(exc.diag.message_primary or str(exc)) from None
     except (psycopg.errors.NoDataFound, psycopg.errors.InvalidParameterValue) as exc:
         raise TransactionalError(exc.diag.message_primary or str(exc)) from None

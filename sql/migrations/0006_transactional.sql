@@ -104,8 +104,18 @@ BEGIN
     IF p_delivery_key IS NULL OR length(p_delivery_key) NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION 'delivery key must be 1 to 200 characters' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF p_recipient IS NULL OR p_recipient !~ '^[^@\s]+@[^@\s]+$' THEN
+    IF p_recipient IS NULL OR p_recipient !~ '^[^@\s]+@[^@\s]+\.[^@\s]+$' THEN
         RAISE EXCEPTION 'recipient is not an email address' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Suppressions keep internationalised domains in Unicode (as leads are stored); an ACE
+    -- (xn--) form could not match them, so it is refused rather than let through.
+    IF split_part(p_recipient, '@', 2) ~* '(^|\.)xn--' THEN
+        RAISE EXCEPTION 'recipient: write the domain in Unicode (IDNA-decoded), as outreach stores '
+                        'suppressions: % ', split_part(p_recipient, '@', 2)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_template IS NULL OR p_template !~ '^[a-z0-9][a-z0-9_]{0,62}$' THEN
+        RAISE EXCEPTION 'template is not a template name' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- Replays first: the same key always returns its one row, whatever happened since.
     SELECT * INTO v_existing FROM outreach.emails e WHERE e.delivery_key = p_delivery_key;
@@ -114,7 +124,7 @@ BEGIN
             SELECT m.id INTO v_mailbox FROM outreach.mailboxes m WHERE m.transactional;
             IF NOT FOUND THEN
                 RAISE EXCEPTION 'no transactional mailbox: set "transactional: true" on one '
-                                'mailbox of the mailbox file and run "outreach mailboxes sync"'
+                                'mailbox of the mailbox file and run "outreach mailbox sync"'
                     USING ERRCODE = 'no_data_found';
             END IF;
         ELSE
@@ -128,12 +138,14 @@ BEGIN
         v_suppressed := outreach.is_suppressed(p_recipient, 'transactional');
         INSERT INTO outreach.emails AS e (message_class, delivery_key, recipient, template, context,
                                           mailbox_id, idempotency_key, status, scheduled_for)
-        VALUES ('transactional', p_delivery_key, p_recipient, p_template,
+        VALUES ('transactional', p_delivery_key, lower(p_recipient), p_template,
                 coalesce(p_context, '{}'::jsonb), v_mailbox,
                 md5('outreach-transactional:' || p_delivery_key)::uuid,
                 CASE WHEN v_suppressed THEN 'suppressed' ELSE 'queued' END::outreach.email_status,
                 now())
-        ON CONFLICT ON CONSTRAINT outreach_emails_delivery_key_key DO NOTHING
+        -- No conflict target: the delivery key and the idempotency key made from it are both
+        -- UNIQUE, and a concurrent insert of the same key may hit either index first.
+        ON CONFLICT DO NOTHING
         RETURNING e.id, true, e.status::text, e.idempotency_key
         INTO email_id, created, status, message_key;
         IF FOUND THEN
@@ -143,6 +155,10 @@ BEGIN
         END IF;
         -- A concurrent transaction inserted the same key and committed first.
         SELECT * INTO v_existing FROM outreach.emails e WHERE e.delivery_key = p_delivery_key;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'delivery key %: its idempotency key is taken by another email', p_delivery_key
+                USING ERRCODE = 'unique_violation';
+        END IF;
     END IF;
     IF lower(v_existing.recipient) IS DISTINCT FROM lower(p_recipient)
        OR v_existing.template IS DISTINCT FROM p_template THEN
