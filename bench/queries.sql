@@ -17,7 +17,8 @@ SELECT current_setting('server_version') AS version;
 -- The claim and send benches send everything today: lift every mailbox's cap and warm-up, and
 -- give each a DKIM selector so that the send path signs (the key comes from the bench).
 UPDATE outreach.mailboxes
-SET daily_cap = 100000, warmup_start = NULL, dkim_selector = %(selector)s;
+SET daily_cap = 100000, warmup_start = NULL, dkim_selector = %(selector)s::text,
+    dkim_key_conn_id = CASE WHEN %(selector)s::text IS NOT NULL THEN 'bench_dkim' END;
 
 -- name: bench_sent_totals
 -- How many rows ended sent, how many ledger entries, and how many email ids have more than one.
@@ -61,9 +62,11 @@ SELECT count(*) FILTER (WHERE status = 'sent')::integer AS sent, 0 AS ledger, 0 
 FROM bench.jobs;
 
 -- name: bench_copy_create
--- Baseline of the import: the CSV's columns as text, no constraint, no index.
-CREATE TABLE bench_copy_leads (email text, first_name text, last_name text, company text,
-                               title text, timezone text);
+-- Baseline of the import: the CSV's columns (bench/data.py HEADER) as text, no constraint,
+-- no index.
+CREATE TABLE bench_copy_leads (first_name text, last_name text, email text, company text,
+                               title text, timezone text, phone text, lifecycle_stage text,
+                               lead_status text);
 
 -- name: bench_copy_csv
 COPY bench_copy_leads FROM STDIN WITH (FORMAT csv, HEADER true);
