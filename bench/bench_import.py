@@ -148,8 +148,8 @@ def bench(server: Server, workdir: Path, *, leads: int, repeats: int,
                      "`NOT EXISTS (… outreach.emails …)` is planned as a nested-loop anti join with "
                      "a sequential scan of `outreach.emails` per candidate row, and that table "
                      "grows with every row the same statement inserts, so the time is quadratic "
-                     "in the number of leads (the suppression and send-slot functions cost little: "
-                     "0.1 s and 0.04 s for 20,000 leads). Closing it: drop the `NOT EXISTS` (the "
+                     "in the number of leads (the suppression and send-slot functions, timed on "
+                     "their own, are a small part). Closing it: drop the `NOT EXISTS` (the "
                      "`ON CONFLICT … DO NOTHING` on the unique (lead, step) key already makes a "
                      "repeat insert nothing) or write it as an anti join the planner hashes, and "
                      "count per mailbox in SQL instead of returning every row")))
