@@ -29,7 +29,7 @@ PATHS = ("claim", "send", "import", "fanout")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse the sizes (every one a parameter; defaults finish in about 10 minutes on 2 cores)."""
+    """Parse the sizes (every one a parameter; defaults finish in about 15 minutes on 2 cores)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--claim-rows", type=int, default=10_000, help="queued items per claim run")
     p.add_argument("--claimers", default="1,2,8", help="concurrent claimers, comma-separated")
