@@ -5,7 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test chaos bench airflow venv clean
+.PHONY: demo test chaos bench bench-venv airflow venv clean
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
 
 venv: $(STAMP)
 
@@ -21,16 +23,34 @@ $(STAMP): requirements.txt pyproject.toml
 demo: venv
 	$(BIN)/outreach demo
 
-## Benchmark: the send path as a ratio against raw smtplib, measured in the same run.
-bench: venv
-	$(BIN)/python bench/bench_send.py $(or $(N),1000)
+## The benchmarks' own venv: the runtime requirements plus the peers (bench/requirements.txt).
+bench-venv: $(BENCH_STAMP)
+
+$(BENCH_STAMP): requirements.txt bench/requirements.txt pyproject.toml
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		-r requirements.txt -r bench/requirements.txt
+	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(BENCH_VENV)/bin/python -m pip check
+	touch $(BENCH_STAMP)
+
+## Benchmarks: each hot path against its raw baseline and the peers, in the same run; writes
+## bench/results/latest.md. Sizes: make bench CLAIM_ROWS=100000 IMPORT_ROWS=1000000 REPEATS=5 …
+CLAIM_ROWS ?= 10000
+SEND_EMAILS ?= 300
+IMPORT_ROWS ?= 100000
+FANOUT_TASKS ?= 4
+REPEATS ?= 3
+bench: bench-venv
+	$(BENCH_VENV)/bin/python bench/run.py --claim-rows $(CLAIM_ROWS) --send-emails $(SEND_EMAILS) \
+		--import-rows $(IMPORT_ROWS) --fanout-tasks $(FANOUT_TASKS) --repeats $(REPEATS) $(BENCH_ARGS)
 
 ## Run Airflow as people run it (LocalExecutor, PostgreSQL metadata) until Ctrl-C.
 airflow: venv
 	$(BIN)/outreach airflow
 
 ## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow).
-test: venv
+test: venv bench-venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## Chaos: N SIGKILL iterations of real sender processes, then the invariant checker's totals.

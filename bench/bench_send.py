@@ -1,86 +1,268 @@
-"""Benchmark: outreach's send path against a raw smtplib baseline, measured in the same run.
+"""The send path: emails per second from claim to ledger.
 
-    make bench N=2000
+*Ours* is :func:`outreach.send.send_batch` until the queue is empty: claim, suppression re-check,
+render, build, DKIM-sign, SMTP handoff, ledger, one guarded statement per outcome. Compared in
+the same run, on the same messages and the same SMTP server:
 
-Both sides hand the same number of messages to the same in-memory SMTP server on loopback over
-one SMTP session per batch. The raw baseline only serialises and sends; outreach also claims,
-re-checks suppression, renders, records each outcome in PostgreSQL. The report is a ratio, never
-a timed assertion.
+* (a) a loop that only renders, signs and sends (``outreach.send.prepare`` + ``sendmail``) over
+  one SMTP session, on rows claimed before the clock starts;
+* (b) the naive Airflow way: the SMTP provider's ``SmtpHook.send_email_smtp`` once per message
+  (a hook, so a connection, per message; rendered with the same templates; no DKIM, no ledger).
+
+The SMTP server is aiosmtpd on loopback in its own process (so it does not share the sender's
+GIL); it accepts every message and counts them. Also measured: one DKIM signature with dkimpy
+against the same RSA signature with ``cryptography`` (OpenSSL), the cost behind the (a) ratio.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import multiprocessing as mp
 import os
-import smtplib
-import sys
-import tempfile
+import statistics
 import time
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="outreach-bench-airflow-"))
+from common import Row, Server, median_of, run
+from data import queued_database, smtp_conn_ids
+from outreach import db
+from outreach.settings import Settings
 
-import psycopg  # noqa: E402
-
-from faultsmtp import FaultSMTPServer  # noqa: E402
-from outreach import embedded  # noqa: E402
-from outreach.airflow_adapter import smtp_connector  # noqa: E402
-from outreach.leads import import_leads  # noqa: E402
-from outreach.message import to_wire  # noqa: E402
-from outreach.migrate import upgrade  # noqa: E402
-from outreach.queue import queue_due  # noqa: E402
-from outreach.send import prepare, send_batch  # noqa: E402
-from outreach.settings import Settings  # noqa: E402
-from outreach.transport import dot_stuff  # noqa: E402
+SETTINGS = Settings(public_url="https://unsubscribe.bench.example",
+                    unsubscribe_secret="bench-secret-0123456789", batch_size=50,
+                    smtp_timeout=30, send_interval_minutes=0)
+SELECTOR = "bench"
+_MP = mp.get_context("spawn")
 
 
-def main(n: int) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="outreach-bench-"))
-    admin = os.environ.get("OUTREACH_TEST_ADMIN_URL") or embedded.start(tmp / "pg", stop_at_exit=True)
-    with psycopg.connect(admin, autocommit=True) as c:
-        c.execute("DROP DATABASE IF EXISTS outreach_bench")
-    url = embedded.ensure_database(admin, "outreach_bench")
-    upgrade(url)
-    csv = tmp / "leads.csv"
-    csv.write_text("Email,First Name,Company\n" + "".join(f"b{i}@bench.example,Bo,Bench {i}\n" for i in range(n)))
-    t = time.perf_counter()
-    import_leads(url, ROOT / "include/campaigns/demo.yaml", ROOT / "include/mailboxes.yaml", csv)
-    queue_due(url)
-    t_import = time.perf_counter() - t
-    with psycopg.connect(url) as c:
-        c.execute("UPDATE outreach.mailboxes SET daily_cap = 1000000, warmup_start = NULL")
-    settings = Settings(public_url="https://unsubscribe.bench.example", unsubscribe_secret="bench-secret-0123456789",
-                        batch_size=100, smtp_timeout=5)
-    with FaultSMTPServer() as smtp:
-        for conn_id in ("outreach_smtp_anna", "outreach_smtp_ben"):
-            os.environ[f"AIRFLOW_CONN_{conn_id.upper()}"] = smtp.connection_json()
-        # Raw baseline: prebuilt messages, one session per 100, plain smtplib.sendmail.
-        import datetime as dt
+# --- the SMTP server, in its own process ------------------------------------------------------
 
-        sample = {"id": 1, "email": "x@bench.example", "first_name": "Bo", "last_name": "", "company": "B",
-                  "title": "", "mailbox_name": "Anna", "mailbox_address": "anna.schmidt@mail.outreach-demo.example",
-                  "campaign_key": "q4-ops-intro", "campaign_name": "Q4", "step_position": 1,
-                  "template": "ops_intro", "subject": "{{ lead.company }}", "idempotency_key": "k",
-                  "mailbox_id": 1}
-        _, payload = prepare(sample, settings, dt.datetime.now(dt.timezone.utc))
-        t = time.perf_counter()
-        for start in range(0, n, 100):
-            with smtplib.SMTP(smtp.host, smtp.port) as s:
-                for i in range(start, min(n, start + 100)):
-                    s.sendmail(sample["mailbox_address"], [f"raw{i}@bench.example"], payload)
-        t_raw = time.perf_counter() - t
-        raw_count = len(smtp.messages())
-        t = time.perf_counter()
-        sent = 0
-        for mailbox in (1, 2):
-            while (b := send_batch(url, mailbox, 100, smtp_connector, settings)).claimed:
-                sent += b.sent
-        t_out = time.perf_counter() - t
-    assert sent == n and raw_count == n, (sent, raw_count)
-    print(f"bench send: n={n}  raw smtplib {n / t_raw:,.0f} msg/s  outreach {n / t_out:,.0f} msg/s  "
-          f"ratio outreach/raw = {t_raw / t_out:.2f}  (import+queue {n / t_import:,.0f} leads/s)")
+class _Counting:
+    def __init__(self, counter) -> None:
+        self.counter = counter
+
+    async def handle_DATA(self, server, session, envelope) -> str:
+        with self.counter.get_lock():
+            self.counter.value += 1
+        return "250 2.0.0 Ok: queued"
 
 
-if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1000)
+def _serve(port: int, counter, stop) -> None:
+    from outreach.devsmtp import LoopbackSMTPServer
+
+    with LoopbackSMTPServer(_Counting(counter), port=port):
+        stop.wait()
+
+
+class SinkProcess:
+    """An accept-everything aiosmtpd server on loopback in a child process; ``count`` is the
+    number of messages it accepted. A context manager."""
+
+    def __init__(self) -> None:
+        from outreach.devsmtp import free_port
+
+        self.port = free_port()
+        self._count, self._stop = _MP.Value("q", 0), _MP.Event()
+        self._proc = _MP.Process(target=_serve, args=(self.port, self._count, self._stop))
+
+    def __enter__(self) -> "SinkProcess":
+        import smtplib
+
+        self._proc.start()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                smtplib.SMTP("127.0.0.1", self.port, timeout=5).quit()
+                return self
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._proc.join(30)
+
+    @property
+    def count(self) -> int:
+        return self._count.value
+
+    def connection_json(self) -> str:
+        """The Airflow SMTP connection (JSON) to this server: plain text, no retries."""
+        import json
+
+        return json.dumps({"conn_type": "smtp", "host": "127.0.0.1", "port": self.port,
+                           "extra": {"disable_ssl": True, "disable_tls": True, "timeout": 30,
+                                     "retry_limit": 0}})
+
+
+def dkim_key() -> bytes:
+    """Return a fresh 2048-bit RSA private key (PEM), the size DKIM keys are published at."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+# --- the three senders ------------------------------------------------------------------------
+
+def _claim_all(url: str, mailboxes: list[int]) -> list[dict[str, Any]]:
+    """Claim every queued row (before the clock starts, for the baselines)."""
+    from outreach.send import claim
+
+    rows: list[dict[str, Any]] = []
+    with db.connect(url, autocommit=True) as conn:
+        for m in mailboxes:
+            while batch := claim(conn, m, 1000, worker="bench-baseline")[0]:
+                rows += batch
+    return rows
+
+
+def ours(url: str, mailboxes: list[int], pem: bytes) -> float:
+    """Send everything queued with :func:`outreach.send.send_batch`; return seconds."""
+    from outreach.airflow_adapter import smtp_connector
+    from outreach.send import send_batch
+
+    start = time.perf_counter()
+    for m in mailboxes:
+        while send_batch(url, m, SETTINGS.batch_size, smtp_connector, SETTINGS,
+                         dkim_keys=lambda conn_id: pem).claimed:
+            pass
+    return time.perf_counter() - start
+
+
+def render_sign_send(rows: list[dict[str, Any]], pem: bytes | None) -> float:
+    """Baseline (a): render, sign and send every row over one SMTP session; return seconds."""
+    from outreach.airflow_adapter import smtp_connector
+    from outreach.send import prepare
+
+    now = dt.datetime.now(dt.timezone.utc)
+    start = time.perf_counter()
+    client = smtp_connector(rows[0]["smtp_conn_id"])
+    for row in rows:
+        _, wire = prepare(row if pem else {**row, "dkim_selector": None}, SETTINGS, now, pem)
+        client.sendmail(row["mailbox_address"], [row["email"]], wire)
+    client.quit()
+    return time.perf_counter() - start
+
+
+def naive_airflow(rows: list[dict[str, Any]]) -> float:
+    """Baseline (b): ``SmtpHook(...).send_email_smtp`` once per message; return seconds."""
+    from airflow.providers.smtp.hooks.smtp import SmtpHook
+
+    from outreach.render import render
+    from outreach.send import _context  # the template context the sender uses
+
+    start = time.perf_counter()
+    for row in rows:
+        msg = render(row["template"], row["subject"],
+                     _context(row, SETTINGS.unsubscribe_base + str(row["id"])))
+        with SmtpHook(smtp_conn_id=row["smtp_conn_id"]) as hook:
+            hook.send_email_smtp(to=row["email"], subject=msg.subject, html_content=msg.html,
+                                 from_email=row["mailbox_address"])
+    return time.perf_counter() - start
+
+
+def signing_cost(pem: bytes, row: dict[str, Any], n: int = 20) -> dict[str, float]:
+    """Time one DKIM signature with dkimpy and one RSA-SHA256 signature of the same message with
+    ``cryptography`` (OpenSSL); return median milliseconds per signature of each."""
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    from outreach.send import prepare
+    from outreach.signing import DkimKey, sign
+
+    _, wire = prepare({**row, "dkim_selector": None}, SETTINGS, dt.datetime.now(dt.timezone.utc))
+    key = serialization.load_pem_private_key(pem, password=None)
+    dkim = DkimKey(SELECTOR, row["mailbox_address"].rpartition("@")[2], pem)
+
+    def per_call(fn) -> float:
+        values = []
+        for _ in range(n):
+            t = time.perf_counter()
+            fn()
+            values.append((time.perf_counter() - t) * 1000)
+        return statistics.median(values)
+
+    return {"dkimpy_ms": per_call(lambda: sign(wire, dkim)),
+            "openssl_ms": per_call(lambda: key.sign(wire, padding.PKCS1v15(), hashes.SHA256()))}
+
+
+# --- the benchmark ----------------------------------------------------------------------------
+
+def bench(server: Server, workdir: Path, *, emails: int, mailboxes: int, repeats: int,
+          ) -> tuple[list[Row], list[str]]:
+    """Run the send-path benchmark on ``emails`` queued emails; return result rows and details.
+
+    :raises RuntimeError: a sender did not deliver every message exactly once.
+    """
+    pem = dkim_key()
+    queued_database(server, "send_tpl", workdir, emails, mailboxes, dkim_selector=SELECTOR)
+    with db.connect(server.url("send_tpl"), autocommit=True) as conn:
+        run(conn, "bench_vacuum_analyze")
+        ids = [r["id"] for r in conn.execute("SELECT id FROM outreach.mailboxes ORDER BY id")]
+    details: list[str] = []
+    with SinkProcess() as sink:
+        for conn_id in smtp_conn_ids(mailboxes):
+            os.environ[f"AIRFLOW_CONN_{conn_id.upper()}"] = sink.connection_json()
+
+        def once(kind: str) -> float:
+            url = server.create("send_run", template="send_tpl")
+            before = sink.count
+            if kind.startswith("ours"):
+                if kind == "ours-nodkim":
+                    with db.connect(url, autocommit=True) as conn:
+                        run(conn, "bench_prepare_mailboxes", {"selector": None})
+                seconds = ours(url, ids, pem)
+                with db.connect(url) as conn:
+                    sent, ledger, duplicated = run(conn, "bench_sent_totals")[0].values()
+                if (sent, ledger, duplicated) != (emails, emails, 0):
+                    raise RuntimeError(f"send path: sent={sent} ledger={ledger} "
+                                       f"duplicated={duplicated}, expected {emails}")
+            else:
+                rows = _claim_all(url, ids)
+                seconds = (render_sign_send(rows, pem) if kind == "a" else
+                           render_sign_send(rows, None) if kind == "a-nodkim" else naive_airflow(rows))
+            if sink.count - before != emails:
+                raise RuntimeError(f"send path {kind}: the server got {sink.count - before} "
+                                   f"messages, expected {emails}")
+            server.drop("send_run")
+            rate = emails / seconds
+            details.append(f"send {kind}: {rate:,.0f} emails/s ({seconds:.2f} s)")
+            return rate
+
+        med = {k: median_of(repeats, lambda k=k: once(k))[0]
+               for k in ("ours", "a", "b", "ours-nodkim", "a-nodkim")}
+        url = server.create("send_run", template="send_tpl")
+        row = _claim_all(url, ids[:1])[0]
+        server.drop("send_run")
+    cost = signing_cost(pem, row)
+    ratio_a, ratio_b = med["ours"] / med["a"], med["ours"] / med["b"]
+    slower = cost["dkimpy_ms"] / cost["openssl_ms"]
+    share = cost["dkimpy_ms"] / 1000 * med["ours"]
+    notes = (f"one DKIM signature: dkimpy {cost['dkimpy_ms']:.1f} ms, the same RSA-2048 signature "
+             f"with cryptography/OpenSSL {cost['openssl_ms']:.2f} ms ({slower:.0f}× faster); "
+             f"without DKIM: ours {med['ours-nodkim']:,.0f} emails/s, (a) {med['a-nodkim']:,.0f} "
+             f"emails/s (ours {med['ours-nodkim'] / med['a-nodkim']:.2f}× (a), "
+             f"{med['ours-nodkim'] / med['b']:.2f}× (b))")
+    details.append(notes)
+    met = ratio_a >= 0.7 and ratio_b > 1
+    why = ""
+    if not met:
+        why = (f"ours is {ratio_a:.2f}× (a) and {ratio_b:.2f}× (b). DKIM signing with dkimpy "
+               f"takes {share:.0%} of ours' time per message ({cost['dkimpy_ms']:.1f} ms per "
+               "signature: dkimpy does RSA in pure Python; OpenSSL, through `cryptography`, "
+               f"signs the same in {cost['openssl_ms']:.2f} ms, {slower:.0f}× faster). (b) "
+               "signs nothing, so it is not doing the same work: without DKIM ours sends "
+               f"{med['ours-nodkim']:,.0f}/s, {med['ours-nodkim'] / med['b']:.2f}× (b). Per "
+               "message ours also runs the heartbeat, the suppression check and the ledger "
+               "statement (round trips and commits). Closing it: compute the DKIM signature "
+               "with `cryptography` (dkimpy keeps canonicalisation and the body hash), which "
+               "would remove most of the signing time")
+    return [Row("send path", f"{med['ours']:,.0f} emails/s (DKIM-signed, ledger)",
+                f"(a) render+sign+send, one session {med['a']:,.0f}/s → ours **{ratio_a:.2f}×**; "
+                f"(b) SmtpHook.send_email_smtp per message {med['b']:,.0f}/s → ours "
+                f"**{ratio_b:.2f}×**", "≥ 0.7× (a), ahead of (b)", met, why)], details

@@ -1,0 +1,299 @@
+"""The claim path: rows claimed and marked sent per second by 1, 2 and 8 concurrent claimers.
+
+Four systems work through the same number of queued items with the same concurrency on the same
+server, each in its own database cloned from a template built once (so every run starts from
+the same state):
+
+* **ours**: :func:`outreach.send.claim` (mailbox lock, quota, the one claim statement) and the
+  ``email_mark_sent`` statement (row sent + ledger entry) per row;
+* **bare** (baseline a): ``UPDATE … FOR UPDATE SKIP LOCKED … RETURNING`` and a guarded per-row
+  ``UPDATE`` on a bare job table (``bench/queries.sql``);
+* **procrastinate** and **PgQueuer** (baseline b): no-op jobs, one worker per claimer.
+
+Each claimer is its own process with its own connection (two cores: threads would measure the
+GIL). Processes start and connect first; the clock starts when all are ready and stops when
+the last one has drained the queue. Every claimed id is collected: duplicates are counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import multiprocessing as mp
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from common import Row, Server, Stopwatch, run
+from data import queued_database
+from outreach import db
+
+SYSTEMS = ("ours", "bare", "procrastinate", "pgqueuer")
+_MP = mp.get_context("spawn")
+
+
+# --- the claimers (each runs in its own process) --------------------------------------------
+
+def _ours(url: str, index: int, batch: int, mailboxes: list[int]) -> list[int]:
+    from outreach.send import claim
+
+    conn = db.connect(url, autocommit=True)
+    active = mailboxes[index % len(mailboxes):] + mailboxes[:index % len(mailboxes)]
+    _ready()
+    done: list[int] = []
+    while active:
+        for m in list(active):
+            rows, _ = claim(conn, m, batch, worker=f"bench-claimer-{index}")
+            if not rows:
+                active.remove(m)
+            for r in rows:
+                if db.run(conn, "email_mark_sent", {
+                        "email_id": r["id"], "claim_token": r["claim_token"], "now": None,
+                        "message_id": f"<{r['idempotency_key']}@bench.example>",
+                        "smtp_reply": "250 2.0.0 queued"}):
+                    done.append(r["id"])
+    conn.close()
+    return done
+
+
+def _bare(url: str, index: int, batch: int, mailboxes: list[int]) -> list[int]:
+    conn = psycopg.connect(url, autocommit=True)
+    _ready()
+    done: list[int] = []
+    while True:
+        token = uuid.uuid4()
+        ids = [r[0] for r in run(conn, "bench_bare_claim", {"claim_token": token, "limit": batch})]
+        if not ids:
+            break
+        for i in ids:
+            if run(conn, "bench_bare_mark", {"id": i, "claim_token": token}):
+                done.append(i)
+    conn.close()
+    return done
+
+
+def _procrastinate_app(url: str, seen: list[int] | None = None):
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+
+    @app.task(name="noop", queue="bench")
+    async def noop(i: int) -> None:
+        if seen is not None:
+            seen.append(i)
+
+    return app, noop
+
+
+def _procrastinate(url: str, index: int, batch: int, mailboxes: list[int]) -> list[int]:
+    seen: list[int] = []
+    app, _ = _procrastinate_app(url, seen)
+
+    async def main() -> None:
+        async with app.open_async():
+            _ready()
+            await app.run_worker_async(queues=["bench"], wait=False, install_signal_handlers=False)
+
+    asyncio.run(main())
+    return seen
+
+
+async def _asyncpg(url: str):
+    import asyncpg
+
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    return await asyncpg.connect(host=info.get("host"), port=info.get("port"),
+                                 user=info.get("user"), password=info.get("password") or None,
+                                 database=info.get("dbname"))
+
+
+def _pgqueuer(url: str, index: int, batch: int, mailboxes: list[int]) -> list[int]:
+    from pgqueuer import Queries, QueueManager
+    from pgqueuer.types import QueueExecutionMode
+
+    seen: list[int] = []
+
+    async def main() -> None:
+        conn = await _asyncpg(url)
+        qm = QueueManager(Queries.from_asyncpg_connection(conn))
+
+        @qm.entrypoint("noop")
+        async def noop(job) -> None:
+            seen.append(int(job.payload))
+
+        _ready()
+        await qm.run(mode=QueueExecutionMode.drain, batch_size=batch,
+                     dequeue_timeout=dt.timedelta(seconds=1))
+        await conn.close()
+
+    asyncio.run(main())
+    return seen
+
+
+_CLAIMERS: dict[str, Callable[..., list[int]]] = {
+    "ours": _ours, "bare": _bare, "procrastinate": _procrastinate, "pgqueuer": _pgqueuer}
+_barrier = None
+
+
+def _ready() -> None:
+    """Wait until every claimer (and the clock) is ready."""
+    _barrier.wait()
+
+
+def _child(system: str, url: str, index: int, batch: int, mailboxes: list[int], barrier,
+           out) -> None:
+    global _barrier
+    _barrier = barrier
+    try:
+        ids = _CLAIMERS[system](url, index, batch, mailboxes)
+        out.put((index, time.perf_counter(), ids, ""))
+    except BaseException as exc:  # report, so the parent fails with the reason instead of hanging
+        barrier.abort()
+        out.put((index, time.perf_counter(), [], f"{type(exc).__name__}: {exc}"))
+
+
+# --- templates: one database per system, built once ------------------------------------------
+
+def _build_templates(server: Server, workdir: Path, rows: int, mailboxes: int) -> list[int]:
+    url = queued_database(server, "claim_ours", workdir, rows, mailboxes)
+    with db.connect(url, autocommit=True) as conn:
+        ids = [r["id"] for r in conn.execute("SELECT id FROM outreach.mailboxes ORDER BY id")]
+    url = server.create("claim_bare")
+    with psycopg.connect(url, autocommit=True) as conn:
+        run(conn, "bench_bare_create")
+        run(conn, "bench_bare_fill", {"n": rows})
+    asyncio.run(_fill_procrastinate(server.create("claim_procrastinate"), rows))
+    asyncio.run(_fill_pgqueuer(server.create("claim_pgqueuer"), rows))
+    for name in SYSTEMS:
+        with psycopg.connect(server.url(f"claim_{name}"), autocommit=True) as conn:
+            run(conn, "bench_vacuum_analyze")
+    return ids
+
+
+async def _fill_procrastinate(url: str, rows: int) -> None:
+    app, noop = _procrastinate_app(url)
+    async with app.open_async():
+        await app.schema_manager.apply_schema_async()
+        for start in range(0, rows, 5000):
+            await noop.batch_defer_async(*({"i": i} for i in range(start, min(rows, start + 5000))))
+
+
+async def _fill_pgqueuer(url: str, rows: int) -> None:
+    from pgqueuer import Queries
+
+    conn = await _asyncpg(url)
+    q = Queries.from_asyncpg_connection(conn)
+    await q.install()
+    for start in range(0, rows, 5000):
+        chunk = range(start, min(rows, start + 5000))
+        await q.enqueue(["noop"] * len(chunk), [str(i).encode() for i in chunk], [0] * len(chunk))
+    await conn.close()
+
+
+# --- one measurement --------------------------------------------------------------------------
+
+def measure(server: Server, system: str, claimers: int, rows: int, batch: int,
+            mailboxes: list[int]) -> dict[str, Any]:
+    """Clone the system's template, drain it with ``claimers`` processes, check the outcome.
+
+    :returns: ``{"seconds", "rate" (rows/s), "done", "duplicates"}``.
+    :raises RuntimeError: a claimer failed, or not every row was processed exactly once.
+    """
+    url = server.create(f"claim_{system}_run", template=f"claim_{system}")
+    barrier, out = _MP.Barrier(claimers + 1), _MP.Queue()
+    procs = [_MP.Process(target=_child, args=(system, url, i, batch, mailboxes, barrier, out))
+             for i in range(claimers)]
+    for p in procs:
+        p.start()
+    barrier.wait(timeout=300)
+    start = time.perf_counter()
+    results = [out.get(timeout=1800) for _ in procs]
+    for p in procs:
+        p.join()
+    errors = [e for *_, e in results if e]
+    if errors:
+        raise RuntimeError(f"{system} ×{claimers}: {errors[0]}")
+    seconds = max(end for _, end, _, _ in results) - start
+    ids = [i for _, _, got, _ in results for i in got]
+    duplicates = len(ids) - len(set(ids))
+    if system in ("ours", "bare"):
+        with psycopg.connect(url) as conn:
+            sent, ledger, duplicated = run(conn, "bench_sent_totals" if system == "ours"
+                                           else "bench_bare_totals")[0]
+        duplicates += duplicated
+        if sent != rows or (system == "ours" and ledger != rows):
+            raise RuntimeError(f"{system} ×{claimers}: {sent} sent, {ledger} in the ledger, "
+                               f"expected {rows}")
+    if len(set(ids)) != rows:
+        raise RuntimeError(f"{system} ×{claimers}: {len(set(ids))} distinct rows done of {rows}")
+    server.drop(f"claim_{system}_run")
+    return {"seconds": seconds, "rate": rows / seconds, "done": len(ids), "duplicates": duplicates}
+
+
+def bench(server: Server, workdir: Path, *, rows: int, concurrency: list[int], batch: int,
+          mailboxes: int, repeats: int, systems: tuple[str, ...] = SYSTEMS,
+          ) -> tuple[list[Row], list[str]]:
+    """Run the claim benchmark; return the result rows and one detail line per measurement.
+
+    :param rows: queued items per run (``CLAIM_ROWS``).
+    :param concurrency: claimer counts, e.g. ``[1, 2, 8]``.
+    :param batch: rows per claim (ours, bare) and PgQueuer's batch size.
+    :param mailboxes: mailboxes the queued rows are spread over (ours claims per mailbox).
+    """
+    with Stopwatch() as setup:
+        ids = _build_templates(server, workdir, rows, mailboxes)
+    details = [f"claim: templates ({rows} items × {len(systems)} systems) built in "
+               f"{setup.seconds:.1f} s"]
+    out: list[Row] = []
+    for c in concurrency:
+        med: dict[str, dict[str, float]] = {}
+        for system in systems:
+            runs = [measure(server, system, c, rows, batch, ids) for _ in range(max(1, repeats))]
+            rates = sorted(r["rate"] for r in runs)
+            dup = sum(r["duplicates"] for r in runs)
+            med[system] = {"rate": statistics.median(rates), "duplicates": dup}
+            details.append(f"claim ×{c} {system}: " + ", ".join(f"{r:,.0f}" for r in rates)
+                           + f" rows/s; duplicates {dup}")
+        ours, bare = med["ours"]["rate"], med["bare"]["rate"]
+        peers = {s: med[s]["rate"] for s in ("procrastinate", "pgqueuer") if s in med}
+        ratio = ours / bare
+        met = ratio >= 0.8 and all(ours > v for v in peers.values()) and med["ours"]["duplicates"] == 0
+        why = ""
+        if not met:
+            why = _why_claim(ratio, ours, peers)
+        compared = (f"(a) bare SKIP LOCKED + per-row mark {bare:,.0f}/s → ours **{ratio:.2f}×**; "
+                    + "; ".join(f"(b) {s} {v:,.0f}/s → ours {ours / v:.2f}×"
+                                for s, v in peers.items()))
+        out.append(Row(f"claim ×{c}", f"{ours:,.0f} rows/s; duplicates "
+                       f"{med['ours']['duplicates']:.0f}", compared,
+                       "≥ 0.8× (a), ahead of both (b), 0 duplicates", met, why))
+    return out, details
+
+
+def _why_claim(ratio: float, ours: float, peers: dict[str, float]) -> str:
+    parts = []
+    if ratio < 0.8:
+        parts.append(
+            f"ours is {ratio:.2f}× the bare statements: each claim first locks the mailbox row and "
+            "counts what it already sent today (the daily cap and run share, "
+            "`mailbox_remaining_today`), and the mark also writes the ledger row (`send_log`, "
+            "unique per email) in the same statement; the bare baseline does neither. Claims of one "
+            "mailbox are serialised by that lock, so more claimers than mailboxes wait on it. "
+            "Closing it: a per-mailbox daily counter row updated with the claim instead of "
+            "counting today's rows, and claiming larger batches")
+    behind = [s for s, v in peers.items() if ours <= v]
+    if "pgqueuer" in behind:
+        parts.append("behind PgQueuer: it completes jobs in buffered batches (its "
+                     "JobStatusLogBuffer writes up to batch_size outcomes in one statement), while "
+                     "outreach commits each row's outcome right after its own handoff, by design: a "
+                     "batched mark lost in a crash would leave delivered rows to be resent or "
+                     "reaped. Closing the gap without breaking that would need a cheaper per-row "
+                     "statement, not batching")
+    if "procrastinate" in behind:
+        parts.append("behind procrastinate: see the per-run figures below")
+    return "; ".join(parts)

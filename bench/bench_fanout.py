@@ -1,0 +1,69 @@
+"""Airflow fan-out: the wall time of one ``outreach_send`` run with N mapped ``send_batch``
+tasks (``airflow dags test``, SQLite metadata, as :mod:`outreach.localairflow` runs it) against
+the same plan run by the CLI (``outreach send``: the same batches, one after the other, in one
+process). Both start from a clone of the same queued database, with the same settings and SMTP
+server; both times include interpreter start-up. Reported only, no target.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bench_send import SinkProcess
+from common import Row, Server, Stopwatch, median_of, run
+from data import queued_database, smtp_conn_ids
+from outreach import db
+from outreach.localairflow import airflow_env, ensure_metadata, run_dag
+
+
+def bench(server: Server, workdir: Path, *, tasks: int, batch: int, repeats: int,
+          ) -> tuple[list[Row], list[str]]:
+    """Send ``tasks × batch`` queued emails both ways; return the result row and details.
+
+    :raises RuntimeError: a run failed or did not send every email exactly once.
+    """
+    emails, mailboxes = tasks * batch, 2
+    queued_database(server, "fanout_tpl", workdir, emails, mailboxes)
+    details: list[str] = []
+    with SinkProcess() as sink:
+        settings = {"OUTREACH_PUBLIC_URL": "https://unsubscribe.bench.example",
+                    "OUTREACH_UNSUBSCRIBE_SECRET": "bench-secret-0123456789",
+                    "OUTREACH_SEND_INTERVAL_MINUTES": "0", "OUTREACH_PREFLIGHT": "off",
+                    "OUTREACH_SEND_PARALLELISM": str(tasks), "OUTREACH_BATCH_SIZE": str(batch)}
+        conns = {c: sink.connection_json() for c in smtp_conn_ids(mailboxes)}
+        env = airflow_env(workdir / "airflow-home", "unset", conns, settings)
+        with Stopwatch() as setup:
+            ensure_metadata(env)
+        details.append(f"fan-out: Airflow metadata migrated in {setup.seconds:.1f} s (not timed)")
+
+        def once(kind: str) -> float:
+            url = server.create("fanout_run", template="fanout_tpl")
+            env["OUTREACH_DATABASE_URL"] = url
+            with Stopwatch() as t:
+                if kind == "airflow":
+                    result = run_dag(env, "outreach_send", workdir / "fanout-airflow.log")
+                    ok, what = result.ok, f"state {result.state}, log {result.log}"
+                else:
+                    cli = Path(sys.executable).with_name("outreach")
+                    proc = subprocess.run([str(cli), "send"], env=env, capture_output=True,
+                                          text=True, timeout=900)
+                    ok, what = proc.returncode == 0, proc.stderr[-2000:]
+            with db.connect(url) as conn:
+                sent, ledger, duplicated = run(conn, "bench_sent_totals")[0].values()
+            if not ok or (sent, ledger, duplicated) != (emails, emails, 0):
+                raise RuntimeError(f"fan-out {kind}: ok={ok} sent={sent} ledger={ledger} "
+                                   f"duplicated={duplicated} (expected {emails}): {what}")
+            server.drop("fanout_run")
+            details.append(f"fan-out {kind}: {t.seconds:.1f} s for {emails} emails")
+            return t.seconds
+
+        t_airflow, _ = median_of(repeats, lambda: once("airflow"))
+        t_cli, _ = median_of(repeats, lambda: once("cli"))
+    os.environ.pop("OUTREACH_DATABASE_URL", None)
+    return [Row(f"Airflow fan-out ({tasks} mapped tasks)",
+                f"`outreach_send` run {t_airflow:.1f} s for {emails} emails ({tasks} × {batch})",
+                f"CLI, same batches in one process {t_cli:.1f} s → Airflow "
+                f"**{t_airflow / t_cli:.1f}×** the time", "reported", None)], details

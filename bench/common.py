@@ -1,0 +1,208 @@
+"""What every benchmark shares: the PostgreSQL server and its databases, the bench-only named
+queries (``bench/queries.sql``), timing (median of several runs), the machine's description, and
+the result rows that ``bench/run.py`` prints and writes to ``bench/results/latest.md``.
+
+No benchmark asserts a time: a figure that misses its target is reported with why.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="outreach-bench-airflow-"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+for _p in (str(ROOT / "plugins"), str(BENCH)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import psycopg  # noqa: E402
+from psycopg import sql  # noqa: E402
+
+from outreach import db, embedded  # noqa: E402
+from outreach.migrate import upgrade  # noqa: E402
+
+CAMPAIGN = ROOT / "include" / "campaigns" / "demo.yaml"
+PACKAGES = ("psycopg", "apache-airflow", "apache-airflow-providers-smtp", "dkimpy", "cryptography",
+            "aiosmtpd", "email-validator", "jinja2", "procrastinate", "pgqueuer", "asyncpg")
+
+
+@functools.cache
+def queries() -> dict[str, str]:
+    """Return the bench-only named queries of ``bench/queries.sql``."""
+    return db.parse_queries((BENCH / "queries.sql").read_text(encoding="utf-8"), "bench/queries.sql")
+
+
+def run(conn: psycopg.Connection, name: str, params: dict[str, Any] | None = None) -> list[Any]:
+    """Execute a bench-only named query; return its rows (``[]`` when it returns none)."""
+    cur = conn.execute(queries()[name], params)
+    return cur.fetchall() if cur.description else []
+
+
+class Server:
+    """The PostgreSQL server the benchmarks run on: ``OUTREACH_BENCH_ADMIN_URL`` (a role that may
+    create databases), else a fresh embedded pgserver in ``workdir`` (stopped at exit).
+
+    Every database it creates is named ``outreach_bench_*`` and dropped by :meth:`close`.
+    """
+
+    def __init__(self, workdir: Path) -> None:
+        self.admin = os.environ.get("OUTREACH_BENCH_ADMIN_URL") or embedded.start(
+            workdir / "pg", stop_at_exit=True)
+        self.embedded = "OUTREACH_BENCH_ADMIN_URL" not in os.environ
+        self.created: list[str] = []
+
+    def _admin(self, query: str, **idents: str) -> None:
+        stmt = sql.SQL(queries()[query]).format(**{k: sql.Identifier(v) for k, v in idents.items()})
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute(stmt)
+
+    def create(self, name: str, template: str | None = None) -> str:
+        """(Re)create database ``outreach_bench_<name>``, empty or cloned from ``template`` (a name
+        given to an earlier :meth:`create`); return its URL."""
+        full = f"outreach_bench_{name}"
+        self.drop(name)
+        if template:
+            self._admin("bench_database_clone", name=full, template=f"outreach_bench_{template}")
+        else:
+            self._admin("bench_database_create", name=full)
+        self.created.append(full)
+        return self.url(name)
+
+    def url(self, name: str) -> str:
+        """Return the URL of database ``outreach_bench_<name>``."""
+        return embedded.with_database(self.admin, f"outreach_bench_{name}")
+
+    def migrated(self, name: str) -> str:
+        """Create database ``name`` with every outreach migration applied; return its URL."""
+        url = self.create(name)
+        upgrade(url)
+        return url
+
+    def drop(self, name: str) -> None:
+        """Drop database ``outreach_bench_<name>`` if it exists."""
+        self._admin("bench_database_drop", name=f"outreach_bench_{name}")
+
+    def version(self) -> str:
+        """Return the server's version string."""
+        with psycopg.connect(self.admin) as conn:
+            return run(conn, "bench_server_version")[0][0]
+
+    def close(self) -> None:
+        """Drop every database this bench created."""
+        for full in reversed(self.created):
+            self._admin("bench_database_drop", name=full)
+        self.created.clear()
+
+
+def median_of(repeats: int, once: Callable[[], float]) -> tuple[float, list[float]]:
+    """Call ``once`` ``repeats`` times; return ``(median, all values)``.
+
+    :param once: runs one measurement and returns its figure (seconds or a rate).
+    """
+    values = [once() for _ in range(max(1, repeats))]
+    return statistics.median(values), values
+
+
+class Stopwatch:
+    """``with Stopwatch() as t: …`` then ``t.seconds`` (wall time, ``time.perf_counter``)."""
+
+    def __enter__(self) -> "Stopwatch":
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.start
+
+
+@dataclass
+class Row:
+    """One line of the results table.
+
+    :param path: the hot path (``claim ×8``, ``send path``…).
+    :param ours: outreach's figure, formatted with its unit.
+    :param compared: the baselines' figures, formatted, with the ratios.
+    :param target: the target, in words.
+    :param met: whether it is met (``None``: reported only).
+    :param why: for a missed target, why and what would close it.
+    """
+
+    path: str
+    ours: str
+    compared: str
+    target: str
+    met: bool | None
+    why: str = ""
+
+
+@dataclass
+class Report:
+    """Everything ``bench/run.py`` writes: the rows, the sizes, notes, and per-bench details."""
+
+    sizes: dict[str, Any]
+    rows: list[Row] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def machine(server_version: str) -> list[str]:
+    """Describe the machine and software, one ``- key: value`` line each."""
+    cpu = next((ln.split(":", 1)[1].strip() for ln in _read("/proc/cpuinfo").splitlines()
+                if ln.startswith("model name")), platform.processor() or "unknown")
+    mem = next((ln.split()[1] for ln in _read("/proc/meminfo").splitlines()
+                if ln.startswith("MemTotal")), "0")
+    versions = []
+    for name in PACKAGES:
+        try:
+            versions.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{name} (not installed)")
+    return [f"- CPU: {cpu}, {os.cpu_count()} cores; RAM {int(mem) / 1024 / 1024:.1f} GiB",
+            f"- OS: {platform.platform()}",
+            f"- Python {platform.python_version()}; PostgreSQL {server_version}",
+            f"- packages: {', '.join(versions)}"]
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def write_report(report: Report, path: Path, header: list[str]) -> str:
+    """Render ``report`` as Markdown, write it to ``path`` and return the text."""
+    lines = ["# outreach benchmarks", "", "Written by `make bench` (bench/run.py). Each figure is "
+             f"the median of {report.sizes.get('repeats')} runs; every ratio compares figures "
+             "measured in the same run on the same server.", "", "## Machine", "", *header, "",
+             "## Sizes", "", ", ".join(f"{k}={v}" for k, v in report.sizes.items()), "",
+             "## Results", "",
+             "| path | ours | compared in the same run with | target | met |",
+             "|---|---|---|---|---|"]
+    for r in report.rows:
+        met = "reported" if r.met is None else ("yes" if r.met else "**no**")
+        lines.append(f"| {r.path} | {r.ours} | {r.compared} | {r.target} | {met} |")
+    missed = [r for r in report.rows if r.why]
+    if missed:
+        lines += ["", "## Why a target is missed, and what would close it", ""]
+        lines += [f"- **{r.path}**: {r.why}" for r in missed]
+    if report.notes:
+        lines += ["", "## Notes", "", *[f"- {n}" for n in report.notes]]
+    if report.details:
+        lines += ["", "## Details (every run)", "", *[f"- {d}" for d in report.details]]
+    text = "\n".join(lines) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return text

@@ -1,0 +1,91 @@
+"""``make bench``: every hot path against its raw baseline and the peers, in the same run.
+
+    python bench/run.py [--claim-rows N] [--import-rows N] … [--out bench/results/latest.md]
+
+Prints the results table and writes it, with the machine, versions, sizes and every run's
+figure, to ``--out``. Uses ``OUTREACH_BENCH_ADMIN_URL`` (a role that may create databases) or a
+fresh embedded PostgreSQL. No timing is asserted; a missed target is reported with why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_claim  # noqa: E402
+import bench_fanout  # noqa: E402
+import bench_import  # noqa: E402
+import bench_send  # noqa: E402
+from common import BENCH, Report, Server, machine, write_report  # noqa: E402
+
+PATHS = ("claim", "send", "import", "fanout")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the sizes (every one a parameter; defaults finish in about 15 minutes on 2 cores)."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--claim-rows", type=int, default=10_000, help="queued items per claim run")
+    p.add_argument("--claimers", default="1,2,8", help="concurrent claimers, comma-separated")
+    p.add_argument("--claim-batch", type=int, default=50, help="rows per claim (and PgQueuer batch)")
+    p.add_argument("--claim-mailboxes", type=int, default=4, help="mailboxes the rows are spread over")
+    p.add_argument("--send-emails", type=int, default=300, help="emails per send-path run")
+    p.add_argument("--import-rows", type=int, default=100_000, help="rows of the generated CSV")
+    p.add_argument("--fanout-tasks", type=int, default=4, help="mapped send tasks")
+    p.add_argument("--fanout-batch", type=int, default=50, help="emails per mapped task")
+    p.add_argument("--repeats", type=int, default=3, help="runs per figure (the median is shown)")
+    p.add_argument("--only", default=",".join(PATHS), help=f"subset of {','.join(PATHS)}")
+    p.add_argument("--out", type=Path, default=BENCH / "results" / "latest.md")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the selected benchmarks and write the report; return the exit code (0)."""
+    args = parse_args(argv)
+    logging.getLogger("outreach").setLevel(logging.WARNING)
+    only = set(args.only.split(","))
+    sizes = {k: getattr(args, k) for k in ("claim_rows", "claimers", "claim_batch",
+                                             "claim_mailboxes", "send_emails", "import_rows",
+                                             "fanout_tasks", "fanout_batch", "repeats")}
+    report = Report(sizes=sizes)
+    workdir = Path(tempfile.mkdtemp(prefix="outreach-bench-"))
+    server = Server(workdir)
+    started = time.perf_counter()
+    try:
+        version = server.version()
+        steps = {
+            "claim": lambda: bench_claim.bench(
+                server, workdir, rows=args.claim_rows,
+                concurrency=[int(c) for c in args.claimers.split(",")], batch=args.claim_batch,
+                mailboxes=args.claim_mailboxes, repeats=args.repeats),
+            "send": lambda: bench_send.bench(server, workdir, emails=args.send_emails,
+                                             mailboxes=2, repeats=args.repeats),
+            "import": lambda: bench_import.bench(server, workdir, leads=args.import_rows,
+                                                 repeats=args.repeats),
+            "fanout": lambda: bench_fanout.bench(server, workdir, tasks=args.fanout_tasks,
+                                                 batch=args.fanout_batch, repeats=args.repeats),
+        }
+        for name in PATHS:
+            if name in only:
+                print(f"bench: {name} …", flush=True)
+                rows, details = steps[name]()
+                report.rows += rows
+                report.details += details
+    finally:
+        server.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    report.notes.append(f"whole run {time.perf_counter() - started:.0f} s; PostgreSQL "
+                        f"{'embedded (pgserver, Unix socket)' if server.embedded else 'OUTREACH_BENCH_ADMIN_URL'}")
+    text = write_report(report, args.out, machine(version))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
