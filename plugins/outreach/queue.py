@@ -23,12 +23,12 @@ def queue_due(url: str, *, campaign_key: str | None = None, now: dt.datetime | N
     :param now: a fixed clock (UTC); default the database clock.
     """
     with db.transaction(url) as conn:
+        db.run(conn, "planner_bulk_joins")
         rows = db.run(conn, "email_queue_due", {"now": now, "campaign_key": campaign_key})
-    per_mailbox: dict[int, int] = {}
-    for r in rows:
-        per_mailbox[r["mailbox_id"]] = per_mailbox.get(r["mailbox_id"], 0) + 1
-    log.info("queue-due: queued=%s per_mailbox=%s", len(rows), per_mailbox)
-    return {"queued": len(rows), "per_mailbox": per_mailbox}
+    per_mailbox = {r["mailbox_id"]: r["queued"] for r in rows}
+    queued = sum(per_mailbox.values())
+    log.info("queue-due: queued=%s per_mailbox=%s", queued, per_mailbox)
+    return {"queued": queued, "per_mailbox": per_mailbox}
 
 
 def reap(url: str, threshold: dt.timedelta, *, now: dt.datetime | None = None) -> list[int]:

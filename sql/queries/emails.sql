@@ -8,8 +8,12 @@
 -- enrolled (plus its delay), step n once step n-1 was sent delay_days ago. ON CONFLICT on
 -- (lead, step) makes a second run, or a concurrent one, insert nothing. Suppressed addresses are
 -- skipped by the one suppression function. scheduled_for is the next open slot of the campaign's
--- send window in the lead's time zone (falling back to the campaign's).
-WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+-- send window in the lead's time zone (falling back to the campaign's). Returns one row per
+-- mailbox with how many were queued (never one row per email).
+-- Run it after planner_bulk_joins (see there): planned with nested loops on a fresh database,
+-- the NOT EXISTS rescans outreach.emails once per candidate while the same statement fills it.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+ins AS (
 INSERT INTO outreach.emails (lead_id, step_id, campaign_id, mailbox_id, scheduled_for)
 SELECT en.lead_id, st.id, c.id, en.mailbox_id,
        outreach.next_send_slot(n.now, coalesce(l.timezone, c.timezone), c.send_days,
@@ -30,7 +34,18 @@ WHERE en.status = 'active' AND c.status = 'active'
   AND NOT EXISTS (SELECT 1 FROM outreach.emails e WHERE e.lead_id = en.lead_id AND e.step_id = st.id)
   AND NOT outreach.is_suppressed(l.email)
 ON CONFLICT ON CONSTRAINT outreach_emails_lead_step_key DO NOTHING
-RETURNING id, mailbox_id;
+RETURNING mailbox_id
+)
+SELECT mailbox_id, count(*)::integer AS queued FROM ins GROUP BY mailbox_id ORDER BY mailbox_id;
+
+-- name: planner_bulk_joins
+-- For the rest of this transaction, plan joins as hash or merge joins. email_queue_due is one
+-- bulk INSERT … SELECT whose NOT EXISTS reads the table it inserts into: when the statistics say
+-- outreach.emails is empty (a fresh database, the first run after a big import), the planner picks
+-- a nested-loop anti join that scans outreach.emails once per candidate row, and that table grows
+-- as the statement inserts — quadratic (EXPLAIN ANALYZE, 20,000 leads: 2.8 s with it, 0.6 s
+-- without; 100,000 leads: 116 s). A hash anti join reads outreach.emails once.
+SET LOCAL enable_nestloop = off;
 
 -- name: mailbox_lock
 -- Serialises claims per mailbox for the rest of the transaction, so that the daily cap, counted
