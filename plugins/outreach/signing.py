@@ -10,6 +10,7 @@ the private key comes from an Airflow connection and is never logged or stored i
 from __future__ import annotations
 
 import base64
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -56,6 +57,15 @@ def _load_rsa(pem: bytes) -> rsa.RSAPrivateKey:
     return key
 
 
+@functools.lru_cache(maxsize=16)
+def _pkcs1_pem(pem: bytes) -> bytes:
+    """The key checked (:func:`_load_rsa`) and written as PKCS#1 PEM, as dkimpy reads it; once
+    per key and process: loading checks the RSA key, about 35 ms, six times the signature."""
+    return _load_rsa(pem).private_bytes(serialization.Encoding.PEM,
+                                        serialization.PrivateFormat.TraditionalOpenSSL,
+                                        serialization.NoEncryption())
+
+
 def public_key_b64(private_key_pem: bytes) -> str:
     """Return the ``p=`` value (base64 DER SubjectPublicKeyInfo) for a PEM RSA private key.
 
@@ -91,9 +101,7 @@ def sign(wire: bytes, key: DkimKey) -> bytes:
     :param key: selector, domain and private key.
     :raises SigningError: the key is unusable or the message cannot be signed (no From).
     """
-    pkcs1 = _load_rsa(key.private_key).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-        serialization.NoEncryption())
+    pkcs1 = _pkcs1_pem(key.private_key)
     include = headers_to_sign(wire)
     try:
         signature = dkim.sign(wire, key.selector.encode("ascii"), key.domain.encode("ascii"),
