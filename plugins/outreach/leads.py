@@ -14,6 +14,7 @@ import csv
 import datetime as dt
 import functools
 import re
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import email_validator
-from email_validator import EmailNotValidError, validate_email
+from email_validator import EmailNotValidError, EmailSyntaxError, validate_email
 from email_validator.syntax import (validate_email_domain_name, validate_email_length,
                                     validate_email_local_part)
 from email_validator.types import ValidatedEmail
@@ -137,9 +138,10 @@ def normalise_address(raw: str) -> str:
     :raises EmailNotValidError: the address is not valid (the message says why).
     """
     address = raw.strip()
-    if (address.isascii() and address.count("@") == 1 and '"' not in address
-            and "<" not in address and "[" not in address and not address.endswith("@")):
-        return _normalise_plain_ascii(address)
+    local, at, domain = address.partition("@")
+    if (at and domain and domain.isascii() and "@" not in domain and '"' not in local
+            and "<" not in address and not domain.startswith("[")):
+        return _normalise_plain(local, domain)
     return validate_email(address, check_deliverability=False).normalized.lower()
 
 
@@ -153,26 +155,36 @@ def _domain_info(domain: str, test_environment: bool, globally_deliverable: bool
                                            globally_deliverable=globally_deliverable))
 
 
-def _normalise_plain_ascii(address: str) -> str:
-    """:func:`validate_email` (``check_deliverability=False``), lower-cased, for an ASCII address
-    with one ``@``, no quote, ``<`` or ``[``, and something after the ``@``.
+def _normalise_plain(local: str, domain: str) -> str:
+    """:func:`validate_email` (``check_deliverability=False``) of ``local@domain``, lower-cased,
+    for a plain address: ``domain`` ASCII, not empty, without ``@`` or a leading ``[``; no
+    quote in ``local``; no ``<`` in either.
 
     For such an input, ``validate_email`` (email-validator 2.4) does exactly this: its
-    ``split_email`` yields no display name, an unquoted local part (everything before the
-    ``@``) and the domain (everything after); NFC normalisation leaves ASCII unchanged; the
-    local part, then the domain name, then the lengths are checked by the functions called
-    here, with the library's module defaults, in this order, so the same error is raised for
-    an invalid address. Only the domain check is memoised. ``tests/test_unit_import_parsing.py``
-    compares the two on a corpus of edge cases.
+    ``split_email`` finds no display name, and splits at the one ``@`` (an ASCII character
+    after it cannot combine with it) into an unquoted local part and the domain; then the
+    local part is checked (again after NFC normalisation if that changes it), then the domain
+    name, then the lengths, by the functions called here with the library's module defaults
+    and in this order, so the same normal form or the same error results. Only the domain
+    check is memoised. ``tests/test_unit_import_parsing.py`` compares the two on a corpus of
+    edge cases.
     """
     ev = email_validator
-    local, _, domain = address.partition("@")
     info = validate_email_local_part(local, allow_smtputf8=ev.ALLOW_SMTPUTF8,
                                      allow_empty_local=ev.ALLOW_EMPTY_LOCAL,
                                      quoted_local_part=False, strict=ev.STRICT)
+    if not local.isascii():
+        nfc = unicodedata.normalize("NFC", local)
+        if nfc != local:
+            try:
+                info = validate_email_local_part(nfc, allow_smtputf8=ev.ALLOW_SMTPUTF8,
+                                                 allow_empty_local=ev.ALLOW_EMPTY_LOCAL,
+                                                 quoted_local_part=False, strict=ev.STRICT)
+            except EmailSyntaxError as exc:
+                raise EmailSyntaxError("After Unicode normalization: " + str(exc)) from exc
     dom = _domain_info(domain, ev.TEST_ENVIRONMENT, ev.GLOBALLY_DELIVERABLE)
     ret = ValidatedEmail()
-    ret.original = address
+    ret.original = local + "@" + domain
     ret.local_part, ret.ascii_local_part = info["local_part"], info["ascii_local_part"]
     ret.domain, ret.ascii_domain = dom["domain"], dom["ascii_domain"]
     ret.normalized = ret.local_part + "@" + ret.domain
