@@ -181,3 +181,11 @@ def test_plain_address_fast_path_is_validate_email_exactly():
         assert _outcome(normalise_address, address) == expected, address
         ok += expected[0] == "ok"
     assert ok > 1000  # the corpus is not all invalid
+
+
+def test_nul_byte_and_blank_rows(tmp_path):
+    text = "Email,First Name\nnul@acme.example,B\x00ob\n , \n\nok@acme.example,Ok\n"
+    rows, problems, leads = read(write(tmp_path, text))
+    assert [(p.line, p.field) for p in problems] == [(2, "First Name")]
+    assert "NUL byte" in problems[0].reason
+    assert [r.line for r in rows] == [5] and leads.rows_total == 2 and leads.invalid == 1

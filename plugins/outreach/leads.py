@@ -327,11 +327,12 @@ class LeadsCsv:
                 start = reader.line_num + 1
                 continue
             line, start = start, reader.line_num + 1
-            if not any(cell.strip() for cell in record):
+            joined = "".join(record)  # one test per row instead of one per cell
+            if not joined or joined.isspace():  # every cell blank
                 continue
             self.rows_total += 1
             n = len(record)
-            if any("\x00" in cell for cell in record):
+            if "\x00" in joined:
                 nul = next(i for i, cell in enumerate(record) if "\x00" in cell)
                 self.invalid += 1
                 yield Problem(line, headers[nul] if nul < n_headers else "(row)",
