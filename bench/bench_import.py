@@ -165,17 +165,17 @@ def _why_import(ratio: float, seconds: float, leads: int, peak: float, small: fl
     parts = []
     if ratio > 2:
         parts.append(
-            f"ours is {ratio:.1f}× COPY: every row's address is validated and normalised in "
-            f"Python (email-validator), names cleaned, time zones checked, duplicates found, then "
-            f"staged with COPY and applied with set-based upserts (suppression, leads, "
-            f"enrolments); {seconds / leads * 1e6:.0f} µs per row in all. COPY only splits "
-            "text. Closing it: a cheaper syntactic check per row (keeping email-validator's "
-            "normal form for the rare non-ASCII address), or parsing in several processes")
+            f"ours is {ratio:.1f}× COPY ({seconds / leads * 1e6:.0f} µs per row in all). The "
+            "file is streamed into one COPY of a stage table, but each row is parsed, its "
+            "address validated and normalised (email-validator; the domain check memoised), "
+            "names cleaned and time zones checked in Python; then set-based statements find "
+            "in-file duplicates, ask outreach.is_suppressed() per address, upsert the leads "
+            "(sorted by line) and insert the enrolments, whose three foreign keys are checked "
+            "by a trigger per row. COPY only splits text into a bare table. Closing it: "
+            "parsing in several processes, and fewer per-row checks on the enrolment insert")
     if grows:
         parts.append(
             f"memory grows with the file ({small:.0f} MiB for ⅒ of it, {peak:.0f} MiB for all): "
-            "`parse_leads_csv` reads the whole file and keeps every parsed row and every "
-            "address seen; the set-based statements return one row per lead to Python. "
-            "Closing it: parse row by row straight into COPY, find in-file duplicates in SQL "
-            "on the staging table, and count in SQL")
+            "something holds per-row state; `import_leads` should keep only the current row "
+            "and counts (see `outreach.leads.LeadsCsv` and `_stage_rows`)")
     return "; ".join(parts)

@@ -1,4 +1,6 @@
-"""CSV parsing: CRM headers, BOM, normalisation, bad rows named by line, field and reason."""
+"""CSV parsing: CRM headers, BOM, normalisation, bad rows named by line, field and reason.
+
+In-file duplicates are found in SQL when the rows are imported: see test_import_streaming.py."""
 
 from __future__ import annotations
 
@@ -7,13 +9,30 @@ from pathlib import Path
 import pytest
 
 from conftest import LEADS
-from outreach.leads import ImportFileError, map_headers, normalise_address, parse_leads_csv
+from email_validator import EmailNotValidError
+
+from outreach.leads import (ImportFileError, LeadRow, Problem, map_headers, normalise_address,
+                            open_leads_csv)
 
 
 def write(tmp_path: Path, text: str, *, bom: bool = False, name: str = "leads.csv") -> Path:
     p = tmp_path / name
     p.write_bytes((b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8"))
     return p
+
+
+def read(path: Path) -> tuple[list[LeadRow], list[Problem], "object"]:
+    """Read a whole file: ``(rows, problems, reader)`` (problems include ignored fields)."""
+    rows, problems = [], []
+    with open_leads_csv(path) as leads:
+        for item in leads:
+            if isinstance(item, LeadRow):
+                rows.append(item)
+                if item.ignored:
+                    problems.append(item.ignored)
+            else:
+                problems.append(item)
+    return rows, problems, leads
 
 
 @pytest.mark.parametrize("headers, expected", [
@@ -36,10 +55,10 @@ def test_same_address_in_other_letter_case_is_one_lead():
 
 def test_bom_and_no_bom_parse_the_same(tmp_path):
     text = "Email,First Name\r\nana@acme.example,Ana\r\n"
-    a = parse_leads_csv(write(tmp_path, text, bom=True, name="a.csv"))
-    b = parse_leads_csv(write(tmp_path, text, name="b.csv"))
-    assert [r.email for r in a.rows] == [r.email for r in b.rows] == ["ana@acme.example"]
-    assert a.rows[0].first_name == "Ana"
+    a, _, _ = read(write(tmp_path, text, bom=True, name="a.csv"))
+    b, _, _ = read(write(tmp_path, text, name="b.csv"))
+    assert [r.email for r in a] == [r.email for r in b] == ["ana@acme.example"]
+    assert a[0].first_name == "Ana"
 
 
 def test_bad_rows_are_reported_by_line_and_good_rows_kept(tmp_path):
@@ -47,47 +66,126 @@ def test_bad_rows_are_reported_by_line_and_good_rows_kept(tmp_path):
             "ok1@acme.example,Ok,Acme\n"          # line 2
             "not-an-email,Bad,Acme\n"             # line 3
             ",Empty,Acme\n"                       # line 4
-            "OK1@ACME.example,Dup,Acme\n"         # line 5
+            "OK1@ACME.example,Dup,Acme\n"         # line 5 (a duplicate: found at import)
             "\n"                                  # line 6 (blank: ignored)
             "ok2@acme.example,\"Multi\nLine\",Acme\n"  # lines 7-8
             "x@acme.example,A,B,C,D\n"            # line 9: too many fields
             "ok3@acme.example,Ok3,Acme\n")        # line 10
-    parsed = parse_leads_csv(write(tmp_path, text))
-    assert [r.email for r in parsed.rows] == ["ok1@acme.example", "ok2@acme.example", "ok3@acme.example"]
-    assert [r.line for r in parsed.rows] == [2, 7, 10]
-    assert parsed.rows[1].first_name == "Multi Line"  # CR/LF in a name is folded to a space
-    problems = {(p.line, p.field): p.reason for p in parsed.problems}
+    rows, found, leads = read(write(tmp_path, text))
+    assert [r.email for r in rows] == ["ok1@acme.example", "ok1@acme.example", "ok2@acme.example",
+                                       "ok3@acme.example"]
+    assert [r.line for r in rows] == [2, 5, 7, 10]
+    assert rows[2].first_name == "Multi Line"  # CR/LF in a name is folded to a space
+    problems = {(p.line, p.field): p.reason for p in found}
     assert "invalid address" in problems[(3, "email")]
     assert problems[(4, "email")] == "empty"
-    assert problems[(5, "email")] == "duplicate of line 2"
     assert "fields but the header has" in problems[(9, "(row)")]
-    assert parsed.rows_total == 7 and parsed.invalid == 3 and parsed.duplicates == 1
+    assert len(found) == 3
+    assert leads.rows_total == 7 and leads.invalid == 3
 
 
 def test_unknown_time_zone_is_ignored_not_fatal(tmp_path):
-    parsed = parse_leads_csv(write(tmp_path, "Email,Time Zone\nz@acme.example,Mars/Olympus\n"))
-    assert parsed.rows[0].timezone is None
-    assert parsed.problems[0].action == "ignored" and parsed.problems[0].line == 2
+    rows, problems, _ = read(write(tmp_path, "Email,Time Zone\nz@acme.example,Mars/Olympus\n"))
+    assert rows[0].timezone is None
+    assert problems[0].action == "ignored" and problems[0].line == 2
 
 
 def test_file_without_email_column_names_file_and_headers(tmp_path):
     p = write(tmp_path, "Name,Company\nAna,Acme\n")
     with pytest.raises(ImportFileError, match=r"leads\.csv, line 1: no email column.*'Name'"):
-        parse_leads_csv(p)
+        open_leads_csv(p)
 
 
 def test_non_utf8_file_names_the_line(tmp_path):
     p = tmp_path / "latin1.csv"
     p.write_bytes("Email,First Name\nok@acme.example,Ana\nj@acme.example,J\xf6rg\n".encode("latin-1"))
     with pytest.raises(ImportFileError, match=r"latin1\.csv, line 3: not UTF-8"):
-        parse_leads_csv(p)
+        read(p)
 
 
 def test_shipped_sample_has_what_the_demo_promises():
-    parsed = parse_leads_csv(LEADS)
-    assert parsed.rows_total >= 200
-    reasons = [p.reason for p in parsed.problems]
-    assert sum(r.startswith("duplicate") for r in reasons) >= 2
+    rows, problems, leads = read(LEADS)
+    assert leads.rows_total >= 200
+    assert len(rows) - len({r.email for r in rows}) >= 2  # duplicates (reported at import)
+    reasons = [p.reason for p in problems]
     assert sum(r.startswith("invalid") or r == "empty" for r in reasons) >= 3
     raw = LEADS.read_text(encoding="utf-8-sig")
     assert "Rosa.Moreau@Coho-Winery.example" in raw  # the duplicate differing only in case
+
+
+def test_non_utf8_line_is_found_across_read_blocks(tmp_path):
+    # A valid two-byte character split by the 1 MiB read boundary is not the error; the bad
+    # byte on the next line is.
+    p = tmp_path / "split.csv"
+    p.write_bytes(b"Email,First Name\n" + b"a" * (2**20 - 18) + "ë".encode() + b"\nx@acme.example,\xff\n")
+    with pytest.raises(ImportFileError, match=r"split\.csv, line 3: not UTF-8 \(byte 0xff\)"):
+        read(p)
+
+
+def test_non_utf8_header_names_line_1(tmp_path):
+    p = tmp_path / "head.csv"
+    p.write_bytes(b"E\xe9mail\nx@acme.example\n")
+    with pytest.raises(ImportFileError, match=r"head\.csv, line 1: not UTF-8"):
+        open_leads_csv(p)
+
+
+def _outcome(fn, address: str) -> tuple[str, str]:
+    try:
+        return "ok", fn(address)
+    except EmailNotValidError as exc:
+        return type(exc).__name__, str(exc)
+
+
+def test_plain_address_fast_path_is_validate_email_exactly():
+    import random
+
+    from email_validator import validate_email
+
+    from outreach.leads import _normalise_plain
+
+    locals_ = ["a", "Ana.Garcia", "POSTMASTER", "abuse", "a.b.c", ".a", "a.", "a..b", "a+tag",
+               "o'brien", "a_b-c", "x" * 64, "x" * 65, "a!#$%&'*+/=?^_`{|}~-", "a b", "a\\b",
+               "a,b", "a;b", "a(b)", "a:b", "", "-", "a\tb", "a]b", "chloé.garcía", "jörg",
+               "Zoë.Müller.7", "e\u0301", "cafe\u0301.x", "a\u200bb", "\u0301a", "é" * 64,
+               "é" * 65, "ü" * 40, "ﬁ", "ａ", "a\u00adb", "שלום", "a\u202eb", "a\u3000b", "a>b"]
+    domains = ["acme.example", "ACME.Example", "example.com", "localhost", "x.local", "x.test",
+               "x.invalid", "x.onion", "in-addr.arpa", "x.arpa", "com", "a.b", "1.2.3.4", "x.123",
+               "xn--bcher-kva.example", "xn--invalid.example", "xn--a.com", "ab--cd.com",
+               "-a.com", "a-.com", "a..com", ".a.com", "a.com.", "a_b.com", "a b.com",
+               ("l" * 63) + ".com", ("l" * 64) + ".com", ".".join(["a" * 60] * 4) + ".com",
+               ".".join(["a" * 61] * 4) + ".com", "a.com-", "a.c", "a.co", "x.example.",
+               "mail.x.example", "a/b.com", "a.com:25", "a%b.com", "a]"]
+    corpus = [f"{l}@{d}" for l in locals_ for d in domains]
+    rng = random.Random(8)
+    alphabet = "abcXYZ019.-_+!#'%/=?^`{|}~ ,;:()\\]éÜ\u0301\u200b"
+    for _ in range(5000):
+        local = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 70)))
+        domain = "".join(rng.choice(alphabet[:-17]) for _ in range(rng.randrange(1, 20)))
+        corpus.append(f"{local}@{domain}{rng.choice(['', '.com', '.example', '.x1'])}")
+    for i in range(1000):  # realistic ones, in mixed case
+        word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJéøÖ") for _ in range(rng.randrange(1, 12)))
+        corpus.append(f"{word}.{word[::-1]}.{i}@{word[:4]}-{i % 7}.{rng.choice(['com', 'CO.uk', 'example'])}")
+    corpus.append("a" * 64 + "@" + ".".join(["b" * 63] * 3) + ".c" * 20)  # address too long
+    corpus += ["jörg@münchen.example", "a@b@c.com", '"q"@acme.example', "<a@acme.example>",
+               "a@[1.2.3.4]", "a@", "@acme.example", "x@acme.example\u0301"]  # the slow path
+    corpus = [a for a in corpus if a == a.strip()]
+    assert len(corpus) > 4000
+    ok = 0
+    for address in corpus:
+        expected = _outcome(lambda a: validate_email(a, check_deliverability=False).normalized.lower(),
+                            address)
+        local, _, domain = address.partition("@")
+        if (domain and domain.isascii() and "@" not in domain and '"' not in local
+                and "<" not in address and not domain.startswith("[")):
+            assert _outcome(lambda a: _normalise_plain(local, domain), address) == expected, address
+        assert _outcome(normalise_address, address) == expected, address
+        ok += expected[0] == "ok"
+    assert ok > 1000  # the corpus is not all invalid
+
+
+def test_nul_byte_and_blank_rows(tmp_path):
+    text = "Email,First Name\nnul@acme.example,B\x00ob\n , \n\nok@acme.example,Ok\n"
+    rows, problems, leads = read(write(tmp_path, text))
+    assert [(p.line, p.field) for p in problems] == [(2, "First Name")]
+    assert "NUL byte" in problems[0].reason
+    assert [r.line for r in rows] == [5] and leads.rows_total == 2 and leads.invalid == 1

@@ -220,6 +220,9 @@ def import_task(campaign_file: str, mailbox_file: str, leads_file: str,
     log.info(result.summary())
     for p in result.problems:
         log.warning("%s, %s", leads_file, p)
+    if result.problems_omitted:
+        log.warning("%s: %s more problems (all in outreach.import_runs)", leads_file,
+                    result.problems_omitted)
     if result.suppressed_lines:
         log.info("%s: suppressed addresses on lines %s (not stored)", leads_file,
                  result.suppressed_lines)

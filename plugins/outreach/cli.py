@@ -50,6 +50,8 @@ def cmd_import_leads(args: argparse.Namespace) -> int:
     print(result.summary())
     for p in result.problems:
         print(f"  {args.csv}, {p}")
+    if result.problems_omitted:
+        print(f"  … and {result.problems_omitted} more problems (all in outreach.import_runs)")
     if result.suppressed_lines:
         print(f"  suppressed (not stored): lines {result.suppressed_lines}")
     return 0

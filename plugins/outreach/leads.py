@@ -1,24 +1,31 @@
 """Lead import from CRM / prospecting CSV exports.
 
-Parsing is pure (:func:`parse_leads_csv`); applying is one transaction (:func:`import_leads`):
-sync the campaign, stage the good rows, decide suppression with the one SQL function, upsert
-leads, enrol them. Bad rows are reported by line number, field and reason; the good rows are
-imported; importing the same file again changes nothing.
+Reading is pure and streamed (:func:`open_leads_csv` yields one row at a time); applying is one
+transaction (:func:`import_leads`): sync the campaign, COPY every row into a temporary stage
+table as it is read, then find in-file duplicates, decide suppression with the one SQL function,
+upsert leads and enrol them with set-based statements that return counts, not rows. Memory does
+not grow with the file. Bad rows are reported by line number, field and reason; the good rows
+are imported; importing the same file again changes nothing.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
-import io
-import json
+import functools
 import re
+import unicodedata
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from email_validator import EmailNotValidError, validate_email
+import email_validator
+from email_validator import EmailNotValidError, EmailSyntaxError, validate_email
+from email_validator.syntax import (validate_email_domain_name, validate_email_length,
+                                    validate_email_local_part)
+from email_validator.types import ValidatedEmail
 
 from outreach import campaign as campaign_mod
 from outreach import db
@@ -37,7 +44,9 @@ HEADER_ALIASES: dict[str, tuple[str, ...]] = {
     "timezone": ("timezone", "tz", "contacttimezone", "leadtimezone"),
 }
 _MAX_FIELD = 200
-_SPACE = re.compile(r"\s+")
+# Problems returned to the caller in ImportResult.problems (all of them are stored in the
+# import_runs row): a file of a million bad rows must not become a million objects in memory.
+PROBLEMS_SHOWN = 1000
 
 
 class ImportFileError(ValueError):
@@ -61,7 +70,12 @@ class Problem:
 
 @dataclass(frozen=True)
 class LeadRow:
-    """A valid lead row: ``email`` normalised (see :func:`normalise_address`)."""
+    """A row with a valid address: ``email`` normalised (see :func:`normalise_address`).
+
+    ``ignored`` is the problem of a field that was dropped from an otherwise good row (an
+    unknown time zone), or ``None``. Whether the row repeats an earlier row of the file is
+    decided when it is imported (:func:`import_leads`), not here.
+    """
 
     line: int
     email: str
@@ -70,19 +84,7 @@ class LeadRow:
     company: str
     title: str
     timezone: str | None
-
-
-@dataclass
-class ParsedFile:
-    """The outcome of parsing: good ``rows``, ``problems``, in-file ``duplicates`` (problems too)
-    and ``rows_total`` (data rows, blank lines not counted)."""
-
-    path: str
-    rows: list[LeadRow] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
-    duplicates: int = 0
-    invalid: int = 0
-    rows_total: int = 0
+    ignored: Problem | None = None
 
 
 @dataclass
@@ -90,7 +92,12 @@ class ImportResult:
     """What an import did. ``imported`` new leads, ``updated`` known leads whose fields changed,
     ``duplicate`` rows repeating an earlier row of the file, ``unchanged`` rows whose lead was
     already known with the same fields, ``invalid`` rows skipped,
-    ``suppressed`` rows whose address is suppressed (not stored), ``enrolled`` new enrolments."""
+    ``suppressed`` rows whose address is suppressed (not stored), ``enrolled`` new enrolments.
+
+    ``problems`` holds the first :data:`PROBLEMS_SHOWN` problems by line (duplicates included,
+    suppressed lines not: they are in ``suppressed_lines``); ``problems_omitted`` counts the
+    rest. Every problem is stored in the ``outreach.import_runs`` row.
+    """
 
     file: str
     campaign_key: str | None
@@ -103,6 +110,7 @@ class ImportResult:
     suppressed: int = 0
     enrolled: int = 0
     problems: list[Problem] = field(default_factory=list)
+    problems_omitted: int = 0
     suppressed_lines: list[int] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -123,12 +131,65 @@ def normalise_address(raw: str) -> str:
     """Validate an address (syntax only, no DNS) and return its normal form.
 
     The normal form is email-validator's normalised address, lower-cased as a whole, so that the
-    same address written with different letter case is one lead.
+    same address written with different letter case is one lead. A plain ASCII address takes
+    :func:`_normalise_plain_ascii` (the same library checks, the domain's checked once per
+    domain); anything else goes through :func:`email_validator.validate_email` itself.
 
     :raises EmailNotValidError: the address is not valid (the message says why).
     """
-    result = validate_email(raw.strip(), check_deliverability=False)
-    return result.normalized.lower()
+    address = raw.strip()
+    local, at, domain = address.partition("@")
+    if (at and domain and domain.isascii() and "@" not in domain and '"' not in local
+            and "<" not in address and not domain.startswith("[")):
+        return _normalise_plain(local, domain)
+    return validate_email(address, check_deliverability=False).normalized.lower()
+
+
+@functools.lru_cache(maxsize=4096)
+def _domain_info(domain: str, test_environment: bool, globally_deliverable: bool,
+                 ) -> dict[str, Any]:
+    # A pure function of its arguments (email-validator's own domain check); a file has far
+    # fewer domains than addresses. Invalid domains raise and are not cached. Bounded, so
+    # memory stays flat on a file of a million distinct domains.
+    return dict(validate_email_domain_name(domain, test_environment=test_environment,
+                                           globally_deliverable=globally_deliverable))
+
+
+def _normalise_plain(local: str, domain: str) -> str:
+    """:func:`validate_email` (``check_deliverability=False``) of ``local@domain``, lower-cased,
+    for a plain address: ``domain`` ASCII, not empty, without ``@`` or a leading ``[``; no
+    quote in ``local``; no ``<`` in either.
+
+    For such an input, ``validate_email`` (email-validator 2.4) does exactly this: its
+    ``split_email`` finds no display name, and splits at the one ``@`` (an ASCII character
+    after it cannot combine with it) into an unquoted local part and the domain; then the
+    local part is checked (again after NFC normalisation if that changes it), then the domain
+    name, then the lengths, by the functions called here with the library's module defaults
+    and in this order, so the same normal form or the same error results. Only the domain
+    check is memoised. ``tests/test_unit_import_parsing.py`` compares the two on a corpus of
+    edge cases.
+    """
+    ev = email_validator
+    info = validate_email_local_part(local, allow_smtputf8=ev.ALLOW_SMTPUTF8,
+                                     allow_empty_local=ev.ALLOW_EMPTY_LOCAL,
+                                     quoted_local_part=False, strict=ev.STRICT)
+    if not local.isascii():
+        nfc = unicodedata.normalize("NFC", local)
+        if nfc != local:
+            try:
+                info = validate_email_local_part(nfc, allow_smtputf8=ev.ALLOW_SMTPUTF8,
+                                                 allow_empty_local=ev.ALLOW_EMPTY_LOCAL,
+                                                 quoted_local_part=False, strict=ev.STRICT)
+            except EmailSyntaxError as exc:
+                raise EmailSyntaxError("After Unicode normalization: " + str(exc)) from exc
+    dom = _domain_info(domain, ev.TEST_ENVIRONMENT, ev.GLOBALLY_DELIVERABLE)
+    ret = ValidatedEmail()
+    ret.original = local + "@" + domain
+    ret.local_part, ret.ascii_local_part = info["local_part"], info["ascii_local_part"]
+    ret.domain, ret.ascii_domain = dom["domain"], dom["ascii_domain"]
+    ret.normalized = ret.local_part + "@" + ret.domain
+    validate_email_length(ret)
+    return ret.normalized.lower()
 
 
 def _header_key(name: str) -> str:
@@ -150,149 +211,238 @@ def map_headers(headers: list[str]) -> dict[str, int]:
 
 
 def _clean(value: str) -> str:
-    return _SPACE.sub(" ", value).strip()
+    # Runs of whitespace (CR/LF included) become one space; the same as re.sub(r"\s+", " ")
+    # followed by strip(): str.split() and re's \s use the same Unicode whitespace test.
+    return " ".join(value.split())
 
 
-def parse_leads_csv(path: str | Path) -> ParsedFile:
-    """Parse a leads CSV (UTF-8, with or without BOM, header row first).
-
-    :raises ImportFileError: the file cannot be read, is not UTF-8 (line named), is empty, or has
-        no email column (the headers found are listed).
-    """
-    path = Path(path)
+@functools.lru_cache(maxsize=1024)
+def _known_zone(name: str) -> bool:
+    """Whether ``name`` is an IANA time zone (cached: a file has few distinct zones)."""
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ImportFileError(f"{path}: cannot read: {exc.strerror}") from exc
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise ImportFileError(f"{path}, line {line}: not UTF-8 (byte 0x{raw[exc.start]:02x}); "
-                              "export the file as UTF-8 CSV") from None
-    reader = csv.reader(io.StringIO(text, newline=""))
-    try:
-        headers = next(reader)
-    except StopIteration:
-        raise ImportFileError(f"{path}: the file is empty (a header row is needed)") from None
-    except csv.Error as exc:
-        raise ImportFileError(f"{path}, line 1: {exc}") from None
-    columns = map_headers(headers)
-    if "email" not in columns:
-        raise ImportFileError(f"{path}, line 1: no email column (headers: {headers}); expected one "
-                              "of Email, Email Address, E-mail, Work Email…")
-    out = ParsedFile(path=str(path))
-    seen: dict[str, int] = {}
-    start = reader.line_num + 1
-    while True:
-        try:
-            record = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as exc:
-            out.rows_total += 1
-            out.invalid += 1
-            out.problems.append(Problem(start, "(row)", f"malformed CSV: {exc}"))
-            start = reader.line_num + 1
-            continue
-        line, start = start, reader.line_num + 1
-        if not any(cell.strip() for cell in record):
-            continue
-        out.rows_total += 1
-        nul = next((i for i, cell in enumerate(record) if "\x00" in cell), None)
-        if nul is not None:
-            out.invalid += 1
-            out.problems.append(Problem(line, headers[nul] if nul < len(headers) else "(row)",
-                                        "contains a NUL byte (a binary or corrupted export?)"))
-            continue
-        if len(record) > len(headers):
-            out.invalid += 1
-            out.problems.append(Problem(line, "(row)", f"{len(record)} fields but the header has "
-                                        f"{len(headers)} (an unquoted comma?)"))
-            continue
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return False
+    return True
 
-        def cell(name: str) -> str:
-            i = columns.get(name)
-            return record[i] if i is not None and i < len(record) else ""
 
-        raw_email = cell("email").strip()
-        if not raw_email:
-            out.invalid += 1
-            out.problems.append(Problem(line, "email", "empty"))
-            continue
-        try:
-            email = normalise_address(raw_email)
-        except EmailNotValidError as exc:
-            out.invalid += 1
-            out.problems.append(Problem(line, "email", f"invalid address: {exc}"))
-            continue
-        if email in seen:
-            out.duplicates += 1
-            out.problems.append(Problem(line, "email", f"duplicate of line {seen[email]}"))
-            continue
-        values = {name: _clean(cell(name)) for name in ("first_name", "last_name", "company", "title")}
-        too_long = [name for name, v in values.items() if len(v) > _MAX_FIELD]
-        if too_long:
-            out.invalid += 1
-            out.problems.append(Problem(line, too_long[0], f"longer than {_MAX_FIELD} characters"))
-            continue
-        tz: str | None = _clean(cell("timezone")) or None
-        if tz is not None:
+def _first_bad_utf8(path: Path) -> tuple[int, int]:
+    """Return ``(line, byte)`` of the first byte of ``path`` that is not UTF-8 (read in blocks)."""
+    line, pending = 1, b""
+    with path.open("rb") as f:
+        while True:
+            block = f.read(1 << 20)
+            data = pending + block
             try:
-                ZoneInfo(tz)
-            except (ZoneInfoNotFoundError, ValueError):
-                out.problems.append(Problem(line, "timezone", f"unknown time zone {tz!r}; the "
-                                            "campaign's time zone applies", action="ignored"))
+                data.decode("utf-8")
+                line += data.count(b"\n")
+                pending = b""
+            except UnicodeDecodeError as exc:
+                if block and exc.reason == "unexpected end of data":  # split across two blocks
+                    line += data[:exc.start].count(b"\n")
+                    pending = data[exc.start:]
+                    continue
+                return line + data[:exc.start].count(b"\n"), data[exc.start]
+            if not block:
+                return line, 0
+
+
+class LeadsCsv:
+    """A leads CSV (UTF-8, with or without BOM, header row first) opened for reading row by row.
+
+    Use as a context manager and iterate: each data row yields either a :class:`LeadRow` (a
+    valid address; other fields cleaned) or a :class:`Problem` (the row is skipped), in file
+    order. Blank lines yield nothing. Only the current row is held in memory.
+
+    Attributes: ``path``; ``headers`` (the header row); ``columns`` (see :func:`map_headers`);
+    ``rows_total`` (data rows read so far, blank lines not counted); ``invalid`` (rows skipped
+    so far).
+
+    :raises ImportFileError: (on opening) the file cannot be read, is empty, its header is not
+        UTF-8 or not CSV, or it has no email column (the headers found are listed); (while
+        iterating) a line is not UTF-8 (the line is named).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self._file = self.path.open("r", encoding="utf-8-sig", newline="")
+        except OSError as exc:
+            raise ImportFileError(f"{self.path}: cannot read: {exc.strerror}") from exc
+        try:
+            self._reader = csv.reader(self._file)
+            try:
+                self.headers: list[str] = next(self._reader)
+            except StopIteration:
+                raise ImportFileError(f"{self.path}: the file is empty (a header row is needed)") from None
+            except csv.Error as exc:
+                raise ImportFileError(f"{self.path}, line 1: {exc}") from None
+            except UnicodeDecodeError:
+                raise self._not_utf8() from None
+            self.columns = map_headers(self.headers)
+            if "email" not in self.columns:
+                raise ImportFileError(f"{self.path}, line 1: no email column (headers: "
+                                      f"{self.headers}); expected one of Email, Email Address, "
+                                      "E-mail, Work Email…")
+        except BaseException:
+            self._file.close()
+            raise
+        self.rows_total = 0
+        self.invalid = 0
+
+    def __enter__(self) -> LeadsCsv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the file."""
+        self._file.close()
+
+    def _not_utf8(self) -> ImportFileError:
+        line, byte = _first_bad_utf8(self.path)
+        return ImportFileError(f"{self.path}, line {line}: not UTF-8 (byte 0x{byte:02x}); "
+                               "export the file as UTF-8 CSV")
+
+    def __iter__(self) -> Iterator[LeadRow | Problem]:
+        reader, headers = self._reader, self.headers
+        n_headers = len(headers)
+        columns = self.columns
+        i_email = columns["email"]
+        i_tz = columns.get("timezone")
+        named = [(name, columns.get(name)) for name in ("first_name", "last_name", "company", "title")]
+        start = reader.line_num + 1
+        while True:
+            try:
+                record = next(reader)
+            except StopIteration:
+                return
+            except UnicodeDecodeError:
+                raise self._not_utf8() from None
+            except csv.Error as exc:
+                self.rows_total += 1
+                self.invalid += 1
+                yield Problem(start, "(row)", f"malformed CSV: {exc}")
+                start = reader.line_num + 1
+                continue
+            line, start = start, reader.line_num + 1
+            joined = "".join(record)  # one test per row instead of one per cell
+            if not joined or joined.isspace():  # every cell blank
+                continue
+            self.rows_total += 1
+            n = len(record)
+            if "\x00" in joined:
+                nul = next(i for i, cell in enumerate(record) if "\x00" in cell)
+                self.invalid += 1
+                yield Problem(line, headers[nul] if nul < n_headers else "(row)",
+                              "contains a NUL byte (a binary or corrupted export?)")
+                continue
+            if n > n_headers:
+                self.invalid += 1
+                yield Problem(line, "(row)", f"{n} fields but the header has {n_headers} "
+                              "(an unquoted comma?)")
+                continue
+            raw_email = record[i_email].strip() if i_email < n else ""
+            if not raw_email:
+                self.invalid += 1
+                yield Problem(line, "email", "empty")
+                continue
+            try:
+                email = normalise_address(raw_email)
+            except EmailNotValidError as exc:
+                self.invalid += 1
+                yield Problem(line, "email", f"invalid address: {exc}")
+                continue
+            values = [_clean(record[i]) if i is not None and i < n else "" for _, i in named]
+            too_long = next((name for (name, _), v in zip(named, values) if len(v) > _MAX_FIELD),
+                            None)
+            if too_long:
+                self.invalid += 1
+                yield Problem(line, too_long, f"longer than {_MAX_FIELD} characters")
+                continue
+            tz: str | None = _clean(record[i_tz]) if i_tz is not None and i_tz < n else ""
+            ignored = None
+            if not tz:
                 tz = None
-        seen[email] = line
-        out.rows.append(LeadRow(line=line, email=email, timezone=tz, **values))
-    return out
+            elif not _known_zone(tz):
+                ignored = Problem(line, "timezone", f"unknown time zone {tz!r}; the campaign's "
+                                  "time zone applies", action="ignored")
+                tz = None
+            yield LeadRow(line, email, *values, tz, ignored)
+
+
+def open_leads_csv(path: str | Path) -> LeadsCsv:
+    """Open a leads CSV for reading row by row (see :class:`LeadsCsv`).
+
+    :param path: the CSV file.
+    :raises ImportFileError: the file cannot be read, is empty, or has no email column.
+    """
+    return LeadsCsv(path)
+
+
+def _stage_rows(conn: Any, leads: LeadsCsv) -> None:
+    """COPY every row of ``leads`` into the stage table as it is read (one COPY)."""
+    with conn.cursor().copy(db.query("lead_stage_copy")) as copy:
+        write = copy.write_row
+        for item in leads:
+            if isinstance(item, LeadRow):
+                p = item.ignored
+                write((item.line, item.email, item.first_name, item.last_name, item.company,
+                       item.title, item.timezone, p and p.field, p and p.reason, p and p.action))
+            else:
+                write((item.line, None, None, None, None, None, None, item.field, item.reason,
+                       item.action))
 
 
 def import_leads(url: str, campaign_file: str | Path, mailbox_file: str | Path,
                  csv_file: str | Path, *, now: dt.datetime | None = None) -> ImportResult:
-    """Import a leads CSV into a campaign, in one transaction.
+    """Import a leads CSV into a campaign, in one transaction, streaming the file.
+
+    Rows are validated as they are read and COPY'd into a temporary stage table; in-file
+    duplicates (the first line of each normalised address wins), suppression, the lead upsert
+    and enrolment are then set-based statements that return counts. Memory does not grow with
+    the file; ``result.problems`` holds at most :data:`PROBLEMS_SHOWN` problems (all of them
+    are stored in ``outreach.import_runs``).
 
     :param url: outreach database URL.
     :param campaign_file: the campaign YAML (synced first, so a new campaign just works).
     :param mailbox_file: the mailbox YAML.
     :param csv_file: the leads CSV.
     :param now: enrolment time (UTC); default the database clock.
-    :raises ImportFileError: the CSV as a whole is unusable.
+    :raises ImportFileError: the CSV as a whole is unusable (file and line named); nothing is
+        imported.
     :raises outreach.campaign.ConfigError: a configuration file is invalid.
     """
     campaign_path, csv_path = resolve(campaign_file), resolve(csv_file)
     campaign = campaign_mod.load_campaign(campaign_path)
     mailboxes = campaign_mod.load_mailboxes(mailbox_file)
-    parsed = parse_leads_csv(csv_path)
-    result = ImportResult(file=str(csv_file), campaign_key=campaign.key,
-                          rows_total=parsed.rows_total, invalid=parsed.invalid,
-                          problems=list(parsed.problems))
-    with db.transaction(url) as conn:
+    result = ImportResult(file=str(csv_file), campaign_key=campaign.key)
+    with open_leads_csv(csv_path) as leads, db.transaction(url) as conn:
         campaign_id = campaign_mod.sync(conn, campaign, mailboxes, str(campaign_file))
         db.run(conn, "lead_stage_create")
-        with conn.cursor().copy(db.query("lead_stage_copy")) as copy:
-            for r in parsed.rows:
-                copy.write_row((r.line, r.email, r.first_name, r.last_name, r.company, r.title,
-                                r.timezone))
-        staged = db.run(conn, "lead_stage_mark_suppressed")
-        result.suppressed_lines = sorted(r["line"] for r in staged if r["suppressed"])
-        result.suppressed = len(result.suppressed_lines)
-        upserted = db.run(conn, "lead_upsert_staged")
-        result.imported = sum(1 for r in upserted if r["inserted"])
-        result.updated = len(upserted) - result.imported
-        result.duplicate = parsed.duplicates
-        result.unchanged = len(parsed.rows) - result.suppressed - result.imported - result.updated
-        result.enrolled = len(db.run(conn, "enrollment_insert_staged",
-                                     {"campaign_id": campaign_id, "now": now}))
-        problems = [asdict(p) for p in result.problems]
-        problems += [{"line": n, "field": "email", "reason": "suppressed", "action": "skipped"}
-                     for n in result.suppressed_lines]
-        db.run(conn, "import_run_insert", {
+        _stage_rows(conn, leads)
+        result.rows_total, result.invalid = leads.rows_total, leads.invalid
+        db.run(conn, "lead_stage_mark_duplicates")
+        db.run(conn, "lead_stage_mark_suppressed")
+        counts = db.one(conn, "lead_stage_counts")
+        assert counts is not None
+        result.duplicate, result.suppressed = counts["duplicate"], counts["suppressed"]
+        upserted = db.one(conn, "lead_upsert_staged")
+        assert upserted is not None
+        result.imported, result.updated = upserted["imported"], upserted["updated"]
+        result.unchanged = counts["accepted"] - result.imported - result.updated
+        enrolled = db.one(conn, "enrollment_insert_staged", {"campaign_id": campaign_id, "now": now})
+        assert enrolled is not None
+        result.enrolled = enrolled["enrolled"]
+        result.problems = [Problem(**r) for r in db.run(conn, "lead_stage_problems",
+                                                          {"limit": PROBLEMS_SHOWN})]
+        result.problems_omitted = counts["problems"] - len(result.problems)
+        result.suppressed_lines = [r["line"] for r in db.run(conn, "lead_stage_suppressed_lines")]
+        db.run(conn, "import_run_insert_staged", {
             "kind": "leads", "file": str(csv_file), "campaign_key": campaign.key,
             "rows_total": result.rows_total, "imported": result.imported,
             "updated": result.updated, "duplicate": result.duplicate,
             "unchanged": result.unchanged, "invalid": result.invalid,
-            "suppressed": result.suppressed, "enrolled": result.enrolled,
-            "problems": json.dumps(problems)})
+            "suppressed": result.suppressed, "enrolled": result.enrolled})
     return result

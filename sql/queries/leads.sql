@@ -2,64 +2,134 @@
 -- with set-based statements inside one transaction: all of a file's good rows, or nothing.
 
 -- name: lead_stage_create
+-- One row per data row of the file, written by one COPY as the file is read: a good row has an
+-- email (and, if a field was dropped, problem_* with action 'ignored'); a skipped row has no email
+-- and problem_* say why. duplicate_of and suppressed are decided afterwards, set-based.
 CREATE TEMPORARY TABLE outreach_lead_stage (
-    line       integer NOT NULL,
-    email      text NOT NULL,
-    first_name text NOT NULL,
-    last_name  text NOT NULL,
-    company    text NOT NULL,
-    title      text NOT NULL,
-    timezone   text,
-    suppressed boolean
+    line           integer NOT NULL,
+    email          text,
+    first_name     text,
+    last_name      text,
+    company        text,
+    title          text,
+    timezone       text,
+    problem_field  text,
+    problem_reason text,
+    problem_action text,
+    duplicate_of   integer,
+    suppressed     boolean NOT NULL DEFAULT false
 ) ON COMMIT DROP;
 
 -- name: lead_stage_copy
-COPY outreach_lead_stage (line, email, first_name, last_name, company, title, timezone)
+COPY outreach_lead_stage (line, email, first_name, last_name, company, title, timezone,
+                          problem_field, problem_reason, problem_action)
 FROM STDIN;
 
+-- name: lead_stage_mark_duplicates
+-- In-file duplicates: the first line of each normalised address wins; later lines repeat it.
+-- Only addresses that occur more than once are joined back, so the update touches only them.
+UPDATE outreach_lead_stage s SET duplicate_of = f.first_line
+FROM (SELECT email, min(line) AS first_line
+      FROM outreach_lead_stage WHERE email IS NOT NULL
+      GROUP BY email HAVING count(*) > 1) f
+WHERE s.email = f.email AND s.line > f.first_line;
+
 -- name: lead_stage_mark_suppressed
--- Suppression at import: the one function decides.
-UPDATE outreach_lead_stage SET suppressed = outreach.is_suppressed(email)
-RETURNING line, email, suppressed;
+-- Suppression at import: the one function decides. Only suppressed rows are written.
+UPDATE outreach_lead_stage SET suppressed = true
+WHERE email IS NOT NULL AND duplicate_of IS NULL AND outreach.is_suppressed(email);
+
+-- name: lead_stage_counts
+-- accepted: rows that go on to the upsert (good, first of their address, not suppressed);
+-- problems: rows reported in ImportResult.problems (skipped, ignored field, or duplicate).
+SELECT count(*) FILTER (WHERE duplicate_of IS NOT NULL) AS duplicate,
+       count(*) FILTER (WHERE suppressed) AS suppressed,
+       count(*) FILTER (WHERE email IS NOT NULL AND duplicate_of IS NULL AND NOT suppressed)
+           AS accepted,
+       count(*) FILTER (WHERE problem_action IS NOT NULL OR duplicate_of IS NOT NULL) AS problems
+FROM outreach_lead_stage;
 
 -- name: lead_upsert_staged
 -- New leads are inserted; known leads are updated only when a field really changed, so importing
--- the same file twice changes nothing. Suppressed addresses are not stored at all.
-INSERT INTO outreach.leads AS l (email, first_name, last_name, company, title, timezone)
-SELECT email, first_name, last_name, company, title, timezone
-FROM outreach_lead_stage WHERE NOT suppressed
+-- the same file twice changes nothing. Suppressed addresses are not stored at all. Returns counts,
+-- not rows: a million-row file must not come back to Python.
+WITH upserted AS (
+    INSERT INTO outreach.leads AS l (email, first_name, last_name, company, title, timezone)
+    SELECT email, first_name, last_name, company, title, timezone
+    FROM outreach_lead_stage
+    WHERE email IS NOT NULL AND duplicate_of IS NULL AND NOT suppressed
+    ORDER BY line
+    ON CONFLICT ON CONSTRAINT outreach_leads_email_key DO UPDATE
+    SET first_name = excluded.first_name, last_name = excluded.last_name,
+        company = excluded.company, title = excluded.title, timezone = excluded.timezone,
+        updated_at = now()
+    WHERE (l.first_name, l.last_name, l.company, l.title, l.timezone)
+          IS DISTINCT FROM (excluded.first_name, excluded.last_name, excluded.company,
+                            excluded.title, excluded.timezone)
+    RETURNING (l.xmax = 0) AS inserted
+)
+SELECT count(*) FILTER (WHERE inserted) AS imported,
+       count(*) FILTER (WHERE NOT inserted) AS updated
+FROM upserted;
+
+-- name: lead_stage_problems
+-- The first %(limit)s problems by line, as ImportResult.problems shows them. A duplicate is
+-- reported as such (an ignored field of a duplicate row is not reported: the row is skipped).
+SELECT line,
+       CASE WHEN duplicate_of IS NULL THEN problem_field ELSE 'email' END AS field,
+       CASE WHEN duplicate_of IS NULL THEN problem_reason
+            ELSE 'duplicate of line ' || duplicate_of END AS reason,
+       CASE WHEN duplicate_of IS NULL THEN problem_action ELSE 'skipped' END AS action
+FROM outreach_lead_stage
+WHERE problem_action IS NOT NULL OR duplicate_of IS NOT NULL
 ORDER BY line
-ON CONFLICT ON CONSTRAINT outreach_leads_email_key DO UPDATE
-SET first_name = excluded.first_name, last_name = excluded.last_name,
-    company = excluded.company, title = excluded.title, timezone = excluded.timezone,
-    updated_at = now()
-WHERE (l.first_name, l.last_name, l.company, l.title, l.timezone)
-      IS DISTINCT FROM (excluded.first_name, excluded.last_name, excluded.company, excluded.title,
-                        excluded.timezone)
-RETURNING l.id, (l.xmax = 0) AS inserted;
+LIMIT %(limit)s;
+
+-- name: lead_stage_suppressed_lines
+SELECT line FROM outreach_lead_stage WHERE suppressed ORDER BY line;
 
 -- name: enrollment_insert_staged
 -- Enrol every staged, unsuppressed lead; a lead already enrolled keeps its enrolment (and its
 -- mailbox, so follow-ups come from the same sender). Mailboxes are assigned round-robin by lead id.
+-- Returns the count of new enrolments.
 WITH mbs AS (
     SELECT array_agg(mailbox_id ORDER BY mailbox_id) AS ids
     FROM outreach.campaign_mailboxes WHERE campaign_id = %(campaign_id)s
+), enrolled AS (
+    INSERT INTO outreach.enrollments (campaign_id, lead_id, mailbox_id, enrolled_at)
+    SELECT %(campaign_id)s, l.id, mbs.ids[1 + (l.id %% cardinality(mbs.ids))],
+           coalesce(%(now)s::timestamptz, now())
+    FROM outreach_lead_stage s
+    JOIN outreach.leads l ON l.email = s.email
+    CROSS JOIN mbs
+    WHERE s.email IS NOT NULL AND s.duplicate_of IS NULL AND NOT s.suppressed
+    ON CONFLICT ON CONSTRAINT outreach_enrollments_campaign_lead_key DO NOTHING
+    RETURNING 1
 )
-INSERT INTO outreach.enrollments (campaign_id, lead_id, mailbox_id, enrolled_at)
-SELECT %(campaign_id)s, l.id, mbs.ids[1 + (l.id %% cardinality(mbs.ids))],
-       coalesce(%(now)s::timestamptz, now())
-FROM outreach_lead_stage s
-JOIN outreach.leads l ON l.email = s.email
-CROSS JOIN mbs
-WHERE NOT s.suppressed
-ON CONFLICT ON CONSTRAINT outreach_enrollments_campaign_lead_key DO NOTHING
-RETURNING id;
+SELECT count(*) AS enrolled FROM enrolled;
 
--- name: import_run_insert
+-- name: import_run_insert_staged
+-- The run's row, with every problem built from the stage table: the file's problems by line
+-- (as lead_stage_problems, without the limit), then the suppressed lines.
 INSERT INTO outreach.import_runs (kind, file, campaign_key, rows_total, imported, updated,
                                   duplicate, unchanged, invalid, suppressed, enrolled, problems)
-VALUES (%(kind)s, %(file)s, %(campaign_key)s, %(rows_total)s, %(imported)s, %(updated)s,
-        %(duplicate)s, %(unchanged)s, %(invalid)s, %(suppressed)s, %(enrolled)s, %(problems)s)
+SELECT %(kind)s, %(file)s, %(campaign_key)s, %(rows_total)s, %(imported)s, %(updated)s,
+       %(duplicate)s, %(unchanged)s, %(invalid)s, %(suppressed)s, %(enrolled)s,
+       coalesce(jsonb_agg(jsonb_build_object('line', p.line, 'field', p.field,
+                                             'reason', p.reason, 'action', p.action)
+                          ORDER BY p.suppressed, p.line), '[]'::jsonb)
+FROM (
+    SELECT line, false AS suppressed,
+           CASE WHEN duplicate_of IS NULL THEN problem_field ELSE 'email' END AS field,
+           CASE WHEN duplicate_of IS NULL THEN problem_reason
+                ELSE 'duplicate of line ' || duplicate_of END AS reason,
+           CASE WHEN duplicate_of IS NULL THEN problem_action ELSE 'skipped' END AS action
+    FROM outreach_lead_stage
+    WHERE problem_action IS NOT NULL OR duplicate_of IS NOT NULL
+    UNION ALL
+    SELECT line, true, 'email', 'suppressed', 'skipped'
+    FROM outreach_lead_stage WHERE suppressed
+) p
 RETURNING id;
 
 -- name: import_run_latest
