@@ -30,7 +30,6 @@ from outreach.leads import import_leads
 from outreach.migrate import upgrade
 from outreach.queue import queue_due, reap
 from outreach.send import BatchAborted, send_batch
-from outreach.settings import Settings
 
 ITERATIONS = int(os.environ.get("OUTREACH_CHAOS_ITERATIONS", "10"))
 

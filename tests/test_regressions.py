@@ -29,9 +29,8 @@ from outreach.airflow_adapter import smtp_connector
 from outreach.devsmtp import LoopbackSMTPServer
 from outreach.leads import import_leads
 from outreach.queue import queue_due, reap
-from outreach.resolve import list_unconfirmed, resolve
+from outreach.resolve import resolve
 from outreach.send import send_batch
-from outreach.settings import Settings
 from outreach.suppression import import_suppressions
 
 

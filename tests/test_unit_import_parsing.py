@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from conftest import LEADS
-from email_validator import EmailNotValidError
 
 from outreach.leads import (ImportFileError, LeadRow, Problem, map_headers, normalise_address,
                             open_leads_csv)
@@ -127,60 +126,6 @@ def test_non_utf8_header_names_line_1(tmp_path):
     p.write_bytes(b"E\xe9mail\nx@acme.example\n")
     with pytest.raises(ImportFileError, match=r"head\.csv, line 1: not UTF-8"):
         open_leads_csv(p)
-
-
-def _outcome(fn, address: str) -> tuple[str, str]:
-    try:
-        return "ok", fn(address)
-    except EmailNotValidError as exc:
-        return type(exc).__name__, str(exc)
-
-
-def test_plain_address_fast_path_is_validate_email_exactly():
-    import random
-
-    from email_validator import validate_email
-
-    from outreach.leads import _normalise_plain
-
-    locals_ = ["a", "Ana.Garcia", "POSTMASTER", "abuse", "a.b.c", ".a", "a.", "a..b", "a+tag",
-               "o'brien", "a_b-c", "x" * 64, "x" * 65, "a!#$%&'*+/=?^_`{|}~-", "a b", "a\\b",
-               "a,b", "a;b", "a(b)", "a:b", "", "-", "a\tb", "a]b", "chloé.garcía", "jörg",
-               "Zoë.Müller.7", "e\u0301", "cafe\u0301.x", "a\u200bb", "\u0301a", "é" * 64,
-               "é" * 65, "ü" * 40, "ﬁ", "ａ", "a\u00adb", "שלום", "a\u202eb", "a\u3000b", "a>b"]
-    domains = ["acme.example", "ACME.Example", "example.com", "localhost", "x.local", "x.test",
-               "x.invalid", "x.onion", "in-addr.arpa", "x.arpa", "com", "a.b", "1.2.3.4", "x.123",
-               "xn--bcher-kva.example", "xn--invalid.example", "xn--a.com", "ab--cd.com",
-               "-a.com", "a-.com", "a..com", ".a.com", "a.com.", "a_b.com", "a b.com",
-               ("l" * 63) + ".com", ("l" * 64) + ".com", ".".join(["a" * 60] * 4) + ".com",
-               ".".join(["a" * 61] * 4) + ".com", "a.com-", "a.c", "a.co", "x.example.",
-               "mail.x.example", "a/b.com", "a.com:25", "a%b.com", "a]"]
-    corpus = [f"{l}@{d}" for l in locals_ for d in domains]
-    rng = random.Random(8)
-    alphabet = "abcXYZ019.-_+!#'%/=?^`{|}~ ,;:()\\]éÜ\u0301\u200b"
-    for _ in range(5000):
-        local = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 70)))
-        domain = "".join(rng.choice(alphabet[:-17]) for _ in range(rng.randrange(1, 20)))
-        corpus.append(f"{local}@{domain}{rng.choice(['', '.com', '.example', '.x1'])}")
-    for i in range(1000):  # realistic ones, in mixed case
-        word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJéøÖ") for _ in range(rng.randrange(1, 12)))
-        corpus.append(f"{word}.{word[::-1]}.{i}@{word[:4]}-{i % 7}.{rng.choice(['com', 'CO.uk', 'example'])}")
-    corpus.append("a" * 64 + "@" + ".".join(["b" * 63] * 3) + ".c" * 20)  # address too long
-    corpus += ["jörg@münchen.example", "a@b@c.com", '"q"@acme.example', "<a@acme.example>",
-               "a@[1.2.3.4]", "a@", "@acme.example", "x@acme.example\u0301"]  # the slow path
-    corpus = [a for a in corpus if a == a.strip()]
-    assert len(corpus) > 4000
-    ok = 0
-    for address in corpus:
-        expected = _outcome(lambda a: validate_email(a, check_deliverability=False).normalized.lower(),
-                            address)
-        local, _, domain = address.partition("@")
-        if (domain and domain.isascii() and "@" not in domain and '"' not in local
-                and "<" not in address and not domain.startswith("[")):
-            assert _outcome(lambda a: _normalise_plain(local, domain), address) == expected, address
-        assert _outcome(normalise_address, address) == expected, address
-        ok += expected[0] == "ok"
-    assert ok > 1000  # the corpus is not all invalid
 
 
 def test_nul_byte_and_blank_rows(tmp_path):

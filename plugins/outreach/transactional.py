@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from email_validator import EmailNotValidError, validate_email
+from email_validator import EmailNotValidError
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
