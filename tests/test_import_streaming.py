@@ -77,3 +77,96 @@ def test_bad_utf8_deep_in_the_file_names_the_line_and_imports_nothing(db_url, tm
         import_leads(db_url, CAMPAIGN, MAILBOXES, path)
     assert scalar(db_url, "SELECT count(*) FROM outreach.leads") == 0
     assert rows(db_url, "SELECT id FROM outreach.import_runs") == []
+
+
+# --- found by the adversarial review of the streamed import --------------------------------------
+
+def test_an_unclosed_quote_is_reported_with_the_lines_it_swallowed(db_url, tmp_path):
+    path = tmp_path / "quote.csv"
+    path.write_text('Email,First Name\nkept@acme.example,Kept\nstray@acme.example,"Stray\n'
+                    + "".join(f"r{i}@acme.example,R{i}\n" for i in range(5)), encoding="utf-8")
+    r = import_leads(db_url, CAMPAIGN, MAILBOXES, path)
+    assert r.imported == 1
+    [p] = r.problems
+    assert (p.line, p.field) == (3, "(row)") and "lines 3–8" in p.reason and "quote" in p.reason
+
+
+def test_odd_time_zones_and_headers_never_stop_an_import(db_url, tmp_path):
+    path = tmp_path / "tz.csv"
+    path.write_text("Email,Time Zone\na@acme.example,America\nb@acme.example," + "x" * 300
+                    + "\nc@acme.example,Europe/Berlin\n", encoding="utf-8")
+    r = import_leads(db_url, CAMPAIGN, MAILBOXES, path)
+    assert r.imported == 3
+    assert [(p.line, p.field, p.action) for p in r.problems] == [(2, "timezone", "ignored"),
+                                                                 (3, "timezone", "ignored")]
+    nul_header = tmp_path / "nul.csv"
+    nul_header.write_bytes(b"Email,Na\x00me\na@acme.example,x\n")
+    with pytest.raises(ImportFileError, match=r"nul\.csv, line 1: the header row contains a NUL"):
+        import_leads(db_url, CAMPAIGN, MAILBOXES, nul_header)
+
+
+def test_a_bad_byte_in_a_cr_only_file_names_its_line(db_url, tmp_path):
+    path = tmp_path / "cr.csv"
+    path.write_bytes(b"Email\ra@acme.example\rb@acme.example\rc\xff@acme.example\r")
+    with pytest.raises(ImportFileError, match=r"cr\.csv, line 4: not UTF-8 \(byte 0xff\)"):
+        import_leads(db_url, CAMPAIGN, MAILBOXES, path)
+
+
+def test_stored_problems_are_capped_and_counted(db_url, tmp_path, monkeypatch):
+    """A jsonb value is capped at 256 MiB: 3,000 problems naming a 100,000-character header
+    used to fail the whole import. Now names are cut, at most PROBLEMS_STORED problems are
+    stored and the rest counted; the good row is imported."""
+    monkeypatch.setattr(leads, "PROBLEMS_STORED", 1000)
+    monkeypatch.setattr(leads, "PROBLEMS_SHOWN", 10)
+    with db.transaction(db_url) as conn:
+        suppress(conn, "@blocked.example", "do-not-contact", "test")
+    path = tmp_path / "big.csv"
+    with path.open("w", encoding="utf-8") as f:
+        f.write("Email," + "N" * 100_000 + "\ngood@acme.example,ok\n")
+        f.writelines(f"p{i}@acme.example,a\x00\n" for i in range(3000))
+        f.writelines(f"s{i}@blocked.example,s\n" for i in range(50))
+    r = import_leads(db_url, CAMPAIGN, MAILBOXES, path)
+    assert (r.imported, r.invalid, r.suppressed) == (1, 3000, 50)
+    assert len(r.problems) == 10 and r.problems_omitted == 2990 and len(r.suppressed_lines) == 10
+    assert len(r.problems[0].field) <= 60
+    run = latest_run(db_url)
+    assert len(run["problems"]) == 1000 and run["problems_omitted"] == 2050
+
+
+def test_overlapping_imports_at_once_do_not_deadlock(db_url, tmp_path):
+    """Two imports of the same 5,000 addresses in opposite orders, into two campaigns with
+    their own mailboxes, at the same moment: leads are upserted in address order, so both lock
+    them in the same order."""
+    import threading
+
+    import yaml
+
+    boxes = yaml.safe_load(MAILBOXES.read_text())
+    campaign = yaml.safe_load(CAMPAIGN.read_text())
+    files = []
+    for n, order in ((1, 1), (2, -1)):
+        mb = tmp_path / f"mailboxes{n}.yaml"
+        mb.write_text(yaml.safe_dump({"mailboxes": [boxes["mailboxes"][n - 1]]}))
+        cp = tmp_path / f"campaign{n}.yaml"
+        cp.write_text(yaml.safe_dump({**campaign, "key": f"overlap-{n}",
+                                      "mailboxes": [boxes["mailboxes"][n - 1]["address"]]}))
+        csv = tmp_path / f"leads{n}.csv"
+        csv.write_text("Email,First Name\n" + "".join(
+            f"u{i}@overlap.example,U{n}\n" for i in range(5000)[::order]), encoding="utf-8")
+        files.append((cp, mb, csv))
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def run(cp, mb, csv):
+        try:
+            barrier.wait(10)
+            import_leads(db_url, cp, mb, csv)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=f) for f in files]
+    [t.start() for t in threads]
+    [t.join(120) for t in threads]
+    assert errors == []
+    assert scalar(db_url, "SELECT count(*) FROM outreach.leads") == 5000
+    assert scalar(db_url, "SELECT count(*) FROM outreach.enrollments") == 10000

@@ -42,6 +42,7 @@ _MAX_FIELD = 200
 # Problems returned to the caller in ImportResult.problems (all of them are stored in the
 # import_runs row): a file of a million bad rows must not become a million objects in memory.
 PROBLEMS_SHOWN = 1000
+PROBLEMS_STORED = 100_000  # in outreach.import_runs.problems; the rest are counted (migration 0007)
 
 
 class ImportFileError(ValueError):
@@ -90,8 +91,10 @@ class ImportResult:
     ``suppressed`` rows whose address is suppressed (not stored), ``enrolled`` new enrolments.
 
     ``problems`` holds the first :data:`PROBLEMS_SHOWN` problems by line (duplicates included,
-    suppressed lines not: they are in ``suppressed_lines``); ``problems_omitted`` counts the
-    rest. Every problem is stored in the ``outreach.import_runs`` row.
+    suppressed lines not: the first :data:`PROBLEMS_SHOWN` of them are in ``suppressed_lines``,
+    all are counted in ``suppressed``); ``problems_omitted`` counts the rest. The first
+    :data:`PROBLEMS_STORED` problems are stored in the ``outreach.import_runs`` row, the rest
+    counted there.
     """
 
     file: str
@@ -161,16 +164,29 @@ def _clean(value: str) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def _known_zone(name: str) -> bool:
-    """Whether ``name`` is an IANA time zone (cached: a file has few distinct zones)."""
+    """Whether ``name`` is an IANA time zone (cached: a file has few distinct zones). A folder of
+    the zone database (``America``) or an over-long name is not one."""
+    if len(name) > 64:
+        return False
     try:
         ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         return False
     return True
 
 
+def _short(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters (a header name in a problem report)."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _first_bad_utf8(path: Path) -> tuple[int, int]:
-    """Return ``(line, byte)`` of the first byte of ``path`` that is not UTF-8 (read in blocks)."""
+    """Return ``(line, byte)`` of the first byte of ``path`` that is not UTF-8 (read in blocks).
+    Lines end as the CSV reader ends them: CRLF, LF or a lone CR."""
+
+    def breaks(data: bytes) -> int:
+        return data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
+
     line, pending = 1, b""
     with path.open("rb") as f:
         while True:
@@ -178,14 +194,14 @@ def _first_bad_utf8(path: Path) -> tuple[int, int]:
             data = pending + block
             try:
                 data.decode("utf-8")
-                line += data.count(b"\n")
+                line += breaks(data)
                 pending = b""
             except UnicodeDecodeError as exc:
                 if block and exc.reason == "unexpected end of data":  # split across two blocks
-                    line += data[:exc.start].count(b"\n")
+                    line += breaks(data[:exc.start])
                     pending = data[exc.start:]
                     continue
-                return line + data[:exc.start].count(b"\n"), data[exc.start]
+                return line + breaks(data[:exc.start]), data[exc.start]
             if not block:
                 return line, 0
 
@@ -213,7 +229,9 @@ class LeadsCsv:
         except OSError as exc:
             raise ImportFileError(f"{self.path}: cannot read: {exc.strerror}") from exc
         try:
-            self._reader = csv.reader(self._file)
+            # strict: a quote never closed is an error at the end of the file, not a last field
+            # that silently swallowed every row after it.
+            self._reader = csv.reader(self._file, strict=True)
             try:
                 self.headers: list[str] = next(self._reader)
             except StopIteration:
@@ -222,6 +240,9 @@ class LeadsCsv:
                 raise ImportFileError(f"{self.path}, line 1: {exc}") from None
             except UnicodeDecodeError:
                 raise self._not_utf8() from None
+            if any("\x00" in h for h in self.headers):
+                raise ImportFileError(f"{self.path}, line 1: the header row contains a NUL byte "
+                                      "(a binary or corrupted export?)")
             self.columns = map_headers(self.headers)
             if "email" not in self.columns:
                 raise ImportFileError(f"{self.path}, line 1: no email column (headers: "
@@ -266,8 +287,12 @@ class LeadsCsv:
             except csv.Error as exc:
                 self.rows_total += 1
                 self.invalid += 1
-                yield Problem(start, "(row)", f"malformed CSV: {exc}")
-                start = reader.line_num + 1
+                end = reader.line_num
+                where = "" if end <= start else (
+                    f" (lines {start}–{end} were read as one row: a quote never closed? "
+                    "those lines were not imported)")
+                yield Problem(start, "(row)", f"malformed CSV: {exc}{where}")
+                start = end + 1
                 continue
             line, start = start, reader.line_num + 1
             joined = "".join(record)  # one test per row instead of one per cell
@@ -278,7 +303,7 @@ class LeadsCsv:
             if "\x00" in joined:
                 nul = next(i for i, cell in enumerate(record) if "\x00" in cell)
                 self.invalid += 1
-                yield Problem(line, headers[nul] if nul < n_headers else "(row)",
+                yield Problem(line, _short(headers[nul]) if nul < n_headers else "(row)",
                               "contains a NUL byte (a binary or corrupted export?)")
                 continue
             if n > n_headers:
@@ -381,8 +406,9 @@ def import_leads(url: str, campaign_file: str | Path, mailbox_file: str | Path,
         result.problems = [Problem(**r) for r in db.run(conn, "lead_stage_problems",
                                                           {"limit": PROBLEMS_SHOWN})]
         result.problems_omitted = counts["problems"] - len(result.problems)
-        result.suppressed_lines = [r["line"] for r in db.run(conn, "lead_stage_suppressed_lines")]
-        db.run(conn, "import_run_insert_staged", {
+        result.suppressed_lines = [r["line"] for r in db.run(conn, "lead_stage_suppressed_lines",
+                                                             {"limit": PROBLEMS_SHOWN})]
+        db.run(conn, "import_run_insert_staged", {"stored": PROBLEMS_STORED,
             "kind": "leads", "file": str(csv_file), "campaign_key": campaign.key,
             "rows_total": result.rows_total, "imported": result.imported,
             "updated": result.updated, "duplicate": result.duplicate,

@@ -58,7 +58,9 @@ WITH upserted AS (
     SELECT email, first_name, last_name, company, title, timezone
     FROM outreach_lead_stage
     WHERE email IS NOT NULL AND duplicate_of IS NULL AND NOT suppressed
-    ORDER BY line
+    -- In address order, not file order: two imports of overlapping files then lock the same
+    -- leads in the same order and cannot deadlock.
+    ORDER BY email
     ON CONFLICT ON CONSTRAINT outreach_leads_email_key DO UPDATE
     SET first_name = excluded.first_name, last_name = excluded.last_name,
         company = excluded.company, title = excluded.title, timezone = excluded.timezone,
@@ -86,7 +88,8 @@ ORDER BY line
 LIMIT %(limit)s;
 
 -- name: lead_stage_suppressed_lines
-SELECT line FROM outreach_lead_stage WHERE suppressed ORDER BY line;
+-- The first %(limit)s suppressed lines (all are counted and stored with the run).
+SELECT line FROM outreach_lead_stage WHERE suppressed ORDER BY line LIMIT %(limit)s;
 
 -- name: enrollment_insert_staged
 -- Enrol every staged, unsuppressed lead; a lead already enrolled keeps its enrolment (and its
@@ -109,16 +112,10 @@ WITH mbs AS (
 SELECT count(*) AS enrolled FROM enrolled;
 
 -- name: import_run_insert_staged
--- The run's row, with every problem built from the stage table: the file's problems by line
--- (as lead_stage_problems, without the limit), then the suppressed lines.
-INSERT INTO outreach.import_runs (kind, file, campaign_key, rows_total, imported, updated,
-                                  duplicate, unchanged, invalid, suppressed, enrolled, problems)
-SELECT %(kind)s, %(file)s, %(campaign_key)s, %(rows_total)s, %(imported)s, %(updated)s,
-       %(duplicate)s, %(unchanged)s, %(invalid)s, %(suppressed)s, %(enrolled)s,
-       coalesce(jsonb_agg(jsonb_build_object('line', p.line, 'field', p.field,
-                                             'reason', p.reason, 'action', p.action)
-                          ORDER BY p.suppressed, p.line), '[]'::jsonb)
-FROM (
+-- The run's row, with the problems built from the stage table: the file's problems by line
+-- (as lead_stage_problems), then the suppressed lines; at most %(stored)s of them (a jsonb value
+-- is capped at 256 MiB), field and reason cut to 200 characters, the rest counted.
+WITH p AS (
     SELECT line, false AS suppressed,
            CASE WHEN duplicate_of IS NULL THEN problem_field ELSE 'email' END AS field,
            CASE WHEN duplicate_of IS NULL THEN problem_reason
@@ -129,7 +126,18 @@ FROM (
     UNION ALL
     SELECT line, true, 'email', 'suppressed', 'skipped'
     FROM outreach_lead_stage WHERE suppressed
-) p
+),
+kept AS (SELECT * FROM p ORDER BY suppressed, line LIMIT %(stored)s)
+INSERT INTO outreach.import_runs (kind, file, campaign_key, rows_total, imported, updated,
+                                  duplicate, unchanged, invalid, suppressed, enrolled, problems,
+                                  problems_omitted)
+SELECT %(kind)s, %(file)s, %(campaign_key)s, %(rows_total)s, %(imported)s, %(updated)s,
+       %(duplicate)s, %(unchanged)s, %(invalid)s, %(suppressed)s, %(enrolled)s,
+       coalesce((SELECT jsonb_agg(jsonb_build_object('line', k.line, 'field', left(k.field, 200),
+                                                     'reason', left(k.reason, 200),
+                                                     'action', k.action)
+                                  ORDER BY k.suppressed, k.line) FROM kept k), '[]'::jsonb),
+       (SELECT count(*) FROM p) - (SELECT count(*) FROM kept)
 RETURNING id;
 
 -- name: import_run_latest
