@@ -460,3 +460,24 @@ def test_example_app_answers_concurrent_retries_of_one_signup_as_replays(tx_url,
     taken = httpx.post(app.base + "/signup", json={"email": "jo0@example.com", "name": "Jo"},
                        headers={"Idempotency-Key": str(uuid.uuid4())}, timeout=10)
     assert taken.status_code == 409
+
+
+def test_cli_sends_transactional_mail_without_unsubscribe_settings(tx_url, sink, tmp_path):
+    """Found by the fresh-clone walkthrough: `outreach transactional send` asked for the
+    unsubscribe URL and secret, which transactional mail never uses; and a missing SMTP
+    connection was reported without its id."""
+    enqueue_one(tx_url, "cli-1")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OUTREACH_PUBLIC_URL", "OUTREACH_UNSUBSCRIBE_SECRET")
+           and not k.startswith("AIRFLOW_CONN_")}
+    env.update({"OUTREACH_DATABASE_URL": tx_url, "OUTREACH_HOME": str(ROOT),
+                "AIRFLOW_HOME": str(tmp_path / "airflow-home")})
+    cmd = [sys.executable, "-m", "outreach.cli", "transactional", "send"]
+    missing = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 0 and "retried=1" in missing.stdout, missing.stdout + missing.stderr
+    assert "outreach_smtp_hello" in scalar(tx_url, "SELECT last_error FROM outreach.emails")
+    enqueue_one(tx_url, "cli-2", "kim@example.com")
+    env["AIRFLOW_CONN_OUTREACH_SMTP_HELLO"] = sink.connection_json()
+    sent = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert sent.returncode == 0 and "sent=1" in sent.stdout, sent.stdout + sent.stderr
+    assert [m["To"] for m in sink.messages()] == ["kim@example.com"]

@@ -65,14 +65,23 @@ def unsubscribe_secret(conn_id: str = UNSUBSCRIBE_CONN_ID) -> str:
     return secret
 
 
-def settings():
+def settings(*, unsubscribe: bool = True):
     """Return :class:`outreach.settings.Settings` from the environment, with the unsubscribe
     secret from :func:`unsubscribe_secret`.
 
+    :param unsubscribe: ``False`` for transactional sends only: no unsubscribe URL or secret
+        is needed (see :meth:`outreach.settings.Settings.from_env`).
     :raises outreach.settings.SettingsError: a setting is missing or invalid.
     """
-    from outreach.settings import Settings
+    from outreach.settings import Settings, SettingsError
 
+    if not unsubscribe:
+        try:
+            secret = unsubscribe_secret()
+        except SettingsError:
+            secret = ""
+        return Settings.from_env({**os.environ, "OUTREACH_UNSUBSCRIBE_SECRET": secret},
+                                 unsubscribe=False)
     return Settings.from_env({**os.environ, "OUTREACH_UNSUBSCRIBE_SECRET": unsubscribe_secret()})
 
 
@@ -105,6 +114,10 @@ def smtp_connector(smtp_conn_id: str) -> smtplib.SMTP:
     """
     from airflow.providers.smtp.hooks.smtp import SmtpHook
 
+    if _connection(smtp_conn_id) is None:
+        raise smtplib.SMTPConnectError(
+            -1, f"no Airflow connection {smtp_conn_id!r} (set AIRFLOW_CONN_{smtp_conn_id.upper()} "
+                "or add it in the Airflow UI; see README: Configuration)")
     hook = SmtpHook(smtp_conn_id=smtp_conn_id)
     hook.get_conn()
     client = hook._smtp_client  # the connected smtplib client the hook built (providers-smtp 3.2)
@@ -501,7 +514,7 @@ def transactional_send_task() -> dict[str, Any]:
     summary (one summary line per mailbox is logged)."""
     from outreach.transactional import send_due
 
-    return send_due(database_url(), smtp_connector, settings(), worker=None,
+    return send_due(database_url(), smtp_connector, settings(unsubscribe=False), worker=None,
                     dkim_keys=dkim_private_key).to_dict()
 
 

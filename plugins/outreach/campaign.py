@@ -229,7 +229,7 @@ def upsert_mailbox(conn: Any, m: Mailbox) -> int:
 
 def sync_mailboxes(url: str, path: str | Path) -> list[int]:
     """Write every mailbox of the mailbox file into the database, in one transaction; return
-    their ids. Idempotent (``outreach mailboxes sync``).
+    their ids. Idempotent (``outreach mailbox sync``).
 
     :raises ConfigError: the file is invalid (named with its line and field).
     """

@@ -280,7 +280,7 @@ def cmd_transactional(args: argparse.Namespace) -> int:
         print(f"email {r.email_id}: {'enqueued' if r.created else 'already enqueued'} "
               f"(status {r.status})")
     elif args.tx_command == "send":
-        summary = transactional.send_due(url, smtp_connector, load_settings(),
+        summary = transactional.send_due(url, smtp_connector, load_settings(unsubscribe=False),
                                          dkim_keys=dkim_private_key)
         for part in summary.batches:
             print(part.line(), flush=True)
@@ -289,7 +289,8 @@ def cmd_transactional(args: argparse.Namespace) -> int:
         print(f"sending transactional mail as it is enqueued (poll every {args.poll} s); Ctrl-C stops",
               flush=True)
         try:
-            transactional.watch(url, smtp_connector, load_settings(), poll_seconds=args.poll,
+            transactional.watch(url, smtp_connector, load_settings(unsubscribe=False),
+                                poll_seconds=args.poll,
                                 dkim_keys=dkim_private_key)
         except KeyboardInterrupt:
             pass
@@ -505,6 +506,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # The CLI reads Airflow connections; keep Airflow's files in the project, not in ~/airflow.
     os.environ.setdefault("AIRFLOW_HOME", str(project_root() / ".airflow"))
+    from outreach.deploy import load_dotenv_file
+
+    load_dotenv_file(project_root() / ".env")  # like `make airflow`; the environment wins
     import signal
 
     def _terminate(signum, frame):  # noqa: ARG001

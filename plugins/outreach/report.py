@@ -41,7 +41,9 @@ def render_text(report: dict[str, Any]) -> str:
         for r in report["rows"]]))
     parts.append("\nMailboxes today (local day)")
     parts.append(_table(["mailbox", "address", "status", "sent today", "limit today", "reason"], [
-        [m["id"], m["address"], m["status"], m["used_today"], m["daily_limit"], m["paused_reason"] or "-"]
+        [m["id"], m["address"], m["status"], m["used_today"],
+         f"{m['daily_limit']} (campaigns; transactional mail not held)" if m["transactional"]
+         else m["daily_limit"], m["paused_reason"] or "-"]
         for m in report["mailboxes"]]))
     t = report["totals"] or {}
     parts.append(f"\nsend log entries: {t.get('send_log', 0)}; emails: {t.get('emails', 0)}")

@@ -99,12 +99,20 @@ class Settings:
         return self.public_url.rstrip("/") + "/unsubscribe/"
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+    def from_env(cls, env: dict[str, str] | None = None, *,
+                 unsubscribe: bool = True) -> Settings:
         """Build settings from environment variables.
 
+        :param unsubscribe: the unsubscribe URL and secret are required (marketing mail). With
+            ``False`` (transactional mail only, which carries no unsubscribe link) they may be
+            unset, and placeholders that nothing uses take their place.
         :raises SettingsError: a required variable is missing or a value is invalid.
         """
         env = dict(os.environ if env is None else env)
+        if not unsubscribe:
+            env.setdefault("OUTREACH_PUBLIC_URL", "https://unsubscribe.invalid")
+            env["OUTREACH_UNSUBSCRIBE_SECRET"] = (env.get("OUTREACH_UNSUBSCRIBE_SECRET")
+                                                  or "unused-by-transactional-mail")
         missing = [k for k in ("OUTREACH_PUBLIC_URL", "OUTREACH_UNSUBSCRIBE_SECRET") if not env.get(k)]
         if missing:
             raise SettingsError(f"set {', '.join(missing)} (see README: Configuration)")

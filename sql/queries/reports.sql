@@ -25,7 +25,7 @@ ORDER BY e.message_class, c.key, st.position, e.template, e.mailbox_id;
 
 -- name: report_mailboxes
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
-SELECT m.id, m.address, m.status, m.paused_reason,
+SELECT m.id, m.address, m.status, m.paused_reason, m.transactional,
        outreach.mailbox_daily_limit(m, n.now) AS daily_limit,
        (SELECT count(*) FROM outreach.send_log s WHERE s.mailbox_id = m.id
           AND s.accepted_at >= (date_trunc('day', n.now AT TIME ZONE m.timezone) AT TIME ZONE m.timezone)
