@@ -284,8 +284,16 @@ def _why_claim(ratio: float, ours: float, peers: dict[str, float]) -> str:
             "`mailbox_remaining_today`), and the mark also writes the ledger row (`send_log`, "
             "unique per email) in the same statement; the bare baseline does neither. Claims of one "
             "mailbox are serialised by that lock, so more claimers than mailboxes wait on it. "
-            "Closing it: a per-mailbox daily counter row updated with the claim instead of "
-            "counting today's rows, and claiming larger batches")
+            "Profiled (PostgreSQL 15, one claimer, batches of 50, 2026-11-30): the claim itself "
+            "(lock, count, claim statement) is about 100 µs a row, the mark about 450 µs, of "
+            "which about 200 µs is the commit's WAL flush that the bare mark pays too; the rest "
+            "is the ledger row (its unique indexes and foreign keys) and the email row's update, "
+            "which cannot stay HOT because its status is in partial-index predicates, so every "
+            "index of outreach.emails gets a new entry. Closing it: the ledger row and the "
+            "per-row commit are the product's rule (rule 3: one send-log row, written only after "
+            "the server accepted, committed before the next handoff), so what is left is fewer "
+            "indexes on outreach.emails; a daily counter instead of counting today's rows would "
+            "save part of the 100 µs at most")
     behind = [s for s, v in peers.items() if ours <= v]
     if "pgqueuer" in behind:
         parts.append("behind PgQueuer: it completes jobs in buffered batches (its "
