@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+import sys
 from pathlib import Path
 
 import psycopg
 from psycopg.rows import dict_row
 
-from conftest import CAMPAIGN, DNC, LEADS, MAILBOXES, SMTP_CONN_IDS
+from conftest import CAMPAIGN, DNC, LEADS, MAILBOXES, ROOT, SMTP_CONN_IDS
 from outreach.airflow_adapter import smtp_connector
 from outreach.leads import import_leads
 from outreach.queue import plan_batches
@@ -74,3 +76,25 @@ def one_mailbox(url: str) -> None:
     with psycopg.connect(url) as c:
         c.execute("UPDATE outreach.enrollments SET mailbox_id = 1")
         c.execute("UPDATE outreach.mailboxes SET daily_cap = 100000, warmup_start = NULL")
+
+
+def cli_env(db_url: str, smtp, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of an ``outreach`` CLI subprocess: this database, the project, a test
+    unsubscribe URL and secret, no pacing (these tests drain the queue), every demo mailbox's SMTP
+    connection at ``smtp`` (5 s timeout), no failpoint unless ``extra`` sets one."""
+    env = dict(os.environ)
+    env.update({"OUTREACH_DATABASE_URL": db_url, "OUTREACH_HOME": str(ROOT),
+                "AIRFLOW_HOME": str(tmp_path / "airflow-home"),
+                "OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
+                "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
+                "OUTREACH_SEND_INTERVAL_MINUTES": "0"})
+    for conn_id in SMTP_CONN_IDS:
+        env[f"AIRFLOW_CONN_{conn_id.upper()}"] = smtp.connection_json(timeout=5)
+    env.pop("OUTREACH_FAILPOINTS", None)
+    env.update(extra)
+    return env
+
+
+def outreach_cmd(*args: str) -> list[str]:
+    """The command line of ``outreach ARGS`` run with this interpreter."""
+    return [sys.executable, "-m", "outreach.cli", *args]

@@ -12,7 +12,6 @@ import datetime as dt
 import os
 import random
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -20,9 +19,9 @@ import psycopg
 import pytest
 
 import invariants
-from conftest import CAMPAIGN, MAILBOXES, ROOT, SMTP_CONN_IDS
+from conftest import CAMPAIGN, MAILBOXES, SMTP_CONN_IDS
 from faultsmtp import FaultSMTPServer
-from flow import leads_csv, rows, scalar
+from flow import cli_env, leads_csv, outreach_cmd, rows, scalar
 from outreach import embedded
 from outreach.airflow_adapter import smtp_connector
 from outreach.failpoints import POINTS
@@ -39,24 +38,6 @@ def prepare(db_url: str, tmp_path: Path, n: int, tag: str) -> None:
     with psycopg.connect(db_url) as conn:  # established mailboxes: no cap gets in the way here
         conn.execute("UPDATE outreach.mailboxes SET daily_cap = 100000, warmup_start = NULL")
     assert queue_due(db_url)["queued"] == n
-
-
-def cli_env(db_url: str, smtp: FaultSMTPServer, tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({"OUTREACH_DATABASE_URL": db_url, "OUTREACH_HOME": str(ROOT),
-                "AIRFLOW_HOME": str(tmp_path / "airflow-home"),
-                "OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
-                "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
-                "OUTREACH_SEND_INTERVAL_MINUTES": "0"})  # no pacing: these tests drain the queue
-    for conn_id in SMTP_CONN_IDS:
-        env[f"AIRFLOW_CONN_{conn_id.upper()}"] = smtp.connection_json(timeout=5)
-    env.pop("OUTREACH_FAILPOINTS", None)
-    env.update(extra)
-    return env
-
-
-def outreach_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "outreach.cli", *args]
 
 
 def test_eight_concurrent_send_processes_over_2000_rows(db_url, tmp_path):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -21,10 +20,11 @@ import pytest
 import invariants
 from conftest import MAILBOXES, ROOT
 from faultsmtp import FaultSMTPServer
-from flow import rows, scalar
+from flow import cli_env, outreach_cmd, rows, scalar
 from outreach import db
 from outreach.airflow_adapter import smtp_connector
 from outreach.campaign import sync_mailboxes
+from outreach.devsmtp import free_port
 from outreach.queue import reap
 from outreach.suppression import is_suppressed, suppress
 from outreach.transactional import (DeliveryKeyConflict, TransactionalError, enqueue, send_due,
@@ -185,17 +185,11 @@ def test_worker_sends_as_soon_as_a_row_is_committed(tx_url, sink, settings):
 
 # --- the example application, in its own process, with a client that retries ------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class App:
     """examples/signup_app run by uvicorn in a subprocess."""
 
     def __init__(self, url: str, tmp_path, **env: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         full_env = {**os.environ, "OUTREACH_DATABASE_URL": url, "OUTREACH_HOME": str(ROOT),
                     "AIRFLOW_HOME": str(tmp_path / "airflow-home"), **env}
@@ -316,12 +310,8 @@ def test_sender_dies_during_the_handoff_ends_unconfirmed_never_resent(tx_url, si
     send log was written. The row stays 'sending'; later cycles never resend it; the reaper makes
     it unconfirmed for a person to decide. One message at the server."""
     enqueue_one(tx_url, "handoff")
-    env = {**os.environ, "OUTREACH_DATABASE_URL": tx_url, "OUTREACH_HOME": str(ROOT),
-           "AIRFLOW_HOME": str(tmp_path / "airflow-home"),
-           "OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
-           "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
-           "AIRFLOW_CONN_OUTREACH_SMTP_HELLO": sink.connection_json()}
-    cmd = [sys.executable, "-m", "outreach.cli", "transactional", "send"]
+    env = cli_env(tx_url, sink, tmp_path)
+    cmd = outreach_cmd("transactional", "send")
     killed = subprocess.run(cmd, env={**env, "OUTREACH_FAILPOINTS": "after_accept:1"},
                             capture_output=True, text=True, timeout=120)
     assert killed.returncode == -9, killed.stdout + killed.stderr
@@ -467,12 +457,10 @@ def test_cli_sends_transactional_mail_without_unsubscribe_settings(tx_url, sink,
     unsubscribe URL and secret, which transactional mail never uses; and a missing SMTP
     connection was reported without its id."""
     enqueue_one(tx_url, "cli-1")
-    env = {k: v for k, v in os.environ.items()
+    env = {k: v for k, v in cli_env(tx_url, sink, tmp_path).items()
            if k not in ("OUTREACH_PUBLIC_URL", "OUTREACH_UNSUBSCRIBE_SECRET")
            and not k.startswith("AIRFLOW_CONN_")}
-    env.update({"OUTREACH_DATABASE_URL": tx_url, "OUTREACH_HOME": str(ROOT),
-                "AIRFLOW_HOME": str(tmp_path / "airflow-home")})
-    cmd = [sys.executable, "-m", "outreach.cli", "transactional", "send"]
+    cmd = outreach_cmd("transactional", "send")
     missing = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert missing.returncode == 0 and "retried=1" in missing.stdout, missing.stdout + missing.stderr
     assert "outreach_smtp_hello" in scalar(tx_url, "SELECT last_error FROM outreach.emails")

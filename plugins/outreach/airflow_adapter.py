@@ -73,15 +73,10 @@ def settings(*, unsubscribe: bool = True):
         is needed (see :meth:`outreach.settings.Settings.from_env`).
     :raises outreach.settings.SettingsError: a setting is missing or invalid.
     """
-    from outreach.settings import Settings, SettingsError
+    from outreach.settings import Settings
 
     if not unsubscribe:
-        try:
-            secret = unsubscribe_secret()
-        except SettingsError:
-            secret = ""
-        return Settings.from_env({**os.environ, "OUTREACH_UNSUBSCRIBE_SECRET": secret},
-                                 unsubscribe=False)
+        return Settings.from_env(unsubscribe=False)
     return Settings.from_env({**os.environ, "OUTREACH_UNSUBSCRIBE_SECRET": unsubscribe_secret()})
 
 

@@ -142,9 +142,12 @@ def _context(row: dict[str, Any], unsubscribe_url: str) -> dict[str, Any]:
     }
 
 
-def _transactional_context(row: dict[str, Any]) -> dict[str, Any]:
-    return {**(row["context"] or {}), "recipient": {"email": row["email"]},
-            "sender": {"name": row["mailbox_name"], "address": row["mailbox_address"]}}
+def transactional_context(context: dict[str, Any] | None, recipient: str, sender_name: str,
+                          sender_address: str) -> dict[str, Any]:
+    """Return the variables a transactional template is rendered with: what the application
+    enqueued, plus ``recipient`` (``email``) and ``sender`` (``name``, ``address``)."""
+    return {**(context or {}), "recipient": {"email": recipient},
+            "sender": {"name": sender_name, "address": sender_address}}
 
 
 def describe(row: dict[str, Any]) -> str:
@@ -177,7 +180,9 @@ def prepare(row: dict[str, Any], settings: Settings, now: dt.datetime,
     domain = ascii_domain(row["mailbox_address"].rpartition("@")[2])
     message_id = message_id_for(str(row["idempotency_key"]), row["mailbox_address"])
     if row.get("message_class", "marketing") == "transactional":
-        rendered = render(row["template"], None, _transactional_context(row),
+        rendered = render(row["template"], None,
+                          transactional_context(row["context"], row["email"], row["mailbox_name"],
+                                                row["mailbox_address"]),
                           require_unsubscribe=False)
         envelope = Envelope(
             from_address=row["mailbox_address"], from_name=row["mailbox_name"],

@@ -43,7 +43,8 @@ from psycopg.types.json import Jsonb
 from outreach import db
 from outreach.logutil import log, mask
 from outreach.paths import templates_dir
-from outreach.send import (DkimKeyLoader, PlannedSummary, SmtpConnector, send_batch, worker_name)
+from outreach.send import (DkimKeyLoader, PlannedSummary, SmtpConnector, send_batch,
+                           transactional_context, worker_name)
 from outreach.settings import Settings
 
 TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9_]{0,62}$")
@@ -129,8 +130,8 @@ def validate_request(delivery_key: str, to: str, template: str,
     if not _text_ok(text) or "\\u0000" in text:
         raise TransactionalError("context: NUL characters and lone surrogates cannot be stored")
     try:
-        render(template, None, {**ctx, "recipient": {"email": address},
-                                "sender": {"name": "", "address": ""}}, require_unsubscribe=False)
+        render(template, None, transactional_context(ctx, address, "", ""),
+               require_unsubscribe=False)
     except RenderError as exc:
         raise TransactionalError(f"context: {exc}") from None
     return address, ctx

@@ -26,9 +26,13 @@ COPY outreach_lead_stage (line, email, first_name, last_name, company, title, ti
 FROM STDIN;
 
 -- name: lead_stage_mark_duplicates
--- In-file duplicates: the first line of each normalised address wins; later lines repeat it.
--- Only addresses that occur more than once are joined back, so the update touches only them.
-UPDATE outreach_lead_stage s SET duplicate_of = f.first_line
+-- In-file duplicates: the first line of each normalised address wins; later lines repeat it and
+-- become the row's problem (an ignored field of a duplicate row is not reported: the row is
+-- skipped). Only addresses that occur more than once are joined back, so the update touches only
+-- them.
+UPDATE outreach_lead_stage s
+SET duplicate_of = f.first_line, problem_field = 'email',
+    problem_reason = 'duplicate of line ' || f.first_line, problem_action = 'skipped'
 FROM (SELECT email, min(line) AS first_line
       FROM outreach_lead_stage WHERE email IS NOT NULL
       GROUP BY email HAVING count(*) > 1) f
@@ -46,7 +50,7 @@ SELECT count(*) FILTER (WHERE duplicate_of IS NOT NULL) AS duplicate,
        count(*) FILTER (WHERE suppressed) AS suppressed,
        count(*) FILTER (WHERE email IS NOT NULL AND duplicate_of IS NULL AND NOT suppressed)
            AS accepted,
-       count(*) FILTER (WHERE problem_action IS NOT NULL OR duplicate_of IS NOT NULL) AS problems
+       count(*) FILTER (WHERE problem_action IS NOT NULL) AS problems
 FROM outreach_lead_stage;
 
 -- name: lead_upsert_staged
@@ -75,15 +79,11 @@ SELECT count(*) FILTER (WHERE inserted) AS imported,
 FROM upserted;
 
 -- name: lead_stage_problems
--- The first %(limit)s problems by line, as ImportResult.problems shows them. A duplicate is
--- reported as such (an ignored field of a duplicate row is not reported: the row is skipped).
-SELECT line,
-       CASE WHEN duplicate_of IS NULL THEN problem_field ELSE 'email' END AS field,
-       CASE WHEN duplicate_of IS NULL THEN problem_reason
-            ELSE 'duplicate of line ' || duplicate_of END AS reason,
-       CASE WHEN duplicate_of IS NULL THEN problem_action ELSE 'skipped' END AS action
+-- The first %(limit)s problems by line, as ImportResult.problems shows them (duplicates
+-- included: lead_stage_mark_duplicates made them the row's problem).
+SELECT line, problem_field AS field, problem_reason AS reason, problem_action AS action
 FROM outreach_lead_stage
-WHERE problem_action IS NOT NULL OR duplicate_of IS NOT NULL
+WHERE problem_action IS NOT NULL
 ORDER BY line
 LIMIT %(limit)s;
 
@@ -116,13 +116,10 @@ SELECT count(*) AS enrolled FROM enrolled;
 -- (as lead_stage_problems), then the suppressed lines; at most %(stored)s of them (a jsonb value
 -- is capped at 256 MiB), field and reason cut to 200 characters, the rest counted.
 WITH p AS (
-    SELECT line, false AS suppressed,
-           CASE WHEN duplicate_of IS NULL THEN problem_field ELSE 'email' END AS field,
-           CASE WHEN duplicate_of IS NULL THEN problem_reason
-                ELSE 'duplicate of line ' || duplicate_of END AS reason,
-           CASE WHEN duplicate_of IS NULL THEN problem_action ELSE 'skipped' END AS action
+    SELECT line, false AS suppressed, problem_field AS field, problem_reason AS reason,
+           problem_action AS action
     FROM outreach_lead_stage
-    WHERE problem_action IS NOT NULL OR duplicate_of IS NOT NULL
+    WHERE problem_action IS NOT NULL
     UNION ALL
     SELECT line, true, 'email', 'suppressed', 'skipped'
     FROM outreach_lead_stage WHERE suppressed
