@@ -71,6 +71,34 @@ def test_broken_zone_fails_with_reasons():
     assert missing.status("DKIM") == FAIL and "no DKIM key record" in missing.text()
 
 
+@pytest.mark.parametrize("domain, org", [
+    ("mail.acme.co.uk", "acme.co.uk"),        # ICANN section, two-label suffix
+    ("mail.acme.com.au", "acme.com.au"),
+    ("mail.acme.github.io", "acme.github.io"),  # PSL private section (GitHub Pages)
+])
+def test_dmarc_is_found_at_the_organisational_domain_of_the_public_suffix_list(domain, org):
+    """RFC 7489 §6.6.3: _dmarc.<From domain>, else _dmarc.<organisational domain> (§3.2: the
+    public suffix plus one label). A decoy record at the public suffix itself (where counting the
+    last two labels looks) must never be used."""
+    suffix = org.partition(".")[2]
+    decoy = txt(f"_dmarc.{suffix}", "v=DMARC1; p=reject; rua=mailto:decoy@" + suffix)
+    ours = txt(f"_dmarc.{org}", "v=DMARC1; p=quarantine; rua=mailto:dmarc@" + org)
+    with dns_server([decoy, ours, txt(domain, "v=spf1 -all")]) as ns:
+        found = run_preflight(domain, resolver=make_resolver(ns))
+    with dns_server([decoy, txt(domain, "v=spf1 -all")]) as ns:
+        missing = run_preflight(domain, resolver=make_resolver(ns))
+    dmarc = next(c for c in found.checks if c.name == "DMARC")
+    assert dmarc.status == PASS, found.text()
+    assert f"_dmarc.{org}:" in dmarc.detail and "p=quarantine" in dmarc.detail
+    gone = next(c for c in missing.checks if c.name == "DMARC")
+    assert gone.status == FAIL, missing.text()
+    assert gone.detail.startswith(f"no v=DMARC1 record at _dmarc.{domain} or _dmarc.{org} ")
+    # The exact domain's own record comes first.
+    with dns_server([ours, txt(f"_dmarc.{domain}", "v=DMARC1; p=none")]) as ns:
+        exact = run_preflight(domain, resolver=make_resolver(ns))
+    assert f"p=none (_dmarc.{domain}:" in exact.text()
+
+
 def test_unreachable_server_is_warn_not_pass():
     # A port nobody answers on: every lookup times out, so nothing can be told.
     report = run_preflight(DOMAIN, selector=SELECTOR, sending_ip=IP,

@@ -9,8 +9,11 @@ Checks, each PASS / WARN / FAIL with the rule it serves:
   a lookup that failed).
 * **DKIM** (RFC 6376): the selector's key record exists, is not revoked, and matches the
   configured private key when there is one.
-* **DMARC** (RFC 7489): a ``v=DMARC1`` record at ``_dmarc.<domain>`` or at the organisational
-  domain; the policy is shown.
+* **DMARC** (RFC 7489 §6.6.3): a ``v=DMARC1`` record at ``_dmarc.<domain>``, else at
+  ``_dmarc.<organisational domain>``; the policy is shown. The organisational domain
+  (RFC 7489 §3.2) is the public suffix plus one label, from the Public Suffix List that the
+  ``publicsuffixlist`` package ships (offline: never downloaded at run time), ICANN and private
+  sections alike: ``mail.acme.co.uk`` → ``acme.co.uk``, ``mail.acme.github.io`` → ``acme.github.io``.
 * **alignment** (RFC 7489 §3.1): the From domain aligned with DKIM (``d=`` is the From domain) or
   SPF (MAIL FROM is the mailbox address) and that mechanism passing.
 * **MX** (RFC 5321 §5.1, RFC 7505): the domain accepts mail (replies, bounces, the mailto:
@@ -18,13 +21,13 @@ Checks, each PASS / WARN / FAIL with the rule it serves:
 * **PTR** (Gmail: valid forward and reverse DNS): the sending IP has a PTR whose name resolves
   back to it.
 
-A lookup that times out or fails is a WARN ("cannot tell"), never a PASS. The organisational
-domain for DMARC is taken as the last two labels (no public-suffix list is consulted).
+A lookup that times out or fails is a WARN ("cannot tell"), never a PASS.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import ipaddress
 import re
 from dataclasses import dataclass, field
@@ -329,12 +332,31 @@ def check_dkim(resolver: _Dns, domain: str, selector: str | None,
 
 # --- DMARC, alignment, MX, PTR -----------------------------------------------------------------
 
+@functools.cache
+def _public_suffixes():
+    """The Public Suffix List bundled with ``publicsuffixlist`` (read once; no network)."""
+    from publicsuffixlist import PublicSuffixList
+
+    return PublicSuffixList()
+
+
+def organizational_domain(domain: str) -> str:
+    """Return the DMARC organisational domain of ``domain`` (RFC 7489 §3.2): its public suffix
+    from the Public Suffix List (ICANN and private sections; a TLD the list does not know counts
+    as a suffix) plus one more label; ``domain`` itself when it is a public suffix.
+
+    :param domain: an ASCII (IDNA) domain name, no trailing dot.
+    """
+    return _public_suffixes().privatesuffix(domain.lower()) or domain.lower()
+
+
 def _dmarc_record(resolver: _Dns, domain: str) -> tuple[str | None, str, int]:
-    """Return ``(record, where, count)``, trying the domain, then its organisational domain."""
+    """Return ``(record, where, count)``: the record at ``_dmarc.<domain>``, else at
+    ``_dmarc.<organisational domain>`` when that differs (RFC 7489 §6.6.3 steps 1-3)."""
     names = [f"_dmarc.{domain}"]
-    labels = domain.split(".")
-    if len(labels) > 2:
-        names.append("_dmarc." + ".".join(labels[-2:]))
+    org = organizational_domain(domain)
+    if org != domain.lower():
+        names.append(f"_dmarc.{org}")
     for name in names:
         records = [t for t in resolver.txt(name) if t.replace(" ", "").lower().startswith("v=dmarc1")]
         if records:
@@ -349,8 +371,9 @@ def check_dmarc(resolver: _Dns, domain: str) -> tuple[Check, dict[str, str]]:
     except LookupFailed as exc:
         return Check("DMARC", WARN, f"cannot tell: {exc}", RULE_DMARC), {}
     if record is None:
-        return Check("DMARC", FAIL, f"no v=DMARC1 record at {where} or the organisational "
-                     "domain", RULE_DMARC), {}
+        org = organizational_domain(domain)
+        also = f" or _dmarc.{org} (organisational domain)" if org != domain.lower() else ""
+        return Check("DMARC", FAIL, f"no v=DMARC1 record at {where}{also}", RULE_DMARC), {}
     if count > 1:
         return Check("DMARC", FAIL, f"{count} DMARC records at {where} (RFC 7489 §6.6.3: none "
                      "applies)", RULE_DMARC), {}
