@@ -5,7 +5,8 @@ transaction (:func:`import_leads`): sync the campaign, COPY every row into a tem
 table as it is read, then find in-file duplicates, decide suppression with the one SQL function,
 upsert leads and enrol them with set-based statements that return counts, not rows. Memory does
 not grow with the file. Bad rows are reported by line number, field and reason; the good rows
-are imported; importing the same file again changes nothing.
+are imported; importing the same file again changes nothing. Text that would be unsafe in a
+header (see :func:`outreach.message.header_text_problem`) makes its row a problem.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from email_validator import EmailNotValidError, validate_email
 
 from outreach import campaign as campaign_mod
 from outreach import db
+from outreach.message import header_text_problem
 from outreach.paths import resolve
 
 # Header spellings of common CRM and prospecting exports (HubSpot, Salesforce, Pipedrive, Apollo,
@@ -328,6 +330,15 @@ class LeadsCsv:
             if too_long:
                 self.invalid += 1
                 yield Problem(line, too_long, f"longer than {_MAX_FIELD} characters")
+                continue
+            # These fields are rendered into the Subject and the To display name: the one rule
+            # on header text decides (outreach.message.header_text_problem); the message
+            # builder checks it again for rows that reached the table another way.
+            unsafe = next(((name, why) for (name, _), v in zip(named, values)
+                           if (why := header_text_problem(v))), None)
+            if unsafe:
+                self.invalid += 1
+                yield Problem(line, unsafe[0], f"{unsafe[1]}: not allowed in a header")
                 continue
             tz: str | None = _clean(record[i_tz]) if i_tz is not None and i_tz < n else ""
             ignored = None

@@ -1,22 +1,38 @@
 """Message building: a pure function from rendered parts and headers to an RFC 5322 message.
 
-Headers are set through :mod:`email.headerregistry` with the SMTP policy, so CR/LF in a name or
-subject can never inject a header, non-ASCII display names are RFC 2047-encoded and
+Headers are set through :mod:`email.headerregistry` with the SMTP policy; non-ASCII display names are RFC 2047-encoded and
 internationalised domains are IDNA-encoded (UTS #46, as :mod:`idna` does; RFC 5890). An address
 whose local part is not ASCII cannot be written in an RFC 5322 header at all: such a message is
 built with the SMTPUTF8 policy (RFC 6532 headers in UTF-8) and needs a server that offers SMTPUTF8
 (RFC 6531); the transport asks for it.
+
+Header safety does not rest on the interpreter's :mod:`email` package (releases without the
+CVE-2024-6923 fix, such as 3.11.7, write a decoded encoded word's CR LF as a real line break).
+Three layers, each generic over every header:
+
+1. :func:`header_text_problem` is **the** rule on what header text may contain (lead data is
+   checked against it at import, see :mod:`outreach.leads`);
+2. :func:`build_message` checks every header's value as the email package holds it (encoded
+   words decoded) against that rule;
+3. :func:`to_wire` parses the bytes it produced back and refuses a message whose headers differ
+   from those that were set (names, order and values).
+
+A message that fails any of them raises :class:`MessageError` and is never handed over.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
+import email.errors
+import email.parser
 import email.policy
 import email.utils
 import re
 from dataclasses import dataclass
 from email.headerregistry import Address
-from email.message import EmailMessage
+from email.message import EmailMessage, Message
 
 import idna
 
@@ -28,6 +44,69 @@ _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 class MessageError(ValueError):
     """The message cannot be built (for example an address that cannot be put in a header)."""
+
+
+# An RFC 2047 §2 encoded word, matched more loosely than the RFC allows (any charset text, the
+# encoded text up to the first "?=", anywhere in the text): a superset of what any version of
+# the email package decodes, so nothing it would decode escapes the check.
+_ENCODED_WORD = re.compile(r"=\?([^?]*)\?([bBqQ])\?(.*?)\?=", re.DOTALL)
+_CONTROL_BYTE = re.compile(rb"[\x00-\x1f\x7f]")
+
+
+# Unicode categories Cc (U+0000–U+001F, U+007F–U+009F), Zl (U+2028) and Zp (U+2029), exactly.
+_CONTROL_CHAR = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _unsafe_char(text: str) -> str | None:
+    m = _CONTROL_CHAR.search(text)
+    return m.group() if m else None
+
+
+def _decoded_word(charset: str, encoding: str, text: str) -> tuple[bytes, str]:
+    """Decode one encoded word as leniently as the email package does (missing base64 padding,
+    stray characters dropped); the text in its charset, or Latin-1 when the charset is unknown."""
+    if encoding in "bB":
+        raw = base64.b64decode(text + "=" * (-len(text) % 4), validate=False)
+    else:
+        raw = binascii.a2b_qp(text.encode("ascii", "replace"), header=True)
+    try:
+        return raw, raw.decode(charset.partition("*")[0] or "ascii", "replace")
+    except LookupError:
+        return raw, raw.decode("latin-1")
+
+
+def header_text_problem(text: str) -> str | None:
+    """Return why ``text`` may not appear in a header, or ``None`` when it may.
+
+    **The rule** (the one place it is said; the import and :func:`build_message` apply it):
+    header text, *and the text of every RFC 2047 encoded word in it once decoded*, contains no
+    control character — nothing of Unicode category Cc (C0 U+0000–U+001F, which includes NUL,
+    TAB, CR and LF; DEL U+007F; C1 U+0080–U+009F) and no line or paragraph separator (U+2028,
+    U+2029) — and an encoded word's decoded bytes hold no byte 0x00–0x1F or 0x7F, whatever
+    charset it names. RFC 5322 §2.2 allows only printable characters and folding white space in
+    a header body (RFC 6532 §3.2 adds non-ASCII, not controls); folding is the builder's job, so
+    callers fold white space runs to one space first (``" ".join(text.split())``).
+
+    Why decoded: an encoded word such as ``=?utf-8?q?Acme=0D=0ABcc:_x@evil?=`` is plain
+    printable ASCII, but the email package decodes it when the header is set, and releases
+    without the CVE-2024-6923 fix write the decoded CR LF as a real header line.
+
+    :param text: a header value as the caller means it (a subject, a display name).
+    :returns: a one-line reason naming the character (``"control character U+000D after
+        decoding the encoded word '=?utf-8?q?…'"``), or ``None``.
+    """
+    bad = _unsafe_char(text)
+    if bad is not None:
+        return f"control character U+{ord(bad):04X}"
+    for m in _ENCODED_WORD.finditer(text) if "=?" in text else ():
+        raw, decoded = _decoded_word(*m.groups())
+        bad = _unsafe_char(decoded)
+        if bad is None and (byte := _CONTROL_BYTE.search(raw)):
+            bad = chr(byte.group()[0])
+        if bad is not None:
+            word = m.group() if len(m.group()) <= 40 else m.group()[:39] + "…"
+            return f"control character U+{ord(bad):04X} after decoding the encoded word {word!r}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -103,7 +182,11 @@ def build_message(rendered: Rendered, env: Envelope) -> EmailMessage:
     neither (Gmail's bulk-sender rules exempt it). Both carry Feedback-ID (Gmail feedback loop)
     and a Message-ID derived from the row's idempotency key.
 
-    :raises MessageError: an address cannot be represented in a header.
+    Every header, as the email package holds it (encoded words decoded), must pass
+    :func:`header_text_problem`; lead data reaches the Subject and the To display name.
+
+    :raises MessageError: an address cannot be represented in a header, or a header value breaks
+        the rule of :func:`header_text_problem` (the message names the header).
     """
     if env.date.tzinfo is None:
         raise MessageError("the Date must be timezone-aware (UTC)")
@@ -122,6 +205,10 @@ def build_message(rendered: Rendered, env: Envelope) -> EmailMessage:
         msg["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
     msg["Feedback-ID"] = env.feedback_id
     msg["X-Outreach-Step"] = env.step_tag
+    for name, value in msg.items():
+        problem = header_text_problem(str(value))
+        if problem:
+            raise MessageError(f"header {name}: {problem} (lead data may not hold control characters)")
     msg.set_content(rendered.text)
     msg.add_alternative(rendered.html, subtype="html")
     return msg
@@ -134,7 +221,33 @@ WIRE_POLICY = email.policy.SMTP.clone(max_line_length=998)
 WIRE_POLICY_UTF8 = email.policy.SMTPUTF8.clone(max_line_length=998)
 
 
+def _header_list(msg: Message) -> list[tuple[str, str]]:
+    return [(name.lower(), " ".join(str(value).split())) for name, value in msg.items()]
+
+
 def to_wire(msg: EmailMessage) -> bytes:
     """Serialise with CRLF line endings, as SMTP expects (before dot-stuffing); a message built
-    for SMTPUTF8 keeps its UTF-8 headers (RFC 6532)."""
-    return msg.as_bytes(policy=WIRE_POLICY_UTF8 if msg.policy.utf8 else WIRE_POLICY)
+    for SMTPUTF8 keeps its UTF-8 headers (RFC 6532).
+
+    The bytes are proven before they are returned: parsed back (:mod:`email.parser`, same
+    policy), their header fields — names, order, and values with white space runs folded — must
+    equal the message's own, so no value can have become a header line of its own (a ``Bcc:``,
+    a cut ``Subject:``) whatever the interpreter's email package does.
+
+    :raises MessageError: the serialised headers differ from those that were set (the first
+        difference is named), or the email package refused to write a header.
+    """
+    policy = WIRE_POLICY_UTF8 if msg.policy.utf8 else WIRE_POLICY
+    try:
+        wire = msg.as_bytes(policy=policy)
+    except email.errors.MessageError as exc:  # HeaderWriteError on interpreters with the fix
+        raise MessageError(f"cannot write the headers: {exc}") from None
+    meant = _header_list(msg)
+    sent = _header_list(email.parser.BytesParser(policy=policy).parsebytes(wire, headersonly=True))
+    if sent != meant:
+        i = next((i for i, (m, w) in enumerate(zip(meant, sent)) if m != w), min(len(meant), len(sent)))
+        set_, written = (", ".join(n for n, _ in hs[i:i + 3]) or "nothing" for hs in (meant, sent))
+        raise MessageError(  # names only: a value may hold an address (logs never show one)
+            f"the written message does not have the headers that were set: from header {i + 1} "
+            f"on, {set_} were set and {written} written (a line break in a value?)")
+    return wire

@@ -100,9 +100,11 @@ def validate_request(delivery_key: str, to: str, template: str,
     :raises TransactionalError: the delivery key is empty, longer than 200 characters or holds
         NUL; ``to`` is not a valid address (email-validator, no DNS lookup); ``template`` is not
         a lower-case name or one of its three files is missing; ``context`` is not a JSON object
-        (NaN, NUL and lone surrogates included) or the template cannot be rendered with it.
+        (NaN, NUL and lone surrogates included), the template cannot be rendered with it, or
+        the rendered subject breaks the header rule (:func:`outreach.message.header_text_problem`).
     """
     from outreach.leads import normalise_address
+    from outreach.message import header_text_problem
     from outreach.render import RenderError, render
 
     if not isinstance(delivery_key, str) or not 1 <= len(delivery_key) <= 200 or not _text_ok(delivery_key):
@@ -130,10 +132,12 @@ def validate_request(delivery_key: str, to: str, template: str,
     if not _text_ok(text) or "\\u0000" in text:
         raise TransactionalError("context: NUL characters and lone surrogates cannot be stored")
     try:
-        render(template, None, transactional_context(ctx, address, "", ""),
-               require_unsubscribe=False)
+        rendered = render(template, None, transactional_context(ctx, address, "", ""),
+                          require_unsubscribe=False)
     except RenderError as exc:
         raise TransactionalError(f"context: {exc}") from None
+    if problem := header_text_problem(rendered.subject):  # the subject is a header
+        raise TransactionalError(f"context: the subject would hold a {problem}")
     return address, ctx
 
 
