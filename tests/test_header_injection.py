@@ -119,3 +119,13 @@ def test_hostile_leads_are_refused_at_import_and_at_build_and_never_inject(db_ur
     assert failed[0]["status"] == "failed"
     assert failed[0]["last_error"].startswith("RENDER header ")
     assert "control character U+000" in failed[0]["last_error"]
+
+
+def test_transactional_enqueue_refuses_a_context_whose_subject_breaks_the_rule():
+    from outreach.transactional import TransactionalError, validate_request
+
+    with pytest.raises(TransactionalError, match="context: the subject would hold a control"):
+        validate_request("k-1", "new@acme.example", "welcome",
+                         {"user": {"name": BCC_Q}, "verify_url": "https://app.example/v"})
+    validate_request("k-1", "new@acme.example", "welcome",
+                     {"user": {"name": "Pat"}, "verify_url": "https://app.example/v"})
