@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test chaos bench bench-venv airflow venv clean
+.PHONY: demo test chaos bench bench-venv airflow venv clean stop
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
@@ -59,5 +59,10 @@ chaos: venv
 	OUTREACH_CHAOS_ITERATIONS=$(N) $(BIN)/python -m pytest -q -s tests/test_chaos.py \
 		-k sigkill -o log_cli=false 2>&1 | grep -E "chaos:|passed|failed|Error"
 
+## Stop the embedded PostgreSQL of .outreach/pgdata if it runs (whoever started it, root too).
+stop: venv
+	$(BIN)/outreach db stop
+
 clean:
+	if test -x $(BIN)/outreach; then $(BIN)/outreach db stop; fi
 	rm -rf .outreach .airflow .airflow-deploy

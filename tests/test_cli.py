@@ -70,3 +70,39 @@ def test_report_text_and_json_after_a_send(db_url, sink, tmp_path):
     assert sorted(m["used_today"] for m in report["mailboxes"]) == sorted(r["sent"] for r in report["rows"])
     assert report["totals"]["send_log"] == sum(sent)
     assert "anna.schmidt@" not in json.dumps(report)
+
+
+def test_db_stop_stops_the_embedded_server_whoever_runs_it(tmp_path):
+    """`outreach db stop` stops the embedded PostgreSQL that a plain command left running; run
+    as root (as CI does), the server belongs to pgserver's own user, which `pg_ctl stop` by root
+    cannot stop. A second stop says nothing was running."""
+    import psutil
+
+    state = tmp_path / "state"
+    env = dict(os.environ, OUTREACH_HOME=str(ROOT), OUTREACH_STATE_DIR=str(state),
+               AIRFLOW_HOME=str(tmp_path / "airflow-home"))
+    env.pop("OUTREACH_DATABASE_URL", None)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "outreach.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    pgdata = (state / "pgdata").resolve()
+    assert run("db", "stop").stdout.strip() == \
+        f"nothing was running: no embedded PostgreSQL server in {pgdata}"
+    started = run("db", "upgrade")
+    assert started.returncode == 0, started.stderr
+    pid = int((pgdata / "postmaster.pid").read_text().split()[0])
+    server = psutil.Process(pid)
+    try:
+        assert server.is_running()  # the command left it running for the next one
+        stopped = run("db", "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert stopped.stdout.strip() == f"stopped the embedded PostgreSQL server in {pgdata} (pid {pid})"
+        assert not (pgdata / "postmaster.pid").exists()
+        server.wait(timeout=30)  # pg_ctl -w returns once the pid file is gone; the exit follows
+        again = run("db", "stop")
+        assert again.returncode == 0 and again.stdout.startswith("nothing was running")
+    finally:
+        if server.is_running():  # the test failed: leave no server behind
+            server.terminate()

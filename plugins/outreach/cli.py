@@ -32,6 +32,15 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_db_stop(args: argparse.Namespace) -> int:
+    import os
+
+    print(embedded.stop())
+    if os.environ.get("OUTREACH_DATABASE_URL"):
+        print("OUTREACH_DATABASE_URL is set: that database is not the product's to stop")
+    return 0
+
+
 def cmd_import_leads(args: argparse.Namespace) -> int:
     from outreach.leads import import_leads
     from outreach.suppression import import_suppressions
@@ -357,16 +366,18 @@ def cmd_airflow(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser (sub-commands: db upgrade, import-leads, import-suppressions,
+    """Return the argument parser (sub-commands: db upgrade, db stop, import-leads, import-suppressions,
     suppress, unsuppress, queue-due, send, unconfirmed, resolve, mailbox, postmaster, reap, report,
     serve-unsubscribe, preflight, dkim-record, airflow, demo)."""
     p = argparse.ArgumentParser(prog="outreach", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = p.add_subparsers(dest="command", required=True)
 
-    dbp = sub.add_parser("db", help="database schema")
+    dbp = sub.add_parser("db", help="the database: schema, the embedded server")
     dbsub = dbp.add_subparsers(dest="db_command", required=True)
     dbsub.add_parser("upgrade", help="apply pending migrations").set_defaults(func=cmd_db_upgrade)
+    dbsub.add_parser("stop", help="stop the embedded PostgreSQL of .outreach/pgdata, if it runs "
+                     "(whoever started it)").set_defaults(func=cmd_db_stop)
 
     s = sub.add_parser("import-leads", help="import a leads CSV into a campaign")
     s.add_argument("--campaign", default="include/campaigns/demo.yaml")
@@ -495,6 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit code (1 on a user-facing error, with its message on stderr)."""
     from outreach.campaign import ConfigError
     from outreach.db import OutreachDBError
+    from outreach.embedded import StopError
     from outreach.leads import ImportFileError
     from outreach.postmaster import PostmasterError
     from outreach.settings import SettingsError
@@ -531,7 +543,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (ConfigError, ImportFileError, SettingsError, OutreachDBError, SigningError,
-            PostmasterError, LookupError, OSError, ValueError) as exc:
+            PostmasterError, StopError, LookupError, OSError, ValueError) as exc:
         print(f"outreach: error: {exc}", file=sys.stderr)
         return 1
 

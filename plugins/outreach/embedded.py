@@ -1,7 +1,9 @@
 """The embedded PostgreSQL (the ``pgserver`` wheel), used when no database URL is given.
 
 Data lives in ``.outreach/pgdata``; the server listens on a Unix socket only. It keeps running
-between commands (``cleanup_mode=None``) unless started with ``stop_at_exit=True``.
+between commands (``cleanup_mode=None``) unless started with ``stop_at_exit=True``; :func:`stop`
+(``outreach db stop``) stops it. Run as root, pgserver runs the server as its own system user
+(``pgserver``), so a plain ``pg_ctl stop`` by root fails ("cannot be run as root").
 """
 
 from __future__ import annotations
@@ -34,6 +36,57 @@ def start(data_dir: Path | None = None, *, stop_at_exit: bool = False) -> str:
         warnings.simplefilter("ignore")
         server = pgserver.get_server(str(data_dir), cleanup_mode="stop" if stop_at_exit else None)
     return server.get_uri()
+
+
+class StopError(RuntimeError):
+    """The embedded server runs but could not be stopped (the message says why and what to do)."""
+
+
+def stop(data_dir: Path | None = None, *, timeout: int = 60) -> str:
+    """Stop the embedded server of ``data_dir`` if one is running, whoever started it; return
+    one line saying what was stopped or that nothing was running.
+
+    The server is stopped with ``pg_ctl stop -m fast`` (open sessions are rolled back, as on any
+    shutdown) run as the data directory's owner: the server's own user when root runs this.
+
+    :param data_dir: the cluster (default ``.outreach/pgdata``, see :func:`outreach.paths.state_dir`).
+    :param timeout: seconds to wait for the server to exit.
+    :raises StopError: the server did not stop (another user's server run by a non-root user,
+        or ``pg_ctl`` failed; its message is included).
+    """
+    import logging
+    import pwd
+    import subprocess
+    import warnings
+
+    data_dir = (data_dir or state_dir() / "pgdata").resolve()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+        from pgserver.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(data_dir) if data_dir.is_dir() else None
+    if info is None or not info.is_running():
+        return f"nothing was running: no embedded PostgreSQL server in {data_dir}"
+    owner = data_dir.stat().st_uid
+    user = None
+    if os.geteuid() == 0 and owner != 0:
+        user = pwd.getpwuid(owner).pw_name
+    elif owner != os.geteuid():
+        raise StopError(f"the embedded PostgreSQL server in {data_dir} (pid {info.pid}) runs as "
+                        f"user {pwd.getpwuid(owner).pw_name}: run `outreach db stop` as that "
+                        "user or as root")
+    quiet = logging.getLogger("pgserver")
+    level, quiet.level = quiet.level, logging.CRITICAL  # its multi-line dump; we say it in one
+    try:
+        pgserver.pg_ctl(["-w", "-t", str(timeout), "-m", "fast", "stop"], pgdata=data_dir,
+                        user=user)
+    except subprocess.CalledProcessError as exc:
+        raise StopError(f"pg_ctl stop failed for {data_dir} (pid {info.pid}): exit status "
+                        f"{exc.returncode}; see {data_dir / 'log'}") from None
+    finally:
+        quiet.setLevel(level)
+    return f"stopped the embedded PostgreSQL server in {data_dir} (pid {info.pid})"
 
 
 def ensure_database(admin_url: str, name: str = DATABASE_NAME) -> str:
