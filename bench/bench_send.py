@@ -10,8 +10,9 @@ the same run, on the same messages and the same SMTP server:
   (a hook, so a connection, per message; rendered with the same templates; no DKIM, no ledger).
 
 The SMTP server is aiosmtpd on loopback in its own process (so it does not share the sender's
-GIL); it accepts every message and counts them. Also measured: one DKIM signature with dkimpy
-against the same RSA signature with ``cryptography`` (OpenSSL), the cost behind the (a) ratio.
+GIL); it accepts every message and counts them. Also measured ("DKIM signature"): one signature
+by :func:`outreach.signing.sign` (dkimpy's canonicalisation and header, OpenSSL's RSA) against
+dkimpy alone (pure-Python RSA) and the bare OpenSSL signature of the same message.
 """
 
 from __future__ import annotations
@@ -166,29 +167,58 @@ def naive_airflow(rows: list[dict[str, Any]]) -> float:
     return time.perf_counter() - start
 
 
-def signing_cost(pem: bytes, row: dict[str, Any], n: int = 20) -> dict[str, float]:
-    """Time one DKIM signature with dkimpy and one RSA-SHA256 signature of the same message with
-    ``cryptography`` (OpenSSL); return median milliseconds per signature of each."""
+def signing_cost(pem: bytes, row: dict[str, Any], n: int = 200) -> dict[str, float]:
+    """Time one DKIM signature of the same message three ways; return median milliseconds each:
+    ``ours`` (:func:`outreach.signing.sign`: dkimpy canonicalises and writes the header, OpenSSL
+    signs), ``dkimpy`` (dkimpy alone, its pure-Python RSA) and ``openssl`` (the bare RSA-SHA256
+    signature of the message with ``cryptography``, no canonicalisation, no header)."""
+    import dkim
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import padding
 
     from outreach.send import prepare
-    from outreach.signing import DkimKey, sign
+    from outreach.signing import DkimKey, headers_to_sign, sign
 
     _, wire = prepare({**row, "dkim_selector": None}, SETTINGS, dt.datetime.now(dt.timezone.utc))
     key = serialization.load_pem_private_key(pem, password=None)
-    dkim = DkimKey(SELECTOR, row["mailbox_address"].rpartition("@")[2], pem)
+    pkcs1 = key.private_bytes(serialization.Encoding.PEM,
+                              serialization.PrivateFormat.TraditionalOpenSSL,
+                              serialization.NoEncryption())
+    domain = row["mailbox_address"].rpartition("@")[2]
+    ours_key = DkimKey(SELECTOR, domain, pem)
+    include = [h.encode() for h in headers_to_sign(wire)]
 
-    def per_call(fn) -> float:
+    def per_call(fn, calls: int) -> float:
+        fn()  # the first call loads and caches the key
         values = []
-        for _ in range(n):
+        for _ in range(calls):
             t = time.perf_counter()
             fn()
             values.append((time.perf_counter() - t) * 1000)
         return statistics.median(values)
 
-    return {"dkimpy_ms": per_call(lambda: sign(wire, dkim)),
-            "openssl_ms": per_call(lambda: key.sign(wire, padding.PKCS1v15(), hashes.SHA256()))}
+    return {"ours_ms": per_call(lambda: sign(wire, ours_key), n),
+            "dkimpy_ms": per_call(lambda: dkim.sign(wire, SELECTOR.encode(), domain.encode(), pkcs1,
+                                                    canonicalize=(b"relaxed", b"relaxed"),
+                                                    include_headers=include), max(5, n // 20)),
+            "openssl_ms": per_call(lambda: key.sign(wire, padding.PKCS1v15(), hashes.SHA256()), n)}
+
+
+def signing_row(cost: dict[str, float]) -> Row:
+    """The "DKIM signature" result row (target: ≤ 0.5 ms per signature)."""
+    ours, pure, raw = cost["ours_ms"], cost["dkimpy_ms"], cost["openssl_ms"]
+    met = ours <= 0.5
+    why = "" if met else (
+        f"ours {ours:.2f} ms is {ours / raw:.2f}× the bare OpenSSL signature measured in the same "
+        f"run ({raw:.2f} ms): the RSA part is OpenSSL's, the other {ours - raw:.2f} ms is dkimpy "
+        "parsing, canonicalising and hashing the message and writing the header; on a loaded "
+        "machine the bare signature itself exceeds a quiet machine's 0.24 ms")
+    return Row("DKIM signature", f"{1000 / ours:,.0f} signatures/s ({ours:.2f} ms, RSA-2048, "
+               "relaxed/relaxed)",
+               f"dkimpy alone (pure-Python RSA) {1000 / pure:,.0f}/s → ours **{pure / ours:.1f}×**; "
+               f"bare OpenSSL RSA-SHA256 of the message {1000 / raw:,.0f}/s → ours "
+               f"{raw / ours:.2f}×", "≤ 0.5 ms per signature, verified by dkimpy in the tests",
+               met, why)
 
 
 # --- the benchmark ----------------------------------------------------------------------------
@@ -241,28 +271,24 @@ def bench(server: Server, workdir: Path, *, emails: int, mailboxes: int, repeats
         server.drop("send_run")
     cost = signing_cost(pem, row)
     ratio_a, ratio_b = med["ours"] / med["a"], med["ours"] / med["b"]
-    slower = cost["dkimpy_ms"] / cost["openssl_ms"]
-    share = cost["dkimpy_ms"] / 1000 * med["ours"]
-    notes = (f"one DKIM signature: dkimpy {cost['dkimpy_ms']:.1f} ms, the same RSA-2048 signature "
-             f"with cryptography/OpenSSL {cost['openssl_ms']:.2f} ms ({slower:.0f}× faster); "
+    share = cost["ours_ms"] / 1000 * med["ours"]
+    notes = (f"one DKIM signature: ours {cost['ours_ms']:.2f} ms, dkimpy alone "
+             f"{cost['dkimpy_ms']:.1f} ms, bare OpenSSL {cost['openssl_ms']:.2f} ms; "
              f"without DKIM: ours {med['ours-nodkim']:,.0f} emails/s, (a) {med['a-nodkim']:,.0f} "
              f"emails/s (ours {med['ours-nodkim'] / med['a-nodkim']:.2f}× (a), "
              f"{med['ours-nodkim'] / med['b']:.2f}× (b))")
     details.append(notes)
-    met = ratio_a >= 0.7 and ratio_b > 1
+    met = ratio_a >= 0.9 and ratio_b > 1
     why = ""
     if not met:
-        why = (f"ours is {ratio_a:.2f}× (a) and {ratio_b:.2f}× (b). DKIM signing with dkimpy "
-               f"takes {share:.0%} of ours' time per message ({cost['dkimpy_ms']:.1f} ms per "
-               "signature: dkimpy does RSA in pure Python; OpenSSL, through `cryptography`, "
-               f"signs the same in {cost['openssl_ms']:.2f} ms, {slower:.0f}× faster). (b) "
-               "signs nothing, so it is not doing the same work: without DKIM ours sends "
-               f"{med['ours-nodkim']:,.0f}/s, {med['ours-nodkim'] / med['b']:.2f}× (b). Per "
-               "message ours also runs the heartbeat, the suppression check and the ledger "
-               "statement (round trips and commits). Closing it: compute the DKIM signature "
-               "with `cryptography` (dkimpy keeps canonicalisation and the body hash), which "
-               "would remove most of the signing time")
+        why = (f"ours is {ratio_a:.2f}× (a) and {ratio_b:.2f}× (b); DKIM signing is now "
+               f"{share:.0%} of ours' time per message ({cost['ours_ms']:.2f} ms). Per message "
+               "ours also runs the heartbeat (the guarded touch before the handoff), the "
+               "suppression check and the ledger statement, each a round trip and a commit, "
+               "which (a) does not; (b) signs nothing and writes no ledger, so without DKIM ours "
+               f"sends {med['ours-nodkim']:,.0f}/s, {med['ours-nodkim'] / med['b']:.2f}× (b)")
     return [Row("send path", f"{med['ours']:,.0f} emails/s (DKIM-signed, ledger)",
                 f"(a) render+sign+send, one session {med['a']:,.0f}/s → ours **{ratio_a:.2f}×**; "
                 f"(b) SmtpHook.send_email_smtp per message {med['b']:,.0f}/s → ours "
-                f"**{ratio_b:.2f}×**", "≥ 0.7× (a), ahead of (b)", met, why)], details
+                f"**{ratio_b:.2f}×**", "≥ 0.9× (a), ahead of (b)", met, why),
+            signing_row(cost)], details

@@ -22,7 +22,7 @@ from outreach.message import build_message, to_wire
 from outreach.queue import queue_due
 from outreach.render import render
 from outreach.send import send_batch
-from outreach.signing import DkimKey, SigningError, public_key_record, sign
+from outreach.signing import DkimKey, SigningError, headers_to_sign, public_key_record, sign
 from outreach.suppression import import_suppressions
 from test_unit_message import CTX, envelope
 
@@ -77,6 +77,57 @@ def test_changing_a_signed_header_breaks_the_signature(change):
     changed = change(wire)
     assert changed != wire
     assert not dkim.verify(changed, dnsfunc=dns_for(rsa_key()))
+
+
+def test_the_openssl_seam_in_dkimpy_is_where_signing_expects_it():
+    """The names outreach.signing replaces are dkimpy 1.1.8's (requirements.txt pins it): when a
+    new dkimpy moves them, this fails and the seam must be reviewed before the pin changes."""
+    import importlib.metadata
+    import inspect
+
+    import dkim.crypto
+
+    from outreach import signing
+
+    assert importlib.metadata.version("dkimpy") == "1.1.8"
+    assert signing.OPENSSL_SIGNER
+    assert dkim.parse_pem_private_key is signing._parse_pem_private_key
+    assert dkim.RSASSA_PKCS1_v1_5_sign is signing._rsassa_pkcs1_v1_5_sign
+    assert signing._DKIMPY_RSASSA_SIGN is dkim.crypto.RSASSA_PKCS1_v1_5_sign
+    assert signing._DKIMPY_PARSE is dkim.crypto.parse_pem_private_key
+    assert list(inspect.signature(dkim.crypto.RSASSA_PKCS1_v1_5_sign).parameters) == [
+        "hash", "private_key"]
+    assert "pk = parse_pem_private_key(privkey)" in inspect.getsource(dkim.DKIM.sign)
+    assert "RSASSA_PKCS1_v1_5_sign(h, pk)" in inspect.getsource(dkim.DomainSigner.gen_header)
+
+
+def test_the_openssl_signature_is_dkimpys_own_byte_for_byte(monkeypatch):
+    """The same message, key and clock signed by outreach.signing (OpenSSL) and by dkimpy alone
+    (its pure-Python RSA, from the PEM) give the same DKIM-Signature header, and ours never runs
+    dkimpy's RSA."""
+    import time
+
+    import dkim.crypto
+    from cryptography.hazmat.primitives import serialization
+
+    monkeypatch.setattr(time, "time", lambda: 1_767_225_600.0)
+    wire = to_wire(build_message(render("ops_intro", "Subject", CTX),
+                                 envelope(from_address=f"anna@{DOMAIN}")))
+    key = DkimKey(SELECTOR, DOMAIN, rsa_key())
+    pkcs1 = serialization.load_pem_private_key(key.private_key, None).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption())
+    reference = dkim.sign(wire, SELECTOR.encode(), DOMAIN.encode(), pkcs1,
+                          canonicalize=(b"relaxed", b"relaxed"),
+                          include_headers=[h.encode() for h in headers_to_sign(wire)])
+
+    def pure_python_rsa(*args):
+        raise AssertionError("outreach.signing ran dkimpy's pure-Python RSA")
+
+    monkeypatch.setattr(dkim.crypto, "rsa_decrypt", pure_python_rsa)
+    ours = sign(wire, key)
+    assert ours == reference + wire
+    assert dkim.verify(ours, dnsfunc=dns_for(key.private_key))
 
 
 def test_a_different_published_key_does_not_verify():

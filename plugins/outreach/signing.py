@@ -5,6 +5,17 @@ DMARC), and RFC 8058 §4 requires the signature to cover ``List-Unsubscribe`` an
 ``List-Unsubscribe-Post``. The signing domain ``d=`` is the mailbox's own domain, so DKIM is aligned
 with From by construction. Keys are RSA (at least 1024 bits, Gmail's minimum; 2048 recommended);
 the private key comes from an Airflow connection and is never logged or stored in the database.
+
+dkimpy canonicalises the message, hashes it and writes the DKIM-Signature header; the RSA
+signature itself (RSASSA-PKCS1-v1_5 over that hash, RFC 8017 §8.2) is computed by OpenSSL through
+``cryptography``, about 25× faster than dkimpy's pure-Python RSA (``make bench``: "DKIM signature").
+dkimpy has no parameter for a signer, so :func:`_install_openssl_signer` replaces the two
+functions of ``dkim.crypto`` that ``dkim.DKIM.sign`` calls by name — ``parse_pem_private_key``
+and ``RSASSA_PKCS1_v1_5_sign``, both public (``dkim.crypto.__all__``) — with versions that handle
+keys of :class:`_OpenSSLKey` and hand anything else to dkimpy's own. That seam is pinned with
+dkimpy (requirements.txt) and tests/test_dkim.py fails when it moves: it checks the seam and that
+our signature equals dkimpy's pure-Python one byte for byte. PKCS#1 v1.5 signatures are
+deterministic, so the two are the same bytes.
 """
 
 from __future__ import annotations
@@ -15,8 +26,10 @@ import re
 from dataclasses import dataclass, field
 
 import dkim
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
+import dkim.crypto
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 
 #: Header fields the signature covers when present (``h=``), in this order. Feedback-ID is
 #: covered when the message has one (Gmail: the header must be DKIM-signed).
@@ -57,13 +70,79 @@ def _load_rsa(pem: bytes) -> rsa.RSAPrivateKey:
     return key
 
 
+class _OpenSSLKey:
+    """An RSA private key loaded into OpenSSL, as dkimpy's signing functions receive it once
+    :func:`_install_openssl_signer` ran (in place of the PEM bytes and of dkimpy's parsed dict)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: rsa.RSAPrivateKey) -> None:
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"<DKIM RSA-{self.key.key_size} key>"
+
+    def sign(self, digest_hash) -> bytes:
+        """Return the RSASSA-PKCS1-v1_5 signature (RFC 8017 §8.2.1) of a finished ``hashlib``-like
+        object (``name``, ``digest()``): what ``dkim.crypto.RSASSA_PKCS1_v1_5_sign`` returns."""
+        algorithm = {"sha256": hashes.SHA256, "sha1": hashes.SHA1}[digest_hash.name.lower()]()
+        return self.key.sign(digest_hash.digest(), padding.PKCS1v15(), Prehashed(algorithm))
+
+
+#: dkimpy's own functions, which the replacements below hand every other key to.
+_DKIMPY_PARSE = dkim.crypto.parse_pem_private_key
+_DKIMPY_RSASSA_SIGN = dkim.crypto.RSASSA_PKCS1_v1_5_sign
+
+
+def _parse_pem_private_key(data):
+    """``dkim.crypto.parse_pem_private_key``, passing an :class:`_OpenSSLKey` through."""
+    return data if isinstance(data, _OpenSSLKey) else _DKIMPY_PARSE(data)
+
+
+def _rsassa_pkcs1_v1_5_sign(hash, private_key):  # noqa: A002 - dkimpy's parameter names
+    """``dkim.crypto.RSASSA_PKCS1_v1_5_sign``, by OpenSSL for an :class:`_OpenSSLKey`."""
+    if isinstance(private_key, _OpenSSLKey):
+        return private_key.sign(hash)
+    return _DKIMPY_RSASSA_SIGN(hash, private_key)
+
+
+def _install_openssl_signer() -> bool:
+    """Let dkimpy sign with :class:`_OpenSSLKey` keys; return whether the seam was found.
+
+    ``dkim.DKIM.sign`` calls ``parse_pem_private_key(privkey)`` and passes the result to
+    ``RSASSA_PKCS1_v1_5_sign(hash, pk)`` (in ``DomainSigner.gen_header``), both names imported
+    into ``dkim`` from ``dkim.crypto`` (dkimpy 1.1.8). Each is replaced, in the ``dkim`` namespace
+    only, by a function that treats an :class:`_OpenSSLKey` itself and gives any other argument
+    to dkimpy's own function unchanged, so other users of dkimpy in the process see no
+    difference. When those names are not dkimpy's functions (dkimpy changed), nothing is replaced
+    and signing stays correct, only slower; tests/test_dkim.py fails in that case. Idempotent.
+    """
+    if (dkim.parse_pem_private_key is _parse_pem_private_key
+            and dkim.RSASSA_PKCS1_v1_5_sign is _rsassa_pkcs1_v1_5_sign):
+        return True
+    if (dkim.parse_pem_private_key is not _DKIMPY_PARSE
+            or dkim.RSASSA_PKCS1_v1_5_sign is not _DKIMPY_RSASSA_SIGN):
+        return False
+    dkim.parse_pem_private_key = _parse_pem_private_key
+    dkim.RSASSA_PKCS1_v1_5_sign = _rsassa_pkcs1_v1_5_sign
+    return True
+
+
+#: Whether dkimpy signs through OpenSSL in this process (see :func:`_install_openssl_signer`).
+OPENSSL_SIGNER = _install_openssl_signer()
+
+
 @functools.lru_cache(maxsize=16)
-def _pkcs1_pem(pem: bytes) -> bytes:
-    """The key checked (:func:`_load_rsa`) and written as PKCS#1 PEM, as dkimpy reads it; once
-    per key and process: loading checks the RSA key, about 35 ms, six times the signature."""
-    return _load_rsa(pem).private_bytes(serialization.Encoding.PEM,
-                                        serialization.PrivateFormat.TraditionalOpenSSL,
-                                        serialization.NoEncryption())
+def _signing_key(pem: bytes) -> _OpenSSLKey | bytes:
+    """The key checked (:func:`_load_rsa`) once per key and process (loading checks the RSA key,
+    about 35 ms), as dkimpy's ``sign`` takes it: an :class:`_OpenSSLKey`, or PKCS#1 PEM when the
+    OpenSSL seam is missing."""
+    key = _load_rsa(pem)
+    if OPENSSL_SIGNER:
+        return _OpenSSLKey(key)
+    return key.private_bytes(serialization.Encoding.PEM,
+                             serialization.PrivateFormat.TraditionalOpenSSL,
+                             serialization.NoEncryption())
 
 
 def public_key_b64(private_key_pem: bytes) -> str:
@@ -101,11 +180,11 @@ def sign(wire: bytes, key: DkimKey) -> bytes:
     :param key: selector, domain and private key.
     :raises SigningError: the key is unusable or the message cannot be signed (no From).
     """
-    pkcs1 = _pkcs1_pem(key.private_key)
+    signing_key = _signing_key(key.private_key)
     include = headers_to_sign(wire)
     try:
         signature = dkim.sign(wire, key.selector.encode("ascii"), key.domain.encode("ascii"),
-                              pkcs1, canonicalize=(b"relaxed", b"relaxed"),
+                              signing_key, canonicalize=(b"relaxed", b"relaxed"),
                               include_headers=[h.encode("ascii") for h in include])
     except dkim.DKIMException as exc:
         raise SigningError(f"DKIM signing failed: {exc}") from None
