@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 
 BENCH_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
-ROWS = ("claim ×1", "claim ×2", "claim ×8", "send path", "import", "queue due",
+ROWS = ("claim ×1", "claim ×2", "claim ×8", "send path", "DKIM signature", "import", "queue due",
         "Airflow fan-out (2 mapped tasks)")
 
 
