@@ -17,6 +17,7 @@ dkimpy alone (pure-Python RSA) and the bare OpenSSL signature of the same messag
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import multiprocessing as mp
 import os
@@ -40,32 +41,68 @@ _MP = mp.get_context("spawn")
 # --- the SMTP server, in its own process ------------------------------------------------------
 
 class _Counting:
-    def __init__(self, counter) -> None:
-        self.counter = counter
+    """Accept every message and count it; with ``delay`` (seconds), answer each command that
+    aiosmtpd hands to a handler (EHLO, MAIL, RCPT, end of DATA, RSET, QUIT) that much later, as
+    a real relay does (50–300 ms a command). The greeting and the 354 to DATA go at once, so one
+    message waits for three delayed replies: MAIL, RCPT and the end of DATA."""
+
+    def __init__(self, counter, delay: float = 0.0) -> None:
+        self.counter, self.delay = counter, delay
+
+    async def _wait(self) -> None:
+        if self.delay:
+            await asyncio.sleep(self.delay)
+
+    async def handle_EHLO(self, server, session, envelope, hostname, responses) -> list[str]:
+        await self._wait()
+        session.host_name = hostname
+        return responses
+
+    async def handle_MAIL(self, server, session, envelope, address, mail_options) -> str:
+        await self._wait()
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return "250 OK"
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options) -> str:
+        await self._wait()
+        envelope.rcpt_tos.append(address)
+        envelope.rcpt_options.extend(rcpt_options)
+        return "250 OK"
+
+    async def handle_RSET(self, server, session, envelope) -> str:
+        await self._wait()
+        return "250 OK"
+
+    async def handle_QUIT(self, server, session, envelope) -> str:
+        await self._wait()
+        return "221 Bye"
 
     async def handle_DATA(self, server, session, envelope) -> str:
+        await self._wait()
         with self.counter.get_lock():
             self.counter.value += 1
         return "250 2.0.0 Ok: queued"
 
 
-def _serve(port: int, counter, stop) -> None:
+def _serve(port: int, counter, stop, delay: float) -> None:
     from outreach.devsmtp import LoopbackSMTPServer
 
-    with LoopbackSMTPServer(_Counting(counter), port=port):
+    with LoopbackSMTPServer(_Counting(counter, delay), port=port):
         stop.wait()
 
 
 class SinkProcess:
     """An accept-everything aiosmtpd server on loopback in a child process; ``count`` is the
-    number of messages it accepted. A context manager."""
+    number of messages it accepted; ``delay``: seconds before each reply to a command (see
+    :class:`_Counting`). A context manager."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.0) -> None:
         from outreach.devsmtp import free_port
 
         self.port = free_port()
         self._count, self._stop = _MP.Value("q", 0), _MP.Event()
-        self._proc = _MP.Process(target=_serve, args=(self.port, self._count, self._stop))
+        self._proc = _MP.Process(target=_serve, args=(self.port, self._count, self._stop, delay))
 
     def __enter__(self) -> "SinkProcess":
         import smtplib

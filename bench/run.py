@@ -22,10 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_claim  # noqa: E402
 import bench_fanout  # noqa: E402
 import bench_import  # noqa: E402
+import bench_latency  # noqa: E402
 import bench_send  # noqa: E402
 from common import BENCH, Report, Server, machine, write_report  # noqa: E402
 
-PATHS = ("claim", "send", "import", "fanout")
+PATHS = ("claim", "send", "latency", "import", "fanout")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -36,6 +37,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--claim-batch", type=int, default=50, help="rows per claim (and PgQueuer batch)")
     p.add_argument("--claim-mailboxes", type=int, default=4, help="mailboxes the rows are spread over")
     p.add_argument("--send-emails", type=int, default=300, help="emails per send-path run")
+    p.add_argument("--latency-delay", type=float, default=0.1,
+                   help="seconds the latency sink waits before each reply to a command")
+    p.add_argument("--latency-parallelism", default="1,4,16",
+                   help="OUTREACH_SEND_PARALLELISM values for the latency rows, comma-separated")
+    p.add_argument("--latency-batch", type=int, default=50,
+                   help="OUTREACH_BATCH_SIZE for the latency rows (rows per mapped task)")
+    p.add_argument("--latency-mailboxes", type=int, default=4,
+                   help="mailboxes the latency rows' queue is spread over")
     p.add_argument("--import-rows", type=int, default=100_000, help="rows of the generated CSV")
     p.add_argument("--fanout-tasks", type=int, default=4, help="mapped send tasks")
     p.add_argument("--fanout-batch", type=int, default=50, help="emails per mapped task")
@@ -51,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("outreach").setLevel(logging.WARNING)
     only = set(args.only.split(","))
     sizes = {k: getattr(args, k) for k in ("claim_rows", "claimers", "claim_batch",
-                                             "claim_mailboxes", "send_emails", "import_rows",
+                                             "claim_mailboxes", "send_emails", "latency_delay",
+                                             "latency_parallelism", "latency_batch",
+                                             "latency_mailboxes", "import_rows",
                                              "fanout_tasks", "fanout_batch", "repeats")}
     report = Report(sizes=sizes)
     workdir = Path(tempfile.mkdtemp(prefix="outreach-bench-"))
@@ -66,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
                 mailboxes=args.claim_mailboxes, repeats=args.repeats),
             "send": lambda: bench_send.bench(server, workdir, emails=args.send_emails,
                                              mailboxes=2, repeats=args.repeats),
+            "latency": lambda: bench_latency.bench(
+                server, workdir, delay=args.latency_delay,
+                parallelism=[int(p) for p in args.latency_parallelism.split(",")],
+                batch=args.latency_batch, mailboxes=args.latency_mailboxes, repeats=args.repeats),
             "import": lambda: bench_import.bench(server, workdir, leads=args.import_rows,
                                                  repeats=args.repeats),
             "fanout": lambda: bench_fanout.bench(server, workdir, tasks=args.fanout_tasks,

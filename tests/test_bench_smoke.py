@@ -12,7 +12,8 @@ import pytest
 from conftest import ROOT
 
 BENCH_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
-ROWS = ("claim ×1", "claim ×2", "claim ×8", "send path", "DKIM signature", "import", "queue due",
+ROWS = ("claim ×1", "claim ×2", "claim ×8", "send path", "DKIM signature",
+        "send at 10 ms a command ×1", "send at 10 ms a command ×2", "import", "queue due",
         "Airflow fan-out (2 mapped tasks)")
 
 
@@ -26,7 +27,8 @@ def test_every_benchmark_runs_at_a_tiny_size(tmp_path):
     proc = subprocess.run(
         [str(BENCH_PYTHON), str(ROOT / "bench" / "run.py"), "--claim-rows", "200",
          "--claimers", "1,2,8", "--send-emails", "10", "--import-rows", "2000",
-         "--fanout-tasks", "2", "--fanout-batch", "5", "--repeats", "1", "--out", str(out)],
+         "--fanout-tasks", "2", "--fanout-batch", "5", "--latency-delay", "0.01",
+         "--latency-parallelism", "1,2", "--latency-batch", "4", "--repeats", "1", "--out", str(out)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     text = out.read_text()

@@ -43,6 +43,14 @@ class Settings:
     off: a run may use all of the day's remaining quota). ``send_parallelism`` is the number of
     mapped send tasks a run plans at most (each claims across mailboxes, at most ``batch_size``
     rows; Airflow's ``[core] max_map_length`` is 1024).
+
+    Why 50 and 4 (measured by ``make bench``, "send at 100 ms a command"; README, "Sizing the
+    defaults"): a relay's 50–300 ms a command makes one message over an open session take about
+    3 × that latency, so a batch of 50 holds its rows 15–45 s — enough to amortise a task's start
+    and a session per mailbox, and under the reaper rule with the default timeout (30 s × 50 <
+    30 minutes). Throughput grows with the number of sessions, not our CPU, so parallelism is
+    capacity: 4 × 50 = 200 emails a run, done well inside a 10-minute interval; raise it when the
+    mailboxes' run shares add up to more than ``send_parallelism × batch_size``.
     """
 
     public_url: str
