@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -66,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
                                              "fanout_tasks", "fanout_batch", "repeats")}
     report = Report(sizes=sizes)
     workdir = Path(tempfile.mkdtemp(prefix="outreach-bench-"))
+    # The generated lead files live in the work folder: let imports read them (children inherit).
+    os.environ["OUTREACH_IMPORT_ROOTS"] = os.pathsep.join(
+        [os.environ.get("OUTREACH_IMPORT_ROOTS", "include/data"), str(Path(workdir).resolve())])
     server = Server(workdir)
     started = time.perf_counter()
     try:

@@ -6,7 +6,9 @@ do-not-contact list.
 
 * **import_leads** syncs the campaign file and mailbox file, imports the do-not-contact list, then
   the leads: bad rows are logged by line number and reason, the good rows are imported, suppressed
-  addresses are not stored. Everything is one transaction per file.
+  addresses are not stored. Everything is one transaction per file. Both CSV paths are relative
+  to the project root and must lie inside an `OUTREACH_IMPORT_ROOTS` folder (default
+  `include/data`): any other path fails the task unread.
 
 **Clearing `import_leads` is safe**: the same files imported again change nothing (leads are
 unique by normalised address, enrolments by campaign and lead, suppressions by value).
@@ -29,7 +31,8 @@ from outreach import airflow_adapter
                                examples=airflow_adapter.project_files("include/campaigns", "*.yaml")),
         "mailbox_file": Param("include/mailboxes.yaml", type="string", title="Mailbox file"),
         "leads_file": Param("include/data/sample_leads.csv", type="string", title="Leads CSV",
-                            description="A CRM or prospecting export (UTF-8, header row).",
+                            description="A CRM or prospecting export (UTF-8, header row), "
+                            "inside OUTREACH_IMPORT_ROOTS (default include/data).",
                             examples=airflow_adapter.project_files("include/data", "*.csv")),
         "suppressions_file": Param("include/data/do_not_contact.csv", type=["null", "string"],
                                    title="Do-not-contact CSV (optional)"),

@@ -20,6 +20,10 @@ os.environ.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(ROOT / "plugins"))
 os.environ.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
                       f"sqlite:///{Path(os.environ['AIRFLOW_HOME']) / 'airflow.db'}")
 sys.path.insert(0, str(ROOT / "tests"))
+# Tests import files they write into pytest's temporary folders; the product's default import
+# folder stays allowed (tests of the rule itself set OUTREACH_IMPORT_ROOTS).
+os.environ.setdefault("OUTREACH_IMPORT_ROOTS", os.pathsep.join(
+    [str(ROOT / "include" / "data"), os.path.realpath(tempfile.gettempdir())]))
 
 import psycopg  # noqa: E402
 import pytest  # noqa: E402

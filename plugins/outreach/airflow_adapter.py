@@ -210,15 +210,18 @@ def postmaster_credentials(conn_id: str = POSTMASTER_CONN_ID) -> Any:
 
 def import_task(campaign_file: str, mailbox_file: str, leads_file: str,
                 suppressions_file: str | None) -> dict[str, Any]:
-    """Import a do-not-contact list (optional) then a leads CSV; return the import summary."""
+    """Import a do-not-contact list (optional) then a leads CSV; return the import summary.
+
+    Paths are relative to the project root and must lie inside ``OUTREACH_IMPORT_ROOTS``
+    (:func:`outreach.leads.import_path`): the form's text reads no other file.
+    """
     from outreach.leads import import_leads
     from outreach.suppression import import_suppressions
-    from outreach.paths import resolve
 
     url = database_url()
     out: dict[str, Any] = {}
     if suppressions_file:
-        sup = import_suppressions(url, resolve(suppressions_file))
+        sup = import_suppressions(url, suppressions_file)
         log.info("suppressions %s: added=%s known=%s invalid=%s cancelled=%s", suppressions_file,
                  sup.added, sup.known, sup.invalid, sup.cancelled)
         for p in sup.problems:

@@ -19,6 +19,18 @@ def _url() -> str:
     return embedded.database_url()
 
 
+def _user_path(path: str | None, default: str | None = None) -> str | None:
+    """A path the user typed, made absolute against the current directory (where the user is);
+    ``default`` (a project file, relative to the project root) when none was given."""
+    import os
+
+    from outreach.paths import project_root
+
+    if path is None:
+        return None if default is None else str(project_root() / default)
+    return os.path.abspath(os.path.expanduser(path))
+
+
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
     from outreach.migrate import current_version, upgrade
 
@@ -46,13 +58,15 @@ def cmd_import_leads(args: argparse.Namespace) -> int:
     from outreach.suppression import import_suppressions
 
     url = _url()
+    campaign = _user_path(args.campaign, "include/campaigns/demo.yaml")
+    mailboxes = _user_path(args.mailboxes, "include/mailboxes.yaml")
     if args.suppressions:
-        sup = import_suppressions(url, args.suppressions)
+        sup = import_suppressions(url, _user_path(args.suppressions))
         print(f"suppressions {args.suppressions}: added={sup.added} known={sup.known} "
               f"invalid={sup.invalid} cancelled={sup.cancelled}")
         for p in sup.problems:
             print(f"  {args.suppressions}, {p}")
-    result = import_leads(url, args.campaign, args.mailboxes, args.csv)
+    result = import_leads(url, campaign, mailboxes, _user_path(args.csv))
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return 0
@@ -69,7 +83,7 @@ def cmd_import_leads(args: argparse.Namespace) -> int:
 def cmd_import_suppressions(args: argparse.Namespace) -> int:
     from outreach.suppression import import_suppressions
 
-    sup = import_suppressions(_url(), args.csv, reason=args.reason)
+    sup = import_suppressions(_url(), _user_path(args.csv), reason=args.reason)
     print(f"suppressions {args.csv}: added={sup.added} known={sup.known} invalid={sup.invalid} "
           f"cancelled={sup.cancelled}")
     for p in sup.problems:
@@ -380,10 +394,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "(whoever started it)").set_defaults(func=cmd_db_stop)
 
     s = sub.add_parser("import-leads", help="import a leads CSV into a campaign")
-    s.add_argument("--campaign", default="include/campaigns/demo.yaml")
-    s.add_argument("--mailboxes", default="include/mailboxes.yaml")
-    s.add_argument("--csv", required=True)
-    s.add_argument("--suppressions", help="a do-not-contact CSV imported first")
+    s.add_argument("--campaign", help="campaign YAML (default: the project's "
+                   "include/campaigns/demo.yaml)")
+    s.add_argument("--mailboxes", help="mailbox YAML (default: the project's include/mailboxes.yaml)")
+    s.add_argument("--csv", required=True, help="leads CSV, relative to the current directory; "
+                   "it must lie in an OUTREACH_IMPORT_ROOTS folder (default include/data)")
+    s.add_argument("--suppressions", help="a do-not-contact CSV imported first (same rules)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_import_leads)
 

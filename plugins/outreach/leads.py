@@ -48,7 +48,34 @@ PROBLEMS_STORED = 100_000  # in outreach.import_runs.problems; the rest are coun
 
 
 class ImportFileError(ValueError):
-    """The file as a whole cannot be imported (unreadable, not UTF-8, no email column)."""
+    """The file as a whole cannot be imported (outside the import roots, unreadable, not UTF-8,
+    no email column)."""
+
+
+def import_path(path: str | Path, *, base: Path | None = None,
+                roots: tuple[Path, ...] | None = None) -> Path:
+    """Return the file to import for ``path``, checked against the import roots.
+
+    The path is made absolute (a relative one against ``base``, default the project root: the
+    Airflow form's paths; the CLI passes the user's current directory), then symlinks and
+    ``..`` are resolved, and the result must lie inside one of ``roots`` (default
+    :func:`outreach.settings.import_roots`, ``OUTREACH_IMPORT_ROOTS``). Nothing of a file
+    outside them is opened, so no error can show its content; the message does not say whether
+    such a file exists.
+
+    :raises ImportFileError: the resolved path is outside every root.
+    :raises outreach.settings.SettingsError: ``OUTREACH_IMPORT_ROOTS`` is invalid.
+    """
+    from outreach.paths import project_root
+    from outreach.settings import import_roots
+
+    roots = import_roots() if roots is None else roots
+    given = Path(path).expanduser()
+    real = ((given if given.is_absolute() else (base or project_root()) / given)).resolve()
+    if not any(real.is_relative_to(root) for root in roots):
+        raise ImportFileError(f"{path}: not inside an import folder ({', '.join(map(str, roots))}); "
+                              "move the file there or add its folder to OUTREACH_IMPORT_ROOTS")
+    return real
 
 
 @dataclass(frozen=True)
@@ -247,8 +274,11 @@ class LeadsCsv:
                                       "(a binary or corrupted export?)")
             self.columns = map_headers(self.headers)
             if "email" not in self.columns:
+                # Only header names, cut and at most ten: not the file's first line as such.
+                shown = [_short(h, 40) for h in self.headers[:10]]
+                more = f" and {len(self.headers) - 10} more" if len(self.headers) > 10 else ""
                 raise ImportFileError(f"{self.path}, line 1: no email column (headers: "
-                                      f"{self.headers}); expected one of Email, Email Address, "
+                                      f"{shown}{more}); expected one of Email, Email Address, "
                                       "E-mail, Work Email…")
         except BaseException:
             self._file.close()
@@ -387,13 +417,14 @@ def import_leads(url: str, campaign_file: str | Path, mailbox_file: str | Path,
     :param url: outreach database URL.
     :param campaign_file: the campaign YAML (synced first, so a new campaign just works).
     :param mailbox_file: the mailbox YAML.
-    :param csv_file: the leads CSV.
+    :param csv_file: the leads CSV, inside an import folder (see :func:`import_path`; a relative
+        path is relative to the project root).
     :param now: enrolment time (UTC); default the database clock.
-    :raises ImportFileError: the CSV as a whole is unusable (file and line named); nothing is
-        imported.
+    :raises ImportFileError: the CSV is outside the import folders, or as a whole unusable (file
+        and line named); nothing is imported.
     :raises outreach.campaign.ConfigError: a configuration file is invalid.
     """
-    campaign_path, csv_path = resolve(campaign_file), resolve(csv_file)
+    campaign_path, csv_path = resolve(campaign_file), import_path(csv_file)
     campaign = campaign_mod.load_campaign(campaign_path)
     mailboxes = campaign_mod.load_mailboxes(mailbox_file)
     result = ImportResult(file=str(csv_file), campaign_key=campaign.key)

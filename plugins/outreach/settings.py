@@ -10,13 +10,16 @@
 | OUTREACH_REAPER_MINUTES      | minutes before a `sending` row is failed as unconfirmed (30) |
 | OUTREACH_SEND_INTERVAL_MINUTES | minutes between `outreach_send` runs, for pacing (10; 0 = no pacing) |
 | OUTREACH_SEND_PARALLELISM    | mapped send tasks per run at most (default 4)               |
+| OUTREACH_IMPORT_ROOTS        | folders lead and suppression files may be imported from (``include/data``) |
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 
 HANDOFF_REPLIES = 8
@@ -139,3 +142,32 @@ class Settings:
             if isinstance(exc, SettingsError):
                 raise
             raise SettingsError(f"invalid number in settings: {exc}") from None
+
+
+def import_roots(env: dict[str, str] | None = None) -> tuple[Path, ...]:
+    """Return the folders that lead and do-not-contact files may be imported from:
+    ``OUTREACH_IMPORT_ROOTS``, a list separated by ``os.pathsep`` (``:``) or commas, default
+    ``include/data``. A relative folder is relative to the project root
+    (:func:`outreach.paths.project_root`); each is returned absolute with symlinks resolved.
+
+    Why: the ``outreach_import_leads`` form takes a path typed in the Airflow UI, and the worker
+    must not read (or report lines of) any other file it can reach. The check itself is
+    :func:`outreach.leads.import_path`.
+
+    :raises SettingsError: the value names no folder, or a folder that does not exist.
+    """
+    from outreach.paths import project_root
+
+    env = os.environ if env is None else env
+    raw = env.get("OUTREACH_IMPORT_ROOTS", "include/data")
+    parts = [p.strip() for p in re.split(f"[,{re.escape(os.pathsep)}]", raw) if p.strip()]
+    if not parts:
+        raise SettingsError("OUTREACH_IMPORT_ROOTS names no folder (default include/data)")
+    roots = []
+    for part in parts:
+        path = Path(part).expanduser()
+        root = (path if path.is_absolute() else project_root() / path).resolve()
+        if not root.is_dir():
+            raise SettingsError(f"OUTREACH_IMPORT_ROOTS: {part!r} is not a folder ({root})")
+        roots.append(root)
+    return tuple(roots)

@@ -17,7 +17,7 @@ from pathlib import Path
 from email_validator import EmailNotValidError
 
 from outreach import db
-from outreach.leads import Problem, normalise_address
+from outreach.leads import Problem, import_path, normalise_address
 
 REASONS = ("unsubscribed", "bounced", "complained", "manual", "do-not-contact")
 
@@ -86,9 +86,12 @@ def import_suppressions(url: str, csv_file: str | Path, reason: str = "do-not-co
     """Import a do-not-contact CSV (first column, or a column named email/domain) in one
     transaction; bad lines are reported and the rest imported.
 
+    :param csv_file: inside an import folder (see :func:`outreach.leads.import_path`; a relative
+        path is relative to the project root).
+    :raises ImportFileError: the file is outside the import folders.
     :raises OSError: the file cannot be read.
     """
-    path = Path(csv_file)
+    path = import_path(csv_file)
     rows = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8-sig"), newline="")))
     result = SuppressionImport(file=str(csv_file))
     if not rows:
