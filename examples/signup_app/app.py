@@ -15,6 +15,11 @@ that the client makes once per signup and sends again with every retry (RFC draf
 and commits. The user row and the email row commit together or not at all; outreach sends the
 email once (``outreach transactional worker``, or the ``outreach_transactional`` DAG).
 
+What an address is, is outreach's one normaliser (``outreach.addresses.normalize_address``:
+trimmed of white space, tabs included, Unicode NFC, lower case): ``a@x.example``,
+`` a@x.example `` and ``a@x.example\t`` are one user. The users table stores that form and is
+UNIQUE on ``outreach.normalize_address(email)``, the same rule in SQL, whoever writes to it.
+
 Replies: 201 (created), 200 (a replay of the same key), 409 (the address signed up with another
 key), 422 (bad input, or the key reused for another address), 400 (no Idempotency-Key).
 
@@ -38,6 +43,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from outreach import db
+from outreach.addresses import EmailNotValidError, normalize_address
 from outreach.transactional import TransactionalError, enqueue
 
 SCHEMA = """
@@ -53,6 +59,9 @@ CREATE TABLE IF NOT EXISTS signup_example.users (
     CONSTRAINT signup_example_users_email_key UNIQUE (email),
     CONSTRAINT signup_example_users_signup_key_key UNIQUE (signup_key)
 );
+-- One user per address as outreach normalises it (migration 0008), not per spelling.
+CREATE UNIQUE INDEX IF NOT EXISTS signup_example_users_normalized_email_key
+    ON signup_example.users (outreach.normalize_address(email));
 """
 
 
@@ -76,14 +85,22 @@ def create_schema(url: str) -> None:
         conn.execute(SCHEMA)
 
 
-def _replay(conn, key: str, body: Signup) -> tuple[int, dict[str, Any]] | None:
+def _address(body: Signup) -> str:
+    """The signup's address in outreach's normal form; 422 when it is not an address."""
+    try:
+        return normalize_address(body.email)
+    except EmailNotValidError as exc:
+        raise HTTPException(422, f"email: {exc}") from None
+
+
+def _replay(conn, key: str, address: str) -> tuple[int, dict[str, Any]] | None:
     """The answer to a request whose key already signed up: 200 with that signup, or 422 when
     the key comes with another address (a key names one request)."""
     row = conn.execute("SELECT id, email, welcome_email_id FROM signup_example.users "
                        "WHERE signup_key = %s", (key,)).fetchone()
     if row is None:
         return None
-    if row["email"] != body.email.strip().lower():
+    if row["email"] != address:
         raise HTTPException(422, "this Idempotency-Key was used for another signup")
     return 200, {"user_id": row["id"], "email_id": row["welcome_email_id"], "replayed": True}
 
@@ -94,17 +111,18 @@ def signup_once(url: str, key: str, body: Signup, verify_base: str) -> tuple[int
     :raises TransactionalError: the welcome email cannot be enqueued (the whole signup rolls
         back: no user row without its email row).
     """
+    address = _address(body)
     with db.connect(url) as conn:
         try:
             with conn.transaction():
-                if (done := _replay(conn, key, body)) is not None:
+                if (done := _replay(conn, key, address)) is not None:
                     return done
                 token = secrets.token_urlsafe(24)
                 user_id = conn.execute(
                     "INSERT INTO signup_example.users (email, name, signup_key, verification_token)"
-                    " VALUES (lower(%s), %s, %s, %s) RETURNING id",
-                    (body.email, body.name, key, token)).fetchone()["id"]
-                email = enqueue(conn, f"welcome:{key}", body.email, "welcome",
+                    " VALUES (%s, %s, %s, %s) RETURNING id",
+                    (address, body.name, key, token)).fetchone()["id"]
+                email = enqueue(conn, f"welcome:{key}", address, "welcome",
                                 {"user": {"name": body.name}, "verify_url": f"{verify_base}?token={token}"})
                 conn.execute("UPDATE signup_example.users SET welcome_email_id = %s WHERE id = %s",
                              (email.email_id, user_id))
@@ -113,7 +131,7 @@ def signup_once(url: str, key: str, body: Signup, verify_base: str) -> tuple[int
             # or the address), a request with the same key is a replay; only an address that
             # signed up under another key is a conflict.
             with conn.transaction():
-                if (done := _replay(conn, key, body)) is not None:
+                if (done := _replay(conn, key, address)) is not None:
                     return done
             raise HTTPException(409, "this address has already signed up") from None
     return 201, {"user_id": user_id, "email_id": email.email_id, "replayed": False}

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from email_validator import EmailNotValidError, validate_email
+from email_validator import EmailNotValidError
 
 from outreach import campaign as campaign_mod
 from outreach import db
+from outreach.addresses import normalize_address
 from outreach.message import header_text_problem
 from outreach.paths import resolve
 
@@ -95,7 +96,7 @@ class Problem:
 
 @dataclass(frozen=True)
 class LeadRow:
-    """A row with a valid address: ``email`` normalised (see :func:`normalise_address`).
+    """A row with a valid address: ``email`` normalised (:func:`outreach.addresses.normalize_address`).
 
     ``ignored`` is the problem of a field that was dropped from an otherwise good row (an
     unknown time zone), or ``None``. Whether the row repeats an earlier row of the file is
@@ -154,17 +155,8 @@ class ImportResult:
         return d
 
 
-def normalise_address(raw: str) -> str:
-    """Validate an address (syntax only, no DNS) and return its normal form.
-
-    The normal form is email-validator's normalised address, lower-cased as a whole, so that the
-    same address written with different letter case is one lead. (About 33 µs an address; a
-    cache of the domain check would save most of it but would have to call the library's
-    internals in its own order, so the library decides every address itself.)
-
-    :raises EmailNotValidError: the address is not valid (the message says why).
-    """
-    return validate_email(raw.strip(), check_deliverability=False).normalized.lower()
+# The one address normaliser lives in outreach.addresses; the old name stays for callers.
+normalise_address = normalize_address
 
 
 def _header_key(name: str) -> str:
@@ -349,7 +341,7 @@ class LeadsCsv:
                 yield Problem(line, "email", "empty")
                 continue
             try:
-                email = normalise_address(raw_email)
+                email = normalize_address(raw_email)
             except EmailNotValidError as exc:
                 self.invalid += 1
                 yield Problem(line, "email", f"invalid address: {exc}")

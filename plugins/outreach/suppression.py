@@ -17,7 +17,8 @@ from pathlib import Path
 from email_validator import EmailNotValidError
 
 from outreach import db
-from outreach.leads import Problem, import_path, normalise_address
+from outreach.addresses import normalize_address
+from outreach.leads import Problem, import_path
 
 REASONS = ("unsubscribed", "bounced", "complained", "manual", "do-not-contact")
 
@@ -39,7 +40,7 @@ def parse_entry(value: str) -> tuple[str, str]:
     """Turn ``"jane@acme.com"`` into ``("address", "jane@acme.com")`` and ``"@acme.com"`` or
     ``"acme.com"`` into ``("domain", "acme.com")``.
 
-    Both are stored in the form leads are stored in (:func:`outreach.leads.normalise_address`):
+    Both are stored in the form leads are stored in (:func:`outreach.addresses.normalize_address`):
     an internationalised domain in Unicode, whichever way it was written (``@xn--bcher-kva.example``
     and ``@bücher.example`` are the same suppression), so ``outreach.is_suppressed`` compares like
     with like.
@@ -49,14 +50,14 @@ def parse_entry(value: str) -> tuple[str, str]:
     value = value.strip()
     if "@" in value.lstrip("@"):
         try:
-            return "address", normalise_address(value)
+            return "address", normalize_address(value)
         except EmailNotValidError as exc:
             raise ValueError(f"invalid address: {exc}") from None
     domain = value.lstrip("@").rstrip(".")
     if "." not in domain or " " in domain:
         raise ValueError(f"not an address or a domain: {value!r}")
     try:
-        return "domain", normalise_address(f"x@{domain}").rpartition("@")[2]
+        return "domain", normalize_address(f"x@{domain}").rpartition("@")[2]
     except EmailNotValidError:
         raise ValueError(f"not an address or a domain: {value!r}") from None
 

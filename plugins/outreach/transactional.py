@@ -93,7 +93,7 @@ def validate_request(delivery_key: str, to: str, template: str,
     """Check a request before it reaches the database; return ``(normalised address, context)``.
 
     The address takes the form leads and suppressions are stored in (lower case, an
-    internationalised domain in Unicode: :func:`outreach.leads.normalise_address`). The template
+    internationalised domain in Unicode: :func:`outreach.addresses.normalize_address`). The template
     is rendered once with the context, so a missing variable is reported now, against the
     request, instead of failing the email at send time.
 
@@ -103,14 +103,14 @@ def validate_request(delivery_key: str, to: str, template: str,
         (NaN, NUL and lone surrogates included), the template cannot be rendered with it, or
         the rendered subject breaks the header rule (:func:`outreach.message.header_text_problem`).
     """
-    from outreach.leads import normalise_address
+    from outreach.addresses import normalize_address
     from outreach.message import header_text_problem
     from outreach.render import RenderError, render
 
     if not isinstance(delivery_key, str) or not 1 <= len(delivery_key) <= 200 or not _text_ok(delivery_key):
         raise TransactionalError("delivery_key: 1 to 200 characters, no NUL")
     try:
-        address = normalise_address(to)
+        address = normalize_address(to)
     except (EmailNotValidError, TypeError, AttributeError) as exc:
         raise TransactionalError(f"to: {exc}") from None
     if not isinstance(template, str) or not TEMPLATE_NAME.match(template):
