@@ -73,10 +73,11 @@ class Signup(BaseModel):
 
 
 def database_url() -> str:
-    """``OUTREACH_DATABASE_URL``, else outreach's embedded server (the same database)."""
+    """``OUTREACH_DATABASE_URL``, else — with ``OUTREACH_EMBEDDED_DB=1`` — outreach's embedded
+    server (see :func:`outreach.embedded.database_url`; it raises when neither is set)."""
     from outreach.embedded import database_url as embedded_url
 
-    return os.environ.get("OUTREACH_DATABASE_URL") or embedded_url()
+    return embedded_url()
 
 
 def create_schema(url: str) -> None:

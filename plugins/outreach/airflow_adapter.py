@@ -2,8 +2,9 @@
 
 DAG files call these functions and nothing else. Nothing here runs at import time: DAG parsing
 never touches the database or the network. The outreach database is reached through the Airflow
-connection ``outreach_db`` when it exists, else ``OUTREACH_DATABASE_URL``, else the embedded
-server; each mailbox's SMTP server through the Airflow connection named in the mailbox file, opened
+connection ``outreach_db`` when it exists, else ``OUTREACH_DATABASE_URL``, else — only with the
+development opt-in ``OUTREACH_EMBEDDED_DB=1`` — the embedded server; with none of them every task
+fails with one line saying what to set (see :mod:`outreach.embedded`). Each mailbox's SMTP server through the Airflow connection named in the mailbox file, opened
 with the SMTP provider's hook. The unsubscribe secret is ``OUTREACH_UNSUBSCRIBE_SECRET``, else the
 password of the Airflow connection ``outreach_unsubscribe``; a mailbox's DKIM private key is the
 password (or extra ``private_key``) of the connection its ``dkim_key_conn_id`` names; Google Postmaster Tools through the service account in the Airflow
@@ -25,7 +26,14 @@ POSTMASTER_CONN_ID = "outreach_postmaster"
 
 
 def database_url(conn_id: str = DB_CONN_ID) -> str:
-    """Return the outreach database URL (see the module docstring for the order)."""
+    """Return the outreach database URL: the Airflow connection ``conn_id``, else
+    ``OUTREACH_DATABASE_URL``, else the embedded server when ``OUTREACH_EMBEDDED_DB=1``.
+
+    The DAG tasks, the API server's unsubscribe app and the ``outreach`` command all ask this.
+
+    :raises outreach.settings.SettingsError: nothing is configured
+        (:data:`outreach.embedded.NO_DATABASE`: a worker never gets a fresh empty database).
+    """
     conn = _connection(conn_id)
     if conn is None:
         from outreach.embedded import database_url as fallback

@@ -1,7 +1,11 @@
 """The ``outreach`` command line. The DAGs and the CLI call the same functions.
 
-The database is ``OUTREACH_DATABASE_URL`` or, when unset, the embedded PostgreSQL in
-``.outreach/pgdata``. SMTP connections are Airflow connections (``AIRFLOW_CONN_<ID>``).
+The database is the one the DAGs use (:func:`outreach.airflow_adapter.database_url`): the Airflow
+connection ``outreach_db``, else ``OUTREACH_DATABASE_URL``, else — with ``OUTREACH_EMBEDDED_DB=1``
+only, for development — the embedded PostgreSQL in ``.outreach/pgdata``; with none, every command
+that needs the database fails with one line saying what to set. ``outreach demo`` and ``outreach
+airflow`` (LocalExecutor) start the embedded server themselves when nothing is set. SMTP
+connections are Airflow connections (``AIRFLOW_CONN_<ID>``).
 """
 
 from __future__ import annotations
@@ -12,11 +16,12 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from outreach import embedded
 
 
 def _url() -> str:
-    return embedded.database_url()
+    from outreach.airflow_adapter import database_url
+
+    return database_url()
 
 
 def _user_path(path: str | None, default: str | None = None) -> str | None:

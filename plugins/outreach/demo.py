@@ -48,8 +48,7 @@ def _counts(url: str) -> dict[str, Any]:
 def run_demo() -> int:
     """Run the demo; return 0 on success, 1 when a DAG run failed (its log is named)."""
     root, state = project_root(), state_dir()
-    url = os.environ.get("OUTREACH_DATABASE_URL") or embedded.ensure_database(
-        embedded.start(stop_at_exit=True))
+    url = embedded.local_database_url()
     print(f"outreach demo: database {'OUTREACH_DATABASE_URL' if os.environ.get('OUTREACH_DATABASE_URL') else 'embedded PostgreSQL in ' + str(state / 'pgdata')}")
     for m in upgrade(url):
         print(f"  applied migration {m.version:04d}_{m.name}")
@@ -108,5 +107,8 @@ def run_demo() -> int:
         print("Nothing new was sent: every due email had already gone out "
               "(step 2 becomes due 3 days after step 1).")
     print(f"Airflow logs of this run: {logs}")
+    if not os.environ.get("OUTREACH_DATABASE_URL"):
+        print(f"Look at it again: {embedded.OPT_IN}=1 .venv/bin/outreach report "
+              "(the embedded PostgreSQL is used only when asked for)")
     print("=" * 72)
     return 0

@@ -220,6 +220,7 @@ def run_foreground() -> int:
     outreach_url = os.environ.get("OUTREACH_DATABASE_URL")
     admin_url = None
     if not outreach_url or not os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
+        os.environ.setdefault(embedded.OPT_IN, "1")  # this local launcher is the opt-in
         admin_url = embedded.start(stop_at_exit=True)
     outreach_url = outreach_url or embedded.ensure_database(admin_url)
     metadata = os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN") or sqlalchemy_url(

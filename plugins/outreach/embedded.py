@@ -1,4 +1,10 @@
-"""The embedded PostgreSQL (the ``pgserver`` wheel), used when no database URL is given.
+"""The embedded PostgreSQL (the ``pgserver`` wheel): a development database, never a default.
+
+It is used only where a developer asked for it: ``make demo`` (``outreach demo``) and the
+LocalExecutor launcher ``make airflow`` (``outreach airflow``) start it themselves when no database
+is configured, and any other process may use it when ``OUTREACH_EMBEDDED_DB=1`` is set. Everywhere
+else — an Airflow worker, the API server's unsubscribe app, an ``outreach`` command on a server —
+a missing database is an error (:data:`NO_DATABASE`), never a fresh empty database.
 
 Data lives in ``.outreach/pgdata``; the server listens on a Unix socket only. It keeps running
 between commands (``cleanup_mode=None``) unless started with ``stop_at_exit=True``; :func:`stop`
@@ -16,6 +22,12 @@ import psycopg
 from outreach.paths import state_dir
 
 DATABASE_NAME = "outreach"
+OPT_IN = "OUTREACH_EMBEDDED_DB"
+"""``1``: a process may fall back to the embedded server when no database is configured."""
+NO_DATABASE = ("no outreach database: set the Airflow connection outreach_db or "
+               "OUTREACH_DATABASE_URL (OUTREACH_EMBEDDED_DB=1 allows the local embedded "
+               "PostgreSQL, for development only)")
+"""The one line a process without a configured database fails with."""
 
 
 def start(data_dir: Path | None = None, *, stop_at_exit: bool = False) -> str:
@@ -104,12 +116,45 @@ def with_database(url: str, name: str) -> str:
     return psycopg.conninfo.make_conninfo(**info)
 
 
+def opted_in() -> bool:
+    """Whether ``OUTREACH_EMBEDDED_DB`` allows the embedded fallback (``1``/``on``/``true``).
+
+    :raises outreach.settings.SettingsError: another value than those or ``0``/``off``/``false``.
+    """
+    from outreach.settings import SettingsError
+
+    value = os.environ.get(OPT_IN, "").strip().lower()
+    if value in ("", "0", "off", "false", "no"):
+        return False
+    if value in ("1", "on", "true", "yes"):
+        return True
+    raise SettingsError(f"{OPT_IN} must be 1 or 0, got {value!r}")
+
+
 def database_url(*, stop_at_exit: bool = False) -> str:
-    """Return the outreach database URL: ``OUTREACH_DATABASE_URL``, else the embedded server's.
+    """Return the outreach database URL: ``OUTREACH_DATABASE_URL``, else — only when
+    ``OUTREACH_EMBEDDED_DB=1`` (:func:`opted_in`) — the embedded server's.
+
+    (:func:`outreach.airflow_adapter.database_url` asks the Airflow connection ``outreach_db``
+    first, then this.)
 
     :param stop_at_exit: passed to :func:`start` when the embedded server is used.
+    :raises outreach.settings.SettingsError: neither is configured (:data:`NO_DATABASE`).
     """
+    from outreach.settings import SettingsError
+
     url = os.environ.get("OUTREACH_DATABASE_URL")
     if url:
         return url
+    if not opted_in():
+        raise SettingsError(NO_DATABASE)
     return ensure_database(start(stop_at_exit=stop_at_exit))
+
+
+def local_database_url() -> str:
+    """For the local launchers only (``outreach demo``, ``outreach airflow`` with the
+    LocalExecutor): ``OUTREACH_DATABASE_URL``, else the embedded server, started by this process
+    and stopped when it exits. Sets ``OUTREACH_EMBEDDED_DB=1`` for this process (the launcher is
+    the developer's explicit opt-in); the Airflow processes it starts are given the URL itself."""
+    os.environ.setdefault(OPT_IN, "1")
+    return database_url(stop_at_exit=True)
