@@ -80,8 +80,9 @@ def test_db_stop_stops_the_embedded_server_whoever_runs_it(tmp_path):
 
     state = tmp_path / "state"
     env = dict(os.environ, OUTREACH_HOME=str(ROOT), OUTREACH_STATE_DIR=str(state),
-               AIRFLOW_HOME=str(tmp_path / "airflow-home"))
+               AIRFLOW_HOME=str(tmp_path / "airflow-home"), OUTREACH_EMBEDDED_DB="1")
     env.pop("OUTREACH_DATABASE_URL", None)
+    env.pop("AIRFLOW_CONN_OUTREACH_DB", None)
 
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "outreach.cli", *args], env=env,

@@ -16,6 +16,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from outreach import embedded
 
 
 def _url() -> str:
