@@ -221,30 +221,39 @@ def import_task(campaign_file: str, mailbox_file: str, leads_file: str,
     """Import a do-not-contact list (optional) then a leads CSV; return the import summary.
 
     Paths are relative to the project root and must lie inside ``OUTREACH_IMPORT_ROOTS``
-    (:func:`outreach.leads.import_path`): the form's text reads no other file.
+    (:func:`outreach.leads.import_path`): the form's text reads no other file. A progress line
+    is logged every :data:`outreach.leads.PROGRESS_ROWS` rows; the summary is logged last.
+
+    :raises outreach.leads.ImportFileError: a file is outside the import folders or unusable, or
+        nothing was imported (no data rows, or every row invalid: the task fails; the run and
+        its problems are stored).
     """
-    from outreach.leads import import_leads
+    from outreach.leads import PROGRESS_ROWS, ImportFileError, import_leads, progress_line
     from outreach.suppression import import_suppressions
 
     url = database_url()
     out: dict[str, Any] = {}
     if suppressions_file:
         sup = import_suppressions(url, suppressions_file)
-        log.info("suppressions %s: added=%s known=%s invalid=%s cancelled=%s", suppressions_file,
-                 sup.added, sup.known, sup.invalid, sup.cancelled)
         for p in sup.problems:
             log.warning("%s, %s", suppressions_file, p)
+        log.info("suppressions %s: added=%s known=%s invalid=%s cancelled=%s", suppressions_file,
+                 sup.added, sup.known, sup.invalid, sup.cancelled)
         out["suppressions"] = {"added": sup.added, "known": sup.known, "invalid": sup.invalid}
-    result = import_leads(url, campaign_file, mailbox_file, leads_file)
-    log.info(result.summary())
+    result = import_leads(url, campaign_file, mailbox_file, leads_file,
+                          progress=lambda rows, seconds: log.info(progress_line(leads_file, rows, seconds)),
+                          progress_every=PROGRESS_ROWS)
     for p in result.problems:
         log.warning("%s, %s", leads_file, p)
     if result.problems_omitted:
-        log.warning("%s: %s more problems (all in outreach.import_runs)", leads_file,
-                    result.problems_omitted)
+        log.warning("%s: %s more problems (outreach import show %s --problems)", leads_file,
+                    result.problems_omitted, result.run_id)
     if result.suppressed_lines:
         log.info("%s: suppressed addresses on lines %s (not stored)", leads_file,
                  result.suppressed_lines)
+    log.info(result.summary())  # last: the line an operator reads first in the task log
+    if (why := result.nothing_imported()) is not None:
+        raise ImportFileError(why)
     out["leads"] = result.to_dict()
     return out
 

@@ -59,41 +59,76 @@ def cmd_db_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_suppressions(given: str, sup) -> None:
+    for p in sup.problems:
+        print(f"  {given}, {p}")
+    print(f"suppressions {given}: added={sup.added} known={sup.known} invalid={sup.invalid} "
+          f"cancelled={sup.cancelled}")
+
+
 def cmd_import_leads(args: argparse.Namespace) -> int:
-    from outreach.leads import import_leads
+    from outreach.leads import PROGRESS_ROWS, import_leads, progress_line
     from outreach.suppression import import_suppressions
 
     url = _url()
     campaign = _user_path(args.campaign, "include/campaigns/demo.yaml")
     mailboxes = _user_path(args.mailboxes, "include/mailboxes.yaml")
     if args.suppressions:
-        sup = import_suppressions(url, _user_path(args.suppressions))
-        print(f"suppressions {args.suppressions}: added={sup.added} known={sup.known} "
-              f"invalid={sup.invalid} cancelled={sup.cancelled}")
-        for p in sup.problems:
-            print(f"  {args.suppressions}, {p}")
-    result = import_leads(url, campaign, mailboxes, _user_path(args.csv))
+        _print_suppressions(args.suppressions, import_suppressions(url, _user_path(args.suppressions)))
+
+    def progress(rows: int, seconds: float) -> None:  # stderr: stdout stays the report (--json)
+        print(progress_line(args.csv, rows, seconds), file=sys.stderr, flush=True)
+
+    result = import_leads(url, campaign, mailboxes, _user_path(args.csv), progress=progress,
+                          progress_every=args.progress_every or PROGRESS_ROWS)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
-        return 0
-    print(result.summary())
-    for p in result.problems:
-        print(f"  {args.csv}, {p}")
-    if result.problems_omitted:
-        print(f"  … and {result.problems_omitted} more problems (all in outreach.import_runs)")
-    if result.suppressed_lines:
-        print(f"  suppressed (not stored): lines {result.suppressed_lines}")
+    else:
+        # Problems first, the summary last: it is what the user reads when the output stops.
+        for p in result.problems:
+            print(f"  {args.csv}, {p}")
+        if result.problems_omitted:
+            print(f"  … and {result.problems_omitted} more problems "
+                  f"(outreach import show {result.run_id} --problems)")
+        if result.suppressed_lines:
+            print(f"  suppressed (not stored): lines {result.suppressed_lines}")
+        print(result.summary())
+    if (why := result.nothing_imported()) is not None:
+        print(f"outreach: error: {why}", file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_import_suppressions(args: argparse.Namespace) -> int:
     from outreach.suppression import import_suppressions
 
-    sup = import_suppressions(_url(), _user_path(args.csv), reason=args.reason)
-    print(f"suppressions {args.csv}: added={sup.added} known={sup.known} invalid={sup.invalid} "
-          f"cancelled={sup.cancelled}")
-    for p in sup.problems:
-        print(f"  {args.csv}, {p}")
+    _print_suppressions(args.csv, import_suppressions(_url(), _user_path(args.csv), reason=args.reason))
+    return 0
+
+
+def cmd_import_show(args: argparse.Namespace) -> int:
+    from outreach.leads import import_run
+
+    run, problems = import_run(_url(), args.run_id, page=args.page, page_size=args.page_size)
+    print(f"import run {run['id']} ({run['kind']}, {run['created_at']:%Y-%m-%d %H:%M:%S %Z}): "
+          f"{run['file']}" + (f" into {run['campaign_key']}" if run["campaign_key"] else ""))
+    print(f"  rows={run['rows_total']} imported={run['imported']} updated={run['updated']} "
+          f"unchanged={run['unchanged']} duplicate={run['duplicate']} invalid={run['invalid']} "
+          f"suppressed={run['suppressed']} enrolled={run['enrolled']}")
+    stored, omitted = run["problems_stored"], run["problems_omitted"]
+    pages = max(1, -(-stored // args.page_size))
+    if not args.problems:
+        print(f"  problems: {stored} stored" + (f", {omitted} more counted" if omitted else "")
+              + (f" (outreach import show {run['id']} --problems)" if stored else ""))
+        return 0
+    first = (args.page - 1) * args.page_size
+    for p in problems:
+        print(f"  {p}")
+    shown = f"{first + 1}–{first + len(problems)}" if problems else "none"
+    nxt = (f"; next: outreach import show {run['id']} --problems --page {args.page + 1}"
+           if args.page < pages else "")
+    print(f"problems {shown} of {stored} (page {args.page} of {pages}{nxt})"
+          + (f"; {omitted} more were counted, not stored" if omitted else ""))
     return 0
 
 
@@ -385,6 +420,13 @@ def cmd_airflow(args: argparse.Namespace) -> int:
     return run_foreground()
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser (sub-commands: db upgrade, db stop, import-leads, import-suppressions,
     suppress, unsuppress, queue-due, send, unconfirmed, resolve, mailbox, postmaster, reap, report,
@@ -407,7 +449,19 @@ def build_parser() -> argparse.ArgumentParser:
                    "it must lie in an OUTREACH_IMPORT_ROOTS folder (default include/data)")
     s.add_argument("--suppressions", help="a do-not-contact CSV imported first (same rules)")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--progress-every", type=_positive, metavar="ROWS",
+                   help="a progress line on stderr every ROWS rows read (default 50,000: "
+                   "outreach.leads.PROGRESS_ROWS)")
     s.set_defaults(func=cmd_import_leads)
+
+    imp = sub.add_parser("import", help="stored import runs")
+    impsub = imp.add_subparsers(dest="import_command", required=True)
+    s = impsub.add_parser("show", help="an import run's counts, and its stored problems page by page")
+    s.add_argument("run_id", type=int)
+    s.add_argument("--problems", action="store_true", help="list the stored problems")
+    s.add_argument("--page", type=_positive, default=1, help="page of problems (1-based)")
+    s.add_argument("--page-size", type=_positive, default=50)
+    s.set_defaults(func=cmd_import_show)
 
     s = sub.add_parser("import-suppressions", help="import a do-not-contact CSV")
     s.add_argument("csv")

@@ -137,5 +137,22 @@ SELECT %(kind)s, %(file)s, %(campaign_key)s, %(rows_total)s, %(imported)s, %(upd
        (SELECT count(*) FROM p) - (SELECT count(*) FROM kept)
 RETURNING id;
 
+-- name: import_run_get
+-- One import run for `outreach import show`, its counts without the (large) problem list.
+SELECT id, kind, file, campaign_key, rows_total, imported, updated, unchanged, duplicate,
+       invalid, suppressed, enrolled, problems_omitted,
+       jsonb_array_length(problems) AS problems_stored, created_at
+FROM outreach.import_runs WHERE id = %(id)s;
+
+-- name: import_run_problems_page
+-- One page of a run's stored problems, in stored order (by line, suppressed lines last).
+SELECT (e.p ->> 'line')::integer AS line, e.p ->> 'field' AS field, e.p ->> 'reason' AS reason,
+       e.p ->> 'action' AS action
+FROM outreach.import_runs r
+CROSS JOIN LATERAL jsonb_array_elements(r.problems) WITH ORDINALITY AS e(p, n)
+WHERE r.id = %(id)s
+ORDER BY e.n
+LIMIT %(limit)s OFFSET %(offset)s;
+
 -- name: import_run_latest
 SELECT * FROM outreach.import_runs WHERE kind = %(kind)s ORDER BY id DESC LIMIT 1;
