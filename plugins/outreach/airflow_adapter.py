@@ -129,6 +129,40 @@ def smtp_connector(smtp_conn_id: str) -> smtplib.SMTP:
     return client
 
 
+def imap_account(imap_conn_id: str):
+    """Return the :class:`outreach.imap.ImapAccount` of an Airflow IMAP connection: host, port
+    (default 993, or 143 with extra ``ssl: false``), login, password, extra ``ssl`` (default
+    true: implicit TLS) and ``timeout`` (seconds, default 30).
+
+    :raises LookupError: no such connection, or it has no host or login (the message names the
+        connection and how to add it; never the password).
+    """
+    from outreach.imap import ImapAccount
+
+    conn = _connection(imap_conn_id)
+    if conn is None:
+        raise LookupError(f"no Airflow connection {imap_conn_id!r} (set "
+                          f"AIRFLOW_CONN_{imap_conn_id.upper()} or add it in the Airflow UI; "
+                          "README: Inbound mail)")
+    extra = conn.extra_dejson or {}
+    ssl = str(extra.get("ssl", extra.get("use_ssl", True))).strip().lower() not in ("false", "0", "no")
+    if not conn.host or not conn.login:
+        raise LookupError(f"Airflow connection {imap_conn_id!r} needs a host and a login")
+    return ImapAccount(imap_conn_id, conn.host, int(conn.port or (993 if ssl else 143)), conn.login,
+                       conn.password or "", ssl, float(extra.get("timeout", 30)))
+
+
+def optional_unsubscribe_secret() -> str | None:
+    """Return the unsubscribe secret (:func:`unsubscribe_secret`), or ``None`` when none is set
+    (the inbox reader then handles a mailto unsubscribe by its sender's address)."""
+    from outreach.settings import SettingsError
+
+    try:
+        return unsubscribe_secret()
+    except SettingsError:
+        return None
+
+
 # --- DAG definitions ---------------------------------------------------------------------------
 
 def dag_kwargs(*, schedule: str | None = None, retries: int = 1, operator: bool = False,
@@ -538,3 +572,40 @@ def transactional_schedule() -> str:
     expression), default ``* * * * *`` (every minute: the longest a row waits when nobody runs
     ``outreach transactional worker``)."""
     return os.environ.get("OUTREACH_TRANSACTIONAL_SCHEDULE", "* * * * *").strip() or "* * * * *"
+
+
+# --- the inbox reader ---------------------------------------------------------------------------
+
+def inbox_targets_task() -> list[dict[str, Any]]:
+    """Return the IMAP accounts to read this run (see :func:`outreach.inbox.plan_targets`)."""
+    from outreach.inbox import plan_targets
+
+    targets = plan_targets(database_url())
+    log.info("inbox: %s account(s) to read: %s", len(targets), [t["label"] for t in targets])
+    return targets
+
+
+def inbox_read_task(target: dict[str, Any]) -> dict[str, Any]:
+    """Read one account (see :func:`outreach.inbox.read_target`); return its summary.
+
+    :raises outreach.inbox.InboxError: the mailbox could not be read; the one-line message names
+        the mailbox, the connection and the IMAP stage, and the task fails (clearing it is safe).
+    """
+    from outreach.inbox import read_target
+
+    return read_target(database_url(), target, imap_account,
+                       unsubscribe_secret=optional_unsubscribe_secret()).to_dict()
+
+
+def inbox_summary_task(results: list[dict[str, Any]] | None) -> dict[str, int]:
+    """Add up the mailbox summaries of an inbox run and log one line."""
+    from outreach.inbox import COUNTED
+
+    total = {k: 0 for k in ("fetched", *COUNTED)}
+    for r in results or []:
+        if r:
+            for k in total:
+                total[k] += r.get(k, 0)
+    log.info("inbox run: mailboxes=%s %s", len(list(results or [])),
+             " ".join(f"{k}={v}" for k, v in total.items()))
+    return total

@@ -82,6 +82,10 @@ class Campaign(_Model):
     send_window: SendWindow
     mailboxes: list[str] = Field(min_length=1)
     steps: list[Step] = Field(min_length=1)
+    stop_on_auto_reply: bool = False
+    """An automatic reply (out of office…) stops the lead's sequence too (see outreach.inbox)."""
+    stop_on_domain_reply: bool = False
+    """A reply stops every other lead of the same company domain in this campaign."""
 
 
 class Mailbox(_Model):
@@ -109,6 +113,13 @@ class Mailbox(_Model):
     dkim_key_conn_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_\-]+$")
     transactional: bool = False
     """This mailbox sends transactional mail when the caller names no mailbox (at most one)."""
+    imap_conn_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_\-]+$")
+    """The Airflow connection (conn type imap) of this mailbox's own inbox: the inbox reader
+    (``outreach inbox``, DAG ``outreach_inbox``) reads replies, bounces and complaints there, and
+    the Sent folder gives evidence for unconfirmed emails. ``None``: the inbox is not read."""
+    unsubscribe_imap_conn_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_\-]+$")
+    """The Airflow IMAP connection of the account that receives ``unsubscribe@<domain>`` (the
+    List-Unsubscribe mailto) when that address is not delivered into this mailbox's inbox."""
 
     @model_validator(mode="after")
     def _dkim_pair(self) -> Mailbox:
@@ -224,7 +235,8 @@ def upsert_mailbox(conn: Any, m: Mailbox) -> int:
         "timezone": m.timezone, "daily_cap": m.daily_cap, "warmup_start": m.warmup_start,
         "warmup_initial": m.warmup_initial, "warmup_days": m.warmup_days,
         "warmup_increment": m.warmup_increment, "dkim_selector": m.dkim_selector,
-        "dkim_key_conn_id": m.dkim_key_conn_id, "transactional": m.transactional})["id"]
+        "dkim_key_conn_id": m.dkim_key_conn_id, "transactional": m.transactional,
+        "imap_conn_id": m.imap_conn_id, "unsubscribe_imap_conn_id": m.unsubscribe_imap_conn_id})["id"]
 
 
 def sync_mailboxes(url: str, path: str | Path) -> list[int]:
@@ -254,7 +266,9 @@ def sync(conn: Any, campaign: Campaign, mailboxes: list[Mailbox], source_file: s
     row = db.one(conn, "campaign_upsert", {
         "key": campaign.key, "name": campaign.name, "timezone": campaign.timezone,
         "send_days": w.iso_days(), "window_start": w.start,
-        "window_end": "24:00:00" if w.end == "24:00" else w.end, "source_file": source_file})
+        "window_end": "24:00:00" if w.end == "24:00" else w.end, "source_file": source_file,
+        "stop_on_auto_reply": campaign.stop_on_auto_reply,
+        "stop_on_domain_reply": campaign.stop_on_domain_reply})
     campaign_id = row["id"]
     for mailbox_id in mailbox_ids:
         db.run(conn, "campaign_mailbox_link", {"campaign_id": campaign_id, "mailbox_id": mailbox_id})

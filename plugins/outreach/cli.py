@@ -263,6 +263,35 @@ def cmd_send(args: argparse.Namespace) -> int:
             return 0
 
 
+def cmd_inbox(args: argparse.Namespace) -> int:
+    from outreach import db
+    from outreach.airflow_adapter import optional_unsubscribe_secret, imap_account
+    from outreach.inbox import InboxError, plan_targets, read_target
+    from outreach.mailboxes import find_mailbox
+
+    url = _url()
+    targets = plan_targets(url)
+    if args.mailbox:
+        with db.connect(url, autocommit=True) as conn:
+            wanted = find_mailbox(conn, args.mailbox)["id"]
+        targets = [t for t in targets if wanted in t["mailbox_ids"]]
+    if not targets:
+        print("no mailbox to read: give mailboxes an imap_conn_id in include/mailboxes.yaml, "
+              "then `outreach mailbox sync`")
+        return 0
+    failed = []
+    secret = optional_unsubscribe_secret()
+    for t in targets:
+        try:
+            print(read_target(url, t, imap_account, unsubscribe_secret=secret).line(), flush=True)
+        except InboxError as exc:
+            print(exc.summary.line(), flush=True)
+            failed.append(str(exc))
+    for line in failed:
+        print(f"outreach: error: {line}", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def cmd_unconfirmed(args: argparse.Namespace) -> int:
     from outreach.logutil import mask
     from outreach.resolve import list_unconfirmed
@@ -429,7 +458,7 @@ def _positive(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser (sub-commands: db upgrade, db stop, import-leads, import-suppressions,
-    suppress, unsuppress, queue-due, send, unconfirmed, resolve, mailbox, postmaster, reap, report,
+    suppress, unsuppress, queue-due, send, inbox, unconfirmed, resolve, mailbox, postmaster, reap, report,
     serve-unsubscribe, preflight, dkim-record, airflow, demo)."""
     p = argparse.ArgumentParser(prog="outreach", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -514,6 +543,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=int, help="rows to claim at most (default OUTREACH_BATCH_SIZE)")
     s.add_argument("--until-empty", action="store_true", help="keep claiming until nothing is due")
     s.set_defaults(func=cmd_send)
+
+    s = sub.add_parser("inbox", help="read each mailbox's inbox: replies, bounces, complaints, "
+                       "unsubscribes")
+    s.add_argument("--mailbox", help="only this mailbox (address or id)")
+    s.set_defaults(func=cmd_inbox)
 
     s = sub.add_parser("unconfirmed", help="list unconfirmed emails (a person must decide)")
     s.add_argument("--campaign")

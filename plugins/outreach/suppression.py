@@ -178,17 +178,20 @@ class OneClick:
     cancelled: int
 
 
-def unsubscribe_email(conn, email_id: int) -> OneClick | None:
+def unsubscribe_email(conn, email_id: int, *, source: str | None = None,
+                      actor: str = "recipient (one-click)") -> OneClick | None:
     """Suppress the recipient of email row ``email_id`` (reason ``unsubscribed``, source
     ``one-click:email:<id>``) and cancel their queued steps, inside the caller's transaction.
 
     Repeats are harmless: the suppression exists once (RFC 8058 §3.2: the POST may be repeated).
+    The inbox reader takes the same path for a List-Unsubscribe mailto carrying the token
+    (``source`` ``mailto:inbound:<id>``, ``actor`` ``recipient (mailto)``).
 
     :returns: ``None`` when no email row has that id.
     """
     row = db.one(conn, "email_unsubscribe_target", {"email_id": email_id})
     if row is None:
         return None
-    added, cancelled = suppress(conn, row["email"], "unsubscribed", f"one-click:email:{email_id}",
-                                actor="recipient (one-click)")
+    added, cancelled = suppress(conn, row["email"], "unsubscribed",
+                                source or f"one-click:email:{email_id}", actor=actor)
     return OneClick(email_id, row["email"], added, cancelled)

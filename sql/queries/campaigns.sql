@@ -10,28 +10,32 @@ RETURNING id;
 -- Create or update a mailbox from the mailbox file; its pause status is never touched here.
 INSERT INTO outreach.mailboxes AS m (address, display_name, smtp_conn_id, timezone, daily_cap,
                                      warmup_start, warmup_initial, warmup_days, warmup_increment,
-                                     dkim_selector, dkim_key_conn_id, transactional)
+                                     dkim_selector, dkim_key_conn_id, transactional, imap_conn_id,
+                                     unsubscribe_imap_conn_id)
 VALUES (%(address)s, %(display_name)s, %(smtp_conn_id)s, %(timezone)s, %(daily_cap)s,
         %(warmup_start)s, %(warmup_initial)s, %(warmup_days)s, %(warmup_increment)s,
-        %(dkim_selector)s, %(dkim_key_conn_id)s, %(transactional)s)
+        %(dkim_selector)s, %(dkim_key_conn_id)s, %(transactional)s, %(imap_conn_id)s,
+        %(unsubscribe_imap_conn_id)s)
 ON CONFLICT ON CONSTRAINT outreach_mailboxes_address_key DO UPDATE
 SET display_name = excluded.display_name, smtp_conn_id = excluded.smtp_conn_id,
     timezone = excluded.timezone, daily_cap = excluded.daily_cap,
     warmup_start = excluded.warmup_start, warmup_initial = excluded.warmup_initial,
     warmup_days = excluded.warmup_days, warmup_increment = excluded.warmup_increment,
     dkim_selector = excluded.dkim_selector, dkim_key_conn_id = excluded.dkim_key_conn_id,
-    transactional = excluded.transactional, updated_at = now()
+    transactional = excluded.transactional, imap_conn_id = excluded.imap_conn_id,
+    unsubscribe_imap_conn_id = excluded.unsubscribe_imap_conn_id, updated_at = now()
 RETURNING id;
 
 -- name: campaign_upsert
 INSERT INTO outreach.campaigns AS c (key, name, timezone, send_days, window_start, window_end,
-                                     source_file)
+                                     source_file, stop_on_auto_reply, stop_on_domain_reply)
 VALUES (%(key)s, %(name)s, %(timezone)s, %(send_days)s, %(window_start)s, %(window_end)s,
-        %(source_file)s)
+        %(source_file)s, %(stop_on_auto_reply)s, %(stop_on_domain_reply)s)
 ON CONFLICT ON CONSTRAINT outreach_campaigns_key_key DO UPDATE
 SET name = excluded.name, timezone = excluded.timezone, send_days = excluded.send_days,
     window_start = excluded.window_start, window_end = excluded.window_end,
-    source_file = excluded.source_file, updated_at = now()
+    source_file = excluded.source_file, stop_on_auto_reply = excluded.stop_on_auto_reply,
+    stop_on_domain_reply = excluded.stop_on_domain_reply, updated_at = now()
 RETURNING id;
 
 -- name: campaign_mailbox_link

@@ -1,0 +1,195 @@
+"""Reading an IMAP account: connect, log in, select read-only, search, fetch — each a named stage.
+
+The client is IMAPClient (pinned in requirements.txt) rather than the ``apache-airflow-providers-imap``
+hook: the hook is a thin layer over :mod:`imaplib` made for "download the attachments of mail
+matching a search", and gives neither UIDVALIDITY nor UID-based fetching, special-use folder
+discovery (RFC 6154 ``\\Sent``) or ``BODY.PEEK`` (reading without setting ``\\Seen`` in a mailbox
+people also read). IMAPClient parses every response, works on UIDs throughout, finds
+special-use folders (``find_special_folder``) and has ``oauth2_login`` (XOAUTH2) for Gmail and
+Microsoft 365. The Airflow connection is still where the account lives (conn type ``imap``:
+host, port, login, password, extra ``{"ssl": false}`` for plain IMAP, ``"timeout": seconds``);
+:func:`outreach.airflow_adapter.imap_account` reads it.
+
+Every failure is an :class:`ImapError` naming the stage (CONNECT, LOGIN, SELECT, SEARCH, FETCH,
+LIST) — the IMAP counterpart of the SMTP stages in :mod:`outreach.transport`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+FETCH_CHUNK = 25
+"""Messages fetched per FETCH command (bounded memory; a bounce can carry a large original)."""
+
+
+class ImapError(RuntimeError):
+    """An IMAP operation failed: ``stage`` (``CONNECT``, ``LOGIN``, ``SELECT``, ``SEARCH``,
+    ``FETCH``, ``LIST``) and the server's or the network's reason, never the password."""
+
+    def __init__(self, stage: str, reason: str) -> None:
+        super().__init__(f"IMAP stage {stage}: {reason}")
+        self.stage = stage
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ImapAccount:
+    """How to reach one account: ``conn_id`` (the Airflow connection it came from), ``host``,
+    ``port``, ``login``, ``password``, ``ssl`` (implicit TLS, port 993; ``False`` for plain IMAP
+    on loopback), ``timeout`` (seconds per network operation)."""
+
+    conn_id: str
+    host: str
+    port: int
+    login: str
+    password: str
+    ssl: bool = True
+    timeout: float = 30.0
+
+    def __repr__(self) -> str:  # never show the password
+        return f"ImapAccount({self.conn_id!r}, {self.host}:{self.port}, ssl={self.ssl})"
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """One message read: its ``uid``, the ``raw`` bytes (``BODY.PEEK[]``) and the server's
+    ``internaldate`` (aware, UTC, or ``None``)."""
+
+    uid: int
+    raw: bytes
+    internaldate: dt.datetime | None
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.replace("\r", " ").replace("\n", " ")[:300]
+
+
+class ImapSession:
+    """One logged-in IMAPClient session; a context manager that logs out on exit.
+
+    :raises ImapError: at CONNECT or LOGIN when entering.
+    """
+
+    def __init__(self, account: ImapAccount) -> None:
+        self.account = account
+        self.client: Any = None
+
+    def __enter__(self) -> ImapSession:
+        from imapclient import IMAPClient
+
+        try:
+            self.client = IMAPClient(self.account.host, port=self.account.port,
+                                     ssl=self.account.ssl, timeout=self.account.timeout)
+        except Exception as exc:  # noqa: BLE001 - socket, TLS, greeting: all the CONNECT stage
+            raise ImapError("CONNECT", _reason(exc)) from None
+        try:
+            self.client.login(self.account.login, self.account.password)
+        except Exception as exc:  # noqa: BLE001
+            self.close()
+            raise ImapError("LOGIN", _reason(exc)) from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Log out (best effort) and drop the connection."""
+        if self.client is None:
+            return
+        try:
+            self.client.logout()
+        except Exception:  # noqa: BLE001 - the connection may already be gone
+            try:
+                self.client.shutdown()
+            except Exception:  # noqa: BLE001
+                pass
+        self.client = None
+
+    def select(self, folder: str = "INBOX") -> int:
+        """Select ``folder`` read-only (nothing is flagged or expunged); return its UIDVALIDITY.
+
+        :raises ImapError: at SELECT.
+        """
+        try:
+            info = self.client.select_folder(folder, readonly=True)
+            return int(info[b"UIDVALIDITY"])
+        except Exception as exc:  # noqa: BLE001
+            raise ImapError("SELECT", f"{folder}: {_reason(exc)}") from None
+
+    def uids_after(self, last_uid: int, since: dt.date | None = None) -> list[int]:
+        """Return the UIDs above ``last_uid`` in the selected folder, ascending (``UID n:*``
+        also returns the highest message when none is above, so the result is filtered), and
+        only messages received on or after ``since`` when it is given (``SINCE``, RFC 3501).
+
+        :raises ImapError: at SEARCH.
+        """
+        criteria: list[Any] = ["UID", f"{last_uid + 1}:*"]
+        if since is not None:
+            criteria += ["SINCE", since]
+        try:
+            return sorted(u for u in self.client.search(criteria) if u > last_uid)
+        except Exception as exc:  # noqa: BLE001
+            raise ImapError("SEARCH", _reason(exc)) from None
+
+    def fetch(self, uids: list[int]) -> Iterator[Fetched]:
+        """Yield the messages ``uids`` with ``BODY.PEEK[]`` (never sets ``\\Seen``), in UID
+        order, :data:`FETCH_CHUNK` at a time. A UID expunged meanwhile is skipped.
+
+        :raises ImapError: at FETCH.
+        """
+        for start in range(0, len(uids), FETCH_CHUNK):
+            chunk = uids[start:start + FETCH_CHUNK]
+            try:
+                data = self.client.fetch(chunk, ["BODY.PEEK[]", "INTERNALDATE"])
+            except Exception as exc:  # noqa: BLE001
+                raise ImapError("FETCH", _reason(exc)) from None
+            for uid in chunk:
+                item = data.get(uid)
+                if not item or b"BODY[]" not in item:
+                    continue
+                when = item.get(b"INTERNALDATE")
+                if isinstance(when, dt.datetime):
+                    when = (when.astimezone(dt.timezone.utc) if when.tzinfo
+                            else when.replace(tzinfo=dt.timezone.utc))
+                yield Fetched(uid, bytes(item[b"BODY[]"]), when)
+
+    def sent_folder(self) -> str | None:
+        """Return the folder flagged ``\\Sent`` (special use, RFC 6154: Gmail's
+        ``[Gmail]/Sent Mail``, Outlook's ``Sent Items``), or ``None`` when there is none.
+
+        :raises ImapError: at LIST.
+        """
+        from imapclient import SENT
+
+        try:
+            for flags, _delim, name in self.client.list_folders():
+                if SENT in flags:
+                    return name
+            return None
+        except Exception as exc:  # noqa: BLE001
+            raise ImapError("LIST", _reason(exc)) from None
+
+    def find_message_id(self, message_id: str) -> dt.datetime | None:
+        """Search the selected folder for ``Message-ID: <message_id>`` (``SEARCH HEADER``,
+        RFC 3501 §6.4.4); return the INTERNALDATE of the first match (UTC), or ``None``.
+
+        :raises ImapError: at SEARCH or FETCH.
+        """
+        try:
+            found = self.client.search(["HEADER", "Message-ID", f"<{message_id}>"])
+        except Exception as exc:  # noqa: BLE001
+            raise ImapError("SEARCH", _reason(exc)) from None
+        if not found:
+            return None
+        try:
+            item = self.client.fetch([min(found)], ["INTERNALDATE"]).get(min(found), {})
+        except Exception as exc:  # noqa: BLE001
+            raise ImapError("FETCH", _reason(exc)) from None
+        when = item.get(b"INTERNALDATE")
+        if isinstance(when, dt.datetime):
+            return when.astimezone(dt.timezone.utc) if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
+        return dt.datetime.now(dt.timezone.utc)

@@ -1,0 +1,311 @@
+"""Classifying one inbound message: a pure function from its bytes to a class and its evidence.
+
+The order is the rule (issue 11), and the first that matches decides:
+
+1. **Bounce** (``hard_bounce`` / ``soft_bounce``): a message that looks like a bounce — a DSN
+   (RFC 3464 ``multipart/report; report-type=delivery-status``), or one from ``MAILER-DAEMON`` /
+   ``postmaster``, with an empty ``Return-Path`` (RFC 5321 §4.5.5: bounces have a null
+   reverse-path) or a delivery-failure subject — whose failing addresses ``flufl.bounce``
+   (Mailman's detectors for DSNs, Postfix, Exim, qmail, Exchange, Microsoft, AOL, Yahoo…) finds.
+   Hard or soft: a DSN's ``Status`` (RFC 3463: ``5.x.x`` permanent, ``4.x.x`` transient, Action
+   ``delayed``), else flufl.bounce's permanent / temporary split.
+2. **Complaint**: an ARF feedback report (RFC 5965 ``multipart/report;
+   report-type=feedback-report``); the address is its ``Original-Rcpt-To`` or the enclosed
+   original's ``To``.
+3. **Unsubscribe**: sent to the List-Unsubscribe ``mailto:unsubscribe@<domain>`` address (see
+   :func:`outreach.send.prepare`; the subject then carries the signed token of the email row), or
+   a reply whose first line is an unsubscribe request in the common forms (:data:`UNSUBSCRIBE_LINE`).
+4. **Auto-reply**: RFC 3834 ``Auto-Submitted`` (any value but ``no``), ``X-Autoreply``,
+   ``X-Autorespond``, ``X-Auto-Response-Suppress`` (Exchange), ``Precedence: auto_reply | bulk |
+   junk``, or an out-of-office subject (:data:`AUTO_REPLY_SUBJECT`).
+5. **Reply**: anything else from a person; :mod:`outreach.inbox` matches it to our email by
+   ``In-Reply-To`` / ``References`` (RFC 5322 §3.6.4), then by the sender's address — and calls it
+   ``unmatched`` when neither finds a lead.
+
+Nothing here touches the database or the network; the effects live in :mod:`outreach.inbox`.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import hashlib
+import re
+from dataclasses import dataclass, field
+from email.message import Message
+from email.utils import getaddresses, parseaddr
+
+BOUNCE_SENDERS = frozenset({"mailer-daemon", "postmaster", "mail-daemon", "mailerdaemon"})
+BOUNCE_SUBJECT = re.compile(
+    r"(undeliver|undelivered|delivery (status notification|failure|has failed)|"
+    r"mail delivery (failed|failure|system)|returned mail|failure notice|"
+    r"delivery report|non[- ]?delivery|could not be delivered|unzustellbar)", re.I)
+AUTO_REPLY_SUBJECT = re.compile(
+    r"^\s*(re:\s*)?(out of (the )?office|automatic reply|auto[- ]?reply|auto[- ]?response|"
+    r"autoresponse|abwesenheitsnotiz|automatische antwort|r[ée]ponse automatique|"
+    r"absence|respuesta autom[áa]tica|risposta automatica|on vacation|away from (the )?office|"
+    r"i am (currently )?out of)", re.I)
+"""Out-of-office subjects as Outlook, Gmail, Exchange and Apple Mail write them (several
+languages); matched at the start, after an optional ``Re:``."""
+UNSUBSCRIBE_LINE = re.compile(
+    r"^\s*(please\s*,?\s*)?(unsubscribe( me)?|remove me|take me off|opt[- ]?(me )?out|"
+    r"(do not|don't|dont) (contact|e-?mail|mail|write to) me|stop( emailing| sending)?( me)?|"
+    r"no more e-?mails|(bitte\s+)?(abmelden|austragen)|d[ée]sinscri(re|vez)-?(moi)?)"
+    r"(\b|$)", re.I)
+"""A first line that asks to be taken off the list: "unsubscribe", "Please remove me from your
+list", "Take me off", "opt out", "Don't email me", "STOP", "Abmelden", "désinscrire"…"""
+AUTO_PRECEDENCE = frozenset({"auto_reply", "bulk", "junk"})
+_MSGID = re.compile(r"<([^<>\s]+@[^<>\s]+)>")
+_BODY_MSGID = re.compile(r"^\s*Message-ID:\s*<([^<>\s]+@[^<>\s]+)>", re.I | re.M)
+_TOKEN = re.compile(r"\bunsubscribe\s+([A-Za-z0-9_\-.]{10,})", re.I)
+_TAG = re.compile(r"<[^>]*>")
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """What the reader needs of one message: ``message_id`` (without <>, lower-case; or
+    ``sha256:<hex>`` when the message has none), ``from_address`` (lower-case, '' when none),
+    ``recipients`` (To, Cc, Delivered-To, X-Original-To; lower-case), ``subject`` (≤ 200
+    characters), ``references`` (In-Reply-To first, then References newest first; lower-case) and
+    ``first_line`` (the first non-empty, non-quoted line of the text)."""
+
+    message_id: str
+    from_address: str
+    recipients: tuple[str, ...]
+    subject: str
+    references: tuple[str, ...]
+    first_line: str
+
+
+@dataclass(frozen=True)
+class Classified:
+    """The verdict: ``kind`` (``hard_bounce``, ``soft_bounce``, ``complaint``, ``unsubscribe``,
+    ``auto_reply`` or ``reply``), ``evidence`` (which header or part decided), ``addresses`` the
+    effect concerns (bounced or complaining recipients, lower-case), ``original_ids`` (Message-IDs
+    of the enclosed original, for DSNs and ARF reports), ``dsn_status`` (RFC 3463) and ``token``
+    (the unsubscribe token a mailto unsubscribe carried in its subject)."""
+
+    kind: str
+    evidence: str
+    addresses: tuple[str, ...] = ()
+    original_ids: tuple[str, ...] = ()
+    dsn_status: str | None = None
+    token: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def _addr(value: str | None) -> str:
+    return parseaddr(value or "")[1].strip().lower()
+
+
+def _ids(value: str | None) -> list[str]:
+    return [m.lower() for m in _MSGID.findall(value or "")]
+
+
+def parse(raw: bytes) -> tuple[Inbound, Message, Message]:
+    """Parse a message's bytes; return ``(inbound, message, compat_message)`` — the modern
+    :mod:`email` object and the compat32 one ``flufl.bounce`` reads."""
+    msg = email.message_from_bytes(raw, policy=email.policy.default)
+    compat = email.message_from_bytes(raw)
+    mid = _ids(str(compat.get("Message-ID", "")))
+    message_id = mid[0] if mid else "sha256:" + hashlib.sha256(raw).hexdigest()
+    refs = _ids(str(compat.get("In-Reply-To", ""))) + list(reversed(_ids(str(compat.get("References", "")))))
+    seen: set[str] = set()
+    references = tuple(r for r in refs if not (r in seen or seen.add(r)))
+    recipients = tuple(a.lower() for _, a in getaddresses(
+        [str(v) for h in ("To", "Cc", "Delivered-To", "X-Original-To", "Envelope-To")
+         for v in compat.get_all(h, [])]) if a)
+    subject = " ".join(str(msg.get("Subject", "") or "").split())[:200]
+    return (Inbound(message_id, _addr(str(compat.get("From", ""))), recipients, subject,
+                    references, first_line(msg)), msg, compat)
+
+
+def first_line(msg: Message) -> str:
+    """Return the first non-empty line of the message's text (plain, else HTML without tags)
+    that is not quoted (``>``) — what a person typed at the top of a reply; '' when none."""
+    try:
+        part = msg.get_body(preferencelist=("plain", "html"))
+        text = part.get_content() if part is not None else ""
+    except (KeyError, LookupError, AttributeError, UnicodeError):
+        return ""
+    if part is not None and part.get_content_type() == "text/html":
+        text = _TAG.sub("\n", text)
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(">"):
+            return line[:200]
+    return ""
+
+
+def _report_type(compat: Message) -> str:
+    if compat.get_content_type() != "multipart/report":
+        return ""
+    return (compat.get_param("report-type") or "").lower()
+
+
+def _delivery_status(compat: Message) -> list[dict[str, str]]:
+    """Return the per-recipient fields of every ``message/delivery-status`` part."""
+    out = []
+    for part in compat.walk():
+        if part.get_content_type() != "message/delivery-status":
+            continue
+        blocks = part.get_payload()
+        if isinstance(blocks, str):  # an unparsed body: split the blocks ourselves
+            blocks = [email.message_from_string(b) for b in re.split(r"\n\s*\n", blocks)]
+        for block in blocks if isinstance(blocks, list) else []:
+            fields = {k.lower(): str(v) for k, v in block.items()}
+            if "final-recipient" in fields or "original-recipient" in fields:
+                out.append(fields)
+    return out
+
+
+def _enclosed_ids(compat: Message, own: str) -> tuple[str, ...]:
+    """Message-IDs of the original message a report or bounce encloses (message/rfc822,
+    text/rfc822-headers, or quoted in the text), ours first in order; never the report's own."""
+    found: list[str] = []
+    for part in compat.walk():
+        ctype = part.get_content_type()
+        if ctype in ("message/rfc822", "message/rfc822-headers"):
+            payload = part.get_payload()
+            inner = payload[0] if isinstance(payload, list) and payload else None
+            if isinstance(inner, Message):
+                found += _ids(str(inner.get("Message-ID", "")))
+        elif ctype in ("text/rfc822-headers", "text/plain"):
+            try:
+                text = part.get_payload(decode=True) or b""
+            except (TypeError, ValueError):
+                continue
+            found += [m.lower() for m in _BODY_MSGID.findall(text.decode("utf-8", "replace"))]
+    seen: set[str] = {own}
+    return tuple(i for i in found if not (i in seen or seen.add(i)))
+
+
+def _looks_like_bounce(inbound: Inbound, compat: Message) -> str:
+    """Return why this may be a bounce (the evidence), or '' when it does not look like one."""
+    if _report_type(compat) == "delivery-status":
+        return "Content-Type: multipart/report; report-type=delivery-status (RFC 3464)"
+    local = inbound.from_address.partition("@")[0]
+    if local in BOUNCE_SENDERS:
+        return f"From: {local}@…"
+    if str(compat.get("Return-Path", "")).strip() == "<>":
+        return "Return-Path: <> (null reverse-path)"
+    if BOUNCE_SUBJECT.search(inbound.subject):
+        return f"Subject: {inbound.subject[:60]}"
+    return ""
+
+
+def _classify_bounce(inbound: Inbound, compat: Message) -> Classified | None:
+    why = _looks_like_bounce(inbound, compat)
+    if not why:
+        return None
+    from flufl.bounce import all_failures
+
+    try:
+        temporary, permanent = all_failures(compat)
+    except Exception:  # noqa: BLE001 - a detector choking on odd input is "no addresses found"
+        temporary, permanent = set(), set()
+    dec = lambda s: {a.decode("utf-8", "replace").strip("<>").lower() if isinstance(a, bytes)  # noqa: E731
+                     else str(a).lower() for a in s}
+    temporary, permanent = dec(temporary), dec(permanent)
+    statuses = _delivery_status(compat)
+    dsn_hard, dsn_soft, codes = set(), set(), []
+    for f in statuses:
+        rcpt = (f.get("final-recipient") or f.get("original-recipient") or "").partition(";")[2]
+        rcpt = rcpt.strip().strip("<>").lower()
+        status = f.get("status", "").split()[0] if f.get("status") else ""
+        action = f.get("action", "").strip().lower()
+        if status:
+            codes.append(status)
+        if status.startswith("5") or (action == "failed" and not status.startswith("4")):
+            dsn_hard.add(rcpt)
+        elif status.startswith("4") or action == "delayed":
+            dsn_soft.add(rcpt)
+    original = _enclosed_ids(compat, inbound.message_id)
+    code = codes[0] if codes else None
+    if dsn_hard or dsn_soft:
+        hard = bool(dsn_hard)
+        addresses = sorted((dsn_hard if hard else dsn_soft) - {""}) or sorted(
+            permanent if hard else temporary)
+        evidence = (f"{why}; message/delivery-status Status {code or '(none)'}, Action "
+                    f"{statuses[0].get('action', '?').strip()}")
+    elif permanent or temporary:
+        hard = bool(permanent)
+        addresses = sorted(permanent if hard else temporary)
+        evidence = f"{why}; flufl.bounce: {'permanent' if hard else 'temporary'} failure"
+    else:
+        return None  # looks like one, but no failing address: not a bounce we can act on
+    return Classified("hard_bounce" if hard else "soft_bounce", evidence, tuple(addresses),
+                      original, code)
+
+
+def _classify_complaint(inbound: Inbound, compat: Message) -> Classified | None:
+    if _report_type(compat) != "feedback-report":
+        return None
+    fields: dict[str, str] = {}
+    original_to: list[str] = []
+    for part in compat.walk():
+        ctype = part.get_content_type()
+        if ctype == "message/feedback-report":
+            payload = part.get_payload()
+            blocks = payload if isinstance(payload, list) else [email.message_from_string(str(payload))]
+            for block in blocks:
+                fields.update({k.lower(): str(v).strip() for k, v in block.items()})
+        elif ctype == "message/rfc822":
+            payload = part.get_payload()
+            inner = payload[0] if isinstance(payload, list) and payload else None
+            if isinstance(inner, Message):
+                original_to += [a.lower() for _, a in getaddresses([str(inner.get("To", ""))]) if a]
+        elif ctype == "text/rfc822-headers":
+            inner = email.message_from_bytes(part.get_payload(decode=True) or b"")
+            original_to += [a.lower() for _, a in getaddresses([str(inner.get("To", ""))]) if a]
+    rcpt = _addr(fields.get("original-rcpt-to", ""))
+    addresses = tuple(a for a in ([rcpt] if rcpt else original_to) if a)
+    return Classified("complaint", f"Content-Type: multipart/report; report-type=feedback-report "
+                      f"(RFC 5965), Feedback-Type: {fields.get('feedback-type', '?')}",
+                      addresses, _enclosed_ids(compat, inbound.message_id))
+
+
+def _classify_unsubscribe(inbound: Inbound) -> Classified | None:
+    to_mailto = [r for r in inbound.recipients if r.partition("@")[0] == "unsubscribe"]
+    if to_mailto:
+        m = _TOKEN.search(inbound.subject)
+        return Classified("unsubscribe", f"sent to {to_mailto[0].partition('@')[0]}@"
+                          f"{to_mailto[0].partition('@')[2]} (List-Unsubscribe mailto)"
+                          + ("; token in the subject" if m else ""),
+                          (inbound.from_address,) if inbound.from_address else (),
+                          token=m.group(1) if m else None)
+    if inbound.first_line and UNSUBSCRIBE_LINE.match(inbound.first_line):
+        return Classified("unsubscribe", f"first line: {inbound.first_line[:60]!r}",
+                          (inbound.from_address,) if inbound.from_address else ())
+    return None
+
+
+def _classify_auto_reply(inbound: Inbound, compat: Message) -> Classified | None:
+    auto = str(compat.get("Auto-Submitted", "")).strip()
+    if auto and auto.split(";")[0].strip().lower() != "no":
+        return Classified("auto_reply", f"Auto-Submitted: {auto[:40]} (RFC 3834)")
+    for header in ("X-Autoreply", "X-Autorespond", "X-Autoresponder", "X-Auto-Response-Suppress"):
+        if compat.get(header) is not None:
+            return Classified("auto_reply", f"{header}: {str(compat.get(header))[:40]}")
+    precedence = str(compat.get("Precedence", "")).strip().lower()
+    if precedence in AUTO_PRECEDENCE:
+        return Classified("auto_reply", f"Precedence: {precedence}")
+    if AUTO_REPLY_SUBJECT.match(inbound.subject):
+        return Classified("auto_reply", f"Subject: {inbound.subject[:60]}")
+    return None
+
+
+def classify(raw: bytes) -> tuple[Inbound, Classified]:
+    """Classify one message (see the module docstring for the order).
+
+    :param raw: the message as the IMAP server returned it (``BODY.PEEK[]``).
+    :returns: ``(inbound, verdict)``; a verdict of kind ``reply`` still has to be matched to a
+        lead (:mod:`outreach.inbox`), and becomes ``unmatched`` when it cannot be.
+    """
+    inbound, _msg, compat = parse(raw)
+    verdict = (_classify_bounce(inbound, compat) or _classify_complaint(inbound, compat)
+               or _classify_unsubscribe(inbound) or _classify_auto_reply(inbound, compat))
+    if verdict is None:
+        verdict = Classified("reply", "a message from a person (no bounce, report or "
+                             "auto-reply header)")
+    return inbound, verdict

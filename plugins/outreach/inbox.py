@@ -1,0 +1,358 @@
+"""The inbox reader: each mailbox's IMAP inbox read, every message classified, recorded once and
+its effect applied in the same transaction as its record.
+
+What happens when this runs twice (a retry, a cleared task, two runs at once, a reader killed
+mid-mailbox): each message is one transaction that first inserts its row into
+``outreach.inbound_messages`` with ``ON CONFLICT DO NOTHING RETURNING id`` under two UNIQUE
+constraints — (account, folder, UIDVALIDITY, UID) and (account, Message-ID) — and applies the
+message's effect only when that insert returned a row. Of two readers on one message, the second
+waits for the first's commit and then finds the row: "already seen", nothing applied. A reader
+killed before its commit leaves neither the row nor the effect; the next run does both. When a
+folder's UIDVALIDITY changes (RFC 3501 §2.3.1.1: every UID known is void), there is no cursor for
+the new value, so the folder is read again (since the day before the first send) and each message
+is recognised by its Message-ID.
+
+Effects (the classes and their order: :mod:`outreach.inbound`):
+
+* ``hard_bounce``: the recipient of our email (matched by the Message-ID the bounce encloses,
+  else the latest email this mailbox sent to the bouncing address) is suppressed ``bounced``,
+  which cancels their queued steps; the row is recorded against the email (it *was* sent: the
+  send log stays) and counts toward the mailbox's bounce rate (``mailbox_bounce_counts``).
+* ``soft_bounce``: recorded against the email; nothing else.
+* ``complaint``: the recipient is suppressed ``complained``; it counts toward the complaint rate
+  (:func:`outreach.health.pause_on_complaint_rate`).
+* ``unsubscribe``: the one-click path (:func:`outreach.suppression.unsubscribe_email`) when the
+  mail carries a valid token of an email row (List-Unsubscribe's mailto subject); else the sender's
+  address (and the lead it answered, if another) is suppressed ``unsubscribed``. Queued steps are
+  cancelled in the same transaction either way.
+* ``auto_reply``: recorded; the enrolment stops (``stopped``) only when the campaign says
+  ``stop_on_auto_reply: true``.
+* ``reply``: matched by In-Reply-To / References against our Message-IDs (the send log), else by
+  the sender's address to a lead with an active enrolment in this mailbox: the enrolment stops
+  (``replied``) and its queued steps are cancelled (``outreach.stop_enrollment``); with
+  ``stop_on_domain_reply: true`` every other active lead of the same company domain in that
+  campaign stops too (never for free-mail domains: :data:`FREE_MAIL_DOMAINS`).
+* ``unmatched``: recorded, no effect.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import psycopg
+
+from outreach import db, failpoints
+from outreach.imap import ImapAccount, ImapError, ImapSession
+from outreach.inbound import Classified, Inbound, classify
+from outreach.logutil import log, mask
+from outreach.suppression import suppress, unsubscribe_email
+
+FOLDER = "INBOX"
+MAX_PER_RUN = 500
+"""Messages one read of an account handles at most; the next run goes on from the cursor."""
+ACTOR = "inbox"
+FREE_MAIL_DOMAINS = frozenset({
+    "gmail.com", "googlemail.com", "outlook.com", "hotmail.com", "live.com", "msn.com",
+    "yahoo.com", "ymail.com", "icloud.com", "me.com", "aol.com", "gmx.de", "gmx.net", "web.de",
+    "t-online.de", "proton.me", "protonmail.com", "mail.ru", "yandex.ru", "qq.com", "163.com"})
+"""Domains shared by unrelated people: a reply from one never stops the others
+(``stop_on_domain_reply`` means "the same company")."""
+
+AccountLoader = Callable[[str], ImapAccount]
+"""Given an Airflow IMAP connection id, return the account (raise when it cannot)."""
+
+COUNTED = ("reply", "auto_reply", "hard_bounce", "soft_bounce", "complaint", "unsubscribe",
+           "unmatched", "already_seen")
+
+
+class InboxError(RuntimeError):
+    """A mailbox could not be read: the message names the mailbox (masked), the connection and
+    the IMAP stage. ``summary`` holds what was done before it failed."""
+
+    def __init__(self, message: str, summary: InboxSummary) -> None:
+        super().__init__(message)
+        self.summary = summary
+
+
+@dataclass
+class InboxSummary:
+    """What one read of one account did: ``fetched`` and one count per class, plus
+    ``already_seen`` (recorded by an earlier or concurrent run: nothing applied)."""
+
+    label: str          # the masked mailbox address
+    conn_id: str
+    fetched: int = 0
+    reply: int = 0
+    auto_reply: int = 0
+    hard_bounce: int = 0
+    soft_bounce: int = 0
+    complaint: int = 0
+    unsubscribe: int = 0
+    unmatched: int = 0
+    already_seen: int = 0
+    uidvalidity: int | None = None
+    error: str = ""
+
+    def line(self) -> str:
+        """Return the analyst-facing summary line of this mailbox."""
+        text = (f"inbox {self.label} (connection {self.conn_id}): fetched={self.fetched} "
+                f"replies={self.reply} auto_replies={self.auto_reply} "
+                f"hard_bounces={self.hard_bounce} soft_bounces={self.soft_bounce} "
+                f"complaints={self.complaint} unsubscribes={self.unsubscribe} "
+                f"unmatched={self.unmatched} already_seen={self.already_seen}")
+        return text + (f" FAILED {self.error}" if self.error else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-serialisable dict."""
+        return asdict(self)
+
+
+def plan_targets(url: str) -> list[dict[str, Any]]:
+    """Return the accounts to read, one per IMAP connection: ``{"conn_id", "label" (the masked
+    address), "mailbox_id" (the mailbox whose inbox it is, or ``None`` for a shared unsubscribe
+    account), "mailbox_ids" (the mailboxes whose mail it receives)}``.
+
+    A mailbox's ``imap_conn_id`` is its own inbox; its ``unsubscribe_imap_conn_id`` is the account
+    behind ``unsubscribe@<its domain>``, read once however many mailboxes name it (and not at all
+    when it is also some mailbox's own inbox: that read sees the mailto mail too).
+    """
+    with db.connect(url, autocommit=True) as conn:
+        rows = db.run(conn, "inbound_targets")
+    own = {r["imap_conn_id"]: r for r in rows if r["imap_conn_id"]}
+    targets = [{"conn_id": r["imap_conn_id"], "label": mask(r["address"]), "mailbox_id": r["id"],
+                "mailbox_ids": [r["id"]]} for r in own.values()]
+    shared: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        cid = r["unsubscribe_imap_conn_id"]
+        if not cid or cid in own:
+            continue
+        t = shared.setdefault(cid, {"conn_id": cid, "label": mask(
+            "unsubscribe@" + r["address"].rpartition("@")[2]), "mailbox_id": None, "mailbox_ids": []})
+        t["mailbox_ids"].append(r["id"])
+    return targets + list(shared.values())
+
+
+def read_target(url: str, target: dict[str, Any], accounts: AccountLoader, *,
+                unsubscribe_secret: str | None = None, limit: int = MAX_PER_RUN) -> InboxSummary:
+    """Read one account's INBOX (read-only, ``BODY.PEEK``) from where the last run stopped and
+    process every new message (see the module docstring).
+
+    :param target: one of :func:`plan_targets`.
+    :param accounts: turns the connection id into an :class:`~outreach.imap.ImapAccount`.
+    :param unsubscribe_secret: the HMAC secret of unsubscribe tokens (a mailto unsubscribe's
+        subject carries one); without it such mail is handled by its sender's address.
+    :param limit: messages at most in this read (the rest wait for the next run).
+    :returns: the summary (also logged as one line).
+    :raises InboxError: the account could not be read (connection missing, CONNECT, LOGIN,
+        SELECT, SEARCH or FETCH failed); what was processed before stays processed.
+    """
+    summary = InboxSummary(label=target["label"], conn_id=target["conn_id"])
+    conn = db.connect(url, autocommit=True)
+    try:
+        try:
+            account = accounts(target["conn_id"])
+        except Exception as exc:  # noqa: BLE001 - a missing connection names itself
+            return _fail(summary, "CONNECTION", str(exc))
+        try:
+            with ImapSession(account) as session:
+                uidvalidity = session.select(FOLDER)
+                summary.uidvalidity = uidvalidity
+                cursor = db.one(conn, "inbound_cursor_get", {
+                    "account": target["conn_id"], "folder": FOLDER, "uidvalidity": uidvalidity})
+                since = None
+                if cursor is None:
+                    first = db.one(conn, "inbound_first_send",
+                                   {"mailbox_ids": target["mailbox_ids"]})["first_send"]
+                    since = ((first or dt.datetime.now(dt.timezone.utc)) - dt.timedelta(days=1)).date()
+                uids = session.uids_after(cursor["last_uid"] if cursor else 0, since)[:limit]
+                for fetched in session.fetch(uids):
+                    summary.fetched += 1
+                    outcome = _process(conn, target, uidvalidity, fetched.uid, fetched.raw,
+                                       fetched.internaldate, unsubscribe_secret)
+                    setattr(summary, outcome, getattr(summary, outcome) + 1)
+        except ImapError as exc:
+            return _fail(summary, exc.stage, exc.reason)
+    finally:
+        conn.close()
+    log.info(summary.line())
+    return summary
+
+
+def _fail(summary: InboxSummary, stage: str, reason: str) -> InboxSummary:
+    summary.error = f"IMAP stage {stage}: {reason}" if stage != "CONNECTION" else reason
+    log.error(summary.line())
+    raise InboxError(f"inbox {summary.label} (connection {summary.conn_id}) could not be read: "
+                     f"{summary.error}", summary)
+
+
+def _process(conn: psycopg.Connection, target: dict[str, Any], uidvalidity: int, uid: int,
+             raw: bytes, received: dt.datetime | None, secret: str | None) -> str:
+    """Classify, record and apply one message in one transaction; return the summary field it
+    counts toward (a class, or ``already_seen``). A deadlock with a concurrent reader is retried."""
+    inbound, verdict = classify(raw)
+    for attempt in range(3):
+        try:
+            with conn.transaction():
+                outcome = _record_and_apply(conn, target, uidvalidity, uid, inbound, verdict,
+                                            received, secret)
+                failpoints.hit("inbox_before_commit")
+            failpoints.hit("inbox_after_commit")
+            return outcome
+        except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+@dataclass
+class _Match:
+    email: dict[str, Any] | None = None
+    lead_id: int | None = None
+    enrollments: list[dict[str, Any]] = field(default_factory=list)
+    how: str = ""
+
+
+def _match(conn, target: dict[str, Any], inbound: Inbound, verdict: Classified,
+           secret: str | None) -> _Match:
+    """Find our email / lead / enrolments the message concerns (reads only)."""
+    ids = list(verdict.original_ids) + list(inbound.references)
+    if ids:
+        found = {r["message_id"]: r for r in db.run(conn, "email_by_message_ids", {"ids": ids})}
+        for i in ids:
+            if i in found:
+                e = found[i]
+                how = ("enclosed original Message-ID" if i in verdict.original_ids
+                       else "In-Reply-To" if inbound.references and i == inbound.references[0]
+                       else "References")
+                m = _Match(e, e["lead_id"], how=f"{how} <{i}>")
+                if e["lead_id"] is not None:
+                    m.enrollments = db.run(conn, "enrollment_active_for_lead", {
+                        "lead_id": e["lead_id"], "campaign_id": e["campaign_id"], "mailbox_id": None})
+                return m
+    if verdict.kind == "unsubscribe" and verdict.token and secret:
+        from outreach.tokens import TokenError, read_token
+
+        try:
+            email_id = read_token(secret, verdict.token)
+        except TokenError:
+            email_id = None
+        if email_id is not None:
+            return _Match({"id": email_id}, None, how="unsubscribe token")
+    if verdict.kind in ("hard_bounce", "soft_bounce", "complaint"):
+        for address in verdict.addresses:
+            e = db.one(conn, "email_latest_sent_to",
+                       {"address": address, "mailbox_id": target["mailbox_id"]})
+            if e is not None:
+                return _Match(e, e["lead_id"], how=f"latest email sent to {mask(address)}")
+        return _Match()
+    if inbound.from_address:
+        lead = db.one(conn, "lead_by_address", {"address": inbound.from_address})
+        if lead is not None:
+            enrollments = db.run(conn, "enrollment_active_for_lead", {
+                "lead_id": lead["id"], "campaign_id": None, "mailbox_id": target["mailbox_id"]})
+            if enrollments or verdict.kind == "unsubscribe":
+                return _Match(None, lead["id"], enrollments, how="sender address")
+    return _Match()
+
+
+def _record_and_apply(conn, target: dict[str, Any], uidvalidity: int, uid: int, inbound: Inbound,
+                      verdict: Classified, received: dt.datetime | None, secret: str | None) -> str:
+    match = _match(conn, target, inbound, verdict, secret)
+    kind = verdict.kind
+    if kind == "reply" and match.email is None and not match.enrollments:
+        kind = "unmatched"
+    evidence = verdict.evidence + (f"; matched by {match.how}" if match.how else "")
+    address = (verdict.addresses[0] if verdict.addresses else None)
+    if match.email and match.email.get("email") and kind in ("hard_bounce", "soft_bounce", "complaint"):
+        address = match.email["email"]
+    db.run(conn, "inbound_cursor_advance", {"account": target["conn_id"], "folder": FOLDER,
+                                            "uidvalidity": uidvalidity, "uid": uid})
+    row = db.one(conn, "inbound_insert", {
+        "account": target["conn_id"], "folder": FOLDER, "uidvalidity": uidvalidity, "uid": uid,
+        "mailbox_id": target["mailbox_id"], "message_id": inbound.message_id,
+        "from_address": inbound.from_address, "subject": inbound.subject, "class": kind,
+        "evidence": evidence[:500], "email_id": match.email["id"] if match.email else None,
+        "lead_id": match.lead_id, "address": address, "dsn_status": verdict.dsn_status,
+        "received_at": received})
+    if row is None:
+        return "already_seen"
+    inbound_id = row["id"]
+    effect = _apply(conn, kind, inbound_id, inbound, match, address)
+    db.run(conn, "inbound_set_effect", {"id": inbound_id, "effect": effect[:500]})
+    log.info("inbound %s uid %s: %s (%s) -> %s", target["label"], uid, kind, evidence[:120], effect)
+    return kind
+
+
+def _stop(conn, enrollment_id: int, status: str, reason: str) -> int:
+    row = db.one(conn, "enrollment_stop", {"enrollment_id": enrollment_id,
+                                                   "status": status, "reason": reason, "by": ACTOR})
+    return int(row["cancelled"] or 0) if row else 0
+
+
+def _apply(conn, kind: str, inbound_id: int, inbound: Inbound, match: _Match,
+           address: str | None) -> str:
+    """Apply the effect of one newly recorded message; return what was done, for people."""
+    source = f"inbound:{inbound_id}"
+    if kind == "hard_bounce":
+        if not (match.email and match.email.get("email")):
+            return "none: no email of ours matched"
+        added, cancelled = suppress(conn, match.email["email"], "bounced", source, actor=ACTOR)
+        return (f"suppressed {mask(match.email['email'])} (bounced), {cancelled} queued cancelled"
+                if added else f"{mask(match.email['email'])} was already suppressed")
+    if kind == "complaint":
+        target = match.email["email"] if match.email and match.email.get("email") else None
+        if target is None:
+            return "none: no email of ours matched"
+        added, cancelled = suppress(conn, target, "complained", source, actor=ACTOR)
+        return (f"suppressed {mask(target)} (complained), {cancelled} queued cancelled"
+                if added else f"{mask(target)} was already suppressed")
+    if kind == "unsubscribe":
+        if match.how == "unsubscribe token":
+            done = unsubscribe_email(conn, match.email["id"], source=f"mailto:{source}",
+                                     actor="recipient (mailto)")
+            if done is not None:
+                return (f"suppressed {mask(done.address)} (unsubscribed, token of email "
+                        f"{done.email_id}), {done.cancelled} queued cancelled")
+        parts = []
+        for a in dict.fromkeys(filter(None, [inbound.from_address,
+                                             match.email.get("email") if match.email else None])):
+            try:
+                added, cancelled = suppress(conn, a, "unsubscribed", f"mailto:{source}", actor=ACTOR)
+            except ValueError as exc:
+                parts.append(f"{mask(a)} not suppressed ({exc})")
+                continue
+            parts.append(f"suppressed {mask(a)} (unsubscribed), {cancelled} queued cancelled"
+                         if added else f"{mask(a)} was already suppressed")
+        return "; ".join(parts) or "none: no sender address"
+    if kind == "auto_reply":
+        stops = [e for e in match.enrollments if e["stop_on_auto_reply"]]
+        if not stops:
+            return ("none: auto-replies do not stop the sequence (stop_on_auto_reply: false)"
+                    if match.enrollments else "none")
+        cancelled = sum(_stop(conn, e["id"], "stopped",
+                              f"auto-reply (stop_on_auto_reply), inbound {inbound_id}") for e in stops)
+        return (f"enrolment(s) {[e['id'] for e in stops]} stopped (stop_on_auto_reply), "
+                f"{cancelled} queued cancelled")
+    if kind == "reply":
+        if not match.enrollments:
+            return "none: no active enrolment (already stopped, or not a campaign email)"
+        parts = []
+        for e in match.enrollments:
+            cancelled = _stop(conn, e["id"], "replied", f"reply, inbound {inbound_id}")
+            parts.append(f"enrolment {e['id']} ({e['campaign_key']}) stopped: replied, "
+                         f"{cancelled} queued cancelled")
+            domain = (inbound.from_address.rpartition("@")[2] if match.how == "sender address"
+                      else (match.email or {}).get("email", "").rpartition("@")[2])
+            if e["stop_on_domain_reply"] and domain and domain not in FREE_MAIL_DOMAINS:
+                others = db.run(conn, "enrollment_active_same_domain", {
+                    "campaign_id": e["campaign_id"], "lead_id": e["lead_id"], "domain": domain})
+                n = sum(_stop(conn, o["id"], "stopped",
+                              f"a colleague at {domain} replied (stop_on_domain_reply), inbound "
+                              f"{inbound_id}") for o in others)
+                parts.append(f"{len(others)} colleague(s) at {domain} stopped "
+                             f"(stop_on_domain_reply), {n} queued cancelled")
+        return "; ".join(parts)
+    return "none"
