@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test chaos bench bench-venv airflow venv clean stop
+.PHONY: demo test chaos bench bench-venv airflow venv clean stop imap-server
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
@@ -49,8 +49,17 @@ bench: bench-venv
 airflow: venv
 	$(BIN)/outreach airflow
 
-## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow).
-test: venv bench-venv
+## Dovecot (Debian's dovecot-imapd), the real IMAP server the inbox tests and the demo start on
+## loopback with their own config (never the system's): installed when missing, as root.
+imap-server:
+	@command -v dovecot >/dev/null 2>&1 || test -x /usr/sbin/dovecot || { \
+		if [ "$$(id -u)" = 0 ]; then \
+			DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dovecot-imapd; \
+		else echo "Dovecot is missing: sudo apt-get install dovecot-imapd (README: Quick start)" >&2; exit 1; fi; }
+
+## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow, real Dovecot).
+test: venv bench-venv imap-server
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## Chaos: N SIGKILL iterations of real sender processes, then the invariant checker's totals.

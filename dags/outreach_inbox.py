@@ -3,7 +3,10 @@
 
 Reads every mailbox's inbox (the IMAP connection `imap_conn_id` of `include/mailboxes.yaml`, and
 the account behind the List-Unsubscribe mailto, `unsubscribe_imap_conn_id`): **targets** → one
-mapped **read** per account (named by the masked address) → **summary**.
+mapped **read** per account (named by the masked address) → **summary**; and, once every read
+has ended (failed or not), **rates**: the hard-bounce and complaint-rate rules (see
+`outreach_postmaster`), so a mailbox whose late bounces or complaints cross a threshold is
+paused within minutes.
 
 Each new message is classified — bounce (hard/soft), complaint (ARF), unsubscribe by mail,
 auto-reply, reply, unmatched — and recorded with its evidence; its effect is applied in the same
@@ -47,7 +50,13 @@ def outreach_inbox():
     def summary(results) -> dict:
         return airflow_adapter.inbox_summary_task(list(results) if results is not None else [])
 
-    summary(read.expand(target=targets()))
+    @task(trigger_rule=TriggerRule.ALL_DONE)
+    def rates() -> list:
+        return airflow_adapter.bounce_rate_task() + airflow_adapter.complaint_rate_task()
+
+    reads = read.expand(target=targets())
+    summary(reads)
+    reads >> rates()
 
 
 outreach_inbox()

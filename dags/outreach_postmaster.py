@@ -1,7 +1,7 @@
 """
 ### outreach_postmaster
 
-Daily mailbox health: Google Postmaster Tools figures, and our own hard-bounce rate.
+Daily mailbox health: Google Postmaster Tools figures, and our own hard-bounce and complaint rates.
 
 * **fetch_postmaster** reads Postmaster Tools API v2 for every sending domain (the mailboxes'
   From domains) with the service account of the Airflow connection `outreach_postmaster`:
@@ -13,6 +13,9 @@ Daily mailbox health: Google Postmaster Tools figures, and our own hard-bounce r
   reason, by `postmaster`.
 * **pause_on_bounce_rate** (independent of Postmaster) pauses every mailbox whose hard-bounce rate
   over 28 days is above 3 % after at least 20 sends, by `bounce-rate`.
+* **pause_on_complaint_rate** pauses every mailbox whose feedback-loop complaint rate (ARF reports
+  read by `outreach_inbox`) over the same sends is above 0.1 % (`OUTREACH_COMPLAINT_RATE_THRESHOLD`),
+  by `complaint-rate`. `outreach_inbox` runs this rule and the bounce rule after every read too.
 
 Only an operator resumes (`outreach_mailbox_resume`). **Clearing any task is safe**: upserts, and
 a pause only changes an active mailbox.
@@ -44,8 +47,13 @@ def outreach_postmaster():
     def pause_on_bounce_rate() -> list:
         return airflow_adapter.bounce_rate_task()
 
+    @task
+    def pause_on_complaint_rate() -> list:
+        return airflow_adapter.complaint_rate_task()
+
     fetch_postmaster() >> pause_on_spam_rate()
     pause_on_bounce_rate()
+    pause_on_complaint_rate()
 
 
 outreach_postmaster()

@@ -81,12 +81,12 @@ def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
     assert set(result["dags"]) == {"outreach_import_leads", "outreach_queue_due", "outreach_send",
                                    "outreach_resolve_unconfirmed", "outreach_report", "outreach_suppress",
                                    "outreach_unsuppress", "outreach_mailbox_pause", "outreach_mailbox_resume",
-                                   "outreach_postmaster", "outreach_transactional"}
+                                   "outreach_postmaster", "outreach_transactional", "outreach_inbox"}
     scheduled = {d: dag["schedule"] for d, dag in result["dags"].items() if dag["schedule"] is not None}
     if schedules == "on":
         assert scheduled == {"outreach_queue_due": "*/15 * * * *", "outreach_send": "*/10 * * * *",
                              "outreach_report": "0 7 * * *", "outreach_postmaster": "0 7 * * *",
-                             "outreach_transactional": "* * * * *"}
+                             "outreach_transactional": "* * * * *", "outreach_inbox": "*/10 * * * *"}
     else:  # OUTREACH_SCHEDULES=off: every DAG runs only when triggered
         assert scheduled == {}
     for dag_id, dag in result["dags"].items():

@@ -452,6 +452,16 @@ def bounce_rate_task() -> list[dict[str, Any]]:
         window_days=health.bounce_window_days)]
 
 
+def complaint_rate_task() -> list[dict[str, Any]]:
+    """Pause mailboxes whose feedback-loop complaint rate is above the threshold."""
+    from outreach.health import HealthSettings, pause_on_complaint_rate
+
+    health = HealthSettings.from_env()
+    return [v.to_dict() for v in pause_on_complaint_rate(
+        database_url(), threshold=health.complaint_rate_threshold,
+        min_sends=health.bounce_min_sends, window_days=health.bounce_window_days)]
+
+
 def summary_task(results: list[dict[str, Any]] | None) -> dict[str, int]:
     """Add up the batch summaries of a run and log one line."""
     keys = ("claimed", "sent", "retried", "failed", "unconfirmed", "suppressed")

@@ -349,6 +349,13 @@ def cmd_mailbox(args: argparse.Namespace) -> int:
         _print_verdicts(pause_on_bounce_rate(url, threshold=h.bounce_rate_threshold,
                                              min_sends=h.bounce_min_sends,
                                              window_days=h.bounce_window_days), "bounce-rate")
+    elif args.mailbox_command == "check-complaints":
+        from outreach.health import HealthSettings, pause_on_complaint_rate
+
+        h = HealthSettings.from_env()
+        _print_verdicts(pause_on_complaint_rate(url, threshold=h.complaint_rate_threshold,
+                                                min_sends=h.bounce_min_sends,
+                                                window_days=h.bounce_window_days), "complaint-rate")
     elif args.mailbox_command == "check-spam-rate":
         from outreach.health import HealthSettings, pause_on_spam_rate
 
@@ -577,6 +584,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = mbsub.add_parser("sync", help="write every mailbox of the mailbox file to the database")
     s.add_argument("--file", default="include/mailboxes.yaml")
     mbsub.add_parser("check-bounces", help="pause mailboxes above the hard-bounce rate threshold")
+    mbsub.add_parser("check-complaints",
+                     help="pause mailboxes above the complaint-rate threshold (ARF reports read)")
     mbsub.add_parser("check-spam-rate",
                      help="pause mailboxes above the spam-rate threshold (stored Postmaster figures)")
     mbp.set_defaults(func=cmd_mailbox)

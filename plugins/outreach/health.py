@@ -1,7 +1,9 @@
 """Mailbox health rules that pause a mailbox on their own; only an operator resumes it.
 
-Two rules, both run daily by the ``outreach_postmaster`` DAG (and ``outreach mailbox
-check-spam-rate`` / ``check-bounces``):
+Three rules, run daily by the ``outreach_postmaster`` DAG (and ``outreach mailbox
+check-spam-rate`` / ``check-bounces`` / ``check-complaints``); the bounce and complaint rules also
+run after every read of the inboxes (``outreach_inbox``), which is where late bounces and
+feedback-loop complaints arrive:
 
 * **Spam rate** (:func:`pause_on_spam_rate`): when the latest *known* Postmaster Tools spam rate
   of a mailbox's domain (``SPAM_RATE``), or of the mailbox's own feedback loop
@@ -14,6 +16,11 @@ check-spam-rate`` / ``check-bounces``):
   above 3 % (0.03) of at least 20 sends over the last 28 days, the mailbox is paused by
   ``bounce-rate``. A hard bounce is a permanent failure at RCPT with a 5.1.x reply, or an address
   suppressed as 'bounced' (see ``mailbox_bounce_counts`` in ``sql/queries/mailboxes.sql``).
+* **Complaint rate** (:func:`pause_on_complaint_rate`): feedback-loop complaints (ARF reports the
+  inbox reader recorded, or addresses suppressed as 'complained') above 0.1 % (0.001) of the
+  same sends, after the same minimum and window as the bounce rule, pause the mailbox by
+  ``complaint-rate`` (Gmail and Yahoo sender guidelines: keep the spam complaint rate below
+  0.1 %; with few sends a single complaint is above it, which is meant: complaints are rare).
 
 After an operator resumes a mailbox, evidence that was already known then does not pause it
 again (the operator decided on it): the spam rule only acts on a figure stored or revised after
@@ -37,6 +44,7 @@ from outreach.postmaster import (DEFAULT_BASE_URL, FEEDBACK_LOOP_SPAM_RATE, SPAM
 
 SPAM_ACTOR = "postmaster"
 BOUNCE_ACTOR = "bounce-rate"
+COMPLAINT_ACTOR = "complaint-rate"
 
 
 class HealthSettingsError(ValueError):
@@ -52,7 +60,8 @@ class HealthSettings:
     | OUTREACH_SPAM_RATE_THRESHOLD     | spam_rate_threshold   | 0.001 (0.1 %) |
     | OUTREACH_BOUNCE_RATE_THRESHOLD   | bounce_rate_threshold | 0.03 (3 %) |
     | OUTREACH_BOUNCE_MIN_SENDS        | bounce_min_sends      | 20 |
-    | OUTREACH_BOUNCE_WINDOW_DAYS      | bounce_window_days    | 28 |
+    | OUTREACH_BOUNCE_WINDOW_DAYS      | bounce_window_days    | 28 (also the complaint rule's) |
+    | OUTREACH_COMPLAINT_RATE_THRESHOLD | complaint_rate_threshold | 0.001 (0.1 %; minimum sends as the bounce rule) |
     | OUTREACH_POSTMASTER_DAYS         | postmaster_days       | 14 (days fetched, today included) |
     | OUTREACH_POSTMASTER_BASE_URL     | postmaster_base_url   | https://gmailpostmastertools.googleapis.com |
     """
@@ -61,6 +70,7 @@ class HealthSettings:
     bounce_rate_threshold: float = 0.03
     bounce_min_sends: int = 20
     bounce_window_days: int = 28
+    complaint_rate_threshold: float = 0.001
     postmaster_days: int = 14
     postmaster_base_url: str = DEFAULT_BASE_URL
 
@@ -70,6 +80,9 @@ class HealthSettings:
                                       "below 0.003 (Gmail: never reach 0.3 %)")
         if not 0 < self.bounce_rate_threshold < 1:
             raise HealthSettingsError("OUTREACH_BOUNCE_RATE_THRESHOLD must be a fraction (0.03 = 3 %)")
+        if not 0 < self.complaint_rate_threshold < 1:
+            raise HealthSettingsError("OUTREACH_COMPLAINT_RATE_THRESHOLD must be a fraction "
+                                      "(0.001 = 0.1 %)")
         if self.bounce_min_sends < 1 or self.bounce_window_days < 1:
             raise HealthSettingsError("OUTREACH_BOUNCE_MIN_SENDS and OUTREACH_BOUNCE_WINDOW_DAYS "
                                       "must be at least 1")
@@ -89,6 +102,7 @@ class HealthSettings:
                 bounce_rate_threshold=float(env.get("OUTREACH_BOUNCE_RATE_THRESHOLD", "0.03")),
                 bounce_min_sends=int(env.get("OUTREACH_BOUNCE_MIN_SENDS", "20")),
                 bounce_window_days=int(env.get("OUTREACH_BOUNCE_WINDOW_DAYS", "28")),
+                complaint_rate_threshold=float(env.get("OUTREACH_COMPLAINT_RATE_THRESHOLD", "0.001")),
                 postmaster_days=int(env.get("OUTREACH_POSTMASTER_DAYS", "14")),
                 postmaster_base_url=base_url_from_env(),
             )
@@ -106,7 +120,7 @@ def percent(fraction: float) -> str:
 @dataclass(frozen=True)
 class Verdict:
     """A rule found a mailbox above its threshold: ``mailbox_id``, ``mailbox`` (masked),
-    ``rule`` (``spam_rate``, ``feedback_loop_spam_rate`` or ``bounce_rate``), ``value``
+    ``rule`` (``spam_rate``, ``feedback_loop_spam_rate``, ``bounce_rate`` or ``complaint_rate``), ``value``
     (a fraction), ``reason`` (recorded with the pause) and ``paused`` (False when the mailbox
     was already paused, so nothing changed)."""
 
@@ -186,7 +200,8 @@ def pause_on_spam_rate(url: str, *, threshold: float = 0.001,
 
 
 def bounce_rate_breach(sends: int, hard_bounces: int, threshold: float, min_sends: int) -> bool:
-    """Decide the bounce-rate rule; a pure function: ``hard_bounces / sends > threshold`` once
+    """Decide the bounce-rate rule (and the complaint-rate rule, with complaints for
+    ``hard_bounces``); a pure function: ``hard_bounces / sends > threshold`` once
     ``sends >= min_sends`` (compared exactly, as fractions)."""
     return sends >= min_sends and Fraction(hard_bounces, sends) > Fraction(str(threshold))
 
@@ -200,22 +215,43 @@ def pause_on_bounce_rate(url: str, *, threshold: float = 0.03, min_sends: int = 
     :param now: a fixed clock (UTC); default the database clock.
     :returns: one :class:`Verdict` per breaching mailbox.
     """
+    return _pause_on_rate(url, "hard_bounces", "hard-bounce", "bounce_rate", BOUNCE_ACTOR,
+                          threshold=threshold, min_sends=min_sends, window_days=window_days, now=now)
+
+
+def pause_on_complaint_rate(url: str, *, threshold: float = 0.001, min_sends: int = 20,
+                            window_days: int = 28, now: dt.datetime | None = None) -> list[Verdict]:
+    """Pause every active mailbox whose complaint rate (ARF feedback-loop complaints, RFC 5965,
+    among the same sends as the bounce rule counts) is above ``threshold`` after at least
+    ``min_sends`` sends, by ``complaint-rate``, with the figure in the reason.
+
+    :param threshold: a fraction (default 0.001 = 0.1 %, Gmail's and Yahoo's sender guidelines).
+    :param now: a fixed clock (UTC); default the database clock.
+    :returns: one :class:`Verdict` per breaching mailbox.
+    """
+    return _pause_on_rate(url, "complaints", "complaint", "complaint_rate", COMPLAINT_ACTOR,
+                          threshold=threshold, min_sends=min_sends, window_days=window_days, now=now)
+
+
+def _pause_on_rate(url: str, column: str, what: str, rule: str, actor: str, *, threshold: float,
+                   min_sends: int, window_days: int, now: dt.datetime | None) -> list[Verdict]:
+    """The bounce and complaint rules: ``column`` of ``mailbox_bounce_counts`` over its sends."""
     verdicts = []
     with db.transaction(url) as conn:
         for mb in db.run(conn, "mailbox_bounce_counts",
                          {"now": now, "window": dt.timedelta(days=window_days)}):
             if mb["status"] != "active":
                 continue
-            if not bounce_rate_breach(mb["sends"], mb["hard_bounces"], threshold, min_sends):
-                log.info("mailbox %s: %s hard bounce(s) in %s send(s) since %s: below the rule",
-                         mb["id"], mb["hard_bounces"], mb["sends"], mb["since"])
+            if not bounce_rate_breach(mb["sends"], mb[column], threshold, min_sends):
+                log.info("mailbox %s: %s %s(s) in %s send(s) since %s: below the rule",
+                         mb["id"], mb[column], what, mb["sends"], mb["since"])
                 continue
-            rate = mb["hard_bounces"] / mb["sends"]
-            reason = (f"hard-bounce rate {percent(rate)} ({mb['hard_bounces']} of {mb['sends']} "
+            rate = mb[column] / mb["sends"]
+            reason = (f"{what} rate {percent(rate)} ({mb[column]} of {mb['sends']} "
                       f"sends since {mb['since'].astimezone(dt.timezone.utc):%Y-%m-%d %H:%M} UTC), above "
                       f"{percent(threshold)}")
-            paused = pause(conn, mb["id"], reason, BOUNCE_ACTOR, now=now) is not None
-            verdicts.append(Verdict(mb["id"], mask(mb["address"]), "bounce_rate", rate, reason, paused))
+            paused = pause(conn, mb["id"], reason, actor, now=now) is not None
+            verdicts.append(Verdict(mb["id"], mask(mb["address"]), rule, rate, reason, paused))
     for v in verdicts:
         log.warning("mailbox %s (%s) %s: %s", v.mailbox_id, v.mailbox,
                     "paused" if v.paused else "not paused (already paused)", v.reason)

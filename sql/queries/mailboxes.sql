@@ -62,8 +62,10 @@ ORDER BY m.id;
 -- Per mailbox, over the last %(window)s (28 days) or since the last operator resume if later:
 -- sends = emails handed off with a final verdict (sent, or failed permanently), and hard bounces
 -- among them = a permanent failure at RCPT with a 5.1.x reply (outreach.send stores last_error as
--- 'RCPT 550 5.1.1 …'), or the address now suppressed with reason 'bounced' (also a bounce that
--- arrived after the server accepted the message).
+-- 'RCPT 550 5.1.1 …'), a hard bounce the inbox reader recorded against the email (a DSN that
+-- arrived after the server accepted it), or the address now suppressed with reason 'bounced';
+-- complaints among them = an ARF complaint recorded against the email, or the address now
+-- suppressed with reason 'complained' (the complaint-rate rule).
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 mb AS (
     SELECT m.id, m.address, m.status,
@@ -76,9 +78,17 @@ SELECT mb.id, mb.address, mb.status, mb.since,
        count(e.id)::integer AS sends,
        count(e.id) FILTER (WHERE
            (e.failure_kind = 'permanent' AND e.last_error ~ '^RCPT 5[0-9][0-9] (.* )?5\.1\.[0-9]+')
+           OR EXISTS (SELECT 1 FROM outreach.inbound_messages im
+                      WHERE im.email_id = e.id AND im.class = 'hard_bounce')
            OR EXISTS (SELECT 1 FROM outreach.suppressions s
                       WHERE s.kind = 'address' AND s.value = lower(coalesce(l.email, e.recipient))
-                        AND s.reason = 'bounced'))::integer AS hard_bounces
+                        AND s.reason = 'bounced'))::integer AS hard_bounces,
+       count(e.id) FILTER (WHERE
+           EXISTS (SELECT 1 FROM outreach.inbound_messages im
+                   WHERE im.email_id = e.id AND im.class = 'complaint')
+           OR EXISTS (SELECT 1 FROM outreach.suppressions s
+                      WHERE s.kind = 'address' AND s.value = lower(coalesce(l.email, e.recipient))
+                        AND s.reason = 'complained'))::integer AS complaints
 FROM mb
 LEFT JOIN outreach.emails e
        ON e.mailbox_id = mb.id AND e.claimed_at >= mb.since
