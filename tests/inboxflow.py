@@ -58,17 +58,15 @@ def mail(sender: str, subject: str, body: str, *, to: str = ANNA, headers: dict 
 def bounce_sample(name: str, sample_address: str, lead: str, our_message_id: str | None = None) -> str:
     """A real MTA bounce from flufl.bounce's corpus, about ``lead`` instead of its own address
     (and, when given, enclosing our Message-ID instead of its own original's)."""
-    text = (BOUNCES / name).read_text(encoding="latin-1")
-    text = text.replace(sample_address, lead)
-    if our_message_id:
-        import re
+    import re
 
-        text = re.sub(r"(?im)^(\s*Message-ID:\s*)<[^>]+>", lambda m: m.group(1) + f"<{our_message_id}>",
-                      text, count=2)
-        # the bounce's own Message-ID is the first: keep it distinct from the original's
-        text = re.sub(r"(?im)^(Message-ID:\s*)<[^>]+>", lambda m: m.group(1) + f"<{uuid.uuid4().hex}@mta.example>",
-                      text, count=1)
-    return text
+    text = (BOUNCES / name).read_text(encoding="latin-1").replace(sample_address, lead)
+    head, sep, body = text.partition("\n\n")
+    if our_message_id:  # the enclosed original's Message-ID lines (in the body) become ours
+        body = re.sub(r"(?im)^(\s*Message-ID:\s*)<[^>]+>", lambda m: m.group(1) + f"<{our_message_id}>", body)
+    # Each copy is its own message: a fresh Message-ID of the bounce itself (in the top headers).
+    head = re.sub(r"(?im)^(Message-ID:\s*)<[^>]+>", lambda m: m.group(1) + f"<{uuid.uuid4().hex}@mta.example>", head)
+    return head + sep + body
 
 
 def arf_report(recipient: str, our_message_id: str) -> str:
