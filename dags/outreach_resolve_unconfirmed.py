@@ -2,8 +2,11 @@
 ### outreach_resolve_unconfirmed (manual)
 
 An *unconfirmed* email may or may not have reached the recipient: the end of DATA was sent and no
-reply came, or a sender was lost while the row was `sending`. **Check the mailbox's Sent Items
-(or the provider's logs) before doing anything**, then trigger this DAG:
+reply came, or a sender was lost while handing the row over. **Check the mailbox's Sent Items
+(or the provider's logs) before doing anything** (`outreach unconfirmed` lists them; so does this
+DAG's log, first), then trigger this DAG. A row marked **EVIDENCE: accepted late at …** was
+accepted by the server after the reaper had taken it (the reply and Message-ID are shown):
+*was sent* is the answer, and the evidence is kept with the decision.
 
 * **was sent** — records it in the send log as operator-confirmed; it counts as sent.
 * **not sent** — puts it back in the queue with the same idempotency key and Message-ID.

@@ -7,7 +7,8 @@ Sends queued emails: preflight → plan → one mapped **send_batch** per batch 
   MX, PTR; see `outreach preflight`). `OUTREACH_PREFLIGHT` decides what a FAIL does: `warn`
   (default) logs it, `block` keeps that domain's mailboxes out of this run's plan, `off` skips the
   checks.
-* **plan** fails stale `sending` rows as unconfirmed, then gives each active mailbox its work for
+* **plan** takes back stale `sending` rows (unconfirmed if their handoff was stamped, else back
+  in the queue), then gives each active mailbox its work for
   this run — what it may still send today (daily cap, warm-up) and no more than its fair share
   of that over the runs left in today's send window (pacing, `OUTREACH_SEND_INTERVAL_MINUTES`,
   10 like this schedule) — and splits it over at most `OUTREACH_SEND_PARALLELISM` (4) batches
@@ -16,12 +17,16 @@ Sends queued emails: preflight → plan → one mapped **send_batch** per batch 
   and run share, then `FOR UPDATE SKIP LOCKED` with a fresh claim token), re-checks suppression
   right before the handoff, sends over one SMTP session per mailbox and commits each row's
   outcome right after its handoff. It logs one summary line per mailbox. Paused mailboxes are
-  never claimed.
+  never claimed. **A red `send_batch`** whose log says `MailboxUnreachable` is a mailbox whose SMTP
+  connection, login or DKIM key failed before any of its rows was handed over (the line names
+  the Airflow connection and the reply): its rows are back in the queue with no attempt counted,
+  the batch's other mailboxes were sent. Fix the connection; the next run (or clearing) sends.
 * **summary** adds up the batches.
 
 **Clearing is safe.** A cleared or retried `send_batch` claims fresh rows or none: what its
-earlier try sent is `sent`, and rows it left `sending` (a killed worker) go to the reaper as
-*unconfirmed* — never resent automatically. Overlapping runs are safe for the same reason.
+earlier try sent is `sent`, and rows it left `sending` (a killed worker) go to the reaper: the row
+whose handoff was stamped becomes *unconfirmed* — never resent automatically — and the rows never
+handed over go back to the queue. Overlapping runs are safe for the same reason.
 """
 
 from __future__ import annotations

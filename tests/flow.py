@@ -98,3 +98,14 @@ def cli_env(db_url: str, smtp, tmp_path: Path, **extra: str) -> dict[str, str]:
 def outreach_cmd(*args: str) -> list[str]:
     """The command line of ``outreach ARGS`` run with this interpreter."""
     return [sys.executable, "-m", "outreach.cli", *args]
+
+
+def hand_over(url: str, claimed: list[dict], now: dt.datetime | None = None) -> None:
+    """Stamp the handoff of claimed rows, as the sender does right before MAIL FROM
+    (``email_touch_claim``): the reaper then fails them as unconfirmed instead of requeueing."""
+    from outreach import db
+
+    with db.connect(url, autocommit=True) as conn:
+        for r in claimed:
+            assert db.run(conn, "email_touch_claim", {"email_id": r["id"],
+                                                      "claim_token": r["claim_token"], "now": now})

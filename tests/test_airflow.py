@@ -13,7 +13,7 @@ import pytest
 
 import invariants
 from conftest import MAILBOXES, ROOT, SMTP_CONN_IDS
-from flow import import_demo, rows
+from flow import hand_over, import_demo, rows
 from outreach.localairflow import airflow_env, ensure_metadata, run_dag
 from outreach.queue import queue_due
 from test_send_flow import EXPECTED_LEADS
@@ -147,10 +147,12 @@ def test_operator_resolves_unconfirmed_emails_through_the_dag(db_url, sink, migr
     import_demo(db_url)
     queue_due(db_url)
     conn = db.connect(db_url, autocommit=True)
-    held = [r["id"] for r in claim(conn, 1, 3, worker="lost-worker")[0]]
+    claimed = claim(conn, 1, 3, worker="lost-worker")[0]
     conn.close()
+    hand_over(db_url, claimed)  # the worker was lost during the handoffs
+    held = [r["id"] for r in claimed]
     later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31)
-    assert sorted(reap(db_url, dt.timedelta(minutes=30), now=later)) == sorted(held)
+    assert sorted(reap(db_url, dt.timedelta(minutes=30), now=later).unconfirmed) == sorted(held)
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
     conf = {"decision": "not_sent", "email_ids": held[:2], "resolved_by": "Dana (ops)",
             "note": "not in Sent Items", "campaign_key": None, "mailbox": None}
@@ -264,4 +266,32 @@ def test_transactional_dag_triggered_twice_with_one_key_sends_once(db_url, sink,
     bad = run_dag(env, "outreach_transactional", tmp_path / "bad.log",
                   conf={**conf, "delivery_key": "signup-43", "to": "not-an-address"})
     assert not bad.ok and "to: " in bad.log.read_text()
+    invariants.assert_ok(db_url, sink.messages())
+
+
+def test_a_dead_relay_fails_its_send_batch_task_and_spends_no_attempt(db_url, sink, migrated_airflow_home, tmp_path):
+    """Issue 12.6b: a relay refusing connections burned an attempt of every claimed row per run
+    while the DAG run succeeded. Mailbox 1's relay refuses; mailbox 2's works. The send_batch
+    tasks fail with one line naming the connection and the errno; mailbox 2's mail went out in
+    the same tasks; mailbox 1's rows are queued with no attempt counted."""
+    from outreach.devsmtp import free_port
+
+    import_demo(db_url)
+    queue_due(db_url)
+    env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
+    env["AIRFLOW_CONN_OUTREACH_SMTP_ANNA"] = json.dumps(
+        {"conn_type": "smtp", "host": "127.0.0.1", "port": free_port(),
+         "extra": {"disable_ssl": True, "disable_tls": True, "timeout": 2, "retry_limit": 0}})
+    env["AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY"] = "0"  # the task's retries, without waiting
+    env.update(OUTREACH_SEND_PARALLELISM="1", OUTREACH_BATCH_SIZE="200")  # one send_batch task
+    result = run_dag(env, "outreach_send", tmp_path / "send.log")
+    log = result.log.read_text()
+    assert result.state == "failed", log[-4000:]
+    assert "MailboxUnreachable" in log
+    assert "Airflow connection 'outreach_smtp_anna' failed at CONNECT: ConnectionRefusedError" in log
+    assert "Errno 111" in log
+    by_mailbox = {(r["mailbox_id"], r["status"], r["attempts"]): r["n"] for r in rows(
+        db_url, "SELECT mailbox_id, status::text AS status, attempts, count(*) AS n"
+                " FROM outreach.emails GROUP BY 1, 2, 3")}
+    assert by_mailbox == {(1, "queued", 0): EXPECTED_LEADS // 2, (2, "sent", 1): EXPECTED_LEADS // 2}
     invariants.assert_ok(db_url, sink.messages())

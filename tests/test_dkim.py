@@ -21,7 +21,7 @@ from outreach.leads import import_leads
 from outreach.message import build_message, to_wire
 from outreach.queue import queue_due
 from outreach.render import render
-from outreach.send import send_batch
+from outreach.send import MailboxUnreachable, raise_if_unreachable, send_batch
 from outreach.signing import DkimKey, SigningError, headers_to_sign, public_key_record, sign
 from outreach.suppression import import_suppressions
 from test_unit_message import CTX, envelope
@@ -184,17 +184,25 @@ def test_messages_received_by_the_smtp_server_verify(db_url, sink, settings, tmp
     invariants.assert_ok(db_url, sink.messages())
 
 
-def test_missing_dkim_key_sends_nothing_and_requeues(db_url, sink, settings, tmp_path, monkeypatch):
+def test_missing_dkim_key_sends_nothing_requeues_and_fails_the_mailbox(db_url, sink, settings, tmp_path, monkeypatch):
+    """A missing DKIM key is the mailbox's configuration failure before any handoff, like a
+    refused connection (issue 12.6b): the rows go back without counting attempts (they used to
+    burn one each run) and the mailbox's run fails, naming the key's connection."""
     monkeypatch.delenv("AIRFLOW_CONN_OUTREACH_DKIM_TEST", raising=False)
     import_leads(db_url, CAMPAIGN, dkim_mailboxes(tmp_path), LEADS)
     queue_due(db_url)
     now = dt.datetime.now(dt.timezone.utc)
     summary = send_batch(db_url, 1, 5, smtp_connector, settings, now=now,
                          dkim_keys=airflow_adapter.dkim_private_key)
-    assert (summary.sent, summary.retried) == (0, 5)
+    assert (summary.sent, summary.retried, summary.released) == (0, 0, 5)
+    assert summary.unreachable["stage"] == "SIGN"
+    assert summary.unreachable["conn_id"] == "outreach_dkim_test"
+    with pytest.raises(MailboxUnreachable, match="DKIM key connection 'outreach_dkim_test' failed at SIGN"):
+        raise_if_unreachable([summary])
     assert sink.messages() == []
-    errors = rows(db_url, "SELECT status::text AS s, last_error FROM outreach.emails WHERE attempts > 0")
+    errors = rows(db_url, "SELECT status::text AS s, attempts, last_error FROM outreach.emails"
+                          " WHERE last_error IS NOT NULL")
     assert len(errors) == 5
-    assert all(e["s"] == "queued" and "SIGN" in e["last_error"] and "outreach_dkim_test" in e["last_error"]
-               for e in errors)
+    assert all(e["s"] == "queued" and e["attempts"] == 0 and "SIGN" in e["last_error"]
+               and "outreach_dkim_test" in e["last_error"] for e in errors)
     assert scalar(db_url, "SELECT count(*) FROM outreach.send_log") == 0

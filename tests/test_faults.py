@@ -13,14 +13,14 @@ import pytest
 import invariants
 from conftest import CAMPAIGN, MAILBOXES
 from faultsmtp import FaultSMTPServer
-from flow import leads_csv, point_mailboxes_at, rows, scalar
+from flow import hand_over, leads_csv, point_mailboxes_at, rows, scalar
 from outreach import db
 from outreach.airflow_adapter import smtp_connector
 from outreach.devsmtp import free_port
 from outreach.leads import import_leads
-from outreach.queue import queue_due, reap
+from outreach.queue import Reaped, queue_due, reap
 from outreach.resolve import resolve
-from outreach.send import send_batch
+from outreach.send import MailboxUnreachable, raise_if_unreachable, send_batch
 
 T0 = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
 MIN = dt.timedelta(minutes=1)
@@ -37,7 +37,7 @@ def state(url: str) -> dict[str, dict]:
                e.scheduled_for FROM outreach.emails e JOIN outreach.leads l ON l.id = e.lead_id""")}
 
 
-def test_each_smtp_fault_class_lands_in_the_right_state(db_url, settings, tmp_path, monkeypatch):
+def test_each_smtp_fault_class_lands_in_the_right_state(db_url, settings, tmp_path, monkeypatch, caplog):
     rules = {
         "ok@faults.example": ["accept"],
         "greylist@faults.example": ["rcpt_451", "accept"],
@@ -79,6 +79,10 @@ def test_each_smtp_fault_class_lands_in_the_right_state(db_url, settings, tmp_pa
         # A 5.1.x "no such user" suppresses the address; a 5.7.1 spam rejection does not.
         supp = {r["value"]: r["reason"] for r in rows(db_url, "SELECT value, reason FROM outreach.suppressions")}
         assert supp == {"nouser@faults.example": "bounced"}
+        # ... and its log line says so (issue 12.6d), with the address masked.
+        [bounce] = [r.getMessage() for r in caplog.records if "failed permanently" in r.getMessage()
+                    and "RCPT 550" in r.getMessage()]
+        assert "the address is now suppressed (bounced)" in bounce and "nouser@" not in bounce
 
         # A retry is never claimed before 30 minutes have passed.
         assert sum(b.claimed for b in send_round(db_url, settings, T0 + 29 * MIN)) == 0
@@ -102,15 +106,24 @@ def test_each_smtp_fault_class_lands_in_the_right_state(db_url, settings, tmp_pa
         assert totals.unconfirmed == 2 and totals.sent_rows == 4
 
 
-def test_connection_refused_is_not_accepted_and_retried_later(db_url, settings, tmp_path, monkeypatch):
+def test_a_refused_connection_releases_the_batch_and_fails_the_mailbox_never_burning_attempts(
+        db_url, settings, tmp_path, monkeypatch):
+    """Issue 12.6b: a relay that refused connections burned one attempt of every claimed row per
+    run (after three runs every row was failed/retries_exhausted) while the command exited 0."""
     closed = json.dumps({"conn_type": "smtp", "host": "127.0.0.1", "port": free_port(),
                          "extra": {"disable_ssl": True, "disable_tls": True, "timeout": 1, "retry_limit": 0}})
     point_mailboxes_at(monkeypatch, closed)
     import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"p{i}@faults.example" for i in range(6)]), now=T0)
     queue_due(db_url, now=T0)
-    summaries = send_round(db_url, settings, T0)
-    assert sum(b.retried for b in summaries) == 6 and sum(b.sent for b in summaries) == 0
-    assert {(r["status"], r["attempts"]) for r in state(db_url).values()} == {("queued", 1)}
+    for run in range(4):  # four runs, 31 minutes apart: more than the 3 attempts allowed
+        summaries = send_round(db_url, settings, T0 + run * 31 * MIN)
+        assert sum(b.released for b in summaries) == 6 and sum(b.retried + b.failed for b in summaries) == 0
+        assert {(r["status"], r["attempts"]) for r in state(db_url).values()} == {("queued", 0)}
+        with pytest.raises(MailboxUnreachable) as exc:
+            raise_if_unreachable(summaries)
+        assert {f["conn_id"] for f in exc.value.failures} == {"outreach_smtp_anna", "outreach_smtp_ben"}
+        assert "\n" not in str(exc.value) and "Errno 111" in str(exc.value), exc.value
+        assert "'outreach_smtp_anna' failed at CONNECT: ConnectionRefusedError" in str(exc.value)
     assert all(r["last_error"].startswith("CONNECT") for r in state(db_url).values())
 
 
@@ -123,12 +136,13 @@ def test_reaper_racing_a_finishing_sender_never_overwrites_a_sent_row(db_url, se
         with psycopg.connect(db_url, autocommit=True) as c:  # a fresh round: every row queued again
             c.execute("DELETE FROM outreach.send_log")
             c.execute("UPDATE outreach.emails SET status = 'queued', failure_kind = NULL, sent_at = NULL,"
-                      " scheduled_for = %s", (T0,))
+                      " handed_over_at = NULL, scheduled_for = %s", (T0,))
         conn = db.connect(db_url, autocommit=True)
         # Claimed at T0; at T0 + 31 minutes the reaper may take them while the sender finishes.
         claimed = claim(conn, 1, 100, worker="slow-sender", now=T0)[0]
         claimed += claim(conn, 2, 100, worker="slow-sender", now=T0)[0]
         assert len(claimed) == 40
+        hand_over(db_url, claimed, now=T0)  # every row on its way to the server
         barrier = threading.Barrier(2)
         reaped: list[int] = []
 
@@ -149,7 +163,7 @@ def test_reaper_racing_a_finishing_sender_never_overwrites_a_sent_row(db_url, se
 
         def reaper() -> None:
             barrier.wait()
-            reaped.extend(reap(db_url, dt.timedelta(minutes=30), now=T0 + 31 * MIN))
+            reaped.extend(reap(db_url, dt.timedelta(minutes=30), now=T0 + 31 * MIN).unconfirmed)
 
         threads = [threading.Thread(target=sender), threading.Thread(target=reaper)]
         for t in threads:
@@ -175,11 +189,11 @@ def test_unconfirmed_rows_move_only_by_operator_resolution(db_url, sink, setting
     from outreach.send import claim
 
     conn = db.connect(db_url, autocommit=True)
-    claim(conn, 1, 10, worker="killed", now=T0)
-    claim(conn, 2, 10, worker="killed", now=T0)
+    held = claim(conn, 1, 10, worker="killed", now=T0)[0] + claim(conn, 2, 10, worker="killed", now=T0)[0]
     conn.close()
-    assert reap(db_url, dt.timedelta(minutes=30), now=T0 + 29 * MIN) == []
-    ids = sorted(reap(db_url, dt.timedelta(minutes=30), now=T0 + 31 * MIN))
+    hand_over(db_url, held, now=T0)  # killed during the handoffs
+    assert reap(db_url, dt.timedelta(minutes=30), now=T0 + 29 * MIN) == Reaped()
+    ids = sorted(reap(db_url, dt.timedelta(minutes=30), now=T0 + 31 * MIN).unconfirmed)
     assert len(ids) == 4
     keys_before = {r["id"]: r["k"] for r in rows(db_url, "SELECT id, idempotency_key::text AS k FROM outreach.emails")}
     with psycopg.connect(db_url) as c:

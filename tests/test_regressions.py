@@ -29,7 +29,6 @@ from outreach.airflow_adapter import smtp_connector
 from outreach.devsmtp import LoopbackSMTPServer
 from outreach.leads import import_leads
 from outreach.queue import queue_due, reap
-from outreach.resolve import resolve
 from outreach.send import send_batch
 from outreach.suppression import import_suppressions
 
@@ -131,8 +130,9 @@ class _SlowReplies:
 
 
 def test_sender_never_hands_off_a_row_the_reaper_took_meanwhile(db_url, sink, settings, tmp_path):
-    """The claim is taken, then (before the handoff) the reaper fails the rows as unconfirmed and an
-    operator requeues them: the original sender must not send them; the next run sends each once."""
+    """The claim is taken, then (before the handoff) the reaper takes the rows back — never
+    handed over, so straight back to the queue: the original sender must not send them; the next
+    run sends each once."""
     import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"h{i}@ex.example,H,Heart" for i in range(5)]))
     one_mailbox(db_url)
     queue_due(db_url)
@@ -143,11 +143,12 @@ def test_sender_never_hands_off_a_row_the_reaper_took_meanwhile(db_url, sink, se
 
     def stalled_sender(conn, address, *args):
         # The sender stalls after its claim, before its first handoff (a GC pause, a slow DNS
-        # lookup…): meanwhile the reaper takes the rows and an operator requeues them.
+        # lookup…): meanwhile the reaper takes the rows back to the queue.
         if not taken:
             later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31)
-            taken.extend(reap(db_url, settings.reaper_threshold, now=later))
-            resolve(db_url, "not_sent", "Dana", ids=list(taken), note="not in Sent Items")
+            reaped = reap(db_url, settings.reaper_threshold, now=later)
+            assert reaped.unconfirmed == []
+            taken.extend(reaped.requeued)
         return real_check(conn, address, *args)
 
     send_mod.is_suppressed = stalled_sender

@@ -462,10 +462,15 @@ def test_cli_sends_transactional_mail_without_unsubscribe_settings(tx_url, sink,
            and not k.startswith("AIRFLOW_CONN_")}
     cmd = outreach_cmd("transactional", "send")
     missing = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    assert missing.returncode == 0 and "retried=1" in missing.stdout, missing.stdout + missing.stderr
+    # The mailbox cannot send at all: the run fails with one line naming the connection, and the
+    # row goes back to the queue without spending an attempt (issue 12.6b).
+    assert missing.returncode == 1 and "released=1" in missing.stdout, missing.stdout + missing.stderr
+    [error] = [line for line in missing.stderr.splitlines() if line.startswith("outreach: error:")]
+    assert "Airflow connection 'outreach_smtp_hello' failed at CONNECT" in error
     assert "outreach_smtp_hello" in scalar(tx_url, "SELECT last_error FROM outreach.emails")
+    assert scalar(tx_url, "SELECT attempts FROM outreach.emails") == 0
     enqueue_one(tx_url, "cli-2", "kim@example.com")
     env["AIRFLOW_CONN_OUTREACH_SMTP_HELLO"] = sink.connection_json()
     sent = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    assert sent.returncode == 0 and "sent=1" in sent.stdout, sent.stdout + sent.stderr
-    assert [m["To"] for m in sink.messages()] == ["kim@example.com"]
+    assert sent.returncode == 0 and "sent=2" in sent.stdout, sent.stdout + sent.stderr
+    assert sorted(m["To"] for m in sink.messages()) == ["jo@example.com", "kim@example.com"]

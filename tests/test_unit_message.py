@@ -109,10 +109,15 @@ def test_mask_never_shows_the_local_part():
         "550 5.1.1 <j***@acme.example>: Recipient address rejected; see p***@mx.acme.example"
 
 
-def test_settings_refuse_a_reaper_threshold_shorter_than_a_batch():
-    with pytest.raises(SettingsError, match="must exceed the longest a batch"):
-        Settings(public_url="https://x.example", unsubscribe_secret="x" * 16, batch_size=100,
-                 smtp_timeout=30, reaper_threshold=dt.timedelta(minutes=30))
+def test_settings_check_one_handoff_not_a_whole_batch():
+    # The handoff stamp restarts a row's claim age right before MAIL FROM, so the batch size no
+    # longer matters: 100 rows × 30 s is fine with a 30-minute reaper ...
+    Settings(public_url="https://x.example", unsubscribe_secret="x" * 16, batch_size=100,
+             smtp_timeout=30, reaper_threshold=dt.timedelta(minutes=30))
+    # ... but one handoff (8 replies × the timeout + 60 s) must fit: 8 × 200 s + 60 s > 27 min.
+    with pytest.raises(SettingsError, match="must exceed the longest one SMTP handoff"):
+        Settings(public_url="https://x.example", unsubscribe_secret="x" * 16,
+                 smtp_timeout=200, reaper_threshold=dt.timedelta(minutes=27))
     with pytest.raises(SettingsError, match="https"):
         Settings(public_url="http://x.example", unsubscribe_secret="x" * 16)
     with pytest.raises(SettingsError, match="OUTREACH_UNSUBSCRIBE_SECRET"):

@@ -299,7 +299,8 @@ def queue_task() -> dict[str, Any]:
     url = database_url()
     reaped = reap(url, settings().reaper_threshold)
     result = queue_due(url)
-    result["reaped"] = len(reaped)
+    result["reaped"] = len(reaped.unconfirmed)
+    result["reaped_requeued"] = len(reaped.requeued)
     return result
 
 
@@ -399,7 +400,13 @@ def plan_task(checked: dict[str, Any] | None = None) -> list[dict[str, Any]]:
 
 def send_task(batch: dict[str, Any], worker: str) -> dict[str, Any]:
     """Claim and send one planned batch across its mailboxes (DKIM-signed when a mailbox has a
-    key); return its summary (one summary line per mailbox is logged)."""
+    key); return its summary (one summary line per mailbox is logged).
+
+    :raises outreach.send.MailboxUnreachable: a mailbox's SMTP connection, login or DKIM key
+        failed before any of its rows was handed over (its rows are back in the queue, attempts
+        not counted; the other mailboxes of the batch were sent): the task fails with one line
+        naming the connection and the reply.
+    """
     from outreach.send import send_planned
 
     summary = send_planned(database_url(), batch["quotas"], smtp_connector, settings(),
@@ -477,9 +484,13 @@ def summary_task(results: list[dict[str, Any]] | None) -> dict[str, int]:
 
 def resolve_task(decision: str, resolved_by: str, email_ids: list[int] | None,
                  campaign_key: str | None, mailbox: str | None, note: str) -> dict[str, Any]:
-    """Resolve unconfirmed emails (see :mod:`outreach.resolve`); return the ids resolved/skipped."""
-    from outreach.resolve import resolve
+    """Resolve unconfirmed emails (see :mod:`outreach.resolve`); return the ids resolved/skipped.
+    The task log first lists the selected emails, with any evidence (a late acceptance)."""
+    from outreach.resolve import describe_unconfirmed, list_unconfirmed, resolve
 
+    for row in list_unconfirmed(database_url(), ids=email_ids, campaign_key=campaign_key,
+                                mailbox=mailbox):
+        log.info("unconfirmed: %s", describe_unconfirmed(row))
     result = resolve(database_url(), decision, resolved_by, ids=email_ids,
                      campaign_key=campaign_key, mailbox=mailbox, note=note)
     return {"decision": decision, "resolved": result.resolved, "skipped": result.skipped}

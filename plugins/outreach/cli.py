@@ -238,12 +238,12 @@ def cmd_queue_due(args: argparse.Namespace) -> int:
 def cmd_send(args: argparse.Namespace) -> int:
     from outreach.airflow_adapter import dkim_private_key, settings as load_settings, smtp_connector
     from outreach.queue import plan_batches
-    from outreach.send import send_planned
+    from outreach.send import MailboxUnreachable, send_planned
 
     import dataclasses
 
     settings = load_settings()
-    if args.limit:  # validated like OUTREACH_BATCH_SIZE (the reaper threshold must outlast a batch)
+    if args.limit:  # validated like OUTREACH_BATCH_SIZE
         settings = dataclasses.replace(settings, batch_size=args.limit)
     url = _url()
     limit = settings.batch_size
@@ -253,12 +253,18 @@ def cmd_send(args: argparse.Namespace) -> int:
         if not batches:
             print("nothing due, or nothing more allowed in this run (daily cap, pacing, paused)")
         claimed = 0
+        unreachable: list[dict] = []
         for b in batches:
-            summary = send_planned(url, b["quotas"], smtp_connector, settings, label=b["label"],
-                                   dkim_keys=dkim_private_key)
-            for part in summary.batches:
+            try:
+                parts = send_planned(url, b["quotas"], smtp_connector, settings,
+                                     label=b["label"], dkim_keys=dkim_private_key).batches
+            except MailboxUnreachable as exc:  # the other batches of the plan still go out
+                parts, unreachable = exc.summaries, unreachable + exc.failures
+            for part in parts:
                 claimed += part.claimed
                 print(part.line(), flush=True)
+        if unreachable:  # its rows were released: --until-empty would only claim them again
+            raise MailboxUnreachable(unreachable, [])
         if not args.until_empty or claimed == 0:
             return 0
 
@@ -293,14 +299,16 @@ def cmd_inbox(args: argparse.Namespace) -> int:
 
 
 def cmd_unconfirmed(args: argparse.Namespace) -> int:
-    from outreach.logutil import mask
-    from outreach.resolve import list_unconfirmed
+    from outreach.resolve import describe_unconfirmed, list_unconfirmed
 
     rows = list_unconfirmed(_url(), campaign_key=args.campaign, mailbox=args.mailbox)
     for r in rows:
-        print(f"email {r['id']}  {r['campaign_key'] or r['message_class']}  mailbox {r['mailbox_id']}  to {mask(r['email'])}"
-              f"  claimed {r['claimed_at']:%Y-%m-%d %H:%M} UTC by {r['claimed_by']}  - {r['last_error']}")
+        print(describe_unconfirmed(r))
+    late = [r["id"] for r in rows if r["late_accepted_at"]]
     print(f"{len(rows)} unconfirmed email(s): check Sent Items, then `outreach resolve`")
+    if late:
+        print(f"{len(late)} of them the server accepted late (EVIDENCE above): "
+              f"`outreach resolve --ids {','.join(map(str, late))} --decision was-sent --by NAME`")
     return 0
 
 
@@ -380,8 +388,15 @@ def cmd_transactional(args: argparse.Namespace) -> int:
         print(f"email {r.email_id}: {'enqueued' if r.created else 'already enqueued'} "
               f"(status {r.status})")
     elif args.tx_command == "send":
-        summary = transactional.send_due(url, smtp_connector, load_settings(unsubscribe=False),
-                                         dkim_keys=dkim_private_key)
+        from outreach.send import MailboxUnreachable
+
+        try:
+            summary = transactional.send_due(url, smtp_connector, load_settings(unsubscribe=False),
+                                             dkim_keys=dkim_private_key)
+        except MailboxUnreachable as exc:
+            for part in exc.summaries:
+                print(part.line(), flush=True)
+            raise
         for part in summary.batches:
             print(part.line(), flush=True)
         print(summary.line())
@@ -431,8 +446,11 @@ def cmd_reap(args: argparse.Namespace) -> int:
     from outreach.airflow_adapter import settings as load_settings
     from outreach.queue import reap
 
-    ids = reap(_url(), load_settings().reaper_threshold)
-    print(f"marked {len(ids)} email(s) unconfirmed" + (f": {ids}" if ids else ""))
+    reaped = reap(_url(), load_settings().reaper_threshold)
+    print(f"marked {len(reaped.unconfirmed)} email(s) unconfirmed (handed over, outcome unknown)"
+          + (f": {reaped.unconfirmed}" if reaped.unconfirmed else ""))
+    print(f"put {len(reaped.requeued)} email(s) back in the queue (never handed over)"
+          + (f": {reaped.requeued}" if reaped.requeued else ""))
     return 0
 
 
@@ -609,7 +627,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--days", type=int, help="days to fetch, today included (default 14)")
     s.set_defaults(func=cmd_postmaster)
 
-    sub.add_parser("reap", help="fail rows left 'sending' too long as unconfirmed").set_defaults(func=cmd_reap)
+    sub.add_parser("reap", help="take back rows left 'sending' too long: unconfirmed if handed "
+                   "over, else back in the queue").set_defaults(func=cmd_reap)
 
     s = sub.add_parser("report", help="per campaign, step and mailbox")
     s.add_argument("--json", action="store_true")
@@ -628,6 +647,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from outreach.embedded import StopError
     from outreach.leads import ImportFileError
     from outreach.postmaster import PostmasterError
+    from outreach.send import MailboxUnreachable
     from outreach.settings import SettingsError
     from outreach.signing import SigningError
 
@@ -662,7 +682,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (ConfigError, ImportFileError, SettingsError, OutreachDBError, SigningError,
-            PostmasterError, StopError, LookupError, OSError, ValueError) as exc:
+            PostmasterError, StopError, MailboxUnreachable, LookupError, OSError,
+            ValueError) as exc:
         print(f"outreach: error: {exc}", file=sys.stderr)
         return 1
 

@@ -3,7 +3,8 @@ or TiKV. Off unless ``OUTREACH_FAILPOINTS`` is set; then a no-op dictionary look
 
 ``OUTREACH_FAILPOINTS="after_accept:3"`` kills the process the 3rd time it reaches
 ``after_accept``. Points: ``claim_before_commit`` (claim statement run, transaction not committed),
-``after_claim``, ``before_body`` (DATA accepted with 354, body not sent), ``after_end_of_data``
+``after_claim``, ``after_handoff_stamp`` (the handoff stamp committed, MAIL FROM not sent),
+``before_body`` (DATA accepted with 354, body not sent), ``after_end_of_data``
 (the end of DATA sent, reply not read), ``after_accept`` (2xx received, send log not written);
 for the inbox reader (:mod:`outreach.inbox`): ``inbox_before_commit`` (a message recorded and its
 effect applied, the transaction not committed), ``inbox_after_commit`` (committed, next message
@@ -15,7 +16,8 @@ from __future__ import annotations
 import os
 import signal
 
-POINTS = ("claim_before_commit", "after_claim", "before_body", "after_end_of_data", "after_accept")
+POINTS = ("claim_before_commit", "after_claim", "after_handoff_stamp", "before_body",
+          "after_end_of_data", "after_accept")
 """The sender's points (the chaos tests cycle through these)."""
 INBOX_POINTS = ("inbox_before_commit", "inbox_after_commit")
 """The inbox reader's points."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from outreach import db
@@ -31,18 +32,43 @@ def queue_due(url: str, *, campaign_key: str | None = None, now: dt.datetime | N
     return {"queued": queued, "per_mailbox": per_mailbox}
 
 
-def reap(url: str, threshold: dt.timedelta, *, now: dt.datetime | None = None) -> list[int]:
-    """Fail rows left 'sending' longer than ``threshold`` as unconfirmed; return their ids.
+@dataclass(frozen=True)
+class Reaped:
+    """What one reaper run did: ``unconfirmed`` ids (handed over to the SMTP server, outcome
+    unknown: a person decides) and ``requeued`` ids (never handed over: back in the queue, the
+    attempt not counted)."""
 
-    One guarded UPDATE (status = 'sending' and claimed_at older than the threshold): a row that
-    finished meanwhile is never touched.
+    unconfirmed: list[int] = field(default_factory=list)
+    requeued: list[int] = field(default_factory=list)
+
+
+def reap(url: str, threshold: dt.timedelta, *, now: dt.datetime | None = None) -> Reaped:
+    """Take back rows left 'sending' longer than ``threshold`` (a killed or stuck sender).
+
+    One guarded UPDATE (``email_reap_stale``: status = 'sending' and the claim, or its last
+    handoff stamp, older than the threshold): a row that finished meanwhile is never touched. A
+    row whose handoff was stamped (``handed_over_at``, committed right before MAIL FROM) may have
+    gone out and fails as unconfirmed; a row never handed over goes back to the queue with its
+    attempt not counted.
+
+    :param threshold: ``Settings.reaper_threshold`` (must outlast one handoff, see
+        :class:`outreach.settings.Settings`).
+    :param now: a fixed clock (UTC); default the database clock.
     """
     with db.transaction(url) as conn:
         rows = db.run(conn, "email_reap_stale", {"threshold": threshold, "now": now})
+    result = Reaped([r["id"] for r in rows if r["unconfirmed"]],
+                    [r["id"] for r in rows if not r["unconfirmed"]])
     for r in rows:
-        log.error("email %s unconfirmed: left sending since %s by %s; check Sent Items before "
-                  "doing anything", r["id"], r["claimed_at"], r["claimed_by"])
-    return [r["id"] for r in rows]
+        if r["unconfirmed"]:
+            log.error("email %s unconfirmed: left sending since %s by %s, handed over to the SMTP "
+                      "server at %s; check Sent Items before doing anything", r["id"],
+                      r["claimed_at"], r["claimed_by"], r["handed_over_at"])
+    if result.requeued:
+        log.warning("reaper: %s row(s) left sending by a stopped sender were never handed over: "
+                    "back in the queue, attempts not counted: ids %s", len(result.requeued),
+                    result.requeued)
+    return result
 
 
 def plan_batches(url: str, batch_size: int, *, parallelism: int = 4,

@@ -52,9 +52,13 @@ class BatchSummary:
     unconfirmed: int = 0
     suppressed: int = 0
     lost_claims: int = 0
+    released: int = 0
     note: str = ""
     failures: list[str] = field(default_factory=list)
     message_class: str = "marketing"
+    # Why the mailbox could not send at all this run (see MailboxUnreachable): conn_id, stage,
+    # reply and the one line; None when it could.
+    unreachable: dict[str, Any] | None = None
 
     def line(self) -> str:
         """Return the analyst-facing summary line."""
@@ -62,8 +66,12 @@ class BatchSummary:
         text = (f"{kind} mailbox={self.mailbox_id} ({self.mailbox}) claimed={self.claimed} "
                 f"sent={self.sent} retried={self.retried} failed={self.failed} "
                 f"unconfirmed={self.unconfirmed} suppressed={self.suppressed}")
+        if self.released:
+            text += f" released={self.released}"
         if self.lost_claims:
             text += f" lost_claims={self.lost_claims}"
+        if self.unreachable:
+            text += " FAILED"
         return text + (f" note={self.note}" if self.note else "")
 
     def to_dict(self) -> dict[str, Any]:
@@ -222,6 +230,57 @@ def _guarded(conn, name: str, params: dict[str, Any], summary: BatchSummary, wha
     return False
 
 
+class MailboxUnreachable(RuntimeError):
+    """A mailbox could not send at all this run, before any of its claimed rows reached the SMTP
+    server: the connection or login failed (refused, reset, TLS, 421 greeting, AUTH 535, a
+    missing Airflow connection), or the mailbox's DKIM key could not be loaded (stage ``SIGN``:
+    nothing is ever sent unsigned). Its rows went back to the queue without counting an
+    attempt (``email_release_claimed``), so a dead relay no longer burns the queue's attempts;
+    they are claimed again by the next run.
+
+    Raised by :func:`send_planned` and :func:`outreach.transactional.send_due` *after* every
+    other mailbox of the batch was processed, so one dead relay does not hold back the others.
+    The CLI exits non-zero with it; in Airflow the ``send_batch`` (or transactional send) task
+    fails, and clearing it is safe (it claims fresh rows or none).
+
+    The message has one line per failed mailbox::
+
+        mailbox 1 (a***@mail.example) unreachable: Airflow connection 'outreach_smtp_anna'
+        failed at CONNECT: ConnectionRefusedError: [Errno 111] Connection refused; released 12
+        claimed row(s), no attempt counted
+
+    :ivar failures: one dict per failed mailbox: ``mailbox_id``, ``mailbox`` (masked),
+        ``conn_id`` (the Airflow SMTP connection, or the DKIM key connection for ``SIGN``),
+        ``stage`` (``CONNECT`` or ``SIGN``), ``reply`` (the SMTP reply or errno text),
+        ``released`` (row count) and ``line``.
+    :ivar summaries: the :class:`BatchSummary` of every mailbox processed (for logs and XCom).
+    """
+
+    def __init__(self, failures: list[dict[str, Any]], summaries: list[BatchSummary]) -> None:
+        self.failures = failures
+        self.summaries = summaries
+        super().__init__("; ".join(f["line"] for f in failures))
+
+
+class _SessionFailed(Exception):
+    """Inside a batch: the mailbox cannot take any message (stage, connection id, reply)."""
+
+    def __init__(self, stage: str, conn_id: str, reply: str) -> None:
+        self.stage, self.conn_id, self.reply = stage, conn_id, reply
+        super().__init__(f"{stage} {reply}")
+
+
+def raise_if_unreachable(summaries: Sequence[BatchSummary]) -> None:
+    """Raise :class:`MailboxUnreachable` when a mailbox of ``summaries`` could not send at all.
+
+    :raises MailboxUnreachable: see there.
+    """
+    failures = [{"mailbox_id": b.mailbox_id, "mailbox": b.mailbox, "released": b.released,
+                 **b.unreachable} for b in summaries if b.unreachable]
+    if failures:
+        raise MailboxUnreachable(failures, list(summaries))
+
+
 class BatchAborted(RuntimeError):
     """The database connection was lost in the middle of a batch. What could be recorded after
     reconnecting was recorded; rows not yet handed off were released; the task must fail."""
@@ -260,12 +319,16 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
     :param now: a fixed clock (UTC) for claims and retries; default the database clock.
     :param dkim_keys: loads a mailbox's DKIM private key by connection id (once per batch); when
         it is missing or fails for a mailbox with a DKIM selector, its rows go back to the queue
-        unsent (stage SIGN), like any other not-accepted attempt.
+        unsent, attempts not counted, and the summary says the mailbox is unreachable (stage
+        SIGN), as when its SMTP server refuses the connection or the login.
     :param message_class: which rows to claim: ``marketing`` (campaign steps, within the
         mailbox's quota) or ``transactional`` (see :func:`claim`).
     :raises BatchAborted: the database went away mid-batch (after recording what it could once
         reconnected; rows it could not record stay 'sending' for the reaper, never resent).
     :raises outreach.db.OutreachDBError: the database is unreachable before the claim.
+    :returns: the batch's summary; ``summary.unreachable`` is set (and the batch's rows were
+        released) when the mailbox could not connect, log in or load its DKIM key before a
+        handoff: the callers raise :class:`MailboxUnreachable` after their other mailboxes.
     """
     worker = worker or worker_name()
     conn = db.connect(url, autocommit=True)
@@ -287,6 +350,8 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
                     for row in rows:
                         _send_one(conn, session, row, settings, summary, now, keys, progress)
                         progress.done += 1
+                except _SessionFailed as exc:
+                    _release_unreachable(conn, rows[progress.done:], exc, summary)
                 finally:
                     session.close()
         except psycopg.OperationalError as exc:
@@ -302,10 +367,30 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
             _recover(url, rows[progress.done:], progress, settings, summary, now, wait=False)
             log.error(summary.line())
             raise
-        log.info(summary.line())
+        (log.error if summary.unreachable else log.info)(summary.line())
         return summary
     finally:
         conn.close()
+
+
+def _release_unreachable(conn, rest: list[dict[str, Any]], exc: _SessionFailed,
+                         summary: BatchSummary) -> None:
+    """The mailbox cannot take any message (its session or its DKIM key failed before this row
+    was handed over): put this row and the rest back in the queue, attempts not counted, and
+    note the failure for :class:`MailboxUnreachable`."""
+    what = ("DKIM key connection" if exc.stage == "SIGN" else "Airflow connection")
+    reason = f"{exc.stage} {exc.reply}"
+    released = db.run(conn, "email_release_claimed", {
+        "ids": [r["id"] for r in rest], "claim_token": rest[0]["claim_token"],
+        "error": f"{reason} (released, attempt not counted)"}) if rest else []
+    summary.released += len(released)
+    line = (f"mailbox {summary.mailbox_id} ({summary.mailbox}) unreachable: {what} "
+            f"{exc.conn_id!r} failed at {exc.stage}: {exc.reply}; released {len(released)} "
+            f"claimed row(s), no attempt counted")
+    summary.unreachable = {"conn_id": exc.conn_id, "stage": exc.stage, "reply": exc.reply,
+                           "line": line}
+    summary.failures.append(line)
+    log.error("%s: email ids %s", line, [r["id"] for r in released])
 
 
 def _recover(url: str, remaining: list[dict[str, Any]], progress: _Progress, settings: Settings,
@@ -339,7 +424,8 @@ def _recover(url: str, remaining: list[dict[str, Any]], progress: _Progress, set
                               "'sending' for the reaper", current["id"], delivery.describe(), exc)
         if untouched:
             released = db.run(conn, "email_release_claimed", {
-                "ids": [r["id"] for r in untouched], "claim_token": untouched[0]["claim_token"]})
+                "ids": [r["id"] for r in untouched], "claim_token": untouched[0]["claim_token"],
+                "error": None})
             log.warning("released %s claimed row(s) that were never handed off back to the queue",
                         len(released))
     finally:
@@ -410,10 +496,10 @@ def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Setting
         message_id, payload = prepare(row, settings, clock, keys.for_row(row))
         mail_from, rcpt_to = envelope_address(row["mailbox_address"]), envelope_address(row["email"])
     except SigningError as exc:
-        # Nothing was handed over: a configuration problem to fix, not a reason to send unsigned.
-        summary.failures.append(f"email {row['id']}: SIGN {exc}")
-        _retry(conn, guard, settings, summary, who, now, f"SIGN {exc}")
-        return
+        # Nothing was handed over: a configuration problem of the mailbox (every row of it needs
+        # the same key), not a reason to send unsigned nor to burn the rows' attempts. Like an
+        # unreachable relay: release the batch, fail the mailbox's run (MailboxUnreachable).
+        raise _SessionFailed("SIGN", row.get("dkim_key_conn_id") or "", str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - RenderError, MessageError or a bug for this row only
         reason = str(exc) if isinstance(exc, (RenderError, MessageError)) else f"{type(exc).__name__}: {exc}"
         if _guarded(conn, "email_mark_failed",
@@ -422,11 +508,21 @@ def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Setting
             summary.failures.append(f"email {row['id']}: RENDER {reason}")
             log.error("%s failed at stage RENDER: %s", who, reason)
         return
-    # Heartbeat: re-assert our claim right before the handoff. If the reaper (or an operator)
-    # took the row meanwhile, it is not ours to send; and the reaper measures the claim's age
-    # from here, so only a handoff that itself outlasts the threshold can be reaped.
+    # Connect (or keep the session) first: a refused connection or a failed login is the
+    # mailbox's failure, before any handoff of this row; the batch is released (see
+    # MailboxUnreachable) instead of burning one attempt of every row.
+    failed = session.open()
+    if failed is not None:
+        raise _SessionFailed("CONNECT", row["smtp_conn_id"], failed.reply
+                             if failed.code is None else f"{failed.code} {failed.reply}")
+    # The handoff stamp, right before MAIL FROM: re-assert our claim and record in the database
+    # that this row is being handed over (email_touch_claim). If the reaper (or an operator) took
+    # the row meanwhile, it is not ours to send. From the stamp on, the reaper fails the row as
+    # unconfirmed; without it, the reaper puts it back in the queue. The reaper measures the
+    # claim's age from here, so only a handoff that itself outlasts the threshold can be reaped.
     if not _guarded(conn, "email_touch_claim", {**guard, "now": now}, summary, "hand off"):
         return
+    failpoints.hit("after_handoff_stamp")
     def body_going_out() -> None:
         # The server said 354: from now until the transport returns, an interrupted handoff is
         # ambiguous, so recovery fails the row as unconfirmed instead of releasing it. Before
@@ -448,24 +544,43 @@ def _record(conn, row: dict[str, Any], delivery: Delivery, message_id: str, sett
     guard = {"email_id": row["id"], "claim_token": row["claim_token"]}
     who = describe(row)
     if delivery.outcome is Outcome.ACCEPTED:
-        if _guarded(conn, "email_mark_sent", {**guard, "message_id": message_id,
-                                              "smtp_reply": f"{delivery.code} {delivery.reply}",
-                                              "now": now}, summary, "mark sent"):
+        reply = f"{delivery.code} {delivery.reply}"
+        params = {**guard, "message_id": message_id, "smtp_reply": reply, "now": now}
+        if db.run(conn, "email_mark_sent", params):
             summary.sent += 1
+        elif db.run(conn, "email_record_late_accept", params):
+            # The reaper failed the row as unconfirmed while we waited for this reply: keep the
+            # acceptance as evidence on it (never changing its status); a person decides.
+            summary.lost_claims += 1
+            summary.failures.append(f"email {row['id']}: accepted late: {reply}")
+            log.error("%s: the server accepted it late (%s UTC, reply %s, Message-ID <%s>) after "
+                      "the reaper had failed it as unconfirmed; recorded as evidence on the row: "
+                      "resolve it with `outreach resolve --ids %s --decision was-sent`", who,
+                      f"{now or dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M:%S}", reply,
+                      message_id, row["id"])
+        else:
+            summary.lost_claims += 1
+            log.error("%s: the server accepted it (reply %s, Message-ID <%s>) but the row is no "
+                      "longer 'sending' under our claim token, nor unconfirmed under it; nothing "
+                      "changed", who, reply, message_id)
         return
     reason = delivery.describe()
     summary.failures.append(f"email {row['id']}: {reason}")
     if delivery.outcome is Outcome.RETRY:
         _retry(conn, guard, settings, summary, who, now, reason)
     elif delivery.outcome is Outcome.PERMANENT:
+        suppressed = ""
         with conn.transaction():
             ok = _guarded(conn, "email_mark_failed",
                           {**guard, "failure_kind": "permanent", "error": reason}, summary, "fail")
             if ok and delivery.is_no_such_user:
-                suppress(conn, row["email"], "bounced", f"smtp:{reason[:200]}")
+                added, cancelled = suppress(conn, row["email"], "bounced", f"smtp:{reason[:200]}")
+                suppressed = (f"; the address is now suppressed (bounced), {cancelled} queued "
+                              "email(s) to it cancelled" if added
+                              else "; the address was already suppressed")
         if ok:
             summary.failed += 1
-            log.error("%s failed permanently at stage %s", who, reason)
+            log.error("%s failed permanently at stage %s%s", who, reason, suppressed)
     else:  # AMBIGUOUS
         if _guarded(conn, "email_mark_failed", {**guard, "failure_kind": "unconfirmed",
                     "error": f"{reason} - check Sent Items before doing anything"},
@@ -522,6 +637,8 @@ def send_planned(url: str, quotas: Sequence[Sequence[int]], connector: SmtpConne
     :param label: the batch's name in logs (the plan's ``label``).
     :raises outreach.db.OutreachDBError: see :func:`send_batch`; mailboxes after the failing one
         are not claimed (their rows stay queued for the next run).
+    :raises MailboxUnreachable: after every mailbox was processed, when one or more of them could
+        not connect, log in or load its DKIM key (their rows were released).
     """
     worker = worker or worker_name()
     summary = PlannedSummary(label=label)
@@ -529,4 +646,5 @@ def send_planned(url: str, quotas: Sequence[Sequence[int]], connector: SmtpConne
         summary.batches.append(send_batch(url, int(mailbox_id), int(n), connector, settings,
                                           worker=worker, now=now, dkim_keys=dkim_keys))
     log.info(summary.line())
+    raise_if_unreachable(summary.batches)
     return summary

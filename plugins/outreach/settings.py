@@ -25,6 +25,9 @@ from pathlib import Path
 HANDOFF_REPLIES = 8
 """Replies one SMTP handoff may wait for: greeting, EHLO, STARTTLS, AUTH, MAIL, RCPT, DATA, end."""
 
+HANDOFF_MARGIN = dt.timedelta(seconds=60)
+"""Room for the database round trips around one handoff (the stamp, the outcome)."""
+
 
 class SettingsError(ValueError):
     """A setting is missing or invalid; the message names the variable."""
@@ -35,8 +38,9 @@ class Settings:
     """Sender settings. Durations are :class:`datetime.timedelta`; ``smtp_timeout`` in seconds.
 
     Rules: at most ``max_attempts`` (3) attempts in total, retry ``retry_after`` (30 minutes)
-    after a not-accepted error; the reaper threshold must exceed the longest a batch can take
-    (``smtp_timeout`` × ``batch_size``), or two senders could end up on the same rows.
+    after a not-accepted error; the reaper threshold must exceed the longest one SMTP handoff can
+    take (``HANDOFF_REPLIES`` × ``smtp_timeout`` + ``HANDOFF_MARGIN``), or the reaper could fail
+    a row a live sender is still handing over.
     ``db_recover_seconds``: how long a batch that lost its database connection tries to reconnect
     to record the row it handed off and release the rest before it fails.
 
@@ -84,20 +88,18 @@ class Settings:
         if not 1 <= self.send_parallelism <= 1024:
             raise SettingsError("OUTREACH_SEND_PARALLELISM must be 1 to 1024 (Airflow's "
                                 "[core] max_map_length)")
-        # One handoff waits for at most HANDOFF_REPLIES replies (greeting, EHLO, STARTTLS, AUTH
-        # on a reconnect; MAIL, RCPT, DATA, end of DATA); the sender re-asserts its claim right
-        # before each handoff, so the reaper must outwait one handoff at least.
-        longest_handoff = dt.timedelta(seconds=self.smtp_timeout * HANDOFF_REPLIES)
+        # The reaper must outwait one handoff: the sender stamps a row (and restarts its claim
+        # age) right before MAIL FROM, so a row further down a batch is never at risk, and a
+        # never-stamped row is only put back in the queue. After the stamp, one handoff waits for
+        # at most HANDOFF_REPLIES replies of OUTREACH_SMTP_TIMEOUT each (MAIL, RCPT, DATA, the end
+        # of DATA, and the body's socket writes, with room for a reconnect's greeting, EHLO,
+        # STARTTLS and AUTH), plus HANDOFF_MARGIN for the database round trips around it.
+        longest_handoff = dt.timedelta(seconds=self.smtp_timeout * HANDOFF_REPLIES) + HANDOFF_MARGIN
         if self.reaper_threshold <= longest_handoff:
             raise SettingsError(
                 f"OUTREACH_REAPER_MINUTES ({self.reaper_threshold}) must exceed the longest one "
-                f"SMTP handoff can take, {HANDOFF_REPLIES} × OUTREACH_SMTP_TIMEOUT ({longest_handoff})")
-        longest_batch = dt.timedelta(seconds=self.smtp_timeout * self.batch_size)
-        if self.reaper_threshold <= longest_batch:
-            raise SettingsError(
-                f"OUTREACH_REAPER_MINUTES ({self.reaper_threshold}) must exceed the longest a batch "
-                f"can take, OUTREACH_SMTP_TIMEOUT × OUTREACH_BATCH_SIZE ({longest_batch}); "
-                "otherwise the reaper could fail rows a live sender is still sending")
+                f"SMTP handoff can take, {HANDOFF_REPLIES} × OUTREACH_SMTP_TIMEOUT + "
+                f"{HANDOFF_MARGIN.seconds} s ({longest_handoff})")
 
     @property
     def send_interval(self) -> dt.timedelta | None:

@@ -43,8 +43,8 @@ from psycopg.types.json import Jsonb
 from outreach import db
 from outreach.logutil import log, mask
 from outreach.paths import templates_dir
-from outreach.send import (DkimKeyLoader, PlannedSummary, SmtpConnector, send_batch,
-                           transactional_context, worker_name)
+from outreach.send import (DkimKeyLoader, PlannedSummary, SmtpConnector, raise_if_unreachable,
+                           send_batch, transactional_context, worker_name)
 from outreach.settings import Settings
 
 TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9_]{0,62}$")
@@ -196,6 +196,8 @@ def send_due(url: str, connector: SmtpConnector, settings: Settings, *, limit: i
 
     :raises outreach.db.OutreachDBError: the database is unreachable.
     :raises outreach.send.BatchAborted: see :func:`outreach.send.send_batch`.
+    :raises outreach.send.MailboxUnreachable: after every mailbox was processed, when one could
+        not connect, log in or load its DKIM key (its rows were released, attempts not counted).
     """
     worker = worker or worker_name("transactional")
     with db.connect(url, autocommit=True) as conn:
@@ -210,6 +212,7 @@ def send_due(url: str, connector: SmtpConnector, settings: Settings, *, limit: i
                                           connector, settings, worker=worker, now=now,
                                           dkim_keys=dkim_keys, message_class="transactional"))
     log.info(summary.line())
+    raise_if_unreachable(summary.batches)
     return summary
 
 

@@ -119,6 +119,31 @@ class SmtpSession:
             self._drop()
         return delivery
 
+    def open(self) -> Delivery | None:
+        """Connect (greeting, EHLO, STARTTLS, AUTH: whatever ``connect`` does) unless connected.
+
+        Nothing of a message has been sent when this fails, so the failure is the session's,
+        not a message's: the caller may release its rows without counting an attempt.
+
+        :returns: ``None`` when connected; else a not-accepted :class:`Delivery` at stage
+            ``CONNECT`` naming the error (``ConnectionRefusedError: [Errno 111] …``, an SMTP
+            code such as 535 for a failed AUTH). Never raises for SMTP or socket errors.
+        """
+        if self._client is not None:
+            return None
+        try:
+            self._client = self._connect()
+            if self._timeout and self._client.sock is not None:
+                # Every later reply waits at most the validated timeout (Settings.smtp_timeout).
+                self._client.timeout = self._timeout
+                self._client.sock.settimeout(self._timeout)
+            self._client.ehlo_or_helo_if_needed()
+        except Exception as exc:  # noqa: BLE001 - refused, reset, TLS, AUTH, hook errors
+            self._drop()
+            return Delivery(Outcome.RETRY, Stage.CONNECT, getattr(exc, "smtp_code", None),
+                            _text(f"{type(exc).__name__}: {exc}"))
+        return None
+
     def deliver(self, payload: bytes, sender: str, recipient: str,
                 on_body: Callable[[], None] | None = None) -> Delivery:
         """Hand one message to the server and classify what happened.
@@ -130,18 +155,9 @@ class SmtpSession:
             (from then on, until a reply is read, the outcome would be ambiguous).
         :returns: a :class:`Delivery`; this method does not raise for SMTP or socket errors.
         """
-        if self._client is None:
-            try:
-                self._client = self._connect()
-                if self._timeout and self._client.sock is not None:
-                    # Every later reply waits at most the validated timeout (Settings.smtp_timeout).
-                    self._client.timeout = self._timeout
-                    self._client.sock.settimeout(self._timeout)
-                self._client.ehlo_or_helo_if_needed()
-            except Exception as exc:  # noqa: BLE001 - refused, reset, TLS, AUTH, hook errors
-                self._client = None
-                return Delivery(Outcome.RETRY, Stage.CONNECT, getattr(exc, "smtp_code", None),
-                                _text(f"{type(exc).__name__}: {exc}"))
+        failed = self.open()
+        if failed is not None:
+            return failed
         client = self._client
         stage = Stage.MAIL
         try:

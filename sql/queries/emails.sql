@@ -234,6 +234,7 @@ SET status = CASE WHEN e.attempts >= %(max_attempts)s THEN 'failed' ELSE 'queued
     failure_kind = CASE WHEN e.attempts >= %(max_attempts)s THEN 'retries_exhausted' END,
     scheduled_for = CASE WHEN e.attempts >= %(max_attempts)s THEN e.scheduled_for
                          ELSE n.now + %(retry_after)s::interval END,
+    handed_over_at = CASE WHEN e.attempts >= %(max_attempts)s THEN e.handed_over_at END,
     last_error = %(error)s, updated_at = n.now
 FROM n
 WHERE e.id = %(email_id)s AND e.status = 'sending' AND e.claim_token = %(claim_token)s
@@ -255,19 +256,37 @@ WHERE e.id = %(email_id)s AND e.status = 'sending' AND e.claim_token = %(claim_t
 RETURNING e.id;
 
 -- name: email_reap_stale
--- Rows left 'sending' longer than the threshold (a killed worker, a lost connection) may or may
--- not have gone out: fail them as unconfirmed, for a person to decide. One statement, guarded by
--- status and the claim age, so a row that finished meanwhile is never touched.
+-- Rows left 'sending' longer than the threshold (a killed worker, a lost connection). The handoff
+-- stamp (handed_over_at, committed right before MAIL FROM of the row, see email_touch_claim)
+-- says what they may be:
+-- * never handed over: the server never saw them. Back to the queue, the attempt not counted
+--   (the claim counted it), due as before.
+-- * handed over: they may or may not have gone out. Failed as unconfirmed, for a person.
+-- One statement, guarded by status and the claim age. Under READ COMMITTED an UPDATE that meets
+-- a row a sender changed concurrently re-checks the WHERE and recomputes SET on the newest row
+-- version, so a row that finished, or was stamped or touched meanwhile (the stamp also restarts
+-- claimed_at), is judged on what it is now, never on this statement's snapshot.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 UPDATE outreach.emails e
-SET status = 'failed', failure_kind = 'unconfirmed',
-    last_error = format('left sending for over %%s (claimed by %%s at %%s): '
-                        'check Sent Items before doing anything',
-                        %(threshold)s::interval, e.claimed_by, e.claimed_at),
+SET status = CASE WHEN e.handed_over_at IS NULL THEN 'queued' ELSE 'failed' END
+                 ::outreach.email_status,
+    failure_kind = CASE WHEN e.handed_over_at IS NULL THEN NULL ELSE 'unconfirmed' END,
+    attempts = CASE WHEN e.handed_over_at IS NULL THEN greatest(e.attempts - 1, 0)
+                    ELSE e.attempts END,
+    last_error = CASE WHEN e.handed_over_at IS NULL THEN
+                     format('reaper: left sending for over %%s (claimed by %%s at %%s) and never '
+                            'handed over to the SMTP server; back in the queue, attempt not counted',
+                            %(threshold)s::interval, e.claimed_by, e.claimed_at)
+                 ELSE
+                     format('left sending for over %%s (claimed by %%s, handed over at %%s): '
+                            'check Sent Items before doing anything',
+                            %(threshold)s::interval, e.claimed_by, e.handed_over_at)
+                 END,
     updated_at = n.now
 FROM n
 WHERE e.status = 'sending' AND e.claimed_at < n.now - %(threshold)s::interval
-RETURNING e.id, e.mailbox_id, e.claimed_by, e.claimed_at;
+RETURNING e.id, e.mailbox_id, e.claimed_by, e.claimed_at, e.handed_over_at,
+          (e.status = 'failed') AS unconfirmed;
 
 -- name: email_plan_mailboxes
 -- Mailboxes with due rows, for the send plan: how many are due now (all mailboxes, or one).
@@ -287,10 +306,15 @@ ORDER BY m.id;
 SELECT status::text AS status, claim_token FROM outreach.emails WHERE id = %(email_id)s;
 
 -- name: email_release_claimed
--- Rows claimed but never handed off (the batch stopped early) go back to the queue; the attempt
--- did not happen, so it is not counted. Guarded by our claim token like every transition.
+-- Rows claimed but never handed off (the batch stopped early, the SMTP server could not be
+-- reached or logged into, the DKIM key could not be loaded) go back to the queue; the attempt did
+-- not happen, so it is not counted. Guarded by our claim token like every transition. The sender
+-- alone knows how far a stamped row got (the stamp comes before MAIL FROM, the body only after
+-- the 354 go-ahead): it releases a stamped row only when its body never went out.
+-- %(error)s (optional) says why, for last_error.
 UPDATE outreach.emails e
-SET status = 'queued', attempts = greatest(e.attempts - 1, 0), updated_at = now()
+SET status = 'queued', attempts = greatest(e.attempts - 1, 0), handed_over_at = NULL,
+    last_error = coalesce(%(error)s::text, e.last_error), updated_at = now()
 WHERE e.id = ANY (%(ids)s::bigint[]) AND e.status = 'sending' AND e.claim_token = %(claim_token)s
 RETURNING e.id;
 
@@ -298,9 +322,27 @@ RETURNING e.id;
 SELECT id, address, status FROM outreach.mailboxes WHERE id = %(mailbox_id)s;
 
 -- name: email_touch_claim
--- The sender's heartbeat right before each handoff: proves the row is still ours (status and
--- claim token) and restarts the reaper's clock. No row back: someone took it; do not send.
+-- The handoff stamp and heartbeat, committed right before MAIL FROM of the row (the SMTP session
+-- is already connected): proves the row is still ours (status and claim token), records that it
+-- is being handed over (handed_over_at: from now on the reaper treats it as possibly sent), and
+-- restarts the reaper's clock, so the reaper threshold only has to outlast one handoff (see
+-- outreach.settings). No row back: someone took it; do not send.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 UPDATE outreach.emails e
-SET claimed_at = coalesce(%(now)s::timestamptz, now()), updated_at = now()
+SET claimed_at = n.now, handed_over_at = n.now, updated_at = now()
+FROM n
 WHERE e.id = %(email_id)s AND e.status = 'sending' AND e.claim_token = %(claim_token)s
+RETURNING e.id;
+
+-- name: email_record_late_accept
+-- The server accepted (2xx to the end of DATA) a row that is no longer ours to mark sent: the
+-- reaper failed it as unconfirmed while we waited for the reply. Add the acceptance as evidence
+-- (when, the reply, the Message-ID) to that unconfirmed row of the same claim token, never
+-- changing its status (the unconfirmed guard trigger would refuse that anyway): a person
+-- decides, and `outreach unconfirmed` shows it. The first evidence is kept.
+UPDATE outreach.emails e
+SET late_accepted_at = coalesce(%(now)s::timestamptz, now()), late_accept_reply = %(smtp_reply)s,
+    late_accept_message_id = %(message_id)s, updated_at = now()
+WHERE e.id = %(email_id)s AND e.status = 'failed' AND e.failure_kind = 'unconfirmed'
+  AND e.claim_token = %(claim_token)s AND e.late_accepted_at IS NULL
 RETURNING e.id;

@@ -9,6 +9,7 @@ SELECT set_config('outreach.resolution', 'operator', true);
 -- name: email_list_unconfirmed
 -- Unconfirmed emails, by ids or by campaign and/or mailbox (NULL: any).
 SELECT e.id, e.idempotency_key, e.last_error, e.claimed_by, e.claimed_at, e.attempts,
+       e.handed_over_at, e.late_accepted_at, e.late_accept_reply, e.late_accept_message_id,
        coalesce(l.email, e.recipient) AS email, m.address AS mailbox_address,
        m.id AS mailbox_id, c.key AS campaign_key, e.message_class
 FROM outreach.emails e
@@ -23,17 +24,19 @@ WHERE e.status = 'failed' AND e.failure_kind = 'unconfirmed'
 ORDER BY e.id;
 
 -- name: email_resolve_was_sent
--- A person saw it in Sent Items: record it in the send log as operator-confirmed and mark the
--- row sent, in one statement.
+-- A person saw it in Sent Items (or the server's late acceptance is evidence enough): record it
+-- in the send log as operator-confirmed and mark the row sent, in one statement. The send log's
+-- acceptance time is the server's late acceptance when there was one, else the claim time.
 WITH done AS (
     UPDATE outreach.emails e
-    SET status = 'sent', failure_kind = NULL, sent_at = coalesce(e.claimed_at, now()),
+    SET status = 'sent', failure_kind = NULL,
+        sent_at = coalesce(e.late_accepted_at, e.claimed_at, now()),
         last_error = NULL, updated_at = now()
     WHERE e.id = %(email_id)s AND e.status = 'failed' AND e.failure_kind = 'unconfirmed'
-    RETURNING e.id, e.mailbox_id, e.claimed_at
+    RETURNING e.id, e.mailbox_id, e.sent_at
 )
 INSERT INTO outreach.send_log (email_id, mailbox_id, message_id, smtp_reply, source, accepted_at)
-SELECT done.id, done.mailbox_id, %(message_id)s, %(note)s, 'operator', coalesce(done.claimed_at, now())
+SELECT done.id, done.mailbox_id, %(message_id)s, %(note)s, 'operator', done.sent_at
 FROM done
 RETURNING email_id;
 
@@ -42,11 +45,14 @@ RETURNING email_id;
 -- next attempt carries the same Message-ID.
 UPDATE outreach.emails e
 SET status = 'queued', failure_kind = NULL, scheduled_for = now(), updated_at = now(),
+    handed_over_at = NULL, late_accepted_at = NULL, late_accept_reply = NULL,
+    late_accept_message_id = NULL,
     last_error = 'operator: not sent, requeued (' || %(note)s || ')'
 WHERE e.id = %(email_id)s AND e.status = 'failed' AND e.failure_kind = 'unconfirmed'
 RETURNING e.id;
 
 -- name: resolution_insert
-INSERT INTO outreach.email_resolutions (email_id, decision, resolved_by, note)
-VALUES (%(email_id)s, %(decision)s, %(resolved_by)s, %(note)s)
+-- %(evidence)s: what the operator was shown besides Sent Items (a late acceptance), or NULL.
+INSERT INTO outreach.email_resolutions (email_id, decision, resolved_by, note, evidence)
+VALUES (%(email_id)s, %(decision)s, %(resolved_by)s, %(note)s, %(evidence)s)
 RETURNING id;
