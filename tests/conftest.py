@@ -5,6 +5,7 @@ from it, and real aiosmtpd servers on loopback."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import uuid
@@ -41,7 +42,7 @@ SMTP_CONN_IDS = ("outreach_smtp_anna", "outreach_smtp_ben", "outreach_smtp_hello
 
 
 @pytest.fixture(scope="session")
-def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+def pg_admin_url() -> str:
     """Admin URL of the test server: OUTREACH_TEST_ADMIN_URL, else a fresh embedded pgserver."""
     url = os.environ.get("OUTREACH_TEST_ADMIN_URL")
     if url:
@@ -54,11 +55,16 @@ def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> str:
         warnings.simplefilter("ignore")
         import pgserver
 
-        server = pgserver.get_server(str(tmp_path_factory.mktemp("pgdata")), cleanup_mode="stop")
+        # Not under pytest's basetemp: the server runs as pgserver's own user, and every pytest
+        # session that starts takes group/other access away from /tmp/pytest-of-<user>, which
+        # made the server of a concurrent session PANIC ("pg_control: Permission denied").
+        pgdata = Path(tempfile.mkdtemp(prefix="outreach-test-pg-"))
+        server = pgserver.get_server(str(pgdata), cleanup_mode="stop")
     yield server.get_uri()
     # Stop it now, while pytest's output streams are still open, instead of at interpreter exit.
     server.cleanup()
     atexit.unregister(server._cleanup)
+    shutil.rmtree(pgdata, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
