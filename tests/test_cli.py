@@ -45,7 +45,7 @@ def test_unusable_files_fail_with_file_line_and_field(db_url, tmp_path):
     bad.write_text((ROOT / "include/campaigns/demo.yaml").read_text().replace("delay_days: 3", "delay_days: -3"))
     p = outreach(db_url, "import-leads", "--campaign", str(bad), "--csv", str(csv), tmp_path=tmp_path)
     assert p.returncode == 1
-    assert f"{bad}, line 21, field steps.1.delay_days: Input should be greater than or equal to 0" in p.stderr
+    assert f"{bad}, line 24, field steps.1.delay_days: Input should be greater than or equal to 0" in p.stderr
     assert "Traceback" not in p.stderr
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -42,14 +42,25 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+LeadField = Literal["first_name", "last_name", "company", "title"]
+LEAD_FIELDS: tuple[str, ...] = get_args(LeadField)
+"""The lead fields a template renders besides the address (``lead.first_name``…), read from an
+import's columns and required by a step's ``requires`` (the database checks the same list:
+``outreach_sequence_steps_requires_check``, migration 0080)."""
+
+
 class Step(_Model):
     """One sequence step: ``template`` names ``<template>.txt.j2``/``.html.j2``; ``subject`` is a
     Jinja2 string; ``delay_days`` counts days after the previous step was sent (step 1: after
-    enrolment)."""
+    enrolment); ``requires`` lists lead fields (of :data:`LEAD_FIELDS`) the step needs: a lead
+    with one of them blank is not queued for the step (``outreach.lead_missing_fields``) and the
+    report counts it. For a field that may be blank, give the template a fallback instead:
+    ``{{ lead.first_name or "there" }}`` (``default("there", true)`` does the same)."""
 
     template: str = Field(pattern=r"^[A-Za-z0-9_\-/]+$")
     subject: str = Field(min_length=1, max_length=300)
     delay_days: int = Field(ge=0, le=365)
+    requires: list[LeadField] = Field(default_factory=list)
 
 
 class SendWindow(_Model):
@@ -277,5 +288,6 @@ def sync(conn: Any, campaign: Campaign, mailboxes: list[Mailbox], source_file: s
     for position, step in enumerate(campaign.steps, start=1):
         db.run(conn, "sequence_step_upsert", {
             "campaign_id": campaign_id, "position": position, "template": step.template,
-            "subject": step.subject, "delay_days": step.delay_days})
+            "subject": step.subject, "delay_days": step.delay_days,
+            "requires": sorted(set(step.requires))})
     return campaign_id

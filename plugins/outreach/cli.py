@@ -228,9 +228,11 @@ def cmd_dkim_record(args: argparse.Namespace) -> int:
 
 
 def cmd_queue_due(args: argparse.Namespace) -> int:
-    from outreach.queue import queue_due
+    from outreach.queue import held_line, queue_due
 
     result = queue_due(_url(), campaign_key=args.campaign)
+    for h in result["held"]:
+        print(f"  {held_line(h)}")
     print(f"queued {result['queued']} email(s)")
     return 0
 

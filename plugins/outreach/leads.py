@@ -314,7 +314,7 @@ class LeadsCsv:
         columns = self.columns
         i_email = columns["email"]
         i_tz = columns.get("timezone")
-        named = [(name, columns.get(name)) for name in ("first_name", "last_name", "company", "title")]
+        named = [(name, columns.get(name)) for name in campaign_mod.LEAD_FIELDS]
         start = reader.line_num + 1
         while True:
             try:

@@ -18,7 +18,11 @@ from outreach.logutil import log, mask
 
 def queue_due(url: str, *, campaign_key: str | None = None, now: dt.datetime | None = None,
               ) -> dict[str, Any]:
-    """Insert the due step of every eligible lead; return ``{"queued": n, "per_mailbox": {id: n}}``.
+    """Insert the due step of every eligible lead; return ``{"queued": n, "per_mailbox": {id: n},
+    "held": [{"campaign", "step", "missing", "leads"}, …]}``.
+
+    ``held`` counts the leads a step is not queued for because they lack a field the step
+    ``requires`` (see :class:`outreach.campaign.Step`), per campaign, step and missing fields.
 
     :param campaign_key: only this campaign (default all active campaigns).
     :param now: a fixed clock (UTC); default the database clock.
@@ -26,10 +30,20 @@ def queue_due(url: str, *, campaign_key: str | None = None, now: dt.datetime | N
     with db.transaction(url) as conn:
         db.run(conn, "planner_bulk_joins")
         rows = db.run(conn, "email_queue_due", {"now": now, "campaign_key": campaign_key})
+        held = db.run(conn, "report_missing_fields", {"campaign_key": campaign_key})
     per_mailbox = {r["mailbox_id"]: r["queued"] for r in rows}
     queued = sum(per_mailbox.values())
     log.info("queue-due: queued=%s per_mailbox=%s", queued, per_mailbox)
-    return {"queued": queued, "per_mailbox": per_mailbox}
+    for h in held:
+        log.info("queue-due: %s", held_line(h))
+    return {"queued": queued, "per_mailbox": per_mailbox, "held": held}
+
+
+def held_line(held: dict[str, Any]) -> str:
+    """Return how a report names leads held back by a step's ``requires``:
+    ``q4-ops-intro step 1: 12 lead(s) not queued, missing first_name``."""
+    return (f"{held['campaign']} step {held['step']}: {held['leads']} lead(s) not queued, "
+            f"missing {held['missing']}")
 
 
 @dataclass(frozen=True)

@@ -11,16 +11,19 @@ from outreach.logutil import mask
 
 def collect(url: str) -> dict[str, Any]:
     """Return the report as a dict: ``rows`` (per campaign/step/mailbox counts), ``mailboxes``
-    (today's sends against the limit, pause status), ``send_log`` total and ``last_import``."""
+    (today's sends against the limit, pause status), ``send_log`` total, ``last_import`` and
+    ``held`` (leads a step is not queued for because they lack a field it requires: campaign,
+    step, missing, leads)."""
     with db.connect(url, autocommit=True) as conn:
         rows = db.run(conn, "report_by_step")
         mailboxes = db.run(conn, "report_mailboxes", {"now": None})
         totals = db.one(conn, "report_totals")
         last_import = db.one(conn, "import_run_latest", {"kind": "leads"})
+        held = db.run(conn, "report_missing_fields", {"campaign_key": None})
     for m in mailboxes:
         m["address"] = mask(m["address"])
     return {"rows": rows, "mailboxes": mailboxes, "totals": totals,
-            "last_import": last_import}
+            "last_import": last_import, "held": held}
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -45,6 +48,11 @@ def render_text(report: dict[str, Any]) -> str:
          f"{m['daily_limit']} (campaigns; transactional mail not held)" if m["transactional"]
          else m["daily_limit"], m["paused_reason"] or "-"]
         for m in report["mailboxes"]]))
+    if report.get("held"):
+        from outreach.queue import held_line
+
+        parts.append("\nNot queued: leads lacking a field the step requires")
+        parts += [f"  {held_line(h)}" for h in report["held"]]
     t = report["totals"] or {}
     parts.append(f"\nsend log entries: {t.get('send_log', 0)}; emails: {t.get('emails', 0)}")
     return "\n".join(parts)

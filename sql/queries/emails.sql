@@ -33,6 +33,8 @@ WHERE en.status = 'active' AND c.status = 'active'
       + st.delay_days * interval '1 day' <= n.now
   AND NOT EXISTS (SELECT 1 FROM outreach.emails e WHERE e.lead_id = en.lead_id AND e.step_id = st.id)
   AND NOT outreach.is_suppressed(l.email)
+  -- A lead lacking a field the step requires is not queued for it (report_missing_fields counts them).
+  AND (st.requires = '{}' OR outreach.lead_missing_fields(l, st.requires) = '{}')
 ON CONFLICT ON CONSTRAINT outreach_emails_lead_step_key DO NOTHING
 RETURNING mailbox_id
 )

@@ -48,3 +48,22 @@ GROUP BY m.address;
 
 -- name: report_email_status_counts
 SELECT status::text AS status, count(*)::integer AS n FROM outreach.emails GROUP BY status;
+
+-- name: report_missing_fields
+-- Leads a step is not queued for because they lack a field the step requires (sequence_steps.
+-- requires; the rule is outreach.lead_missing_fields, the one email_queue_due applies): active
+-- enrolments of active campaigns without an email for the step, per campaign, step and the
+-- fields they lack. A lead whose field is filled in (a re-import) is queued by the next run.
+SELECT c.key AS campaign, st.position AS step, array_to_string(m.missing, ', ') AS missing,
+       count(*)::integer AS leads
+FROM outreach.sequence_steps st
+JOIN outreach.campaigns c ON c.id = st.campaign_id
+JOIN outreach.enrollments en ON en.campaign_id = c.id
+JOIN outreach.leads l ON l.id = en.lead_id
+CROSS JOIN LATERAL (SELECT outreach.lead_missing_fields(l, st.requires) AS missing) m
+WHERE st.requires <> '{}' AND m.missing <> '{}'
+  AND c.status = 'active' AND en.status = 'active'
+  AND (%(campaign_key)s::text IS NULL OR c.key = %(campaign_key)s::text)
+  AND NOT EXISTS (SELECT 1 FROM outreach.emails e WHERE e.lead_id = en.lead_id AND e.step_id = st.id)
+GROUP BY c.key, st.position, m.missing
+ORDER BY c.key, st.position, m.missing;
