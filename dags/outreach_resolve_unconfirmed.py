@@ -10,11 +10,17 @@ accepted by the server after the reaper had taken it (the reply and Message-ID a
 
 * **was sent** — records it in the send log as operator-confirmed; it counts as sent.
 * **not sent** — puts it back in the queue with the same idempotency key and Message-ID.
+* **was sent where found in Sent** — every selected email whose Message-ID is in its mailbox's
+  Sent folder (the IMAP folder flagged `\Sent`) is resolved *was sent*, with that evidence as the
+  note; the others stay for a person (not found proves nothing).
+
+The first task, **evidence**, logs each selected email's Message-ID and what its mailbox's Sent
+folder says (found, with the date / not found / no IMAP account), whatever the decision.
 
 Select emails by id, or by campaign and/or mailbox. Nothing else ever moves an unconfirmed row
 (a database trigger refuses it).
 
-**Clearing `resolve` is safe**: each change is guarded by "still unconfirmed", so a second run
+**Clearing either task is safe** (`evidence` only reads): each change is guarded by "still unconfirmed", so a second run
 resolves nothing twice.
 """
 
@@ -30,9 +36,12 @@ from outreach import airflow_adapter
     doc_md=__doc__,
     **airflow_adapter.dag_kwargs(operator=True),
     params={
-        "decision": Param("was_sent", type="string", enum=["was_sent", "not_sent"], title="Decision",
+        "decision": Param("was_sent", type="string",
+                          enum=["was_sent", "not_sent", "was_sent_if_found"], title="Decision",
                           values_display={"was_sent": "It was sent (found in Sent Items)",
-                                          "not_sent": "It was not sent: requeue it"}),
+                                          "not_sent": "It was not sent: requeue it",
+                                          "was_sent_if_found": "Was sent where found in the "
+                                                               "Sent folder (the rest stays)"}),
         "email_ids": Param([], type="array", items={"type": "integer"}, title="Email ids",
                            description="Leave empty to select by campaign and/or mailbox."),
         "campaign_key": Param(None, type=["null", "string"], title="Campaign key"),
@@ -45,12 +54,17 @@ from outreach import airflow_adapter
 )
 def outreach_resolve_unconfirmed():
     @task
+    def evidence() -> list:
+        p = get_current_context()["params"]
+        return airflow_adapter.evidence_task(p["email_ids"] or None, p["campaign_key"], p["mailbox"])
+
+    @task
     def resolve() -> dict:
         p = get_current_context()["params"]
         return airflow_adapter.resolve_task(p["decision"], p["resolved_by"], p["email_ids"] or None,
                                             p["campaign_key"], p["mailbox"], p["note"])
 
-    resolve()
+    evidence() >> resolve()
 
 
 outreach_resolve_unconfirmed()

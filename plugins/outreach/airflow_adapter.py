@@ -482,17 +482,46 @@ def summary_task(results: list[dict[str, Any]] | None) -> dict[str, int]:
     return total
 
 
+def evidence_task(email_ids: list[int] | None, campaign_key: str | None,
+                  mailbox: str | None) -> list[dict[str, Any]]:
+    """Log each selected unconfirmed email (:func:`outreach.resolve.describe_unconfirmed`, with
+    a late acceptance if any), its Message-ID and what its mailbox's Sent folder says
+    (:func:`outreach.resolve.sent_evidence`); return ``[{email_id, message_id, evidence, found}]``."""
+    from outreach.resolve import describe_unconfirmed, list_unconfirmed, row_message_id, sent_evidence
+
+    rows = list_unconfirmed(database_url(), ids=email_ids, campaign_key=campaign_key,
+                            mailbox=mailbox)
+    sent = sent_evidence(rows, imap_account)
+    out = []
+    for r in rows:
+        out.append({"email_id": r["id"], "message_id": row_message_id(r),
+                    "evidence": sent[r["id"]].text(), "found": sent[r["id"]].state == "found"})
+        log.info("unconfirmed: %s", describe_unconfirmed(r))
+        log.info("    Message-ID <%s>: %s", out[-1]["message_id"], out[-1]["evidence"])
+    log.info("%s unconfirmed email(s), %s found in a Sent folder", len(out),
+             sum(o["found"] for o in out))
+    return out
+
+
 def resolve_task(decision: str, resolved_by: str, email_ids: list[int] | None,
                  campaign_key: str | None, mailbox: str | None, note: str) -> dict[str, Any]:
     """Resolve unconfirmed emails (see :mod:`outreach.resolve`); return the ids resolved/skipped.
-    The task log first lists the selected emails, with any evidence (a late acceptance)."""
-    from outreach.resolve import describe_unconfirmed, list_unconfirmed, resolve
+    The DAG's ``evidence`` task has listed the selected emails first.
 
-    for row in list_unconfirmed(database_url(), ids=email_ids, campaign_key=campaign_key,
-                                mailbox=mailbox):
-        log.info("unconfirmed: %s", describe_unconfirmed(row))
-    result = resolve(database_url(), decision, resolved_by, ids=email_ids,
-                     campaign_key=campaign_key, mailbox=mailbox, note=note)
+    :param decision: ``was_sent``, ``not_sent``, or ``was_sent_if_found``: every selected row
+        found in its mailbox's Sent folder is resolved ``was_sent`` with the evidence as its note
+        (:func:`outreach.resolve.resolve_found`); the rest stay.
+    """
+    from outreach.resolve import resolve, resolve_found
+
+    if decision == "was_sent_if_found":
+        if email_ids:
+            raise ValueError("was_sent_if_found selects by campaign and/or mailbox, not by ids")
+        result = resolve_found(database_url(), resolved_by, imap_account,
+                               campaign_key=campaign_key, mailbox=mailbox)
+    else:
+        result = resolve(database_url(), decision, resolved_by, ids=email_ids,
+                         campaign_key=campaign_key, mailbox=mailbox, note=note)
     return {"decision": decision, "resolved": result.resolved, "skipped": result.skipped}
 
 

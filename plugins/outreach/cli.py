@@ -301,13 +301,18 @@ def cmd_inbox(args: argparse.Namespace) -> int:
 
 
 def cmd_unconfirmed(args: argparse.Namespace) -> int:
-    from outreach.resolve import describe_unconfirmed, list_unconfirmed
+    from outreach.airflow_adapter import imap_account
+    from outreach.resolve import describe_unconfirmed, list_unconfirmed, row_message_id, sent_evidence
 
     rows = list_unconfirmed(_url(), campaign_key=args.campaign, mailbox=args.mailbox)
+    sent = sent_evidence(rows, imap_account)
     for r in rows:
         print(describe_unconfirmed(r))
+        print(f"    Message-ID <{row_message_id(r)}>: {sent[r['id']].text()}")
     late = [r["id"] for r in rows if r["late_accepted_at"]]
-    print(f"{len(rows)} unconfirmed email(s): check Sent Items, then `outreach resolve`")
+    found = sum(1 for e in sent.values() if e.state == "found")
+    print(f"{len(rows)} unconfirmed email(s), {found} found in a Sent folder: check Sent Items, then "
+          "`outreach resolve` (--auto-found resolves the found ones as was-sent)")
     if late:
         print(f"{len(late)} of them the server accepted late (EVIDENCE above): "
               f"`outreach resolve --ids {','.join(map(str, late))} --decision was-sent --by NAME`")
@@ -315,8 +320,19 @@ def cmd_unconfirmed(args: argparse.Namespace) -> int:
 
 
 def cmd_resolve(args: argparse.Namespace) -> int:
-    from outreach.resolve import resolve
+    from outreach.resolve import resolve, resolve_found
 
+    if args.auto_found:
+        from outreach.airflow_adapter import imap_account
+
+        if args.decision or args.ids:
+            raise ValueError("--auto-found decides by itself: give no --decision or --ids")
+        result = resolve_found(_url(), args.by, imap_account, campaign_key=args.campaign,
+                               mailbox=args.mailbox)
+        print(result.line())
+        return 0
+    if not args.decision:
+        raise ValueError("give --decision was-sent|not-sent, or --auto-found")
     ids = [int(x) for x in args.ids.split(",")] if args.ids else None
     result = resolve(_url(), args.decision.replace("-", "_"), args.by, ids=ids,
                      campaign_key=args.campaign, mailbox=args.mailbox, note=args.note)
@@ -585,7 +601,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ids", help="comma-separated email ids")
     s.add_argument("--campaign")
     s.add_argument("--mailbox", help="address or id")
-    s.add_argument("--decision", required=True, choices=["was-sent", "not-sent"])
+    s.add_argument("--decision", choices=["was-sent", "not-sent"])
+    s.add_argument("--auto-found", action="store_true",
+                   help="resolve as was-sent every row found in its mailbox's Sent folder "
+                        "(the evidence is recorded); the others stay")
     s.add_argument("--by", required=True, help="who decides (recorded)")
     s.add_argument("--note", default="")
     s.set_defaults(func=cmd_resolve)

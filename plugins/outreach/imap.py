@@ -163,7 +163,7 @@ class ImapSession:
 
         :raises ImapError: at LIST.
         """
-        from imapclient import SENT
+        from imapclient.imapclient import SENT
 
         try:
             for flags, _delim, name in self.client.list_folders():

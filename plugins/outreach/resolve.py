@@ -6,11 +6,19 @@ reaper had failed it (a late acceptance, recorded on the row by the sender), tha
 shown by ``outreach unconfirmed`` and kept with the resolution and in the send log's reply. "not sent" requeues it with the same
 idempotency key, so the next attempt carries the same Message-ID. Nothing else may move an
 unconfirmed row: a trigger (migration 0002) refuses it outside an operator resolution.
+
+Sent-folder evidence: when the mailbox has an IMAP account (``imap_conn_id``) with a Sent folder
+(the one flagged ``\Sent``, RFC 6154), :func:`sent_evidence` searches it for the row's Message-ID
+(``SEARCH HEADER Message-ID``, RFC 3501 §6.4.4): *found* (with the message's date) is evidence
+that it went out — many relays (Gmail's SMTP among them) file every message they accept there —
+and :func:`resolve_found` resolves such rows ``was_sent`` with the evidence in the note. *Not
+found* proves nothing (many relays file nothing): those rows stay for a person.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,5 +126,96 @@ def resolve(url: str, decision: str, resolved_by: str, *, ids: list[int] | None 
                     result.skipped.append(r["id"])
     finally:
         conn.close()
+    log.info(result.line())
+    return result
+
+
+@dataclass(frozen=True)
+class SentEvidence:
+    """What the mailbox's Sent folder says about one email: ``state`` is ``found`` (``folder``
+    and ``date``, UTC, of the copy), ``not_found``, ``no_sent_folder`` (the account has no folder
+    flagged ``\\Sent``), ``no_imap`` (the mailbox has no ``imap_conn_id``) or ``unreadable``
+    (``detail`` names the connection and the IMAP stage)."""
+
+    state: str
+    folder: str | None = None
+    date: dt.datetime | None = None
+    detail: str = ""
+
+    def text(self) -> str:
+        """Return the evidence for people, one phrase."""
+        if self.state == "found":
+            return f"found in Sent folder {self.folder!r}, dated {self.date:%Y-%m-%d %H:%M} UTC"
+        return {"not_found": f"not found in Sent folder {self.folder!r} (proves nothing)",
+                "no_sent_folder": "the IMAP account has no \\Sent folder",
+                "no_imap": "no imap_conn_id for this mailbox: check Sent Items by hand",
+                }.get(self.state, f"Sent folder unreadable: {self.detail}")
+
+
+def row_message_id(row: dict[str, Any]) -> str:
+    """Return the Message-ID (without <>) an unconfirmed row went out with, or would have."""
+    return message_id_for(str(row["idempotency_key"]), row["mailbox_address"])
+
+
+def sent_evidence(rows: list[dict[str, Any]], accounts: Callable[[str], Any],
+                  ) -> dict[int, SentEvidence]:
+    """Search each row's mailbox's Sent folder for its Message-ID (one IMAP session per account).
+
+    :param rows: from :func:`list_unconfirmed` (they carry ``imap_conn_id``).
+    :param accounts: turns an Airflow IMAP connection id into an
+        :class:`outreach.imap.ImapAccount` (:func:`outreach.airflow_adapter.imap_account`).
+    :returns: ``{email_id: SentEvidence}`` for every row; an account that cannot be read makes
+        its rows ``unreadable``, never an exception.
+    """
+    from outreach.imap import ImapError, ImapSession
+
+    out: dict[int, SentEvidence] = {}
+    by_account: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("imap_conn_id"):
+            by_account.setdefault(r["imap_conn_id"], []).append(r)
+        else:
+            out[r["id"]] = SentEvidence("no_imap")
+    for conn_id, group in by_account.items():
+        try:
+            with ImapSession(accounts(conn_id)) as session:
+                folder = session.sent_folder()
+                if folder is None:
+                    out.update({r["id"]: SentEvidence("no_sent_folder") for r in group})
+                    continue
+                session.select(folder)
+                for r in group:
+                    when = session.find_message_id(row_message_id(r))
+                    out[r["id"]] = SentEvidence("found" if when else "not_found", folder, when)
+        except (ImapError, LookupError) as exc:
+            detail = f"connection {conn_id}: {exc}"
+            log.error("Sent-folder evidence: %s", detail)
+            for r in group:
+                out.setdefault(r["id"], SentEvidence("unreadable", detail=detail))
+    return out
+
+
+def resolve_found(url: str, resolved_by: str, accounts: Callable[[str], Any], *,
+                  campaign_key: str | None = None, mailbox: str | None = None) -> Resolution:
+    """Resolve ``was_sent`` every unconfirmed email (optionally of one campaign / mailbox) whose
+    Message-ID is in its mailbox's Sent folder, each with its evidence as the note; the others
+    stay unconfirmed (not found proves nothing).
+
+    :raises ValueError: no operator name.
+    """
+    if not resolved_by.strip():
+        raise ValueError("say who decides (resolved_by)")
+    rows = list_unconfirmed(url, campaign_key=campaign_key, mailbox=mailbox)
+    evidence = sent_evidence(rows, accounts)
+    result = Resolution("was_sent")
+    for r in rows:
+        ev = evidence[r["id"]]
+        if ev.state != "found":
+            result.skipped.append(r["id"])
+            continue
+        note = f"{ev.text()} (Message-ID <{row_message_id(r)}>; outreach resolve --auto-found)"
+        done = resolve(url, "was_sent", resolved_by, ids=[r["id"]], note=note)
+        result.resolved.extend(done.resolved)
+        result.skipped.extend(done.skipped)
     log.info(result.line())
     return result

@@ -11,7 +11,7 @@ SELECT set_config('outreach.resolution', 'operator', true);
 SELECT e.id, e.idempotency_key, e.last_error, e.claimed_by, e.claimed_at, e.attempts,
        e.handed_over_at, e.late_accepted_at, e.late_accept_reply, e.late_accept_message_id,
        coalesce(l.email, e.recipient) AS email, m.address AS mailbox_address,
-       m.id AS mailbox_id, c.key AS campaign_key, e.message_class
+       m.id AS mailbox_id, m.imap_conn_id, c.key AS campaign_key, e.message_class
 FROM outreach.emails e
 LEFT JOIN outreach.leads l ON l.id = e.lead_id
 JOIN outreach.mailboxes m ON m.id = e.mailbox_id
