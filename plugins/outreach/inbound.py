@@ -66,8 +66,9 @@ class Inbound:
     """What the reader needs of one message: ``message_id`` (without <>, lower-case; or
     ``sha256:<hex>`` when the message has none), ``from_address`` (lower-case, '' when none),
     ``recipients`` (To, Cc, Delivered-To, X-Original-To; lower-case), ``subject`` (≤ 200
-    characters), ``references`` (In-Reply-To first, then References newest first; lower-case) and
-    ``first_line`` (the first non-empty, non-quoted line of the text)."""
+    characters), ``references`` (In-Reply-To first, then References newest first; lower-case),
+    ``in_reply_to`` (those of In-Reply-To alone) and ``first_line`` (the first non-empty,
+    non-quoted line of the text)."""
 
     message_id: str
     from_address: str
@@ -75,6 +76,7 @@ class Inbound:
     subject: str
     references: tuple[str, ...]
     first_line: str
+    in_reply_to: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,8 @@ def parse(raw: bytes) -> tuple[Inbound, Message, Message]:
     compat = email.message_from_bytes(raw)
     mid = _ids(str(compat.get("Message-ID", "")))
     message_id = mid[0] if mid else "sha256:" + hashlib.sha256(raw).hexdigest()
-    refs = _ids(str(compat.get("In-Reply-To", ""))) + list(reversed(_ids(str(compat.get("References", "")))))
+    in_reply_to = _ids(str(compat.get("In-Reply-To", "")))
+    refs = in_reply_to + list(reversed(_ids(str(compat.get("References", "")))))
     seen: set[str] = set()
     references = tuple(r for r in refs if not (r in seen or seen.add(r)))
     recipients = tuple(a.lower() for _, a in getaddresses(
@@ -117,7 +120,7 @@ def parse(raw: bytes) -> tuple[Inbound, Message, Message]:
          for v in compat.get_all(h, [])]) if a)
     subject = " ".join(str(msg.get("Subject", "") or "").split())[:200]
     return (Inbound(message_id, _addr(str(compat.get("From", ""))), recipients, subject,
-                    references, first_line(msg)), msg, compat)
+                    references, first_line(msg), tuple(in_reply_to)), msg, compat)
 
 
 def first_line(msg: Message) -> str:

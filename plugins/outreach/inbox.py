@@ -225,8 +225,7 @@ def _match(conn, target: dict[str, Any], inbound: Inbound, verdict: Classified,
             if i in found:
                 e = found[i]
                 how = ("enclosed original Message-ID" if i in verdict.original_ids
-                       else "In-Reply-To" if inbound.references and i == inbound.references[0]
-                       else "References")
+                       else "In-Reply-To" if i in inbound.in_reply_to else "References")
                 m = _Match(e, e["lead_id"], how=f"{how} <{i}>")
                 if e["lead_id"] is not None:
                     m.enrollments = db.run(conn, "enrollment_active_for_lead", {
