@@ -8,7 +8,7 @@ import datetime as dt
 import subprocess
 
 from conftest import CAMPAIGN, MAILBOXES
-from flow import cli_env, leads_csv, one_mailbox, outreach_cmd, rows
+from flow import cli_env, hand_over, leads_csv, one_mailbox, outreach_cmd, rows
 from imapserver import dovecot, imap_accounts  # noqa: F401 - fixtures
 from inboxflow import ANNA, IMAP_CONN_IDS, mail
 from outreach import db
@@ -27,8 +27,10 @@ def test_unconfirmed_rows_get_sent_folder_evidence_and_auto_found_resolves_found
     one_mailbox(db_url)
     queue_due(db_url)
     conn = db.connect(db_url, autocommit=True)
-    held = sorted(r["id"] for r in claim(conn, 1, 3, worker="lost-worker")[0])
+    claimed = claim(conn, 1, 3, worker="lost-worker")[0]
     conn.close()
+    hand_over(db_url, claimed)  # the worker was lost during the handoffs
+    held = sorted(r["id"] for r in claimed)
     reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31))
     unconfirmed = {r["id"]: r for r in list_unconfirmed(db_url)}
     assert sorted(unconfirmed) == held
