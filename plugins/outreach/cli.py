@@ -390,6 +390,32 @@ def cmd_mailbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lead(args: argparse.Namespace) -> int:
+    from outreach.enrollments import stop_lead
+
+    if args.lead_command == "stop":
+        print(stop_lead(_url(), args.address, args.campaign, args.reason, args.by).line())
+    return 0
+
+
+def cmd_campaign(args: argparse.Namespace) -> int:
+    from outreach import campaign_pause
+
+    url = _url()
+    if args.campaign_command == "pause":
+        print(campaign_pause.pause_campaign(url, args.campaign, args.reason, args.by).line())
+    elif args.campaign_command == "resume":
+        print(campaign_pause.resume_campaign(url, args.campaign, args.by, args.reason).line())
+    elif args.campaign_command == "history":
+        events = campaign_pause.campaign_events(url, args.campaign)
+        for e in events:
+            print(f"{e['created_at']:%Y-%m-%d %H:%M %Z}  campaign {e['key']}  {e['event']} by "
+                  f"{e['actor']}: {e['reason']}")
+        if not events:
+            print("no pause or resume events" + (f" for campaign {args.campaign}" if args.campaign else ""))
+    return 0
+
+
 def cmd_transactional(args: argparse.Namespace) -> int:
     from outreach import db, transactional
     from outreach.airflow_adapter import dkim_private_key, settings as load_settings, smtp_connector
@@ -501,7 +527,8 @@ def _positive(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser (sub-commands: db upgrade, db stop, import-leads, import-suppressions,
-    suppress, unsuppress, queue-due, send, inbox, unconfirmed, resolve, mailbox, postmaster, reap, report,
+    suppress, unsuppress, queue-due, send, inbox, unconfirmed, resolve, mailbox, lead, campaign,
+    transactional, postmaster, reap, report,
     serve-unsubscribe, preflight, dkim-record, airflow, demo)."""
     p = argparse.ArgumentParser(prog="outreach", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -628,6 +655,29 @@ def build_parser() -> argparse.ArgumentParser:
     mbsub.add_parser("check-spam-rate",
                      help="pause mailboxes above the spam-rate threshold (stored Postmaster figures)")
     mbp.set_defaults(func=cmd_mailbox)
+
+    ldp = sub.add_parser("lead", help="operator controls of one lead")
+    ldsub = ldp.add_subparsers(dest="lead_command", required=True)
+    s = ldsub.add_parser("stop", help="stop a lead's enrolment in a campaign: its queued steps are "
+                         "cancelled and it gets nothing more in that campaign (final)")
+    s.add_argument("address")
+    s.add_argument("--campaign", required=True, help="the campaign key")
+    s.add_argument("--by", required=True, help="who (recorded)")
+    s.add_argument("--reason", required=True, help="why (recorded)")
+    ldp.set_defaults(func=cmd_lead)
+
+    cpp = sub.add_parser("campaign", help="pause or resume a campaign, its history")
+    cpsub = cpp.add_subparsers(dest="campaign_command", required=True)
+    for name, help_ in (("pause", "pause a campaign: none of its steps is queued or claimed "
+                                  "until resumed"),
+                        ("resume", "resume a paused campaign (cap and pacing still apply)")):
+        s = cpsub.add_parser(name, help=help_)
+        s.add_argument("campaign", metavar="KEY")
+        s.add_argument("--by", required=True, help="who (recorded)")
+        s.add_argument("--reason", required=True, help="why (recorded)")
+    s = cpsub.add_parser("history", help="pause/resume history, newest first")
+    s.add_argument("campaign", metavar="KEY", nargs="?")
+    cpp.set_defaults(func=cmd_campaign)
 
     txp = sub.add_parser("transactional", help="transactional mail with a delivery key")
     txsub = txp.add_subparsers(dest="tx_command", required=True)

@@ -1,4 +1,5 @@
-"""The campaign report: per campaign, step and mailbox, what is queued, sent, failed, suppressed."""
+"""The campaign report: per campaign, step and mailbox, what is queued, sent, failed, suppressed
+(an opt-out) or cancelled (the lead's enrolment stopped)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
 
 def render_text(report: dict[str, Any]) -> str:
     """Return the report as text tables."""
-    cols = ["queued", "sending", "sent", "failed", "unconfirmed", "suppressed"]
+    cols = ["queued", "sending", "sent", "failed", "unconfirmed", "suppressed", "cancelled"]
     parts = ["Emails by campaign, step and mailbox"]
     parts.append(_table(["campaign", "step", "mailbox"] + cols + ["failed by reason"], [
         [r["campaign"], r["step"] if r["step"] is not None else r["template"], r["mailbox_id"]]

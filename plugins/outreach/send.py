@@ -1,4 +1,4 @@
-"""Sending: claim a batch, re-check suppression, render, hand off, record — row by row.
+"""Sending: claim a batch, re-check suppression and enrolment, render, hand off, record, row by row.
 
 Each row's outcome is committed right after its own handoff, never at the end of the batch, and
 every change of a claimed row is one guarded UPDATE (status = 'sending' and our claim token).
@@ -51,6 +51,7 @@ class BatchSummary:
     failed: int = 0
     unconfirmed: int = 0
     suppressed: int = 0
+    cancelled: int = 0
     lost_claims: int = 0
     released: int = 0
     note: str = ""
@@ -68,6 +69,8 @@ class BatchSummary:
                 f"unconfirmed={self.unconfirmed} suppressed={self.suppressed}")
         if self.released:
             text += f" released={self.released}"
+        if self.cancelled:  # the lead's enrolment stopped after the claim (migration 0012)
+            text += f" cancelled={self.cancelled}"
         if self.lost_claims:
             text += f" lost_claims={self.lost_claims}"
         if self.unreachable:
@@ -491,6 +494,15 @@ def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Setting
             summary.suppressed += 1
             log.info("%s: suppressed before the handoff; not sent", who)
         return
+    # ... and the enrolment: a lead stopped (an operator, a reply) after this row was claimed
+    # gets nothing more (outreach.stop_enrollment cancels only rows still 'queued').
+    if row.get("message_class", "marketing") == "marketing":
+        stopped = db.one(conn, "email_cancel_stopped", guard)
+        if stopped:
+            summary.cancelled += 1
+            log.info("%s: enrolment %s before the handoff; cancelled, not sent", who,
+                     stopped["enrollment_status"])
+            return
     clock = now or dt.datetime.now(dt.timezone.utc)
     try:
         message_id, payload = prepare(row, settings, clock, keys.for_row(row))

@@ -60,3 +60,49 @@ RETURNING id;
 
 -- name: campaign_by_key
 SELECT id, key, name FROM outreach.campaigns WHERE key = %(key)s;
+
+-- name: campaign_find
+SELECT id, key, name, status, paused_reason, paused_at, paused_by
+FROM outreach.campaigns WHERE key = %(key)s;
+
+-- name: campaign_pause
+-- Pause an active campaign: queue-due queues nothing for it and the claim takes none of its
+-- queued steps (both check c.status = 'active'); they stay queued. Guarded by status = 'active'
+-- and written with its history row in one statement (like mailbox_pause): pausing a paused
+-- campaign changes nothing and keeps the first reason.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+paused AS (
+    UPDATE outreach.campaigns c
+    SET status = 'paused', paused_reason = %(reason)s, paused_at = n.now, paused_by = %(by)s,
+        updated_at = n.now
+    FROM n
+    WHERE c.id = %(campaign_id)s AND c.status = 'active'
+    RETURNING c.id, c.paused_at
+)
+INSERT INTO outreach.campaign_events (campaign_id, event, actor, reason, created_at)
+SELECT id, 'paused', %(by)s, %(reason)s, paused_at FROM paused
+RETURNING campaign_id, created_at;
+
+-- name: campaign_resume
+-- Resume a paused campaign: its queued steps may be claimed again, within each mailbox's cap and
+-- pacing (mailbox_remaining_today). Guarded by status = 'paused'.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+resumed AS (
+    UPDATE outreach.campaigns c
+    SET status = 'active', paused_reason = NULL, paused_at = NULL, paused_by = NULL,
+        updated_at = n.now
+    FROM n
+    WHERE c.id = %(campaign_id)s AND c.status = 'paused'
+    RETURNING c.id, n.now
+)
+INSERT INTO outreach.campaign_events (campaign_id, event, actor, reason, created_at)
+SELECT id, 'resumed', %(by)s, %(why)s, now FROM resumed
+RETURNING campaign_id, created_at;
+
+-- name: campaign_event_list
+-- The pause/resume history of one campaign, or of all (%(campaign_id)s NULL), newest first.
+SELECT ev.id, ev.campaign_id, c.key, ev.event, ev.actor, ev.reason, ev.created_at
+FROM outreach.campaign_events ev
+JOIN outreach.campaigns c ON c.id = ev.campaign_id
+WHERE %(campaign_id)s::bigint IS NULL OR ev.campaign_id = %(campaign_id)s::bigint
+ORDER BY ev.created_at DESC, ev.id DESC;

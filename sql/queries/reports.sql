@@ -11,6 +11,7 @@ SELECT coalesce(c.key, e.message_class) AS campaign, st.position AS step, e.temp
        count(*) FILTER (WHERE e.status = 'failed' AND e.failure_kind <> 'unconfirmed')::integer AS failed,
        count(*) FILTER (WHERE e.failure_kind = 'unconfirmed')::integer AS unconfirmed,
        count(*) FILTER (WHERE e.status = 'suppressed')::integer AS suppressed,
+       count(*) FILTER (WHERE e.status = 'cancelled')::integer AS cancelled,
        (SELECT string_agg(k || '=' || n, ', ' ORDER BY k) FROM (
             SELECT e2.failure_kind AS k, count(*) AS n FROM outreach.emails e2
             WHERE e2.mailbox_id = e.mailbox_id AND e2.status = 'failed'

@@ -1,0 +1,99 @@
+"""Pausing and resuming a campaign, with who, when and why (like :mod:`outreach.mailboxes`).
+
+A pause is one guarded UPDATE (only ``WHERE status = 'active'``) that writes its history row in
+``outreach.campaign_events`` in the same statement; a resume likewise (only ``WHERE status =
+'paused'``). A paused campaign sends nothing: ``queue-due`` queues none of its steps and the claim
+statement takes none of its queued rows (both check ``c.status = 'active'``, see
+``sql/queries/emails.sql``); the rows stay queued and go out after a resume, within each
+mailbox's daily cap and pacing. A row already claimed when the pause lands is sent (like a mailbox
+pause, a pause stops claims, not a handoff under way).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from outreach import db
+from outreach.logutil import log
+from outreach.mailboxes import _required  # the same rule as a mailbox pause
+
+
+class CampaignNotFound(LookupError):
+    """No campaign has the given key."""
+
+
+@dataclass(frozen=True)
+class CampaignChange:
+    """The outcome of a pause or resume: ``campaign`` (key), ``changed`` (False when it already
+    had that status), ``status`` after the call (``active``/``paused``), ``at`` (UTC)."""
+
+    campaign: str
+    changed: bool
+    status: str
+    at: dt.datetime | None = None
+
+    def line(self) -> str:
+        """Return a one-line description for logs and the CLI."""
+        what = {"paused": "paused", "active": "resumed"}[self.status]
+        if self.changed:
+            return f"campaign {self.campaign} {what}"
+        return f"campaign {self.campaign} was already {self.status}; nothing changed"
+
+
+def _find(conn: Any, key: str) -> dict[str, Any]:
+    row = db.one(conn, "campaign_find", {"key": key})
+    if row is None:
+        raise CampaignNotFound(f"no campaign {key!r} (the key of a synced campaign file)")
+    return row
+
+
+def pause_campaign(url: str, key: str, reason: str, by: str, *,
+                   now: dt.datetime | None = None) -> CampaignChange:
+    """Pause a campaign (by key): none of its steps is queued or claimed until it is resumed.
+
+    Idempotent: pausing a paused campaign changes nothing and keeps the first reason.
+
+    :param now: a fixed clock (UTC); default the database clock.
+    :raises CampaignNotFound: no such campaign.
+    :raises ValueError: ``reason`` or ``by`` is empty.
+    """
+    reason, by = _required(reason, "a reason (--reason)"), _required(by, "who pauses (--by)")
+    with db.transaction(url) as conn:
+        row = _find(conn, key)
+        done = db.run(conn, "campaign_pause", {"campaign_id": row["id"], "reason": reason,
+                                               "by": by, "now": now})
+    change = CampaignChange(key, bool(done), "paused", done[0]["created_at"] if done else None)
+    log.warning("%s by %s: %s", change.line(), by, reason)
+    return change
+
+
+def resume_campaign(url: str, key: str, by: str, why: str, *,
+                    now: dt.datetime | None = None) -> CampaignChange:
+    """Resume a paused campaign (by key), recording who and why. Its queued steps go out within
+    each mailbox's daily cap and pacing; steps that fell due meanwhile are queued by the next
+    ``queue-due``.
+
+    :raises CampaignNotFound: no such campaign.
+    :raises ValueError: ``by`` or ``why`` is empty.
+    """
+    by, why = _required(by, "who resumes (--by)"), _required(why, "why (--reason)")
+    with db.transaction(url) as conn:
+        row = _find(conn, key)
+        done = db.run(conn, "campaign_resume", {"campaign_id": row["id"], "by": by, "why": why,
+                                                "now": now})
+    change = CampaignChange(key, bool(done), "active", done[0]["created_at"] if done else None)
+    log.warning("%s by %s: %s", change.line(), by, why)
+    return change
+
+
+def campaign_events(url: str, key: str | None = None) -> list[dict[str, Any]]:
+    """Return the pause/resume history, newest first: ``{id, campaign_id, key, event
+    ('paused'/'resumed'), actor, reason, created_at (UTC)}`` for one campaign or all.
+
+    :raises CampaignNotFound: no such campaign.
+    """
+    with db.connect(url, autocommit=True) as conn:
+        campaign_id = _find(conn, key)["id"] if key is not None else None
+        return db.run(conn, "campaign_event_list", {"campaign_id": campaign_id})

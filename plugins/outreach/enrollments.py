@@ -1,0 +1,92 @@
+"""Stopping an enrolment: a lead gets nothing more in that campaign.
+
+The rule lives in one SQL function, ``outreach.stop_enrollment`` (migration 0012): it sets the
+enrolment ``stopped`` (an operator) or ``replied`` (the inbox reader read a reply) with who, why
+and when, and cancels every queued step of it (status ``cancelled``) in the caller's transaction.
+Rows already ``sending`` are not touched; the pre-send check (``email_cancel_stopped``, next to the
+suppression check in :func:`outreach.send._send_one`) re-reads the enrolment and cancels them
+before the handoff. A step queued by a ``queue-due`` run that overlapped the stop is cancelled the
+same way. A stop is final for that campaign: its cancelled steps never go out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from email_validator import EmailNotValidError
+
+from outreach import db
+from outreach.leads import normalise_address
+from outreach.logutil import log, mask
+from outreach.mailboxes import _required  # the same rule as a mailbox pause
+
+STOP_STATUSES = ("stopped", "replied")
+
+
+class EnrollmentNotFound(LookupError):
+    """The lead is not enrolled in that campaign (or either does not exist)."""
+
+
+def stop_enrollment(conn: Any, enrollment_id: int, status: str, reason: str, by: str) -> int:
+    """Stop one enrolment and cancel its queued steps, inside the caller's transaction.
+
+    :param status: ``stopped`` (an operator) or ``replied`` (a reply was read).
+    :param reason: why (non-empty), kept on the enrolment.
+    :param by: who (non-empty), kept on the enrolment.
+    :returns: how many queued emails were cancelled. An enrolment that had already stopped keeps
+        its first status, reason and time; its queued steps, if any, are still cancelled.
+    :raises psycopg.errors.NoDataFound: no enrolment has that id.
+    :raises psycopg.errors.InvalidParameterValue: a bad ``status``, or an empty reason or by.
+    """
+    return db.one(conn, "enrollment_stop", {"enrollment_id": enrollment_id, "status": status,
+                                            "reason": reason, "by": by})["cancelled"]
+
+
+@dataclass(frozen=True)
+class LeadStop:
+    """Outcome of :func:`stop_lead`: the ``enrollment_id``, the lead's ``address`` (masked), the
+    ``campaign`` key, whether it ``changed`` now (``False``: it had already stopped), its
+    ``status`` and the stop's ``by``/``reason`` as kept, and how many queued emails were
+    ``cancelled``."""
+
+    enrollment_id: int
+    address: str
+    campaign: str
+    changed: bool
+    status: str
+    by: str
+    reason: str
+    cancelled: int
+
+    def line(self) -> str:
+        """Return a one-line description for logs and the CLI."""
+        head = f"lead {self.address} in campaign {self.campaign} (enrolment {self.enrollment_id})"
+        if self.changed:
+            return f"{head} stopped; cancelled {self.cancelled} queued email(s)"
+        return (f"{head} was already {self.status} (by {self.by}: {self.reason}); "
+                f"cancelled {self.cancelled} queued email(s)")
+
+
+def stop_lead(url: str, address: str, campaign_key: str, reason: str, by: str) -> LeadStop:
+    """Stop a lead's enrolment in one campaign (``outreach lead stop``, the ``outreach_lead_stop``
+    DAG): it gets nothing more in that campaign. Idempotent: a second stop changes nothing.
+
+    :raises ValueError: a bad address, or an empty ``reason`` or ``by``.
+    :raises EnrollmentNotFound: the lead is not enrolled in that campaign.
+    """
+    reason, by = _required(reason, "a reason (--reason)"), _required(by, "who stops (--by)")
+    try:
+        email = normalise_address(address)
+    except EmailNotValidError as exc:
+        raise ValueError(f"invalid address: {exc}") from None
+    with db.transaction(url) as conn:
+        before = db.one(conn, "enrollment_find", {"email": email, "campaign_key": campaign_key})
+        if before is None:
+            raise EnrollmentNotFound(f"{mask(email)} is not enrolled in campaign {campaign_key!r}")
+        cancelled = stop_enrollment(conn, before["id"], "stopped", reason, by)
+        after = db.one(conn, "enrollment_find", {"email": email, "campaign_key": campaign_key})
+    result = LeadStop(after["id"], mask(email), campaign_key, before["status"] == "active",
+                      after["status"], after["stopped_by"], after["stop_reason"], cancelled)
+    log.warning("%s by %s: %s", result.line(), by, reason)
+    return result
