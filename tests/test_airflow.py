@@ -81,7 +81,9 @@ def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
     assert set(result["dags"]) == {"outreach_import_leads", "outreach_queue_due", "outreach_send",
                                    "outreach_resolve_unconfirmed", "outreach_report", "outreach_suppress",
                                    "outreach_unsuppress", "outreach_mailbox_pause", "outreach_mailbox_resume",
-                                   "outreach_postmaster", "outreach_transactional", "outreach_inbox"}
+                                   "outreach_postmaster", "outreach_transactional", "outreach_inbox",
+                                   "outreach_lead_stop", "outreach_campaign_pause",
+                                   "outreach_campaign_resume"}
     scheduled = {d: dag["schedule"] for d, dag in result["dags"].items() if dag["schedule"] is not None}
     if schedules == "on":
         assert scheduled == {"outreach_queue_due": "*/15 * * * *", "outreach_send": "*/10 * * * *",
@@ -212,6 +214,44 @@ def test_pause_and_resume_dags_with_their_params(db_url, sink, migrated_airflow_
     pause_log = paused.log.read_text()
     assert "mailbox 1 (a***@mail.outreach-demo.example) paused" in pause_log
     assert ANNA not in pause_log  # addresses are masked in task logs
+
+
+def test_lead_stop_and_campaign_pause_dags_with_their_params(db_url, sink, migrated_airflow_home,
+                                                            tmp_path):
+    import_demo(db_url)
+    queue_due(db_url)
+    lead = rows(db_url, "SELECT l.email FROM outreach.emails e JOIN outreach.leads l ON l.id = e.lead_id"
+                        " ORDER BY e.id LIMIT 1")[0]["email"]
+    env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
+    stopped = run_dag(env, "outreach_lead_stop", tmp_path / "stop.log",
+                      conf={"address": lead, "campaign": "q4-ops-intro",
+                            "reason": "asked by phone", "operator": "Dana (ops)"})
+    assert stopped.ok, stopped.log.read_text()[-4000:]
+    assert rows(db_url, "SELECT en.status, en.stopped_by, en.stop_reason, e.status::text AS email"
+                        " FROM outreach.enrollments en JOIN outreach.leads l ON l.id = en.lead_id"
+                        " JOIN outreach.emails e ON e.lead_id = l.id WHERE l.email = %s", (lead,)) == [
+        {"status": "stopped", "stopped_by": "Dana (ops)", "stop_reason": "asked by phone",
+         "email": "cancelled"}]
+    stop_log = stopped.log.read_text()
+    assert "stopped; cancelled 1 queued email(s)" in stop_log and lead not in stop_log
+
+    paused = run_dag(env, "outreach_campaign_pause", tmp_path / "pause.log",
+                     conf={"campaign": "q4-ops-intro", "reason": "legal review", "operator": "alice"})
+    assert paused.ok, paused.log.read_text()[-4000:]
+    sent = run_dag(env, "outreach_send", tmp_path / "send-paused.log")
+    assert sent.ok, sent.log.read_text()[-4000:]
+    assert sink.messages() == []  # paused: nothing claimed
+    resumed = run_dag(env, "outreach_campaign_resume", tmp_path / "resume.log",
+                      conf={"campaign": "q4-ops-intro", "why": "approved", "operator": "bob"})
+    assert resumed.ok, resumed.log.read_text()[-4000:]
+    assert rows(db_url, "SELECT event, actor, reason FROM outreach.campaign_events ORDER BY id") == [
+        {"event": "paused", "actor": "alice", "reason": "legal review"},
+        {"event": "resumed", "actor": "bob", "reason": "approved"}]
+    sent = run_dag(env, "outreach_send", tmp_path / "send.log")
+    assert sent.ok, sent.log.read_text()[-4000:]
+    messages = sink.messages()
+    invariants.assert_ok(db_url, messages)
+    assert len(messages) == EXPECTED_LEADS - 1 and lead not in {m["X-RcptTo"] for m in messages}
 
 
 def test_postmaster_dag_with_a_service_account_connection(db_url, sink, migrated_airflow_home,

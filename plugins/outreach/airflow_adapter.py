@@ -430,6 +430,32 @@ def resume_task(mailbox: str, by: str, why: str) -> dict[str, Any]:
     return {"mailbox_id": change.mailbox_id, "changed": change.changed, "status": change.status}
 
 
+def lead_stop_task(address: str, campaign: str, reason: str, by: str) -> dict[str, Any]:
+    """Stop a lead's enrolment in a campaign for an operator; return what changed (address
+    masked). See :func:`outreach.enrollments.stop_lead`."""
+    from outreach.enrollments import stop_lead
+
+    result = stop_lead(database_url(), address, campaign, reason, by)  # logs the change
+    return {"enrollment_id": result.enrollment_id, "address": result.address,
+            "changed": result.changed, "status": result.status, "cancelled": result.cancelled}
+
+
+def campaign_pause_task(campaign: str, reason: str, by: str) -> dict[str, Any]:
+    """Pause a campaign (key) for an operator; return what changed."""
+    from outreach.campaign_pause import pause_campaign
+
+    change = pause_campaign(database_url(), campaign, reason, by)  # logs the change
+    return {"campaign": change.campaign, "changed": change.changed, "status": change.status}
+
+
+def campaign_resume_task(campaign: str, by: str, why: str) -> dict[str, Any]:
+    """Resume a paused campaign (key) for an operator; return what changed."""
+    from outreach.campaign_pause import resume_campaign
+
+    change = resume_campaign(database_url(), campaign, by, why)  # logs the change
+    return {"campaign": change.campaign, "changed": change.changed, "status": change.status}
+
+
 def postmaster_fetch_task() -> dict[str, Any]:
     """Fetch and store the Postmaster Tools figures and compliance of every sending domain."""
     from outreach.health import HealthSettings
