@@ -14,10 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from email_validator import EmailNotValidError
-
 from outreach import db
-from outreach.leads import normalise_address
+from outreach.addresses import EmailNotValidError, normalize_address
 from outreach.logutil import log, mask
 from outreach.mailboxes import _required  # the same rule as a mailbox pause
 
@@ -77,7 +75,7 @@ def stop_lead(url: str, address: str, campaign_key: str, reason: str, by: str) -
     """
     reason, by = _required(reason, "a reason (--reason)"), _required(by, "who stops (--by)")
     try:
-        email = normalise_address(address)
+        email = normalize_address(address)
     except EmailNotValidError as exc:
         raise ValueError(f"invalid address: {exc}") from None
     with db.transaction(url) as conn:
