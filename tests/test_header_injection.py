@@ -82,15 +82,17 @@ def test_hostile_leads_are_refused_at_import_and_at_build_and_never_inject(db_ur
         "good1@acme.example,Ann,Acme,Ops",
         f"evil1@acme.example,Eve,{BCC_Q},Ops",               # line 3: company
         f"evil2@acme.example,Eve,Acme,{BCC_B}",              # line 4: title
+        "=?utf-8?q?=0D=0A?=@acme.example,Eve,Acme,Ops",     # line 5: the address itself
         "good2@acme.example,Bob,Beta,Ops",
         "good3@acme.example,Cy,Gamma,Ops",
     ])
     path.write_text(path.read_text().replace("Email,First Name,Company\n",
                                              "Email,First Name,Company,Title\n"))
     r = import_leads(db_url, CAMPAIGN, MAILBOXES, path)
-    assert (r.imported, r.invalid) == (3, 2)
+    assert (r.imported, r.invalid) == (3, 3)
     assert [(p.line, p.field, p.action) for p in r.problems] == [(3, "company", "skipped"),
-                                                                 (4, "title", "skipped")]
+                                                                 (4, "title", "skipped"),
+                                                                 (5, "email", "skipped")]
     assert all("control character U+000D after decoding the encoded word" in p.reason
                for p in r.problems)
 

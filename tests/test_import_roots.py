@@ -100,3 +100,16 @@ def test_no_email_column_lists_a_few_cut_header_names_only(tmp_path):
     message = str(exc.value)
     assert "no email column" in message and "and 21 more" in message
     assert "x" * 50 not in message and "c29" not in message
+
+
+def test_the_airflow_form_reads_campaign_and_mailbox_files_only_from_the_project(db_url, outside,
+                                                                                monkeypatch):
+    from outreach import airflow_adapter
+
+    secret, data = outside
+    monkeypatch.setenv("OUTREACH_IMPORT_ROOTS", str(data))
+    for campaign, mailboxes in ((str(secret), "include/mailboxes.yaml"),
+                                ("include/campaigns/demo.yaml", "include/../../../../etc/passwd")):
+        with pytest.raises(ImportFileError, match="campaign and mailbox files live in") as exc:
+            airflow_adapter.import_task(campaign, mailboxes, str(data / "leads.csv"), None)
+        assert "SECRET" not in str(exc.value) and "root:" not in str(exc.value)

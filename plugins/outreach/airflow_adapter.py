@@ -254,7 +254,8 @@ def import_task(campaign_file: str, mailbox_file: str, leads_file: str,
                 suppressions_file: str | None) -> dict[str, Any]:
     """Import a do-not-contact list (optional) then a leads CSV; return the import summary.
 
-    Paths are relative to the project root and must lie inside ``OUTREACH_IMPORT_ROOTS``
+    Paths are relative to the project root; the CSVs must lie inside ``OUTREACH_IMPORT_ROOTS``
+    and the campaign and mailbox files inside the project's ``include/``
     (:func:`outreach.leads.import_path`): the form's text reads no other file. A progress line
     is logged every :data:`outreach.leads.PROGRESS_ROWS` rows; the summary is logged last.
 
@@ -262,9 +263,15 @@ def import_task(campaign_file: str, mailbox_file: str, leads_file: str,
         nothing was imported (no data rows, or every row invalid: the task fails; the run and
         its problems are stored).
     """
-    from outreach.leads import PROGRESS_ROWS, ImportFileError, import_leads, progress_line
+    from outreach.leads import PROGRESS_ROWS, ImportFileError, import_leads, import_path, progress_line
+    from outreach.paths import project_root
     from outreach.suppression import import_suppressions
 
+    # The form's campaign and mailbox files are the project's reviewed configuration: nothing
+    # outside its include/ folder is read (a YAML error would quote the file's lines).
+    config = (project_root() / "include",)
+    for path in (campaign_file, mailbox_file):
+        import_path(path, roots=config, hint="campaign and mailbox files live in the project's include/")
     url = database_url()
     out: dict[str, Any] = {}
     if suppressions_file:

@@ -56,7 +56,8 @@ class ImportFileError(ValueError):
 
 
 def import_path(path: str | Path, *, base: Path | None = None,
-                roots: tuple[Path, ...] | None = None) -> Path:
+                roots: tuple[Path, ...] | None = None,
+                hint: str = "move the file there or add its folder to OUTREACH_IMPORT_ROOTS") -> Path:
     """Return the file to import for ``path``, checked against the import roots.
 
     The path is made absolute (a relative one against ``base``, default the project root: the
@@ -64,7 +65,7 @@ def import_path(path: str | Path, *, base: Path | None = None,
     ``..`` are resolved, and the result must lie inside one of ``roots`` (default
     :func:`outreach.settings.import_roots`, ``OUTREACH_IMPORT_ROOTS``). Nothing of a file
     outside them is opened, so no error can show its content; the message does not say whether
-    such a file exists.
+    such a file exists. ``hint`` ends the message (what to do instead).
 
     :raises ImportFileError: the resolved path is outside every root.
     :raises outreach.settings.SettingsError: ``OUTREACH_IMPORT_ROOTS`` is invalid.
@@ -77,7 +78,7 @@ def import_path(path: str | Path, *, base: Path | None = None,
     real = ((given if given.is_absolute() else (base or project_root()) / given)).resolve()
     if not any(real.is_relative_to(root) for root in roots):
         raise ImportFileError(f"{path}: not inside an import folder ({', '.join(map(str, roots))}); "
-                              "move the file there or add its folder to OUTREACH_IMPORT_ROOTS")
+                              f"{hint}")
     return real
 
 
@@ -360,6 +361,10 @@ class LeadsCsv:
             except EmailNotValidError as exc:
                 self.invalid += 1
                 yield Problem(line, "email", f"invalid address: {exc}")
+                continue
+            if "=?" in email and (why := header_text_problem(email)):  # it is written in To:
+                self.invalid += 1
+                yield Problem(line, "email", f"{why}: not allowed in a header")
                 continue
             values = [_clean(record[i]) if i is not None and i < n else "" for _, i in named]
             too_long = next((name for (name, _), v in zip(named, values) if len(v) > _MAX_FIELD),
