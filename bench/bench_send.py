@@ -33,7 +33,7 @@ from outreach.settings import Settings
 
 SETTINGS = Settings(public_url="https://unsubscribe.bench.example",
                     unsubscribe_secret="bench-secret-0123456789", batch_size=50,
-                    smtp_timeout=30, send_interval_minutes=0)
+                    smtp_timeout=30, send_interval_minutes=0, send_gap_seconds=0)
 SELECTOR = "bench"
 _MP = mp.get_context("spawn")
 

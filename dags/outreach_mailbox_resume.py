@@ -8,8 +8,8 @@ pauses (Postmaster spam rate, hard-bounce rate) are only ever lifted here or wit
 * **resume** sets the mailbox `active` in one guarded UPDATE (only a paused mailbox changes) that
   also records who resumed it and why (`outreach.mailbox_events`).
 
-The backlog is not released in one burst: the day's cap and each `outreach_send` run's fair share
-still apply. **Clearing `resume` is safe**: resuming an active mailbox changes nothing.
+The backlog is not released in one burst: the day's cap and each `outreach_send` run's steady
+rate still apply (pacing, `mailbox_remaining_today`). **Clearing `resume` is safe**: resuming an active mailbox changes nothing.
 """
 
 from __future__ import annotations

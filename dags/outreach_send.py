@@ -8,10 +8,11 @@ Sends queued emails: preflight → plan → one mapped **send_batch** per batch 
   (default) logs it, `block` keeps that domain's mailboxes out of this run's plan, `off` skips the
   checks.
 * **plan** takes back stale `sending` rows (unconfirmed if their handoff was stamped, else back
-  in the queue), then gives each active mailbox its work for
-  this run — what it may still send today (daily cap, warm-up) and no more than its fair share
-  of that over the runs left in today's send window (pacing, `OUTREACH_SEND_INTERVAL_MINUTES`,
-  10 like this schedule) — and splits it over at most `OUTREACH_SEND_PARALLELISM` (4) batches
+  in the queue), then gives each active mailbox its work for this run — what it may still send
+  today (daily cap, warm-up), the day spread evenly over today's full send window and never more
+  than its steady rate a run (pacing, `OUTREACH_SEND_INTERVAL_MINUTES`, 10 like this schedule;
+  the rule: `mailbox_remaining_today` in sql/queries/emails.sql) — and splits it over at most
+  `OUTREACH_SEND_PARALLELISM` (4) batches
   of at most `OUTREACH_BATCH_SIZE` rows, each across mailboxes.
 * **send_batch** claims its own rows mailbox by mailbox (the mailbox's lock, its remaining quota
   and run share, then `FOR UPDATE SKIP LOCKED` with a fresh claim token), re-checks suppression

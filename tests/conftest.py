@@ -25,6 +25,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 # folder stays allowed (tests of the rule itself set OUTREACH_IMPORT_ROOTS).
 os.environ.setdefault("OUTREACH_IMPORT_ROOTS", os.pathsep.join(
     [str(ROOT / "include" / "data"), os.path.realpath(tempfile.gettempdir())]))
+# No gap between a mailbox's handoffs unless a test asks for one (the gap is tested with an
+# injected clock, tests/test_pacing_days.py): a real 60-second wait per message would only slow
+# the suite. CLI and Airflow subprocesses inherit it.
+os.environ.setdefault("OUTREACH_SEND_GAP_SECONDS", "0")
 
 import psycopg  # noqa: E402
 import pytest  # noqa: E402
@@ -93,11 +97,12 @@ def db_url(pg_admin_url: str, template_db: str) -> str:
 
 @pytest.fixture
 def settings() -> Settings:
-    """Sender settings for tests (a test-only secret). Pacing is off: these tests send a whole
-    day's work at once; pacing has its own tests with a fixed clock (tests/test_pacing.py)."""
+    """Sender settings for tests (a test-only secret). Pacing and the gap are off: these tests
+    send a whole day's work at once; pacing has its own tests with a fixed clock
+    (tests/test_pacing.py, tests/test_pacing_days.py)."""
     return Settings(public_url="https://unsubscribe.test.example",
                     unsubscribe_secret="test-secret-0123456789", batch_size=50, smtp_timeout=5,
-                    send_interval_minutes=0)
+                    send_interval_minutes=0, send_gap_seconds=0)
 
 
 @pytest.fixture

@@ -80,14 +80,14 @@ def one_mailbox(url: str) -> None:
 
 def cli_env(db_url: str, smtp, tmp_path: Path, **extra: str) -> dict[str, str]:
     """The environment of an ``outreach`` CLI subprocess: this database, the project, a test
-    unsubscribe URL and secret, no pacing (these tests drain the queue), every demo mailbox's SMTP
+    unsubscribe URL and secret, no pacing and no gap (these tests drain the queue), every demo mailbox's SMTP
     connection at ``smtp`` (5 s timeout), no failpoint unless ``extra`` sets one."""
     env = dict(os.environ)
     env.update({"OUTREACH_DATABASE_URL": db_url, "OUTREACH_HOME": str(ROOT),
                 "AIRFLOW_HOME": str(tmp_path / "airflow-home"),
                 "OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
                 "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
-                "OUTREACH_SEND_INTERVAL_MINUTES": "0"})
+                "OUTREACH_SEND_INTERVAL_MINUTES": "0", "OUTREACH_SEND_GAP_SECONDS": "0"})
     for conn_id in SMTP_CONN_IDS:
         env[f"AIRFLOW_CONN_{conn_id.upper()}"] = smtp.connection_json(timeout=5)
     env.pop("OUTREACH_FAILPOINTS", None)

@@ -20,11 +20,11 @@ from test_send_flow import EXPECTED_LEADS
 
 pytestmark = pytest.mark.airflow
 
-# Pacing off: these runs send the whole sample in one outreach_send run (pacing is tested with a
+# Pacing and the gap off: these runs send the whole sample in one outreach_send run (pacing is tested with a
 # fixed clock in tests/test_pacing.py).
 SETTINGS_ENV = {"OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
                 "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
-                "OUTREACH_SEND_INTERVAL_MINUTES": "0"}
+                "OUTREACH_SEND_INTERVAL_MINUTES": "0", "OUTREACH_SEND_GAP_SECONDS": "0"}
 
 
 @pytest.fixture(scope="session")

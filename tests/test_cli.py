@@ -14,6 +14,7 @@ def outreach(db_url: str, *args: str, tmp_path=None, **env: str) -> subprocess.C
     e = dict(os.environ, OUTREACH_DATABASE_URL=db_url, OUTREACH_HOME=str(ROOT),
              OUTREACH_PUBLIC_URL="https://unsubscribe.test.example",
              OUTREACH_UNSUBSCRIBE_SECRET="test-secret-0123456789", OUTREACH_SEND_INTERVAL_MINUTES="0",
+             OUTREACH_SEND_GAP_SECONDS="0",
              **env)
     if tmp_path is not None:
         e["AIRFLOW_HOME"] = str(tmp_path / "airflow-home")

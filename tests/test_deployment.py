@@ -50,6 +50,7 @@ def deployment(pg_admin_url, db_url, sink, tmp_path):
                                 "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
                                 "OUTREACH_BATCH_SIZE": "25",
                                 "OUTREACH_SEND_INTERVAL_MINUTES": "0",
+                                "OUTREACH_SEND_GAP_SECONDS": "0",
                                 "OUTREACH_SEND_PARALLELISM": "4",
                                 # Only the runs this test triggers: a scheduled outreach_send firing
                                 # at a 10-minute boundary would send rows the counts below expect

@@ -1,7 +1,9 @@
 """Caps, pacing and fan-out with a fixed clock: real PostgreSQL, real aiosmtpd.
 
-Pacing: each send run gives a mailbox at most ceil(what remained at the start of the run / runs
-left in today's send window); the number of send batches follows the configured parallelism.
+Pacing (the rule: mailbox_remaining_today in sql/queries/emails.sql): a day's sends are spread
+evenly over the full send window — no run gives a mailbox more than ceil(daily limit / runs in the
+full window), however late it is — and the number of send batches follows the configured
+parallelism. Whole simulated days: tests/test_pacing_days.py.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def paced(settings):
 def quota(url: str, mailbox_id: int, now: dt.datetime, interval: dt.timedelta | None = TEN) -> dict:
     with db.connect(url, autocommit=True) as conn:
         return db.one(conn, "mailbox_remaining_today",
-                      {"mailbox_id": mailbox_id, "now": now, "interval": interval})
+                      {"mailbox_id": mailbox_id, "now": now, "interval": interval,
+                       "gap_seconds": None, "gap_jitter": None, "horizon": None})
 
 
 def sent_by_mailbox(url: str) -> dict[int, int]:
@@ -48,19 +51,25 @@ def sent_by_mailbox(url: str) -> dict[int, int]:
                                  " GROUP BY mailbox_id").fetchall())
 
 
-def test_a_run_gets_its_fair_share_of_what_is_left_today(db_url, tmp_path):
+def test_a_run_gets_the_steady_rate_however_late_it_is(db_url, tmp_path):
+    """The steady rate is ceil(50 / 48 runs of the full 09:00–17:00 window) = 2. The old rule
+    divided what was left by the runs left: 13 at 16:20 and all 50 in the last run (issue 12)."""
     mb = one_mailbox_campaign(db_url, tmp_path, leads=200, daily_cap=50, now=T0)
     q = quota(db_url, mb, T0)
-    assert (q["remaining"], q["runs_left"], q["run_share"], q["run_left"]) == (50, 4, 13, 13)
+    assert (q["remaining"], q["window_runs"], q["runs_left"], q["run_share"], q["run_left"]) == \
+        (50, 48, 4, 2, 2)
+    assert q["window_start"] == dt.datetime(2026, 3, 4, 9, 0, tzinfo=BERLIN)
     assert q["window_end"] == dt.datetime(2026, 3, 4, 17, 0, tzinfo=BERLIN)
+    # 16:20 is run 45 of 48: an even spread has started ceil(50 × 45 / 48) = 47 by its end.
+    assert (q["run_number"], q["due_by_now"]) == (45, 47)
     # Later in the same 10-minute slot it is still the same run.
     assert quota(db_url, mb, T0 + dt.timedelta(minutes=9))["runs_left"] == 4
-    # At the window's opening the day has 48 runs left: ceil(50 / 48) = 2 a run.
+    # At the window's opening: run 1 of 48, ceil(50 / 48) = 2.
     morning = quota(db_url, mb, dt.datetime(2026, 3, 4, 9, 0, tzinfo=BERLIN))
-    assert (morning["runs_left"], morning["run_left"]) == (48, 2)
-    # The last run of the window may use everything that is left.
+    assert (morning["runs_left"], morning["run_number"], morning["run_left"]) == (48, 1, 2)
+    # The last run of the window gets the steady rate too; the rest waits for tomorrow.
     last = quota(db_url, mb, dt.datetime(2026, 3, 4, 16, 55, tzinfo=BERLIN))
-    assert (last["runs_left"], last["run_left"]) == (1, 50)
+    assert (last["runs_left"], last["due_by_now"], last["run_left"]) == (1, 50, 2)
     # Window closed: nothing this run. Without pacing: the whole day's rest.
     assert quota(db_url, mb, dt.datetime(2026, 3, 4, 17, 0, tzinfo=BERLIN))["run_left"] == 0
     assert quota(db_url, mb, T0, interval=None)["run_left"] == 50
@@ -101,7 +110,8 @@ def test_runs_left_follow_the_local_day_across_dst(db_url, tmp_path, tz, local_m
 
 def test_resumed_mailbox_does_not_burst(db_url, sink, paced, tmp_path):
     """200 queued for a paused mailbox with a cap of 50 and four runs left today: after the
-    resume each run sends its fair share, and the day never exceeds the cap."""
+    resume each run sends the steady rate, ceil(50 / 48) = 2, and the rest waits for tomorrow.
+    (The old rule sent 13, 13, 12, 12 — 50 in 40 minutes: the burst of issue 12.)"""
     mb = one_mailbox_campaign(db_url, tmp_path, leads=200, daily_cap=50, now=T0)
     pause_mailbox(db_url, ADDRESS, "warming up DNS", "alice", now=T0 - TEN)
 
@@ -116,20 +126,20 @@ def test_resumed_mailbox_does_not_burst(db_url, sink, paced, tmp_path):
     for minutes in (0, 5, 10, 20, 30, 35, 40, 50):  # 16:20 … 17:10; the window closes at 17:00
         summaries = send_run(db_url, paced, now=T0 + dt.timedelta(minutes=minutes))
         per_run.append(sum(s.sent for s in summaries))
-    assert per_run == [13, 0, 13, 12, 12, 0, 0, 0]
-    assert len(sink.messages()) == sum(per_run) == 50
-    assert scalar(db_url, "SELECT count(*) FROM outreach.emails WHERE status = 'queued'") == 150
+    assert per_run == [2, 0, 2, 2, 2, 0, 0, 0]
+    assert len(sink.messages()) == sum(per_run) == 8
+    assert scalar(db_url, "SELECT count(*) FROM outreach.emails WHERE status = 'queued'") == 192
     invariants.assert_ok(db_url, sink.messages())
 
 
 def test_run_share_holds_across_concurrent_batches_and_an_overlapping_run(db_url, sink, paced):
     """Two runs in the same 10-minute slot, four batches each, all at once: each mailbox sends
     exactly its share once, not once per batch or per run."""
-    late = dt.datetime(2026, 3, 4, 23, 20, tzinfo=BERLIN)  # demo window ends at midnight: 4 runs
+    late = dt.datetime(2026, 3, 4, 23, 20, tzinfo=BERLIN)  # the demo window is all day: 144 runs
     import_demo(db_url, now=late)
     queue_due(db_url, now=late)
-    with psycopg.connect(db_url) as conn:
-        conn.execute("UPDATE outreach.mailboxes SET daily_cap = 40, warmup_start = NULL")
+    with psycopg.connect(db_url) as conn:  # a steady rate of ceil(1440 / 144) = 10 a run
+        conn.execute("UPDATE outreach.mailboxes SET daily_cap = 1440, warmup_start = NULL")
     small = type(paced)(**{**paced.__dict__, "batch_size": 5})
     plan = plan_batches(db_url, small.batch_size, parallelism=4, interval=small.send_interval,
                         now=late)
@@ -140,7 +150,7 @@ def test_run_share_holds_across_concurrent_batches_and_an_overlapping_run(db_url
 
     concurrently(run, [(b, f"{run_}-{i}") for run_ in ("a", "b") for i, b in enumerate(plan)])
     assert sent_by_mailbox(db_url) == {1: 10, 2: 10}
-    # The next run: 30 left over 3 runs.
+    # The next run: the steady rate again.
     send_run(db_url, small, now=late + TEN)
     assert sent_by_mailbox(db_url) == {1: 20, 2: 20}
     invariants.assert_ok(db_url, sink.messages())

@@ -124,6 +124,17 @@ def test_settings_check_one_handoff_not_a_whole_batch():
         Settings.from_env({"OUTREACH_PUBLIC_URL": "https://x.example"})
 
 
+def test_the_send_gap_settings_have_ranges_and_defaults():
+    base = {"OUTREACH_PUBLIC_URL": "https://x.example", "OUTREACH_UNSUBSCRIBE_SECRET": "x" * 16}
+    s = Settings.from_env(base)
+    assert (s.send_gap_seconds, s.send_gap_jitter) == (60.0, 0.5)  # minutes-scale spacing
+    assert s.gap_horizon == dt.timedelta(minutes=15)  # half the reaper threshold
+    for name, value in (("OUTREACH_SEND_GAP_SECONDS", "-1"), ("OUTREACH_SEND_GAP_SECONDS", "inf"),
+                        ("OUTREACH_SEND_GAP_SECONDS", "nan"), ("OUTREACH_SEND_GAP_JITTER", "2")):
+        with pytest.raises(SettingsError, match=name):
+            Settings.from_env({**base, name: value})
+
+
 # --- bad input: non-ASCII and CR/LF in names, subjects and addresses ---------------------------
 
 from outreach.message import MessageError, envelope_address  # noqa: E402

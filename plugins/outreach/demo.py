@@ -63,8 +63,10 @@ def run_demo() -> int:
                            ("outreach_smtp_anna", "outreach_smtp_ben", "outreach_smtp_hello")},
                           {"OUTREACH_PUBLIC_URL": os.environ.get("OUTREACH_PUBLIC_URL", DEMO_PUBLIC_URL),
                            "OUTREACH_UNSUBSCRIBE_SECRET": demo_secret(state),
-                           # One run sends the whole sample: no pacing over the day.
-                           "OUTREACH_SEND_INTERVAL_MINUTES": "0"})
+                           # One run sends the whole sample: no pacing over the day, no
+                           # gap between a mailbox's messages.
+                           "OUTREACH_SEND_INTERVAL_MINUTES": "0",
+                           "OUTREACH_SEND_GAP_SECONDS": "0"})
         print("  Airflow metadata (SQLite) in .airflow/ …", flush=True)
         ensure_metadata(env)
         for dag_id in ("outreach_import_leads", "outreach_queue_due", "outreach_send"):

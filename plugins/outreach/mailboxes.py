@@ -4,7 +4,7 @@ A pause is one guarded UPDATE (only ``WHERE status = 'active'``) that writes its
 ``outreach.mailbox_events`` in the same statement; a resume likewise (only ``WHERE status =
 'paused'``). A paused mailbox sends nothing: :func:`outreach.send.claim` locks the mailbox row and
 refuses a paused one. A resumed mailbox does not release its backlog in one burst: the day's cap
-and each send run's fair share (pacing) still apply.
+and each send run's steady rate (pacing, ``mailbox_remaining_today``) still apply.
 
 Automatic pauses come from :mod:`outreach.health` (by ``postmaster`` or ``bounce-rate``); only an
 operator resumes.
@@ -101,7 +101,7 @@ def resume_mailbox(url: str, mailbox: str | int, by: str, why: str, *,
                    now: dt.datetime | None = None) -> StatusChange:
     """Resume a paused mailbox (by id or address), recording who and why.
 
-    Its backlog is not released in one burst: the day's cap and each send run's fair share
+    Its backlog is not released in one burst: the day's cap and each send run's steady rate
     still apply (``mailbox_remaining_today``).
 
     :raises MailboxNotFound: no such mailbox.

@@ -91,8 +91,8 @@ def plan_batches(url: str, batch_size: int, *, parallelism: int = 4,
     """Plan one send run: at most ``parallelism`` batches, each claiming across mailboxes.
 
     A mailbox's work this run is ``min(due, run_left)``: what it may still start today (cap and
-    warm-up) and, with ``interval``, this run's fair share of that (pacing, see
-    ``mailbox_remaining_today``); paused mailboxes get none. The work is then split over
+    warm-up) and, with ``interval``, this run's share of that, the day spread evenly over the
+    full send window (pacing; the rule: ``mailbox_remaining_today``); paused mailboxes get none. The work is then split over
     ``min(parallelism, ceil(total / batch_size))`` batches by :func:`split_work`, so the number of
     mapped send tasks follows the configured parallelism, not the number of mailboxes. Each
     batch claims on its own under every mailbox's lock, so a plan that over-estimates (rows
@@ -114,11 +114,13 @@ def plan_batches(url: str, batch_size: int, *, parallelism: int = 4,
                          mask(mb["address"]), mb["due"])
                 continue
             quota = db.one(conn, "mailbox_remaining_today",
-                           {"mailbox_id": mb["mailbox_id"], "now": now, "interval": interval})
+                           {"mailbox_id": mb["mailbox_id"], "now": now, "interval": interval,
+                            "gap_seconds": None, "gap_jitter": None, "horizon": None})
             n = min(mb["due"], quota["run_left"])
-            log.info("plan: mailbox %s (%s): due=%s remaining_today=%s runs_left=%s run_share=%s "
-                     "-> %s this run", mb["mailbox_id"], mask(mb["address"]), mb["due"],
-                     quota["remaining"], quota["runs_left"], quota["run_share"], n)
+            log.info("plan: mailbox %s (%s): due=%s remaining_today=%s run=%s/%s run_share=%s "
+                     "due_by_now=%s -> %s this run", mb["mailbox_id"], mask(mb["address"]),
+                     mb["due"], quota["remaining"], quota["run_number"], quota["window_runs"],
+                     quota["run_share"], quota["due_by_now"], n)
             if n > 0:
                 work[mb["mailbox_id"]] = n
     return split_work(work, batch_size, parallelism)

@@ -92,22 +92,52 @@ def worker_name(label: str = "cli") -> str:
 MESSAGE_CLASSES = ("marketing", "transactional")
 
 
+@dataclass
+class Clock:
+    """How a sender waits for a row's reserved handoff moment (the gap, see :func:`claim`):
+    ``now()`` returns an aware datetime, ``sleep(seconds)`` waits. Injectable, so tests check the
+    gap without sleeping; the default is the real clock."""
+
+    now: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(dt.timezone.utc))
+    sleep: Callable[[float], None] = time.sleep
+
+    def wait_until(self, moment: dt.datetime | None, longest: dt.timedelta) -> float:
+        """Sleep until ``moment`` (``None``: not at all), never longer than ``longest`` (a
+        reservation further away than the claim horizon means the clocks disagree); return the
+        seconds slept."""
+        if moment is None:
+            return 0.0
+        seconds = min((moment - self.now()).total_seconds(), longest.total_seconds())
+        if seconds <= 0:
+            return 0.0
+        self.sleep(seconds)
+        return seconds
+
+
 def claim(conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datetime | None = None,
-          interval: dt.timedelta | None = None,
-          message_class: str = "marketing") -> tuple[list[dict[str, Any]], str]:
+          interval: dt.timedelta | None = None, message_class: str = "marketing",
+          gap_seconds: float = 0.0, gap_jitter: float = 0.0,
+          gap_horizon: dt.timedelta = dt.timedelta(minutes=15),
+          ) -> tuple[list[dict[str, Any]], str]:
     """Claim up to ``limit`` due rows of one mailbox within its quota, in one transaction.
 
     Marketing: the mailbox row is locked first (``mailbox_lock``), so the counts that follow hold
     however many senders claim at once; then one claim statement takes at most what is left: the
     daily limit (cap and warm-up, per local calendar day) and, with ``interval``, this send run's
-    fair share of it (see ``mailbox_remaining_today`` in ``sql/queries/emails.sql``).
-    Transactional: one claim statement (``email_claim_transactional``) with no window, cap or
-    warm-up; a paused mailbox claims nothing.
+    share of it, the day spread evenly over the full send window (the rule:
+    ``mailbox_remaining_today`` in ``sql/queries/emails.sql``). With ``gap_seconds`` > 0 each
+    claimed row gets ``row["not_before"]`` (aware datetime, UTC), the moment reserved for its
+    handoff (``mailbox_reserve_handoffs``), and only rows reserved within ``gap_horizon`` are taken.
+    Transactional: one claim statement (``email_claim_transactional``) with no window, cap,
+    warm-up or gap; a paused mailbox claims nothing.
 
     :param interval: the send runs' interval for pacing (``None``: no pacing; marketing only).
     :param message_class: ``marketing`` or ``transactional``.
+    :param gap_seconds: least seconds between two handoffs of the mailbox (0: none).
+    :param gap_jitter: each gap is longer by up to this fraction of it, at random.
+    :param gap_horizon: how far ahead handoffs may be reserved.
     :returns: ``(rows, note)``; ``note`` says why nothing was claimed ("paused", "daily cap",
-        "run share") .
+        "run share", "gap") .
     :raises ValueError: an unknown message class.
     """
     if message_class == "transactional":
@@ -125,17 +155,26 @@ def claim(conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datetime | 
             return [], "unknown mailbox"
         if locked["status"] != "active":
             return [], "mailbox paused"
+        gap = {"gap_seconds": gap_seconds, "gap_jitter": gap_jitter, "horizon": gap_horizon}
         quota = db.one(conn, "mailbox_remaining_today", {"mailbox_id": mailbox_id, "now": now,
-                                                         "interval": interval})
+                                                         "interval": interval, **gap})
         remaining = quota["daily_limit"] - quota["used"]
         if remaining <= 0:
             return [], f"daily limit reached ({quota['used']}/{quota['daily_limit']})"
         if quota["run_left"] <= 0:
-            return [], (f"run share used ({quota['slot_used']}/{quota['run_share']}; "
-                        f"{quota['remaining']} left today over {quota['runs_left']} run(s))")
+            return [], (f"paced: {quota['slot_used']}/{quota['run_share']} this run, "
+                        f"{quota['used']}/{quota['due_by_now']} of the day by this run")
+        fit = quota["handoff_fit"]
+        if fit is not None and fit <= 0:
+            return [], "gap: the mailbox's next handoff is reserved beyond the claim horizon"
         rows = db.run(conn, "email_claim_batch", {
-            "mailbox_id": mailbox_id, "limit": min(limit, quota["run_left"]), "now": now,
-            "claim_token": uuid.uuid4(), "claimed_by": worker})
+            "mailbox_id": mailbox_id, "limit": min(limit, quota["run_left"], fit or limit),
+            "now": now, "claim_token": uuid.uuid4(), "claimed_by": worker})
+        if rows and fit is not None:
+            moments = db.run(conn, "mailbox_reserve_handoffs", {
+                "mailbox_id": mailbox_id, "rows": len(rows), "now": now, **gap})
+            for row, moment in zip(rows, moments, strict=True):
+                row["not_before"] = moment["not_before"]
         if rows:
             failpoints.hit("claim_before_commit")
     if rows:
@@ -307,7 +346,7 @@ class _Progress:
 def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
                settings: Settings, *, worker: str | None = None, now: dt.datetime | None = None,
                dkim_keys: DkimKeyLoader | None = None,
-               message_class: str = "marketing") -> BatchSummary:
+               message_class: str = "marketing", clock: Clock | None = None) -> BatchSummary:
     """Claim one batch of a mailbox and send it over one SMTP session.
 
     Each row's outcome is committed right after its own handoff.
@@ -315,7 +354,7 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
     :param url: outreach database URL.
     :param mailbox_id: the mailbox whose due rows to claim.
     :param limit: at most this many rows (further limited by the mailbox's daily quota and, when
-        ``settings.send_interval`` is set, by this send run's fair share of it).
+        ``settings.send_interval`` is set, by this send run's share of it; see :func:`claim`).
     :param connector: opens the mailbox's SMTP connection by Airflow connection id.
     :param settings: see :class:`outreach.settings.Settings`.
     :param worker: recorded as ``claimed_by`` (default ``cli@host:pid``).
@@ -326,6 +365,8 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
         SIGN), as when its SMTP server refuses the connection or the login.
     :param message_class: which rows to claim: ``marketing`` (campaign steps, within the
         mailbox's quota) or ``transactional`` (see :func:`claim`).
+    :param clock: waits for each row's reserved handoff moment (``settings.send_gap_seconds``;
+        default the real clock).
     :raises BatchAborted: the database went away mid-batch (after recording what it could once
         reconnected; rows it could not record stay 'sending' for the reaper, never resent).
     :raises outreach.db.OutreachDBError: the database is unreachable before the claim.
@@ -337,7 +378,12 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
     conn = db.connect(url, autocommit=True)
     try:
         rows, note = claim(conn, mailbox_id, limit, worker=worker, now=now,
-                           interval=settings.send_interval, message_class=message_class)
+                           interval=settings.send_interval, message_class=message_class,
+                           gap_seconds=settings.send_gap_seconds,
+                           gap_jitter=settings.send_gap_jitter, gap_horizon=settings.gap_horizon)
+        clock = clock or Clock()
+        longest_wait = settings.gap_horizon + dt.timedelta(
+            seconds=settings.send_gap_seconds * (1 + settings.send_gap_jitter))
         summary = BatchSummary(mailbox_id=mailbox_id, mailbox="", claimed=len(rows), note=note,
                                message_class=message_class)
         progress = _Progress()
@@ -351,6 +397,9 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
                 keys = _KeyCache(dkim_keys)
                 try:
                     for row in rows:
+                        # The gap: wait for this row's reserved moment, then the pre-send
+                        # checks (suppression, our claim) run right before its handoff.
+                        clock.wait_until(row.get("not_before"), longest_wait)
                         _send_one(conn, session, row, settings, summary, now, keys, progress)
                         progress.done += 1
                 except _SessionFailed as exc:
@@ -636,7 +685,7 @@ class PlannedSummary:
 def send_planned(url: str, quotas: Sequence[Sequence[int]], connector: SmtpConnector,
                  settings: Settings, *, label: str = "", worker: str | None = None,
                  now: dt.datetime | None = None, dkim_keys: DkimKeyLoader | None = None,
-                 ) -> PlannedSummary:
+                 clock: Clock | None = None) -> PlannedSummary:
     """Send one planned batch across mailboxes: for each ``(mailbox_id, n)`` of ``quotas``, claim
     and send up to ``n`` rows of that mailbox with :func:`send_batch`.
 
@@ -656,7 +705,8 @@ def send_planned(url: str, quotas: Sequence[Sequence[int]], connector: SmtpConne
     summary = PlannedSummary(label=label)
     for mailbox_id, n in quotas:
         summary.batches.append(send_batch(url, int(mailbox_id), int(n), connector, settings,
-                                          worker=worker, now=now, dkim_keys=dkim_keys))
+                                          worker=worker, now=now, dkim_keys=dkim_keys,
+                                          clock=clock))
     log.info(summary.line())
     raise_if_unreachable(summary.batches)
     return summary

@@ -11,6 +11,8 @@
 | OUTREACH_SEND_INTERVAL_MINUTES | minutes between `outreach_send` runs, for pacing (10; 0 = no pacing) |
 | OUTREACH_SEND_PARALLELISM    | mapped send tasks per run at most (default 4)               |
 | OUTREACH_IMPORT_ROOTS        | folders lead and suppression files may be imported from (``include/data``) |
+| OUTREACH_SEND_GAP_SECONDS    | least seconds between two handoffs of one mailbox (60; 0 = none) |
+| OUTREACH_SEND_GAP_JITTER     | each gap is longer by up to this fraction of it, at random (0.5) |
 """
 
 from __future__ import annotations
@@ -45,11 +47,12 @@ class Settings:
     to record the row it handed off and release the rest before it fails.
 
     Pacing and fan-out: ``send_interval_minutes`` is the send DAG's run interval (its schedule is
-    ``*/10 * * * *``: keep the two equal); each run gives a mailbox at most its fair share of
-    what it may still send today over the runs left in today's send window (``0`` turns pacing
-    off: a run may use all of the day's remaining quota). ``send_parallelism`` is the number of
+    ``*/10 * * * *``: keep the two equal); a day's sends are spread evenly over the full send
+    window, no run above the steady rate ceil(daily limit / runs in the window) (``0`` turns
+    pacing off: a run may use all of the day's remaining quota). ``send_parallelism`` is the number of
     mapped send tasks a run plans at most (each claims across mailboxes, at most ``batch_size``
-    rows; Airflow's ``[core] max_map_length`` is 1024).
+    rows; Airflow's ``[core] max_map_length`` is 1024). The rule: ``mailbox_remaining_today`` in
+    ``sql/queries/emails.sql``.
 
     Why 50 and 4 (measured by ``make bench``, "send at 100 ms a command"; README, "Sizing the
     defaults"): a relay's 50–300 ms a command makes one message over an open session take about
@@ -58,6 +61,13 @@ class Settings:
     30 minutes). Throughput grows with the number of sessions, not our CPU, so parallelism is
     capacity: 4 × 50 = 200 emails a run, done well inside a 10-minute interval; raise it when the
     mailboxes' run shares add up to more than ``send_parallelism × batch_size``.
+
+    Gap: two handoffs of one mailbox are at least ``send_gap_seconds`` apart, each gap longer by a
+    random fraction of up to ``send_gap_jitter`` (``mailbox_reserve_handoffs``); a sender waits
+    for its row's reserved moment. A claim takes only rows whose moment falls within
+    :attr:`gap_horizon` (half the reaper threshold), so a row never waits long enough in
+    'sending' to look stale. With the default 60–90 s a mailbox sends about 45 an hour at most;
+    the 200 a run above are across mailboxes.
     """
 
     public_url: str
@@ -71,6 +81,8 @@ class Settings:
     db_recover_seconds: float = 30.0
     send_interval_minutes: int = 10
     send_parallelism: int = 4
+    send_gap_seconds: float = 60.0
+    send_gap_jitter: float = 0.5
 
     def __post_init__(self) -> None:
         if not self.public_url.startswith("https://"):
@@ -88,6 +100,10 @@ class Settings:
         if not 1 <= self.send_parallelism <= 1024:
             raise SettingsError("OUTREACH_SEND_PARALLELISM must be 1 to 1024 (Airflow's "
                                 "[core] max_map_length)")
+        if not 0 <= self.send_gap_seconds <= 3600:
+            raise SettingsError("OUTREACH_SEND_GAP_SECONDS must be 0 (no gap) to 3600")
+        if not 0 <= self.send_gap_jitter <= 1:
+            raise SettingsError("OUTREACH_SEND_GAP_JITTER must be a fraction from 0 to 1")
         # The reaper must outwait one handoff: the sender stamps a row (and restarts its claim
         # age) right before MAIL FROM, so a row further down a batch is never at risk, and a
         # never-stamped row is only put back in the queue. After the stamp, one handoff waits for
@@ -105,6 +121,11 @@ class Settings:
     def send_interval(self) -> dt.timedelta | None:
         """Return the send run interval used for pacing, or ``None`` when pacing is off."""
         return dt.timedelta(minutes=self.send_interval_minutes) if self.send_interval_minutes else None
+
+    @property
+    def gap_horizon(self) -> dt.timedelta:
+        """Return how far ahead a claim reserves handoffs: half the reaper threshold."""
+        return self.reaper_threshold / 2
 
     @property
     def unsubscribe_base(self) -> str:
@@ -139,6 +160,8 @@ class Settings:
                 reaper_threshold=dt.timedelta(minutes=float(env.get("OUTREACH_REAPER_MINUTES", "30"))),
                 send_interval_minutes=int(env.get("OUTREACH_SEND_INTERVAL_MINUTES", "10")),
                 send_parallelism=int(env.get("OUTREACH_SEND_PARALLELISM", "4")),
+                send_gap_seconds=float(env.get("OUTREACH_SEND_GAP_SECONDS", "60")),
+                send_gap_jitter=float(env.get("OUTREACH_SEND_GAP_JITTER", "0.5")),
             )
         except ValueError as exc:
             if isinstance(exc, SettingsError):
