@@ -56,13 +56,22 @@ def test_build_refuses_a_subject_or_display_name_that_decodes_to_a_line_break(va
 
 def test_the_wire_check_alone_refuses_an_injected_header(monkeypatch):
     # With the character rule switched off, the parse-back of the message's own bytes still
-    # catches the Bcc the email package writes on an interpreter without the CVE-2024-6923 fix
-    # (with the fix, the package refuses to write it; either way a MessageError).
+    # catches the Bcc that an email package without the CVE-2024-6923 fix (no
+    # verify_generated_headers, like this machine's 3.11.7) writes. A fixed package encodes the
+    # line break or refuses to write it: either way no header is injected.
     monkeypatch.setattr(message, "header_text_problem", lambda text: None)
     ctx = {**CTX, "lead": {**CTX["lead"], "company": BCC_Q}}
     msg = build_message(render("ops_intro", "{{ lead.company }} and late deliveries", ctx), envelope())
-    with pytest.raises(MessageError, match="written message does not have the headers|cannot write"):
-        to_wire(msg)
+    if not hasattr(email.policy.SMTP, "verify_generated_headers"):
+        with pytest.raises(MessageError, match="written message does not have the headers"):
+            to_wire(msg)
+        return
+    try:
+        wire = to_wire(msg)
+    except MessageError:
+        return
+    parsed = email.message_from_bytes(wire, policy=email.policy.SMTP)
+    assert parsed["Bcc"] is None and parsed["Subject"].startswith("Acme")
 
 
 def test_a_message_that_round_trips_is_returned_unchanged():
