@@ -8,7 +8,7 @@ Resumes one paused campaign, for an operator (a trigger form: campaign key, why,
   claimed again; steps that fell due meanwhile are queued by the next `outreach_queue_due`.
 
 The backlog is not released in one burst: each mailbox's daily cap and each `outreach_send`
-run's fair share still apply. **Clearing `resume` is safe**: resuming an active campaign changes
+run's steady rate still apply (pacing, `mailbox_remaining_today`). **Clearing `resume` is safe**: resuming an active campaign changes
 nothing.
 """
 
