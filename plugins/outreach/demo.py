@@ -4,10 +4,17 @@ Starts the embedded PostgreSQL (unless ``OUTREACH_DATABASE_URL`` is set), applie
 starts a local SMTP server that stores accepted mail in ``.outreach/maildir``, runs
 ``outreach_import_leads`` → ``outreach_queue_due`` → ``outreach_send`` with ``airflow dags test``
 (SQLite metadata in ``.airflow/``), and prints a report. A second run sends nothing new.
+
+Then the inbound half, when Dovecot is installed (:mod:`outreach.devimap`; otherwise the demo
+says it skipped this and how to install it): a local Dovecot gets, by IMAP APPEND, a reply to the
+first email sent, a bounce (an RFC 3464 DSN) of the second and a List-Unsubscribe mailto for the
+third; ``outreach_inbox`` reads them, and the report shows the stopped and suppressed leads. The
+three messages have fixed Message-IDs, so a second demo run finds them already seen.
 """
 
 from __future__ import annotations
 
+import email.utils
 import os
 import secrets
 import sys
@@ -77,6 +84,9 @@ def run_demo() -> int:
                 print(f"outreach demo: {dag_id} did not succeed (exit {result.returncode}); "
                       f"full Airflow log: {result.log}", file=sys.stderr)
                 return 1
+        inbound = _inbound_demo(url, env, state, logs)
+        if inbound is None:
+            return 1
     after = _counts(url)
     messages = read_maildir(maildir)
     with db.connect(url, autocommit=True) as conn:
@@ -108,9 +118,97 @@ def run_demo() -> int:
     if new_files == 0 and sum(sent_now.values()) == 0:
         print("Nothing new was sent: every due email had already gone out "
               "(step 2 becomes due 3 days after step 1).")
+    print(*inbound, sep="\n")
     print(f"Airflow logs of this run: {logs}")
     if not os.environ.get("OUTREACH_DATABASE_URL"):
         print(f"Look at it again: {embedded.OPT_IN}=1 .venv/bin/outreach report "
               "(the embedded PostgreSQL is used only when asked for)")
     print("=" * 72)
     return 0
+
+
+def _demo_mail(sender: str, to: str, subject: str, message_id: str, body: str,
+               headers: dict[str, str] | None = None,
+               content_type: str = "text/plain; charset=utf-8") -> str:
+    """A message as a mail client or an MTA writes it (CRLF line ends)."""
+    head = {"From": sender, "To": to, "Subject": subject, "Date": email.utils.formatdate(),
+            "Message-ID": f"<{message_id}>", "MIME-Version": "1.0", "Content-Type": content_type,
+            **(headers or {})}
+    return "".join(f"{k}: {v}\r\n" for k, v in head.items()) + "\r\n" + body
+
+
+def _demo_dsn(mailbox: str, lead: str, our_message_id: str, message_id: str) -> str:
+    """A DSN (RFC 3464) as Postfix writes one: Status 5.1.1, the original's headers enclosed."""
+    domain = mailbox.rpartition("@")[2]
+    body = "\r\n".join([
+        "--dsn", "Content-Type: text/plain", "",
+        "I'm sorry to have to inform you that your message could not be delivered.", "",
+        f"<{lead}>: host mx.example said: 550 5.1.1 User unknown", "",
+        "--dsn", "Content-Type: message/delivery-status", "",
+        f"Reporting-MTA: dns; mx.{domain}", "",
+        f"Final-Recipient: rfc822; {lead}", "Action: failed", "Status: 5.1.1",
+        "Diagnostic-Code: smtp; 550 5.1.1 User unknown", "",
+        "--dsn", "Content-Type: text/rfc822-headers", "",
+        f"From: <{mailbox}>", f"To: <{lead}>", f"Message-ID: <{our_message_id}>", "",
+        "--dsn--", ""])
+    return _demo_mail(f"Mail Delivery System <MAILER-DAEMON@mx.{domain}>", mailbox,
+                      "Undelivered Mail Returned to Sender", message_id, body,
+                      {"Auto-Submitted": "auto-replied"},
+                      'multipart/report; report-type=delivery-status; boundary="dsn"')
+
+
+def _inbound_demo(url: str, env: dict[str, str], state: Path, logs: Path) -> list[str] | None:
+    """Deliver a reply, a bounce and a mailto unsubscribe into a local Dovecot by IMAP APPEND and
+    run ``outreach_inbox``; return the report's lines (``None`` when the DAG failed). Without
+    Dovecot, one line saying that this was skipped and how to install it."""
+    from outreach.devimap import INSTALL_HINT, DovecotServer, DovecotUnavailable, dovecot_binary
+    from outreach.tokens import make_token
+
+    if dovecot_binary() is None:
+        return [f"Inbound mail: SKIPPED - Dovecot is not installed, so the demo could not show the "
+                f"inbox reader ({INSTALL_HINT})."]
+    with db.connect(url, autocommit=True) as conn:
+        sample = db.run(conn, "email_sent_sample", {"n": 3})
+    if len(sample) < 3:
+        return ["Inbound mail: skipped (fewer than three emails were sent)."]
+    try:
+        imap = DovecotServer().start()
+    except DovecotUnavailable as exc:
+        return [f"Inbound mail: SKIPPED - {exc}"]
+    try:
+        for conn_id, login in (("outreach_imap_anna", "anna"), ("outreach_imap_ben", "ben"),
+                               ("outreach_imap_unsubscribe", "unsubscribe")):
+            imap.add_user(login)
+            env[f"AIRFLOW_CONN_{conn_id.upper()}"] = imap.connection_json(login)
+        inbox_of = {"anna.schmidt@mail.outreach-demo.example": "anna",
+                    "ben.okafor@mail.outreach-demo.example": "ben"}
+        reply, bounce, unsub = sample
+        imap.append(inbox_of.get(reply["mailbox_address"], "anna"), _demo_mail(
+            reply["email"], reply["mailbox_address"], "Re: your email",
+            f"demo-reply-{reply['id']}@lead.example",
+            "Interested - call me on Tuesday.\r\n\r\n> (your email)\r\n",
+            {"In-Reply-To": f"<{reply['message_id']}>"}))
+        imap.append(inbox_of.get(bounce["mailbox_address"], "anna"), _demo_dsn(
+            bounce["mailbox_address"], bounce["email"], bounce["message_id"],
+            f"demo-bounce-{bounce['id']}@mx.example"))
+        token = make_token(demo_secret(state), unsub["id"])
+        domain = unsub["mailbox_address"].rpartition("@")[2]
+        imap.append("unsubscribe", _demo_mail(unsub["email"], f"unsubscribe@{domain}",
+                    f"unsubscribe {token}", f"demo-unsubscribe-{unsub['id']}@lead.example", ""))
+        print(f"  Dovecot (IMAP) on {imap.host}:{imap.port}: a reply, a bounce and an unsubscribe "
+              "delivered by IMAP APPEND", flush=True)
+        print("  airflow dags test outreach_inbox …", end=" ", flush=True)
+        result = run_dag(env, "outreach_inbox", logs / "outreach_inbox.log")
+        print(result.state)
+        if not result.ok:
+            print(f"outreach demo: outreach_inbox did not succeed (exit {result.returncode}); "
+                  f"full Airflow log: {result.log}", file=sys.stderr)
+            return None
+    finally:
+        imap.stop()
+    with db.connect(url, autocommit=True) as conn:
+        effects = db.run(conn, "inbound_effect_list")
+    lines = [f"Inbound mail (outreach_inbox): {len(effects)} message(s) recorded in "
+             "outreach.inbound_messages"]
+    lines += [f"  {e['class']} ({mask(e['address'])}): {e['effect']}" for e in effects]
+    return lines

@@ -99,3 +99,22 @@ ORDER BY en.id;
 -- What the reader recorded, per class (tests and the report).
 SELECT class, count(*)::integer AS n FROM outreach.inbound_messages GROUP BY class ORDER BY class;
 
+
+-- name: email_sent_sample
+-- The first %(n)s campaign emails sent (the demo answers, bounces and unsubscribes these).
+SELECT e.id, l.email, s.message_id, m.address AS mailbox_address
+FROM outreach.send_log s
+JOIN outreach.emails e ON e.id = s.email_id
+JOIN outreach.leads l ON l.id = e.lead_id
+JOIN outreach.mailboxes m ON m.id = e.mailbox_id
+WHERE e.message_class = 'marketing'
+ORDER BY e.id
+LIMIT %(n)s;
+
+-- name: inbound_effect_list
+-- Every inbound message recorded, oldest first, with the lead it concerned (the demo's report).
+SELECT im.id, im.class, im.evidence, im.effect, im.account,
+       coalesce(l.email, im.address, im.from_address) AS address
+FROM outreach.inbound_messages im
+LEFT JOIN outreach.leads l ON l.id = im.lead_id
+ORDER BY im.id;
