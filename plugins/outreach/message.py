@@ -225,6 +225,20 @@ def _header_list(msg: Message) -> list[tuple[str, str]]:
     return [(name.lower(), " ".join(str(value).split())) for name, value in msg.items()]
 
 
+def _written_headers(wire: bytes, policy: email.policy.EmailPolicy) -> list[tuple[str, str]]:
+    """The header fields of ``wire`` as a reader's parser sees them, as :func:`_header_list`
+    gives them. Split into fields without header objects (compat32; both policies store a field's
+    raw value alike); a value holding an encoded word or non-ASCII is decoded by ``policy``
+    exactly as a parse with it would, a plain ASCII one is its own value (parsing every field
+    with the full policy made building a message 1.7 times slower)."""
+    parsed = email.parser.BytesParser(policy=email.policy.compat32).parsebytes(wire, headersonly=True)
+    out = []
+    for name, raw in parsed.raw_items():
+        value = raw if raw.isascii() and "=?" not in raw else policy.header_fetch_parse(name, raw)
+        out.append((name.lower(), " ".join(str(value).split())))
+    return out
+
+
 def to_wire(msg: EmailMessage) -> bytes:
     """Serialise with CRLF line endings, as SMTP expects (before dot-stuffing); a message built
     for SMTPUTF8 keeps its UTF-8 headers (RFC 6532).
@@ -243,7 +257,7 @@ def to_wire(msg: EmailMessage) -> bytes:
     except email.errors.MessageError as exc:  # HeaderWriteError on interpreters with the fix
         raise MessageError(f"cannot write the headers: {exc}") from None
     meant = _header_list(msg)
-    sent = _header_list(email.parser.BytesParser(policy=policy).parsebytes(wire, headersonly=True))
+    sent = _written_headers(wire, policy)
     if sent != meant:
         i = next((i for i, (m, w) in enumerate(zip(meant, sent)) if m != w), min(len(meant), len(sent)))
         set_, written = (", ".join(n for n, _ in hs[i:i + 3]) or "nothing" for hs in (meant, sent))
