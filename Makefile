@@ -40,14 +40,19 @@ CLAIM_ROWS ?= 10000
 SEND_EMAILS ?= 300
 IMPORT_ROWS ?= 100000
 FANOUT_TASKS ?= 4
+SCALEOUT_EMAILS ?= 200
 REPEATS ?= 3
 bench: bench-venv
 	$(BENCH_VENV)/bin/python bench/run.py --claim-rows $(CLAIM_ROWS) --send-emails $(SEND_EMAILS) \
-		--import-rows $(IMPORT_ROWS) --fanout-tasks $(FANOUT_TASKS) --repeats $(REPEATS) $(BENCH_ARGS)
+		--import-rows $(IMPORT_ROWS) --fanout-tasks $(FANOUT_TASKS) \
+		--scaleout-emails $(SCALEOUT_EMAILS) --repeats $(REPEATS) $(BENCH_ARGS)
 
-## Run Airflow as people run it (LocalExecutor, PostgreSQL metadata) until Ctrl-C.
+## Run Airflow as people run it until Ctrl-C: LocalExecutor (embedded PostgreSQL unless configured),
+## or EXECUTOR=celery WORKERS=N: the CeleryExecutor on OUTREACH_DATABASE_URL and REDIS_URL.
+EXECUTOR ?= local
+WORKERS ?= 2
 airflow: venv
-	$(BIN)/outreach airflow
+	$(BIN)/outreach airflow --executor $(EXECUTOR) --workers $(WORKERS)
 
 ## Dovecot (Debian's dovecot-imapd), the real IMAP server the inbox tests and the demo start on
 ## loopback with their own config (never the system's): installed when missing, as root.

@@ -24,10 +24,11 @@ import bench_claim  # noqa: E402
 import bench_fanout  # noqa: E402
 import bench_import  # noqa: E402
 import bench_latency  # noqa: E402
+import bench_scaleout  # noqa: E402
 import bench_send  # noqa: E402
 from common import BENCH, Report, Server, machine, write_report  # noqa: E402
 
-PATHS = ("claim", "send", "latency", "import", "fanout")
+PATHS = ("claim", "send", "latency", "import", "fanout", "scaleout")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,6 +50,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--import-rows", type=int, default=100_000, help="rows of the generated CSV")
     p.add_argument("--fanout-tasks", type=int, default=4, help="mapped send tasks")
     p.add_argument("--fanout-batch", type=int, default=50, help="emails per mapped task")
+    p.add_argument("--scaleout-emails", type=int, default=200,
+                   help="emails per scale-out run (real Airflow, LocalExecutor and Celery)")
+    p.add_argument("--scaleout-batch", type=int, default=25, help="rows per mapped send task")
+    p.add_argument("--scaleout-slots", type=int, default=4, help="slots of the outreach_smtp pool")
+    p.add_argument("--scaleout-delay", type=float, default=0.075,
+                   help="seconds the scale-out sink waits before each reply to a command")
+    p.add_argument("--scaleout-workers", default="1,2", help="Celery workers, comma-separated")
     p.add_argument("--repeats", type=int, default=3, help="runs per figure (the median is shown)")
     p.add_argument("--only", default=",".join(PATHS), help=f"subset of {','.join(PATHS)}")
     p.add_argument("--out", type=Path, default=BENCH / "results" / "latest.md")
@@ -64,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
                                              "claim_mailboxes", "send_emails", "latency_delay",
                                              "latency_parallelism", "latency_batch",
                                              "latency_mailboxes", "import_rows",
-                                             "fanout_tasks", "fanout_batch", "repeats")}
+                                             "fanout_tasks", "fanout_batch", "scaleout_emails",
+                                             "scaleout_batch", "scaleout_slots", "scaleout_delay",
+                                             "scaleout_workers", "repeats")}
     report = Report(sizes=sizes)
     workdir = Path(tempfile.mkdtemp(prefix="outreach-bench-"))
     # The generated lead files live in the work folder: let imports read them (children inherit).
@@ -89,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
                                                  repeats=args.repeats),
             "fanout": lambda: bench_fanout.bench(server, workdir, tasks=args.fanout_tasks,
                                                  batch=args.fanout_batch, repeats=args.repeats),
+            "scaleout": lambda: bench_scaleout.bench(
+                server, workdir, emails=args.scaleout_emails, batch=args.scaleout_batch,
+                slots=args.scaleout_slots, delay=args.scaleout_delay,
+                workers=[int(w) for w in args.scaleout_workers.split(",")], mailboxes=4,
+                repeats=args.repeats),
         }
         for name in PATHS:
             if name in only:

@@ -18,7 +18,8 @@ Sends queued emails: preflight → plan → one mapped **send_batch** per batch 
   and run share, then `FOR UPDATE SKIP LOCKED` with a fresh claim token), re-checks suppression
   right before the handoff, sends over one SMTP session per mailbox and commits each row's
   outcome right after its handoff. It logs one summary line per mailbox. Paused mailboxes are
-  never claimed. **A red `send_batch`** whose log says `MailboxUnreachable` is a mailbox whose SMTP
+  never claimed. Each runs in the Airflow pool `outreach_smtp` (one slot = one SMTP session at a
+  time), whose size bounds concurrent SMTP sessions across every worker. **A red `send_batch`** whose log says `MailboxUnreachable` is a mailbox whose SMTP
   connection, login or DKIM key failed before any of its rows was handed over (the line names
   the Airflow connection and the reply): its rows are back in the queue with no attempt counted,
   the batch's other mailboxes were sent. Fix the connection; the next run (or clearing) sends.
@@ -51,7 +52,7 @@ def outreach_send():
     def plan(checked: dict) -> list[dict]:
         return airflow_adapter.plan_task(checked)
 
-    @task(map_index_template="{{ batch_label }}")
+    @task(map_index_template="{{ batch_label }}", pool=airflow_adapter.SMTP_POOL)
     def send_batch(batch: dict) -> dict:
         ctx = get_current_context()
         ctx["batch_label"] = batch["label"]

@@ -51,7 +51,8 @@ def outreach_transactional():
         ctx = get_current_context()
         return airflow_adapter.transactional_enqueue_task(ctx["params"], ctx["dag_run"].conf)
 
-    @task
+    # In the SMTP pool like the campaigns' send_batch, and ahead of them when slots are scarce.
+    @task(pool=airflow_adapter.SMTP_POOL, priority_weight=100)
     def send(enqueued: dict | None) -> dict:
         return airflow_adapter.transactional_send_task()
 

@@ -23,6 +23,13 @@ DB_CONN_ID = "outreach_db"
 UNSUBSCRIBE_CONN_ID = "outreach_unsubscribe"
 PREFLIGHT_MODES = ("block", "warn", "off")
 POSTMASTER_CONN_ID = "outreach_postmaster"
+SMTP_POOL = "outreach_smtp"
+"""The Airflow pool every task that opens SMTP sessions runs in (one slot = one session at a time):
+its size bounds concurrent SMTP sessions across the whole deployment, whatever the number of
+workers. The launchers and docker-compose.yaml's airflow-init create it
+(``airflow pools set outreach_smtp N``; N is ``OUTREACH_SMTP_POOL_SLOTS``, default 4). A task in a
+pool that does not exist is never scheduled (the scheduler logs "Tasks using non-existent pool")."""
+SMTP_POOL_DESCRIPTION = "outreach: concurrent SMTP sessions of the send tasks"
 
 
 def database_url(conn_id: str = DB_CONN_ID) -> str:

@@ -515,7 +515,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_airflow(args: argparse.Namespace) -> int:
     from outreach.deploy import run_foreground
 
-    return run_foreground()
+    if args.workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {args.workers}")
+    return run_foreground(args.executor, args.workers)
 
 
 def _positive(text: str) -> int:
@@ -705,8 +707,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_report)
 
-    sub.add_parser("airflow", help="run Airflow locally (api-server, scheduler, dag-processor, "
-                   "triggerer) until Ctrl-C").set_defaults(func=cmd_airflow)
+    s = sub.add_parser("airflow", help="run Airflow on this machine (api-server, scheduler, "
+                       "dag-processor, triggerer[, Celery workers]) until Ctrl-C")
+    s.add_argument("--executor", choices=["local", "celery"], default="local",
+                   help="local: LocalExecutor (the embedded PostgreSQL unless configured); celery: "
+                        "CeleryExecutor on OUTREACH_DATABASE_URL and REDIS_URL")
+    s.add_argument("--workers", type=int, default=2, help="Celery workers (default 2)")
+    s.set_defaults(func=cmd_airflow)
     sub.add_parser("demo", help="run the main job on the sample data with real Airflow").set_defaults(func=cmd_demo)
     return p
 

@@ -1,11 +1,20 @@
-"""A local Airflow deployment as people run it: api-server, scheduler, dag-processor and
-triggerer with the LocalExecutor, metadata in PostgreSQL.
+"""Airflow deployments as people run them, as processes on this machine: api-server, scheduler,
+dag-processor and triggerer, with the LocalExecutor or with the CeleryExecutor and N
+``airflow celery worker`` processes; metadata in PostgreSQL.
 
-``make airflow`` (``outreach airflow``) runs it in the foreground until Ctrl-C; the integration
-test drives the same :class:`Deployment` through Airflow's REST API. Metadata lives in a separate
-database (``airflow``) of the embedded server unless ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` is
-set; outreach's own data stays in its own database. Connections and settings come from the
-environment or a ``.env`` file in the project root (never committed).
+``make airflow`` (``outreach airflow``) runs the LocalExecutor deployment in the foreground until
+Ctrl-C, its metadata in a separate database (``airflow``) of the embedded server unless
+``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` is set. ``make airflow EXECUTOR=celery WORKERS=2``
+(``outreach airflow --executor celery --workers 2``) runs the same services as
+``docker-compose.yaml`` against the PostgreSQL and Redis it is given (``OUTREACH_DATABASE_URL`` or
+the connection ``outreach_db``; ``REDIS_URL``, default ``redis://127.0.0.1:6379/0``): never the
+embedded server. The integration tests drive the same :class:`Deployment` through Airflow's REST
+API. Connections and settings come from the environment or a ``.env`` file in the project root
+(never committed).
+
+:data:`SERVICES`, :data:`WORKER`, :func:`init_commands` and :func:`shared_settings` are the one
+definition of what runs: the launcher starts it, and ``tests/test_compose.py`` checks that
+``docker-compose.yaml`` runs the same commands with the same settings.
 """
 
 from __future__ import annotations
@@ -27,7 +36,65 @@ import psycopg
 from outreach.devsmtp import free_port
 from outreach.paths import project_root
 
-COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+SERVICES: dict[str, tuple[str, ...]] = {
+    "airflow-apiserver": ("api-server",),
+    "airflow-scheduler": ("scheduler",),
+    "airflow-dag-processor": ("dag-processor",),
+    "airflow-triggerer": ("triggerer",),
+}
+"""Compose service name → ``airflow`` sub-command, for every deployment."""
+WORKER: tuple[str, tuple[str, ...]] = ("airflow-worker", ("celery", "worker"))
+"""The CeleryExecutor's worker service and its ``airflow`` sub-command (one process per worker)."""
+COMPONENTS = tuple(cmd[0] for cmd in SERVICES.values())
+EXECUTORS = {"local": "LocalExecutor", "celery": "CeleryExecutor"}
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+POOL_SLOTS_VAR = "OUTREACH_SMTP_POOL_SLOTS"
+DEFAULT_POOL_SLOTS = 4
+
+
+def pool_slots() -> int:
+    """Return ``OUTREACH_SMTP_POOL_SLOTS`` (default 4): concurrent SMTP sessions of the send
+    tasks across the whole deployment (each send task holds one slot and one session at a time).
+
+    :raises outreach.settings.SettingsError: not a whole number ≥ 1.
+    """
+    from outreach.settings import SettingsError
+
+    raw = os.environ.get(POOL_SLOTS_VAR, str(DEFAULT_POOL_SLOTS)).strip()
+    if not raw.isdigit() or int(raw) < 1:
+        raise SettingsError(f"{POOL_SLOTS_VAR} must be a whole number ≥ 1, got {raw!r}")
+    return int(raw)
+
+
+def init_commands(slots: int) -> list[tuple[str, ...]]:
+    """Return what a deployment runs once before its services (compose: ``airflow-init``):
+    migrate Airflow's metadata, create or resize the SMTP pool, migrate the outreach database."""
+    from outreach.airflow_adapter import SMTP_POOL, SMTP_POOL_DESCRIPTION
+
+    return [("airflow", "db", "migrate"),
+            ("airflow", "pools", "set", SMTP_POOL, str(slots), SMTP_POOL_DESCRIPTION),
+            ("outreach", "db", "upgrade")]
+
+
+def shared_settings(executor: str) -> dict[str, str]:
+    """Return the settings every component of a deployment gets whatever runs it (these
+    processes or ``docker-compose.yaml``), without addresses, paths or secrets.
+
+    :param executor: ``LocalExecutor`` or ``CeleryExecutor``.
+    """
+    out = {
+        "AIRFLOW__CORE__EXECUTOR": executor,
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        # Which worker ran a task (the task instance's hostname): OUTREACH_WORKER_HOSTNAME where
+        # several workers share one host, else the host's name (a container's, under compose).
+        "AIRFLOW__CORE__HOSTNAME_CALLABLE": "outreach.hostname.hostname",
+        # A worker never falls back to the embedded PostgreSQL: no database is an error.
+        "OUTREACH_EMBEDDED_DB": "0",
+    }
+    if executor == "CeleryExecutor":
+        out["AIRFLOW__CELERY__WORKER_CONCURRENCY"] = "4"
+    return out
 
 
 def sqlalchemy_url(conninfo: str) -> str:
@@ -45,8 +112,15 @@ def sqlalchemy_url(conninfo: str) -> str:
 
 @dataclass
 class Deployment:
-    """One running deployment. ``home``: AIRFLOW_HOME; ``metadata_url``: SQLAlchemy URL;
-    ``outreach_url``: the outreach database; ``env_extra``: more environment (connections…)."""
+    """One deployment of processes. ``home``: AIRFLOW_HOME; ``metadata_url``: SQLAlchemy URL;
+    ``outreach_url``: the outreach database; ``env_extra``: more environment (connections…).
+
+    ``executor`` is ``LocalExecutor`` or ``CeleryExecutor``; with Celery, ``workers`` worker
+    processes consume ``queue`` on the Redis ``broker_url`` (results in the metadata database).
+    Worker *i* (from 1) is named ``{name}-worker-{i}``: its Celery hostname and the hostname its
+    task instances record (``OUTREACH_WORKER_HOSTNAME``), so one can tell which worker ran a task.
+    ``pool_slots`` sizes the SMTP pool (:func:`pool_slots`).
+    """
 
     home: Path
     metadata_url: str
@@ -56,10 +130,22 @@ class Deployment:
     log_dir: Path | None = None
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     log_ports: tuple[int, int] = (0, 0)
+    executor: str = "LocalExecutor"
+    workers: int = 0
+    broker_url: str = DEFAULT_REDIS_URL
+    queue: str = "default"
+    name: str = "outreach"
+    pool_slots: int = DEFAULT_POOL_SLOTS
+    worker_log_ports: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if self.executor not in EXECUTORS.values():
+            raise ValueError(f"executor must be one of {sorted(EXECUTORS.values())}, got {self.executor!r}")
+        if self.executor == "CeleryExecutor" and self.workers < 1:
+            raise ValueError("the CeleryExecutor needs at least one worker")
         self.port = self.port or free_port()
         self.log_ports = (self.log_ports[0] or free_port(), self.log_ports[1] or free_port())
+        self.worker_log_ports = self.worker_log_ports or [free_port() for _ in range(self.workers)]
         self.log_dir = self.log_dir or self.home / "logs-components"
 
     @property
@@ -67,8 +153,13 @@ class Deployment:
         """The api-server's base URL (loopback only)."""
         return f"http://127.0.0.1:{self.port}"
 
+    def worker_name(self, i: int) -> str:
+        """The name of worker ``i`` (1-based): its Celery hostname and its task instances'."""
+        return f"{self.name}-worker-{i}"
+
     def env(self) -> dict[str, str]:
-        """The environment every component runs with."""
+        """The environment every component runs with: :func:`shared_settings`, then this
+        machine's paths, ports, addresses and secrets, then ``env_extra``."""
         root = project_root()
         self.home.mkdir(parents=True, exist_ok=True)
         secret_file = self.home / "jwt_secret"
@@ -76,12 +167,11 @@ class Deployment:
             secret_file.write_text(secrets.token_urlsafe(32))
             secret_file.chmod(0o600)
         env = dict(os.environ)
+        env.update(shared_settings(self.executor))
         env.update({
             "AIRFLOW_HOME": str(self.home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(root / "plugins"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": env.get("AIRFLOW__CORE__PARALLELISM", "4"),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.metadata_url,
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
@@ -96,32 +186,68 @@ class Deployment:
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self.log_ports[1]),
             "OUTREACH_HOME": str(root),
             "OUTREACH_DATABASE_URL": self.outreach_url,
+            POOL_SLOTS_VAR: str(self.pool_slots),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(root / "plugins"), env.get("PYTHONPATH")])),
         })
+        if self.executor == "CeleryExecutor":
+            env.update({
+                "AIRFLOW__CELERY__BROKER_URL": self.broker_url,
+                "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + self.metadata_url,
+                "AIRFLOW__OPERATORS__DEFAULT_QUEUE": self.queue,
+                "AIRFLOW__CELERY__WORKER_CONCURRENCY": env.get("AIRFLOW__CELERY__WORKER_CONCURRENCY") or
+                shared_settings(self.executor)["AIRFLOW__CELERY__WORKER_CONCURRENCY"],
+            })
+        env.pop("OUTREACH_WORKER_HOSTNAME", None)
         env.update(self.env_extra)
         return env
 
     def migrate(self) -> None:
-        """Create or upgrade the metadata database.
+        """Run :func:`init_commands`' Airflow steps: migrate the metadata database, then create
+        or resize the SMTP pool (the outreach database is the caller's: ``outreach db upgrade``).
 
-        :raises RuntimeError: ``airflow db migrate`` failed (output included).
+        :raises RuntimeError: an ``airflow`` command failed (output included).
         """
-        proc = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=self.env(),
-                              capture_output=True, text=True)
-        if proc.returncode:
-            raise RuntimeError(f"airflow db migrate failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+        env = self.env()
+        for cmd in init_commands(self.pool_slots):
+            if cmd[0] != "airflow":
+                continue
+            proc = subprocess.run([sys.executable, "-m", *cmd], env=env, capture_output=True, text=True)
+            if proc.returncode:
+                raise RuntimeError(f"{' '.join(cmd[:3])} failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
 
     def start(self) -> None:
-        """Start every component in its own process group, logs in ``log_dir``."""
+        """Start every component in its own process group, logs in ``log_dir``: the services
+        of :data:`SERVICES`, then (CeleryExecutor) ``workers`` Celery workers."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = self.env()
-        for name in COMPONENTS:
-            args = [sys.executable, "-m", "airflow", name]
-            if name == "api-server":
+        for cmd in SERVICES.values():
+            args = list(cmd)
+            if cmd == ("api-server",):
                 args += ["--host", "127.0.0.1", "--port", str(self.port)]
-            log = open(self.log_dir / f"{name}.log", "ab")
-            self.procs[name] = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL, start_new_session=True)
+            self._spawn(cmd[0], args, env)
+        if self.executor == "CeleryExecutor":
+            for i in range(1, self.workers + 1):
+                name = self.worker_name(i)
+                self._spawn(f"worker-{i}", [*WORKER[1], "--celery-hostname", f"{name}@%h",
+                                            "--queues", self.queue],
+                            {**env, "OUTREACH_WORKER_HOSTNAME": name,
+                             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.worker_log_ports[i - 1])})
+
+    def _spawn(self, key: str, args: list[str], env: dict[str, str]) -> None:
+        log = open(self.log_dir / f"{key}.log", "ab")
+        self.procs[key] = subprocess.Popen([sys.executable, "-m", "airflow", *args], env=env,
+                                           stdout=log, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def kill_worker(self, i: int) -> None:
+        """SIGKILL Celery worker ``i`` and everything it started (its process group): a worker
+        machine that dies mid-task."""
+        p = self.procs[f"worker-{i}"]
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
 
     def wait_ready(self, timeout: float = 180) -> None:
         """Wait until the api-server answers.
@@ -204,8 +330,62 @@ def load_dotenv_file(path: Path) -> None:
                 os.environ.setdefault(k, v)
 
 
-def run_foreground() -> int:
-    """``make airflow``: start the deployment and keep it up until Ctrl-C; return the exit code."""
+def check_redis(url: str) -> None:
+    """Ping the Celery broker.
+
+    :raises outreach.settings.SettingsError: it does not answer (one line: what to set).
+    """
+    from urllib.parse import urlsplit
+
+    import redis
+
+    from outreach.settings import SettingsError
+
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5).ping()
+    except (redis.RedisError, ValueError) as exc:
+        where = urlsplit(url)
+        shown = f"{where.scheme}://{where.hostname}:{where.port or 6379}{where.path}"  # no password
+        raise SettingsError(f"cannot reach Redis at {shown} ({exc}): start it or set "
+                            "REDIS_URL") from None
+
+
+def celery_databases() -> tuple[str, str]:
+    """Return the outreach database URL and the metadata SQLAlchemy URL of a Celery deployment.
+
+    The outreach database is :func:`outreach.airflow_adapter.database_url` without the embedded
+    fallback; the metadata is ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``, else a database ``airflow``
+    on the same server (created when missing, like docker-compose.yaml's postgres service).
+
+    :raises outreach.settings.SettingsError: no outreach database is configured, or the metadata
+        database cannot be created there.
+    """
+    from outreach import embedded
+    from outreach.airflow_adapter import database_url
+    from outreach.settings import SettingsError
+
+    os.environ[embedded.OPT_IN] = "0"  # workers on other machines could never reach it
+    outreach_url = database_url()
+    metadata = os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")
+    if not metadata:
+        try:
+            metadata = sqlalchemy_url(embedded.ensure_database(outreach_url, "airflow"))
+        except psycopg.Error as exc:
+            raise SettingsError(f"cannot create the Airflow metadata database 'airflow' next to the "
+                                f"outreach database ({str(exc).strip().splitlines()[0]}): set "
+                                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN") from None
+    return outreach_url, metadata
+
+
+def run_foreground(executor: str = "local", workers: int = 2) -> int:
+    """``make airflow [EXECUTOR=celery WORKERS=N]``: start the deployment and keep it up until
+    Ctrl-C; return the exit code.
+
+    :param executor: ``local`` (LocalExecutor; the embedded PostgreSQL when no database is
+        configured) or ``celery`` (CeleryExecutor with ``workers`` workers; the configured
+        PostgreSQL and ``REDIS_URL`` only).
+    :raises outreach.settings.SettingsError: Celery without a database, or Redis unreachable.
+    """
     from outreach import embedded
     from outreach.migrate import upgrade
 
@@ -217,18 +397,28 @@ def run_foreground() -> int:
         from outreach.paths import state_dir
 
         os.environ["OUTREACH_UNSUBSCRIBE_SECRET"] = demo_secret(state_dir())
-    outreach_url = os.environ.get("OUTREACH_DATABASE_URL")
-    admin_url = None
-    if not outreach_url or not os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
-        os.environ.setdefault(embedded.OPT_IN, "1")  # this local launcher is the opt-in
-        admin_url = embedded.start(stop_at_exit=True)
-    outreach_url = outreach_url or embedded.ensure_database(admin_url)
-    metadata = os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN") or sqlalchemy_url(
-        embedded.ensure_database(admin_url, "airflow"))
+    extra: dict[str, Any] = {}
+    if executor == "celery":
+        outreach_url, metadata = celery_databases()
+        broker = os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+        check_redis(broker)
+        extra = {"workers": workers, "broker_url": broker}
+    else:
+        outreach_url = os.environ.get("OUTREACH_DATABASE_URL")
+        admin_url = None
+        if not outreach_url or not os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
+            os.environ.setdefault(embedded.OPT_IN, "1")  # this local launcher is the opt-in
+            admin_url = embedded.start(stop_at_exit=True)
+        outreach_url = outreach_url or embedded.ensure_database(admin_url)
+        metadata = os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN") or sqlalchemy_url(
+            embedded.ensure_database(admin_url, "airflow"))
     upgrade(outreach_url)
     dep = Deployment(home=root / ".airflow-deploy", metadata_url=metadata, outreach_url=outreach_url,
-                     port=int(os.environ.get("OUTREACH_AIRFLOW_PORT", "8080")))
-    print("outreach airflow: migrating the metadata database …", flush=True)
+                     port=int(os.environ.get("OUTREACH_AIRFLOW_PORT", "8080")),
+                     executor=EXECUTORS[executor], pool_slots=pool_slots(), **extra)
+    print(f"outreach airflow: {dep.executor}"
+          + (f" with {workers} Celery worker(s)" if executor == "celery" else "")
+          + f"; migrating the metadata database, SMTP pool of {dep.pool_slots} …", flush=True)
     dep.migrate()
     stop = {"now": False}
 
