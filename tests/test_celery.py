@@ -237,17 +237,20 @@ def test_a_worker_killed_mid_send_loses_and_repeats_nothing(fresh, tmp_path):
         held = [r["id"] for t in running for r in rows(
             url, "SELECT id FROM outreach.emails WHERE status = 'sending' AND claimed_by LIKE %s",
             (f"%/send_batch[{t['map_index']}]#try{t['try_number']}",))]
-        return held if held and len(sink.messages()) > 0 else None
+        return (held, running) if held and len(sink.messages()) > 0 else None
 
-    held = wait_for(sending_on_victim, LONG, f"a send task of {victim} in the middle of its batch")
+    held, killed = wait_for(sending_on_victim, LONG, f"a send task of {victim} in the middle of its batch")
     sent_before = len(sink.messages())
     dep.kill_worker(1)
 
     # The survivor finishes the run: the killed tries are failed after their heartbeat timeout
     # and retried on worker 2, which claims fresh rows, never the killed worker's.
     run = wait_run(dep, token, "outreach_send", run_id, LONG)
-    after_kill = [t for t in send_tis(dep, token, run_id) if t["hostname"] == dep.worker_name(2)]
-    assert after_kill and {t["state"] for t in after_kill} == {"success"}
+    final = {t["map_index"]: t for t in send_tis(dep, token, run_id)}
+    for t in killed:
+        again = final[t["map_index"]]
+        assert again["try_number"] > t["try_number"] and again["hostname"] == dep.worker_name(2), again
+    assert {t["state"] for t in final.values()} == {"success"}
     assert run["state"] == "success"
     assert len(sink.messages()) > sent_before
     accepted_once(sink.messages())
