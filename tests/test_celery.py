@@ -131,7 +131,8 @@ def celery(tmp_path_factory):
         env_extra={**{f"AIRFLOW_CONN_OUTREACH_SMTP_M{i}": conn for i in range(1, MAILBOXES + 1)},
                    "OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
                    "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
-                   "OUTREACH_SEND_INTERVAL_MINUTES": "0", "OUTREACH_SCHEDULES": "off",
+                   "OUTREACH_SEND_INTERVAL_MINUTES": "0", "OUTREACH_SEND_GAP_SECONDS": "0",
+                   "OUTREACH_SCHEDULES": "off",
                    "OUTREACH_PREFLIGHT": "off", "OUTREACH_SMTP_TIMEOUT": "10",
                    # 2,000 leads in one run of 20 batches; 600 leads in 6 (two waves of the pool).
                    "OUTREACH_BATCH_SIZE": "100", "OUTREACH_SEND_PARALLELISM": "20",
