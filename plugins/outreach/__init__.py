@@ -3,7 +3,7 @@
 The package is plain Python: only :mod:`outreach.airflow_adapter` imports Airflow, so the domain
 code is importable (and testable) without an Airflow environment. The promise it keeps lives in the
 database (see ``sql/migrations``): one email row per (lead, sequence step), claims by
-``FOR UPDATE SKIP LOCKED`` with a claim token, a send log with one entry per email row written only
+``FOR NO KEY UPDATE SKIP LOCKED`` with a claim token, a send log with one entry per email row written only
 after the SMTP server accepted the message, and one suppression function consulted at import,
 queueing and right before the SMTP handoff.
 """

@@ -8,7 +8,7 @@ worker picks the job up again, and the new user gets two welcome emails — or n
   ``outreach.enqueue_transactional`` — *inside its own transaction*, so its user row and the email
   row commit together or not at all (an outbox). The key is UNIQUE in ``outreach.emails``:
   enqueuing it again returns the existing row and changes nothing.
-* The row then takes the marketing send path: the same claim (``FOR UPDATE SKIP LOCKED`` with a
+* The row then takes the marketing send path: the same claim (``FOR NO KEY UPDATE SKIP LOCKED`` with a
   claim token), the same guarded transitions, send log, fault classes, reaper and operator
   resolution. Its Message-ID comes from the key (``md5('outreach-transactional:' || key)`` as a
   UUID), so every attempt carries the same one.

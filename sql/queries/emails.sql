@@ -52,7 +52,11 @@ SET LOCAL enable_nestloop = off;
 -- name: mailbox_lock
 -- Serialises claims per mailbox for the rest of the transaction, so that the daily cap, counted
 -- by the next statement (with a fresh snapshot), holds however many senders claim at once.
-SELECT id, address, status FROM outreach.mailboxes WHERE id = %(mailbox_id)s FOR UPDATE;
+-- FOR NO KEY UPDATE, not FOR UPDATE: it conflicts with another claim's lock and with any UPDATE
+-- of the mailbox (pause, resume), but not with the KEY SHARE lock that the foreign key of a new
+-- send_log row takes on its mailbox, so other senders' ledger writes (email_mark_sent) do not
+-- wait for this claim to commit.
+SELECT id, address, status FROM outreach.mailboxes WHERE id = %(mailbox_id)s FOR NO KEY UPDATE;
 
 -- name: mailbox_remaining_today
 -- What the mailbox may still start today (its local calendar day), and in this send run. This is
@@ -194,6 +198,8 @@ SELECT k, not_before FROM chain ORDER BY k;
 -- `e.id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)` the planner may run it as a subplan
 -- rescanned per row, and each rescan skips the rows this statement already updated and returns
 -- the next n — a claim of the whole queue (seen here after migration 0006 changed the plan).
+-- FOR NO KEY UPDATE (the lock the UPDATE takes anyway): two claims still skip each other's rows,
+-- and rows that reference a claimed email (its send_log row) are not held up by the claim.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 picked AS MATERIALIZED (
     SELECT q.id
@@ -209,7 +215,7 @@ picked AS MATERIALIZED (
                                   c.window_start, c.window_end) = n.now
     ORDER BY q.scheduled_for, q.id
     LIMIT %(limit)s
-    FOR UPDATE OF q SKIP LOCKED
+    FOR NO KEY UPDATE OF q SKIP LOCKED
 ),
 claimed AS (
     UPDATE outreach.emails e
@@ -233,7 +239,7 @@ JOIN outreach.mailboxes m ON m.id = cl.mailbox_id
 ORDER BY cl.scheduled_for, cl.id;
 
 -- name: email_claim_transactional
--- The claim of transactional rows: the same one statement (FOR UPDATE SKIP LOCKED, a fresh claim
+-- The claim of transactional rows: the same one statement (FOR NO KEY UPDATE SKIP LOCKED, a fresh claim
 -- token, claimed_at and attempts + 1), over due transactional rows of one active mailbox. No send
 -- window, daily cap or warm-up holds them back (mail the recipient is waiting for); a paused
 -- mailbox sends nothing. Returns the columns email_claim_batch returns, for the same send path.
@@ -248,7 +254,7 @@ picked AS MATERIALIZED (  -- evaluated once: see email_claim_batch
       AND mb.status = 'active'
     ORDER BY q.scheduled_for, q.id
     LIMIT %(limit)s
-    FOR UPDATE OF q SKIP LOCKED
+    FOR NO KEY UPDATE OF q SKIP LOCKED
 ),
 claimed AS (
     UPDATE outreach.emails e
