@@ -170,3 +170,47 @@ def test_overlapping_imports_at_once_do_not_deadlock(db_url, tmp_path):
     assert errors == []
     assert scalar(db_url, "SELECT count(*) FROM outreach.leads") == 5000
     assert scalar(db_url, "SELECT count(*) FROM outreach.enrollments") == 10000
+
+
+MIXED = ("Email,First Name,Last Name,Company,Time Zone\n"
+         "a1@acme.example,Ann,Lee,Acme,Europe/Berlin\n"
+         "not-an-email,Bad,,Acme,\n"
+         ",,,,\n"                                           # blank: no row
+         "a2@acme.example,Nul\x00,,Acme,\n"
+         "a3@acme.example,Too,Many,Acme,UTC,extra\n"
+         "A1@ACME.example,Dup,,Acme,\n"
+         f"a4@acme.example,{'x' * 201},,Acme,\n"
+         "a5@acme.example,Zone,,Acme,Mars/Olympus\n"
+         "\"a6@acme.example\",\"Multi\nLine\",,Acme,\n"     # a line break in a header field
+         + "".join(f"b{i}@beta.example,B{i},,Beta,\n" for i in range(40))
+         + "\"broken@acme.example,Open quote,,Acme,\n"      # never closed: malformed CSV at the end
+         )
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1000])
+def test_rows_checked_in_worker_processes_are_the_rows_checked_here(tmp_path, chunk):
+    """The parallel check (worker processes, chunks in flight) yields the same rows, problems,
+    order and counts as the check in this process, whatever the chunk size."""
+    path = tmp_path / "mixed.csv"
+    path.write_text(MIXED, encoding="utf-8")
+    with leads.open_leads_csv(path) as here:
+        expected = list(here.staged(0))
+        counts = (here.rows_total, here.invalid)
+    with leads.open_leads_csv(path) as there:
+        got = list(there.staged(2, chunk=chunk))
+        assert (there.rows_total, there.invalid) == counts
+    assert got == expected
+    assert len(expected) == counts[0] == 49 and counts[1] == 5
+    assert {r[7] for r in expected if r[1] is None} == {"email", "First Name", "(row)", "first_name"}
+
+
+def test_an_import_checked_in_worker_processes_stores_what_one_checked_here_stores(db_url, tmp_path):
+    path = tmp_path / "mixed.csv"
+    path.write_text(MIXED, encoding="utf-8")
+    parallel = import_leads(db_url, CAMPAIGN, MAILBOXES, path, workers=2)
+    again = import_leads(db_url, CAMPAIGN, MAILBOXES, path, workers=0)
+    assert (parallel.rows_total, parallel.imported, parallel.duplicate, parallel.invalid) == (
+        49, 43, 1, 5)
+    assert [str(p) for p in parallel.problems] == [str(p) for p in again.problems]
+    assert (again.imported, again.unchanged, again.rows_total) == (0, 43, 49)
+    assert scalar(db_url, "SELECT count(*) FROM outreach.leads") == 43

@@ -25,6 +25,12 @@ COPY outreach_lead_stage (line, email, first_name, last_name, company, title, ti
                           problem_field, problem_reason, problem_action)
 FROM STDIN;
 
+-- name: lead_stage_analyze
+-- Statistics for the filled stage table (autovacuum never analyses a temporary table): without
+-- them the planner takes a million staged rows for a few dozen and joins them to outreach.leads
+-- by one index probe each (enrollment_insert_staged).
+ANALYZE outreach_lead_stage;
+
 -- name: lead_stage_mark_duplicates
 -- In-file duplicates: the first line of each normalised address wins; later lines repeat it and
 -- become the row's problem (an ignored field of a duplicate row is not reported: the row is
