@@ -447,10 +447,10 @@ def _check_record(layout: _Layout, line: int, record: list[str]) -> StagedRow | 
     problem found makes the row a problem).
 
     A row of blank cells is no row (``None``). A NUL byte, more cells than the header, an empty
-    or invalid address (:func:`outreach.addresses.normalize_address`) or one unsafe in To:, a field longer than
-    :data:`_MAX_FIELD` characters or text unsafe in a header
-    (:func:`outreach.message.header_text_problem`) skip the row; an unknown time zone only drops
-    that field. A pure function of its arguments, so it can run in any process.
+    or invalid address (:func:`outreach.addresses.normalize_address`), an address or a field
+    unsafe in a header (:func:`outreach.message.header_text_problem`: they are written in To:
+    and Subject) or a field longer than :data:`_MAX_FIELD` characters skip the row; an unknown
+    time zone only drops that field. A pure function of its arguments, so it can run in any process.
     """
     joined = "".join(record)  # one test per row instead of one per cell
     if not joined or joined.isspace():  # every cell blank
