@@ -55,12 +55,19 @@ class Step(_Model):
     enrolment); ``requires`` lists lead fields (of :data:`LEAD_FIELDS`) the step needs: a lead
     with one of them blank is not queued for the step (``outreach.lead_missing_fields``) and the
     report counts it. For a field that may be blank, give the template a fallback instead:
-    ``{{ lead.first_name or "there" }}`` (``default("there", true)`` does the same)."""
+    ``{{ lead.first_name or "there" }}`` (``default("there", true)`` does the same).
+
+    ``thread: true`` (not on step 1) sends the step as a reply in the first step's thread:
+    ``In-Reply-To``/``References`` name the thread's earlier messages and the subject is
+    ``Re: `` + step 1's subject as sent; only when step 1 really went out to the lead (a send-log
+    entry), otherwise it goes out as a new message with its own ``subject`` (never a fake
+    "Re:"; see :func:`outreach.send.thread_of`)."""
 
     template: str = Field(pattern=r"^[A-Za-z0-9_\-/]+$")
     subject: str = Field(min_length=1, max_length=300)
     delay_days: int = Field(ge=0, le=365)
     requires: list[LeadField] = Field(default_factory=list)
+    thread: bool = False
 
 
 class SendWindow(_Model):
@@ -97,6 +104,14 @@ class Campaign(_Model):
     """An automatic reply (out of office…) stops the lead's sequence too (see outreach.inbox)."""
     stop_on_domain_reply: bool = False
     """A reply stops every other lead of the same company domain in this campaign."""
+
+    @field_validator("steps")
+    @classmethod
+    def _first_step_starts_the_thread(cls, steps: list[Step]) -> list[Step]:
+        if steps and steps[0].thread:
+            raise ValueError("step 1 cannot have 'thread: true': it starts the thread that later "
+                             "steps with 'thread: true' reply in")
+        return steps
 
 
 class Mailbox(_Model):
@@ -289,5 +304,5 @@ def sync(conn: Any, campaign: Campaign, mailboxes: list[Mailbox], source_file: s
         db.run(conn, "sequence_step_upsert", {
             "campaign_id": campaign_id, "position": position, "template": step.template,
             "subject": step.subject, "delay_days": step.delay_days,
-            "requires": sorted(set(step.requires))})
+            "requires": sorted(set(step.requires)), "thread": step.thread})
     return campaign_id

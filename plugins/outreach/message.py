@@ -114,7 +114,9 @@ class Envelope:
     """Who and what: ``from_address``/``from_name``, ``to_address``/``to_name``; ``message_id``
     without angle brackets; ``date`` (aware, UTC); ``unsubscribe_url`` (https) and
     ``unsubscribe_mailto`` (both ``None`` for transactional mail: no List-Unsubscribe headers);
-    ``feedback_id`` (``a:b:c:SenderId``); ``step_tag`` (campaign/step, or transactional/template)."""
+    ``feedback_id`` (``a:b:c:SenderId``); ``step_tag`` (campaign/step, or transactional/template);
+    for a reply in a thread, ``in_reply_to`` (the parent's Message-ID) and ``references`` (every
+    earlier Message-ID of the thread, oldest first), all without angle brackets."""
 
     from_address: str
     from_name: str
@@ -126,6 +128,8 @@ class Envelope:
     unsubscribe_mailto: str | None
     feedback_id: str
     step_tag: str
+    in_reply_to: str | None = None
+    references: tuple[str, ...] = ()
 
 
 def ascii_domain(domain: str) -> str:
@@ -162,6 +166,19 @@ def message_id_for(idempotency_key: str, sender_address: str) -> str:
     return f"{idempotency_key}@{ascii_domain(sender_address.rpartition('@')[2])}"
 
 
+# RFC 5322 §3.6.4 msg-id without its angle brackets: dot-atom-text "@" (dot-atom-text or a
+# no-fold-literal). Nothing else (no space, no bracket, no control character) can reach the
+# In-Reply-To and References headers.
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+_MSG_ID = re.compile(rf"{_ATEXT}(?:\.{_ATEXT})*@(?:{_ATEXT}(?:\.{_ATEXT})*|\[[!-Z^-~]*\])")
+
+
+def _msg_id(value: str, header: str) -> str:
+    if not _MSG_ID.fullmatch(value or ""):
+        raise MessageError(f"header {header}: not a Message-ID (RFC 5322 msg-id): {value[:80]!r}")
+    return f"<{value}>"
+
+
 def _address(addr: str, name: str) -> Address:
     local, _, domain = addr.rpartition("@")
     # Addresses are validated at import; this guards rows that reached the table another way.
@@ -180,7 +197,9 @@ def build_message(rendered: Rendered, env: Envelope) -> EmailMessage:
     Marketing mail carries List-Unsubscribe (the https URL first, then mailto) and
     ``List-Unsubscribe-Post: List-Unsubscribe=One-Click`` (RFC 8058 §3.1–3.2); transactional mail
     neither (Gmail's bulk-sender rules exempt it). Both carry Feedback-ID (Gmail feedback loop)
-    and a Message-ID derived from the row's idempotency key.
+    and a Message-ID derived from the row's idempotency key. A reply in a thread
+    (``env.references``) carries ``In-Reply-To`` and ``References``, each Message-ID checked
+    against RFC 5322's msg-id form.
 
     Every header, as the email package holds it (encoded words decoded), must pass
     :func:`header_text_problem`; lead data reaches the Subject and the To display name.
@@ -203,6 +222,9 @@ def build_message(rendered: Rendered, env: Envelope) -> EmailMessage:
     if env.unsubscribe_url:  # marketing; transactional mail carries neither header
         msg["List-Unsubscribe"] = f"<{env.unsubscribe_url}>, <{env.unsubscribe_mailto}>"
         msg["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
+    if env.references:  # a reply in a thread (RFC 5322 §3.6.4)
+        msg["In-Reply-To"] = _msg_id(env.in_reply_to or env.references[-1], "In-Reply-To")
+        msg["References"] = " ".join(_msg_id(m, "References") for m in env.references)
     msg["Feedback-ID"] = env.feedback_id
     msg["X-Outreach-Step"] = env.step_tag
     for name, value in msg.items():

@@ -9,7 +9,9 @@ rows still 'queued'; a retried task claims fresh rows or none, and rows an earli
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import re
 import smtplib
 import socket
 import time
@@ -208,8 +210,54 @@ def describe(row: dict[str, Any]) -> str:
     return f"email {row['id']} ({mask(row['email'])}, {what})"
 
 
+@dataclass(frozen=True)
+class Thread:
+    """The thread a follow-up of a ``thread: true`` step replies in: ``message_ids`` of the
+    lead's messages in it, oldest first, without angle brackets (step 1's, then each earlier
+    threaded step's: the References; the last is the parent, In-Reply-To; RFC 5322 §3.6.4), and
+    ``subject``, step 1's Subject as sent (``None`` when the send log does not have it: sent
+    before migration 0012, or confirmed by an operator; it is then rendered again for this lead
+    from step 1's ``template`` and ``subject_template``)."""
+
+    message_ids: tuple[str, ...]
+    subject: str | None
+    template: str
+    subject_template: str
+
+
+_REPLY_PREFIX = re.compile(r"(?i)re:\s")
+
+
+def reply_subject(subject: str) -> str:
+    """Return the subject of a reply to ``subject``: ``"Re: "`` + it, unless it already starts
+    with ``Re:`` (the prefix is not repeated)."""
+    return subject if _REPLY_PREFIX.match(subject) else f"Re: {subject}"
+
+
+def thread_of(conn, row: dict[str, Any]) -> Thread | None:
+    """Return the thread a claimed row replies in, or ``None`` to send it as a new message.
+
+    ``None`` when the row's step is not ``thread: true``, and when step 1 never went out to this
+    lead (no send-log entry: it failed, was cancelled, or the row was made by hand): the step is
+    then sent with its own subject, never a "Re:" to a message that does not exist (Gmail's
+    sender guidelines: no "Re:" unless the message really is a reply). ``queue-due`` queues step
+    n only after step n-1 was sent, so that case needs a row made outside it.
+    """
+    if not row.get("step_thread"):
+        return None
+    members = db.run(conn, "email_thread", {"email_id": row["id"]})
+    if not members or members[0]["position"] != 1:
+        log.warning("%s: thread: true, but step 1 was never sent to this lead; sent as a new "
+                    "message with its own subject", describe(row))
+        return None
+    first = members[0]
+    return Thread(tuple(m["message_id"].strip().strip("<>") for m in members), first["subject"],
+                  first["template"], first["subject_template"])
+
+
 def prepare(row: dict[str, Any], settings: Settings, now: dt.datetime,
-            dkim_private_key: bytes | None = None) -> tuple[str, bytes]:
+            dkim_private_key: bytes | None = None, *, thread: Thread | None = None,
+            ) -> tuple[str, bytes]:
     """Render, build and (when the mailbox has a DKIM selector) sign the message for a claimed
     row; return ``(message_id, wire bytes)``.
 
@@ -223,10 +271,20 @@ def prepare(row: dict[str, Any], settings: Settings, now: dt.datetime,
 
     :param dkim_private_key: the PEM key of the mailbox's ``dkim_key_conn_id``; required when the
         row has a ``dkim_selector``.
+    :param thread: the thread a ``thread: true`` step replies in (:func:`thread_of`): the message
+        gets ``In-Reply-To`` (the thread's latest message) and ``References`` (all of them, RFC
+        5322 §3.6.4) through the header builder, and the subject ``Re: `` + step 1's subject.
     :raises RenderError: the template failed for this lead.
     :raises MessageError: the message could not be built.
     :raises SigningError: the mailbox has a DKIM selector but the key is missing or unusable.
     """
+    message_id, wire, _ = _build(row, settings, now, dkim_private_key, thread)
+    return message_id, wire
+
+
+def _build(row: dict[str, Any], settings: Settings, now: dt.datetime,
+           dkim_private_key: bytes | None, thread: Thread | None) -> tuple[str, bytes, str]:
+    """:func:`prepare`, also returning the Subject as built (kept in the send log)."""
     domain = ascii_domain(row["mailbox_address"].rpartition("@")[2])
     message_id = message_id_for(str(row["idempotency_key"]), row["mailbox_address"])
     if row.get("message_class", "marketing") == "transactional":
@@ -244,14 +302,21 @@ def prepare(row: dict[str, Any], settings: Settings, now: dt.datetime,
     else:
         token = make_token(settings.unsubscribe_secret, row["id"])
         url = settings.unsubscribe_base + token
-        rendered = render(row["template"], row["subject"], _context(row, url))
+        context = _context(row, url)
+        rendered = render(row["template"], row["subject"], context)
+        if thread is not None:
+            first = thread.subject or render(thread.template, thread.subject_template,
+                                             {**context, "step": 1}).subject
+            rendered = dataclasses.replace(rendered, subject=reply_subject(first))
         envelope = Envelope(
             from_address=row["mailbox_address"], from_name=row["mailbox_name"],
             to_address=row["email"], to_name=f"{row['first_name']} {row['last_name']}".strip(),
             message_id=message_id, date=now, unsubscribe_url=url,
             unsubscribe_mailto=f"mailto:unsubscribe@{domain}?subject=unsubscribe%20{token}",
             feedback_id=feedback_id(row["campaign_key"], row["mailbox_id"], settings.feedback_sender_id),
-            step_tag=f"{row['campaign_key']}/{row['step_position']}")
+            step_tag=f"{row['campaign_key']}/{row['step_position']}",
+            in_reply_to=thread.message_ids[-1] if thread else None,
+            references=thread.message_ids if thread else ())
     msg = build_message(rendered, envelope)
     wire = to_wire(msg)
     if row.get("dkim_selector"):
@@ -259,7 +324,7 @@ def prepare(row: dict[str, Any], settings: Settings, now: dt.datetime,
             raise SigningError(f"mailbox {row['mailbox_id']} has dkim_selector "
                                f"{row['dkim_selector']!r} but no DKIM key was loaded")
         wire = sign(wire, DkimKey(row["dkim_selector"], domain, dkim_private_key))
-    return message_id, wire
+    return message_id, wire, rendered.subject
 
 
 def _guarded(conn, name: str, params: dict[str, Any], summary: BatchSummary, what: str) -> bool:
@@ -330,13 +395,15 @@ class BatchAborted(RuntimeError):
 
 @dataclass
 class _Progress:
-    """Where a batch is: rows ``done`` (outcome recorded); ``delivery`` and ``message_id`` of the
-    row ``row_id`` once its handoff reached the message body (only that row's, never another's)."""
+    """Where a batch is: rows ``done`` (outcome recorded); ``delivery``, ``message_id`` and
+    ``subject`` of the row ``row_id`` once its handoff reached the message body (only that row's,
+    never another's)."""
 
     done: int = 0
     row_id: int | None = None
     delivery: Delivery | None = None
     message_id: str = ""
+    subject: str | None = None
 
     def handed_off(self, row_id: int) -> Delivery | None:
         """Return the recorded delivery if it belongs to ``row_id``, else ``None``."""
@@ -470,7 +537,8 @@ def _recover(url: str, remaining: list[dict[str, Any]], progress: _Progress, set
             state = db.one(conn, "email_claim_state", {"email_id": current["id"]})
             if state and state["status"] == "sending" and state["claim_token"] == current["claim_token"]:
                 try:
-                    _record(conn, current, delivery, progress.message_id, settings, summary, now)
+                    _record(conn, current, delivery, progress.message_id, settings, summary, now,
+                            progress.subject)
                 except Exception as exc:  # noqa: BLE001 - still release the untouched rows below
                     log.error("email %s: could not record its outcome (%s) after %s: it stays "
                               "'sending' for the reaper", current["id"], delivery.describe(), exc)
@@ -553,8 +621,9 @@ def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Setting
                      stopped["enrollment_status"])
             return
     clock = now or dt.datetime.now(dt.timezone.utc)
+    thread = thread_of(conn, row)  # outside the try: a database error is not this row's RENDER
     try:
-        message_id, payload = prepare(row, settings, clock, keys.for_row(row))
+        message_id, payload, subject = _build(row, settings, clock, keys.for_row(row), thread)
         mail_from, rcpt_to = envelope_address(row["mailbox_address"]), envelope_address(row["email"])
     except SigningError as exc:
         # Nothing was handed over: a configuration problem of the mailbox (every row of it needs
@@ -588,25 +657,28 @@ def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Setting
         # The server said 354: from now until the transport returns, an interrupted handoff is
         # ambiguous, so recovery fails the row as unconfirmed instead of releasing it. Before
         # this point nothing can have been accepted, and recovery puts the row back in the queue.
-        progress.row_id, progress.message_id = row["id"], message_id
+        progress.row_id, progress.message_id, progress.subject = row["id"], message_id, subject
         progress.delivery = Delivery(Outcome.AMBIGUOUS, Stage.BODY, None,
                                      "the sender was interrupted during the SMTP handoff")
 
     delivery = session.deliver(payload, mail_from, rcpt_to, on_body=body_going_out)
     progress.row_id, progress.delivery, progress.message_id = row["id"], delivery, message_id
+    progress.subject = subject
     if delivery.outcome is Outcome.ACCEPTED:
         failpoints.hit("after_accept")
-    _record(conn, row, delivery, message_id, settings, summary, now)
+    _record(conn, row, delivery, message_id, settings, summary, now, subject)
 
 
 def _record(conn, row: dict[str, Any], delivery: Delivery, message_id: str, settings: Settings,
-            summary: BatchSummary, now: dt.datetime | None) -> None:
-    """Record one handoff's outcome with the guarded transition it calls for."""
+            summary: BatchSummary, now: dt.datetime | None, subject: str | None = None) -> None:
+    """Record one handoff's outcome with the guarded transition it calls for (``subject``: the
+    Subject as sent, kept in the send log with the Message-ID)."""
     guard = {"email_id": row["id"], "claim_token": row["claim_token"]}
     who = describe(row)
     if delivery.outcome is Outcome.ACCEPTED:
         reply = f"{delivery.code} {delivery.reply}"
-        params = {**guard, "message_id": message_id, "smtp_reply": reply, "now": now}
+        params = {**guard, "message_id": message_id, "smtp_reply": reply, "now": now,
+                  "subject": subject}
         if db.run(conn, "email_mark_sent", params):
             summary.sent += 1
         elif db.run(conn, "email_record_late_accept", params):

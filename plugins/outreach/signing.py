@@ -32,9 +32,11 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 
 #: Header fields the signature covers when present (``h=``), in this order. Feedback-ID is
-#: covered when the message has one (Gmail: the header must be DKIM-signed).
+#: covered when the message has one (Gmail: the header must be DKIM-signed); In-Reply-To and
+#: References when a follow-up replies in its thread (RFC 6376 §5.4.1 recommends both).
 SIGNED_HEADERS = ("From", "To", "Subject", "Date", "Message-ID", "MIME-Version", "Content-Type",
-                  "List-Unsubscribe", "List-Unsubscribe-Post", "Feedback-ID")
+                  "List-Unsubscribe", "List-Unsubscribe-Post", "Feedback-ID", "In-Reply-To",
+                  "References")
 #: Listed once more in ``h=`` ("over-signing", RFC 6376 §8.15): a second copy added in transit,
 #: say another List-Unsubscribe, breaks the signature instead of riding along.
 OVERSIGNED = ("From", "Subject", "List-Unsubscribe", "List-Unsubscribe-Post")

@@ -51,11 +51,12 @@ WHERE campaign_id = %(campaign_id)s AND NOT (mailbox_id = ANY (%(mailbox_ids)s))
 -- name: sequence_step_upsert
 -- Steps are matched by position; editing a step's copy affects emails not yet sent.
 INSERT INTO outreach.sequence_steps AS s (campaign_id, position, template, subject, delay_days,
-                                         requires)
-VALUES (%(campaign_id)s, %(position)s, %(template)s, %(subject)s, %(delay_days)s, %(requires)s)
+                                         requires, thread)
+VALUES (%(campaign_id)s, %(position)s, %(template)s, %(subject)s, %(delay_days)s, %(requires)s,
+        %(thread)s)
 ON CONFLICT ON CONSTRAINT outreach_sequence_steps_position_key DO UPDATE
 SET template = excluded.template, subject = excluded.subject, delay_days = excluded.delay_days,
-    requires = excluded.requires
+    requires = excluded.requires, thread = excluded.thread
 RETURNING id;
 
 -- name: campaign_by_key

@@ -250,7 +250,7 @@ claimed AS (
 )
 SELECT cl.id, cl.claim_token, cl.attempts, cl.idempotency_key, cl.lead_id, cl.step_id,
        cl.message_class, l.email, l.first_name, l.last_name, l.company, l.title,
-       st.position AS step_position, st.template, st.subject,
+       st.position AS step_position, st.template, st.subject, st.thread AS step_thread,
        c.key AS campaign_key, c.name AS campaign_name,
        m.id AS mailbox_id, m.address AS mailbox_address, m.display_name AS mailbox_name,
        m.smtp_conn_id, m.dkim_selector, m.dkim_key_conn_id
@@ -308,7 +308,8 @@ ORDER BY m.id;
 -- name: email_mark_sent
 -- Only after the server accepted the message (2xx to the end of DATA): mark the row sent and
 -- write its one send-log entry in the same statement. The guard (sending + our claim token)
--- means a row the reaper or an operator took over is never overwritten.
+-- means a row the reaper or an operator took over is never overwritten. The Subject as sent is
+-- kept (a threaded follow-up replies with "Re: " + it, see email_thread).
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 done AS (
     UPDATE outreach.emails e
@@ -317,8 +318,9 @@ done AS (
     WHERE e.id = %(email_id)s AND e.status = 'sending' AND e.claim_token = %(claim_token)s
     RETURNING e.id, e.mailbox_id
 )
-INSERT INTO outreach.send_log (email_id, mailbox_id, message_id, smtp_reply, accepted_at)
-SELECT done.id, done.mailbox_id, %(message_id)s, %(smtp_reply)s, n.now FROM done, n
+INSERT INTO outreach.send_log (email_id, mailbox_id, message_id, smtp_reply, accepted_at,
+                               subject)
+SELECT done.id, done.mailbox_id, %(message_id)s, %(smtp_reply)s, n.now, %(subject)s FROM done, n
 RETURNING email_id;
 
 -- name: email_mark_retry
