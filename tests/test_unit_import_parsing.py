@@ -20,10 +20,10 @@ def write(tmp_path: Path, text: str, *, bom: bool = False, name: str = "leads.cs
     return p
 
 
-def read(path: Path) -> tuple[list[LeadRow], list[Problem], "object"]:
+def read(path: Path, **kw) -> tuple[list[LeadRow], list[Problem], "object"]:
     """Read a whole file: ``(rows, problems, reader)`` (problems include ignored fields)."""
     rows, problems = [], []
-    with open_leads_csv(path) as leads:
+    with open_leads_csv(path, **kw) as leads:
         for item in leads:
             if isinstance(item, LeadRow):
                 rows.append(item)
@@ -95,11 +95,11 @@ def test_file_without_email_column_names_file_and_headers(tmp_path):
         open_leads_csv(p)
 
 
-def test_non_utf8_file_names_the_line(tmp_path):
+def test_non_utf8_file_names_the_line(tmp_path):  # declared UTF-8: auto would read Windows-1252
     p = tmp_path / "latin1.csv"
     p.write_bytes("Email,First Name\nok@acme.example,Ana\nj@acme.example,J\xf6rg\n".encode("latin-1"))
     with pytest.raises(ImportFileError, match=r"latin1\.csv, line 3: not UTF-8"):
-        read(p)
+        read(p, encoding="utf-8")
 
 
 def test_shipped_sample_has_what_the_demo_promises():
@@ -125,7 +125,7 @@ def test_non_utf8_header_names_line_1(tmp_path):
     p = tmp_path / "head.csv"
     p.write_bytes(b"E\xe9mail\nx@acme.example\n")
     with pytest.raises(ImportFileError, match=r"head\.csv, line 1: not UTF-8"):
-        open_leads_csv(p)
+        open_leads_csv(p, encoding="utf-8")
 
 
 def test_nul_byte_and_blank_rows(tmp_path):

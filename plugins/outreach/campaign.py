@@ -91,8 +91,37 @@ class SendWindow(_Model):
         return sorted({WEEKDAYS[d] for d in self.days})
 
 
+CustomName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
+"""A custom column's name as templates see it (``lead.custom.<name>``): a header's letters and
+digits lower-cased, other runs of characters one ``_`` (``Pain Point`` → ``pain_point``; see
+:func:`outreach.leads.custom_name`)."""
+MAPPED_FIELDS: tuple[str, ...] = ("email", *LEAD_FIELDS, "timezone")
+"""The lead fields a ``columns:`` mapping may name besides custom columns."""
+
+
+class CsvFormat(_Model):
+    """How the campaign's lead files are written. ``auto`` detects: the encoding from a byte
+    order mark (UTF-8, UTF-16), else UTF-8 if the start of the file is UTF-8, else Windows-1252
+    (Excel's "CSV" on a Western-European Windows); the delimiter as the one of ``,`` ``;`` tab
+    that occurs most often in the header line (Excel writes ``;`` where the decimal separator is
+    a comma, tab for "Unicode Text")."""
+
+    encoding: Literal["auto", "utf-8", "cp1252", "utf-16"] = "auto"
+    delimiter: Literal["auto", ",", ";", "\t", "tab"] = "auto"
+
+
 class Campaign(_Model):
-    """A campaign file. ``key`` is the stable identifier (a slug)."""
+    """A campaign file. ``key`` is the stable identifier (a slug).
+
+    ``custom_columns`` lists the lead file's extra columns the templates need
+    (``{{ lead.custom.city }}``): a file without one of them is refused, a row with one blank is
+    a problem (line and field named), at import. Every other extra column is kept too (JSONB of
+    text, see :data:`outreach.leads.MAX_CUSTOM_FIELD`), but a template may use only the declared
+    ones. ``columns`` maps a file's header (compared like the built-in aliases: case, spaces and
+    punctuation ignored) to a lead field or a custom name (``E-Mail: email``,
+    ``Vorname: first_name``, ``Stadt: city``). ``csv`` declares encoding and delimiter
+    (default: detected).
+    """
 
     key: str = Field(pattern=r"^[a-z0-9][a-z0-9\-]{1,62}$")
     name: str = Field(min_length=1)
@@ -104,6 +133,21 @@ class Campaign(_Model):
     """An automatic reply (out of office…) stops the lead's sequence too (see outreach.inbox)."""
     stop_on_domain_reply: bool = False
     """A reply stops every other lead of the same company domain in this campaign."""
+    custom_columns: list[CustomName] = Field(default_factory=list)
+    columns: dict[str, str] = Field(default_factory=dict)
+    csv: CsvFormat = CsvFormat()
+
+    @field_validator("columns")
+    @classmethod
+    def _columns(cls, value: dict[str, str]) -> dict[str, str]:
+        import re
+
+        for header, target in value.items():
+            if target not in MAPPED_FIELDS and not re.fullmatch(r"[a-z][a-z0-9_]{0,62}", target):
+                raise ValueError(f"{header!r}: {target!r} is neither a lead field "
+                                 f"({', '.join(MAPPED_FIELDS)}) nor a custom column name "
+                                 "(lower-case letters, digits, _)")
+        return value
 
     @field_validator("steps")
     @classmethod
@@ -224,16 +268,27 @@ def load_campaign(path: str | Path) -> Campaign:
         from outreach.render import RenderError, render
 
         try:
-            render(step.template, step.subject, SAMPLE_CONTEXT)
+            render(step.template, step.subject, sample_context(campaign))
         except RenderError as exc:
+            hint = (" (an extra column of the lead file, lead.custom.<name>? list it under "
+                    "custom_columns)" if "has no attribute" in str(exc) else "")
             raise ConfigError(f"{path}, field steps.{i} (template {step.template!r}, subject "
-                              f"{step.subject!r}): does not render for a sample lead: {exc}") from None
+                              f"{step.subject!r}): does not render for a sample lead: "
+                              f"{exc}{hint}") from None
     return campaign
+
+
+def sample_context(campaign: Campaign) -> dict[str, Any]:
+    """Return :data:`SAMPLE_CONTEXT` with the campaign's declared custom columns in
+    ``lead.custom`` (``"Sample city"``…): a template using an undeclared one is refused."""
+    lead = {**SAMPLE_CONTEXT["lead"],
+            "custom": {name: f"Sample {name}" for name in campaign.custom_columns}}
+    return {**SAMPLE_CONTEXT, "lead": lead}
 
 
 SAMPLE_CONTEXT = {
     "lead": {"first_name": "Sam", "last_name": "Sample", "company": "Sample GmbH",
-             "title": "Head of Operations", "email": "sam@sample.example"},
+             "title": "Head of Operations", "email": "sam@sample.example", "custom": {}},
     "sender": {"name": "Sender Name", "address": "sender@mail.sample.example"},
     "campaign": {"key": "sample", "name": "Sample"},
     "step": 1,

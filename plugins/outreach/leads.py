@@ -11,9 +11,12 @@ header (see :func:`outreach.message.header_text_problem`) makes its row a proble
 
 from __future__ import annotations
 
+import codecs
 import csv
 import datetime as dt
 import functools
+import itertools
+import json
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -43,6 +46,11 @@ HEADER_ALIASES: dict[str, tuple[str, ...]] = {
     "timezone": ("timezone", "tz", "contacttimezone", "leadtimezone"),
 }
 _MAX_FIELD = 200
+MAX_CUSTOM_FIELD = 1000
+"""Characters of one extra (custom) column's value; longer is a problem naming line and field."""
+MAX_CUSTOM_TOTAL = 16_384
+"""Characters of a row's extra columns together (names and values); the rest of the row's
+columns are not worth a lead row of unbounded size."""
 # Problems returned to the caller in ImportResult.problems (all of them are stored in the
 # import_runs row): a file of a million bad rows must not become a million objects in memory.
 PROBLEMS_SHOWN = 1000
@@ -105,7 +113,7 @@ class Problem:
 class LeadRow:
     """A row with a valid address: ``email`` normalised (:func:`outreach.addresses.normalize_address`).
 
-    ``ignored`` is the problem of a field that was dropped from an otherwise good row (an
+    ``custom`` holds the extra columns (:func:`custom_name` → cleaned text). ``ignored`` is the problem of a field that was dropped from an otherwise good row (an
     unknown time zone), or ``None``. Whether the row repeats an earlier row of the file is
     decided when it is imported (:func:`import_leads`), not here.
     """
@@ -118,6 +126,7 @@ class LeadRow:
     title: str
     timezone: str | None
     ignored: Problem | None = None
+    custom: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -183,18 +192,44 @@ def _header_key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
-def map_headers(headers: list[str]) -> dict[str, int]:
+def custom_name(header: str) -> str:
+    """Return the template name of an extra column (``lead.custom.<name>``): letters and digits
+    lower-cased, every other run of characters one ``_``, a leading digit prefixed with ``c``
+    (``Pain Point`` → ``pain_point``, ``2024 Revenue`` → ``c2024_revenue``); ``""`` for a
+    header with no letter or digit (such a column is not kept)."""
+    name = re.sub(r"[^a-z0-9]+", "_", header.lower()).strip("_")[:62]
+    return f"c{name}" if name[:1].isdigit() else name
+
+
+def map_headers(headers: list[str], mapping: dict[str, str] | None = None) -> dict[str, int]:
     """Map our field names to column indexes from an export's header row.
 
-    :returns: ``{"email": 0, "first_name": 2, …}`` for the columns found (first match wins).
+    :param mapping: a campaign's ``columns:`` (header → field), tried before the built-in
+        aliases; headers are compared case-, space- and punctuation-insensitively.
+    :returns: ``{"email": 0, "first_name": 2, …}`` for the known fields found (first match
+        wins); see :func:`map_custom` for the other columns.
     """
+    return _map_all(headers, mapping)[0]
+
+
+def _map_all(headers: list[str], mapping: dict[str, str] | None,
+             ) -> tuple[dict[str, int], list[tuple[str, int]]]:
+    """``(known fields → index, [(custom name, index), …])`` of a header row."""
+    known = {"email", "first_name", "last_name", "company", "title", "timezone"}
+    declared = {_header_key(h): target for h, target in (mapping or {}).items()}
     lookup = {alias: f for f, aliases in HEADER_ALIASES.items() for alias in aliases}
     found: dict[str, int] = {}
+    custom: dict[str, int] = {}
     for i, name in enumerate(headers):
-        f = lookup.get(_header_key(name))
-        if f and f not in found:
-            found[f] = i
-    return found
+        key = _header_key(name)
+        target = declared.get(key) or lookup.get(key)
+        if target in known:
+            found.setdefault(target, i)
+        elif target:  # mapped to a custom name
+            custom.setdefault(target, i)
+        elif (c := custom_name(name)):
+            custom.setdefault(c, i)
+    return found, list(custom.items())
 
 
 def _clean(value: str) -> str:
@@ -221,20 +256,32 @@ def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _first_bad_utf8(path: Path) -> tuple[int, int]:
-    """Return ``(line, byte)`` of the first byte of ``path`` that is not UTF-8 (read in blocks).
-    Lines end as the CSV reader ends them: CRLF, LF or a lone CR."""
+_ENCODING_NAMES = {"utf-8-sig": "UTF-8", "utf-8": "UTF-8", "cp1252": "Windows-1252",
+                   "utf-16": "UTF-16"}
 
-    def breaks(data: bytes) -> int:
-        return data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
+
+def _first_bad_byte(path: Path, encoding: str) -> tuple[int, int]:
+    """Return ``(line, byte)`` of the first byte of ``path`` that ``encoding`` cannot decode
+    (read in blocks). Lines end as the CSV reader ends them: CRLF, LF or a lone CR. For UTF-16
+    the line is found in the text decoded with replacement characters and the byte is 0."""
+
+    def breaks(data: bytes | str) -> int:
+        nl, cr, crlf = (("\n", "\r", "\r\n") if isinstance(data, str) else (b"\n", b"\r", b"\r\n"))
+        return data.count(nl) + data.count(cr) - data.count(crlf)
 
     line, pending = 1, b""
+    if encoding == "utf-16":
+        with path.open("r", encoding="utf-16", errors="replace", newline="") as t:
+            for n, text in enumerate(t, start=1):
+                if "\ufffd" in text:
+                    return n, 0
+        return line, 0
     with path.open("rb") as f:
         while True:
             block = f.read(1 << 20)
             data = pending + block
             try:
-                data.decode("utf-8")
+                data.decode(encoding)
                 line += breaks(data)
                 pending = b""
             except UnicodeDecodeError as exc:
@@ -247,32 +294,93 @@ def _first_bad_utf8(path: Path) -> tuple[int, int]:
                 return line, 0
 
 
+def detect_encoding(path: Path, declared: str = "auto") -> str:
+    """Return the Python codec to read ``path`` with: ``declared`` (``utf-8``, ``cp1252``,
+    ``utf-16``) if not ``auto``; else UTF-16 or UTF-8 by a byte order mark, else UTF-8 if the
+    first 64 KiB decode as UTF-8, else Windows-1252 (what Excel writes for "CSV" on Western
+    Windows). A later byte that does not decode is an error naming its line (nothing imported).
+
+    :raises OSError: the file cannot be read.
+    """
+    if declared != "auto":
+        return {"utf-8": "utf-8-sig"}.get(declared, declared)
+    with path.open("rb") as f:
+        head = f.read(1 << 16)
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "utf-16"
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return "cp1252"
+    return "utf-8-sig"
+
+
+def detect_delimiter(header_line: str, declared: str = "auto") -> str:
+    """Return the delimiter: ``declared`` (``tab`` is a tab), else the one of ``,`` ``;`` tab
+    occurring most often outside quotes in the header line (``,`` when none does: a file of one
+    column)."""
+    if declared != "auto":
+        return "\t" if declared == "tab" else declared
+    unquoted = re.sub(r'"[^"]*"', "", header_line)
+    counts = {d: unquoted.count(d) for d in (",", ";", "\t")}
+    best = max(counts, key=lambda d: counts[d])
+    return best if counts[best] else ","
+
+
+def subject_custom_columns(campaign: campaign_mod.Campaign | None) -> set[str] | None:
+    """Return the custom columns the campaign's subjects render (those values reach a header
+    and are held to :func:`outreach.message.header_text_problem` at import); ``None`` when a
+    subject uses ``lead.custom`` in a way not read here (then every custom value is held to
+    it). Bodies are not headers: the HTML part autoescapes (outreach.render)."""
+    names: set[str] = set()
+    for step in campaign.steps if campaign else ():
+        plain = re.findall(r"lead\.custom\.([a-z][a-z0-9_]*)", step.subject)
+        keyed = re.findall(r"lead\.custom\[\s*['\"]([a-z][a-z0-9_]*)['\"]\s*\]", step.subject)
+        if step.subject.count("lead.custom") > len(plain) + len(keyed):
+            return None
+        names.update(plain, keyed)
+    return names
+
+
 class LeadsCsv:
-    """A leads CSV (UTF-8, with or without BOM, header row first) opened for reading row by row.
+    """A leads CSV (header row first) opened for reading row by row.
 
-    Use as a context manager and iterate: each data row yields either a :class:`LeadRow` (a
-    valid address; other fields cleaned) or a :class:`Problem` (the row is skipped), in file
-    order. Blank lines yield nothing. Only the current row is held in memory.
+    Encoding and delimiter are the campaign's ``csv:`` or detected (:func:`detect_encoding`,
+    :func:`detect_delimiter`). Use as a context manager and iterate: each data row yields
+    either a :class:`LeadRow` (a valid address; other fields cleaned) or a :class:`Problem`
+    (the row is skipped), in file order (see :func:`_check_record`). Blank lines yield nothing.
+    Only the current row is held in memory.
 
-    Attributes: ``path``; ``headers`` (the header row); ``columns`` (see :func:`map_headers`);
-    ``rows_total`` (data rows read so far, blank lines not counted); ``invalid`` (rows skipped
-    so far).
+    Attributes: ``path``; ``encoding``, ``delimiter``; ``headers`` (the header row);
+    ``columns`` (see :func:`map_headers`); ``custom`` (``[(name, index)]``); ``rows_total``
+    (data rows read so far, blank lines not counted); ``invalid`` (rows skipped so far).
 
-    :raises ImportFileError: (on opening) the file cannot be read, is empty, its header is not
-        UTF-8 or not CSV, or it has no email column (the headers found are listed); (while
-        iterating) a line is not UTF-8 (the line is named).
+    :raises ImportFileError: (on opening) the file cannot be read, is empty, its header does not
+        decode or is not CSV, it has no email column (the headers found are listed) or lacks a
+        declared custom column; (while iterating) a line does not decode (the line is named).
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, campaign: campaign_mod.Campaign | None = None, *,
+                 encoding: str | None = None, delimiter: str | None = None) -> None:
         self.path = Path(path)
+        fmt = campaign.csv if campaign else campaign_mod.CsvFormat()
         try:
-            self._file = self.path.open("r", encoding="utf-8-sig", newline="")
+            self.encoding = detect_encoding(self.path, encoding or fmt.encoding)
+            self._file = self.path.open("r", encoding=self.encoding, newline="")
         except OSError as exc:
             raise ImportFileError(f"{self.path}: cannot read: {exc.strerror}") from exc
         try:
+            try:
+                first = self._file.readline()
+            except UnicodeDecodeError:
+                raise self._undecodable() from None
+            if not first.strip("\r\n\ufeff"):
+                raise ImportFileError(f"{self.path}: the file is empty (a header row is needed)")
+            self.delimiter = detect_delimiter(first.lstrip("\ufeff"), delimiter or fmt.delimiter)
             # strict: a quote never closed is an error at the end of the file, not a last field
             # that silently swallowed every row after it.
-            self._reader = csv.reader(self._file, strict=True)
+            self._reader = csv.reader(itertools.chain([first.lstrip("\ufeff")], self._file),
+                                      strict=True, delimiter=self.delimiter)
             try:
                 self.headers: list[str] = next(self._reader)
             except StopIteration:
@@ -280,18 +388,16 @@ class LeadsCsv:
             except csv.Error as exc:
                 raise ImportFileError(f"{self.path}, line 1: {exc}") from None
             except UnicodeDecodeError:
-                raise self._not_utf8() from None
+                raise self._undecodable() from None
             if any("\x00" in h for h in self.headers):
                 raise ImportFileError(f"{self.path}, line 1: the header row contains a NUL byte "
                                       "(a binary or corrupted export?)")
-            self.columns = map_headers(self.headers)
-            if "email" not in self.columns:
-                # Only header names, cut and at most ten: not the file's first line as such.
-                shown = [_short(h, 40) for h in self.headers[:10]]
-                more = f" and {len(self.headers) - 10} more" if len(self.headers) > 10 else ""
-                raise ImportFileError(f"{self.path}, line 1: no email column (headers: "
-                                      f"{shown}{more}); expected one of Email, Email Address, "
-                                      "E-mail, Work Email…")
+            shown = {"\t": "tab"}.get(self.delimiter, self.delimiter)
+            self.layout = layout_for(str(self.path), self.headers, campaign, hint=(
+                f" (read as {_ENCODING_NAMES[self.encoding]} with delimiter {shown!r}; "
+                "declare csv: {encoding, delimiter} if that is wrong)"))
+            self.columns = self.layout.columns
+            self.custom = list(self.layout.custom)
         except BaseException:
             self._file.close()
             raise
@@ -308,16 +414,16 @@ class LeadsCsv:
         """Close the file."""
         self._file.close()
 
-    def _not_utf8(self) -> ImportFileError:
-        line, byte = _first_bad_utf8(self.path)
-        return ImportFileError(f"{self.path}, line {line}: not UTF-8 (byte 0x{byte:02x}); "
-                               "export the file as UTF-8 CSV")
+    def _undecodable(self) -> ImportFileError:
+        name = _ENCODING_NAMES[self.encoding]
+        line, byte = _first_bad_byte(self.path, self.encoding)
+        what = f" (byte 0x{byte:02x})" if byte else ""
+        return ImportFileError(f"{self.path}, line {line}: not {name}{what}; export the file as "
+                               "UTF-8 CSV, or declare its encoding in the campaign file "
+                               "(csv: {encoding: utf-8 | cp1252 | utf-16}); nothing was imported")
 
     def _layout(self) -> _Layout:
-        columns = self.columns
-        return _Layout(tuple(_short(h) for h in self.headers), columns["email"],
-                       columns.get("timezone"),
-                       tuple((name, columns.get(name)) for name in campaign_mod.LEAD_FIELDS))
+        return self.layout
 
     def _records(self) -> Iterator[tuple[int, list[str]] | Problem]:
         """Yield ``(line, cells)`` per record, or a :class:`Problem` for malformed CSV (which
@@ -330,7 +436,7 @@ class LeadsCsv:
             except StopIteration:
                 return
             except UnicodeDecodeError:
-                raise self._not_utf8() from None
+                raise self._undecodable() from None
             except csv.Error as exc:
                 self.rows_total += 1
                 self.invalid += 1
@@ -408,33 +514,77 @@ class LeadsCsv:
 
     def __iter__(self) -> Iterator[LeadRow | Problem]:
         for row in self.staged():
-            line, email, first, last, company, title, tz, p_field, p_reason, p_action = row
+            line, email, first, last, company, title, tz, custom, p_field, p_reason, p_action = row
             problem = Problem(line, p_field, p_reason, p_action) if p_field is not None else None
             if email is None:
                 assert problem is not None
                 yield problem
             else:
-                yield LeadRow(line, email, first, last, company, title, tz, problem)
+                yield LeadRow(line, email, first, last, company, title, tz, problem,
+                              json.loads(custom))
 
 
 StagedRow = tuple
 """One row of the stage table as COPY writes it: ``(line, email, first_name, last_name, company,
-title, timezone, problem_field, problem_reason, problem_action)``; ``email`` is ``None`` for a
+title, timezone, custom (a JSON object as text), problem_field, problem_reason,
+problem_action)``; ``email`` is ``None`` for a
 skipped row (the problem says why), the problem fields are ``None`` for a clean good row."""
 
 
 @dataclass(frozen=True)
 class _Layout:
-    """Where a file's fields are: header names (cut for reports), column indexes."""
+    """Where a file's fields are: header names (cut for reports), column indexes; the extra
+    columns ``custom`` (name, index), the ``required`` ones (a blank value is a problem) and
+    those held to the header rule (``header_safe``: a subject renders them)."""
 
     headers: tuple[str, ...]
     i_email: int
     i_tz: int | None
     named: tuple[tuple[str, int | None], ...]
+    columns: dict[str, int]
+    custom: tuple[tuple[str, int], ...] = ()
+    required: tuple[str, ...] = ()
+    header_safe: frozenset[str] = frozenset()
+
+
+def layout_for(source: str, headers: list[str], campaign: campaign_mod.Campaign | None = None,
+               *, hint: str = "") -> _Layout:
+    """Return where the fields of rows under ``headers`` (a CSV file's header row, or a SQL
+    source's column names) are, for :func:`_check_record`.
+
+    :param source: the file (or source) named in errors.
+    :param campaign: its ``columns:`` mapping (tried before the built-in aliases),
+        ``custom_columns`` (required) and subjects (see :func:`subject_custom_columns`);
+        ``None``: the built-in aliases only.
+    :param hint: appended to the no-email-column error (how the file was read).
+    :raises ImportFileError: no email column (the headers found are listed), or a declared
+        custom column is missing (line 1 and the field named).
+    """
+    columns, custom = _map_all(headers, campaign.columns if campaign else None)
+    if "email" not in columns:
+        # Only header names, cut and at most ten: not the file's first line as such.
+        shown = [_short(h, 40) for h in headers[:10]]
+        more = f" and {len(headers) - 10} more" if len(headers) > 10 else ""
+        raise ImportFileError(f"{source}, line 1: no email column (headers: {shown}{more}); "
+                              "expected one of Email, Email Address, E-mail, Work Email… or a "
+                              f"columns: mapping in the campaign file{hint}")
+    have = {name for name, _ in custom}
+    required = tuple(campaign.custom_columns) if campaign else ()
+    missing = [c for c in required if c not in have]
+    if missing:
+        raise ImportFileError(f"{source}, line 1, field {missing[0]}: a column the campaign "
+                              f"needs (custom_columns) is not in the header (custom columns "
+                              f"found: {sorted(have)[:20]}); add it or map a header to it under "
+                              "columns:")
+    in_subject = subject_custom_columns(campaign)
+    return _Layout(tuple(_short(h) for h in headers), columns["email"], columns.get("timezone"),
+                   tuple((name, columns.get(name)) for name in campaign_mod.LEAD_FIELDS),
+                   columns, tuple(custom), required,
+                   frozenset(have if in_subject is None else in_subject & have))
 
 
 def _problem_row(p: Problem) -> StagedRow:
-    return (p.line, None, None, None, None, None, None, p.field, p.reason, p.action)
+    return (p.line, None, None, None, None, None, None, None, p.field, p.reason, p.action)
 
 
 def _check_chunk(layout: _Layout, records: list[tuple[int, list[str]]]) -> list[StagedRow | None]:
@@ -449,7 +599,9 @@ def _check_record(layout: _Layout, line: int, record: list[str]) -> StagedRow | 
     A row of blank cells is no row (``None``). A NUL byte, more cells than the header, an empty
     or invalid address (:func:`outreach.addresses.normalize_address`), an address or a field
     unsafe in a header (:func:`outreach.message.header_text_problem`: they are written in To:
-    and Subject) or a field longer than :data:`_MAX_FIELD` characters skip the row; an unknown
+    and Subject) or a field longer than :data:`_MAX_FIELD` characters skip the row, as does an
+    extra column over :data:`MAX_CUSTOM_FIELD` (or all of them over :data:`MAX_CUSTOM_TOTAL`),
+    one a subject renders that is unsafe in a header, or a required one blank; an unknown
     time zone only drops that field. A pure function of its arguments, so it can run in any process.
     """
     joined = "".join(record)  # one test per row instead of one per cell
@@ -459,14 +611,15 @@ def _check_record(layout: _Layout, line: int, record: list[str]) -> StagedRow | 
     n_headers, n = len(headers), len(record)
 
     def problem(field: str, reason: str) -> StagedRow:
-        return (line, None, None, None, None, None, None, field, reason, "skipped")
+        return (line, None, None, None, None, None, None, None, field, reason, "skipped")
 
     if "\x00" in joined:
         nul = next(i for i, cell in enumerate(record) if "\x00" in cell)
         return problem(headers[nul] if nul < n_headers else "(row)",
                        "contains a NUL byte (a binary or corrupted export?)")
     if n > n_headers:
-        return problem("(row)", f"{n} fields but the header has {n_headers} (an unquoted comma?)")
+        return problem("(row)", f"{n} fields but the header has {n_headers} "
+                       "(an unquoted delimiter?)")
     i_email = layout.i_email
     raw_email = record[i_email].strip() if i_email < n else ""
     if not raw_email:
@@ -489,23 +642,45 @@ def _check_record(layout: _Layout, line: int, record: list[str]) -> StagedRow | 
                    if (why := header_text_problem(v))), None)
     if unsafe:
         return problem(unsafe[0], f"{unsafe[1]}: not allowed in a header")
+    custom: dict[str, str] = {}
+    size = 0
+    for name, i in layout.custom:
+        v = _clean(record[i]) if i < n else ""
+        if len(v) > MAX_CUSTOM_FIELD:
+            return problem(name, f"longer than {MAX_CUSTOM_FIELD} characters")
+        size += len(name) + len(v)
+        if size > MAX_CUSTOM_TOTAL:
+            return problem(name, f"the extra columns together are longer than {MAX_CUSTOM_TOTAL} "
+                           "characters (drop the columns the templates do not use)")
+        if name in layout.header_safe and (why := header_text_problem(v)):
+            return problem(name, f"{why}: not allowed in a header (a subject uses it)")
+        custom[name] = v
+    blank = next((c for c in layout.required if not custom.get(c)), None)
+    if blank:
+        return problem(blank, "empty (the campaign needs it: custom_columns)")
+    extra = json.dumps(custom, ensure_ascii=False)
     i_tz = layout.i_tz
     tz: str | None = _clean(record[i_tz]) if i_tz is not None and i_tz < n else ""
     if not tz:
-        return (line, email, *values, None, None, None, None)
+        return (line, email, *values, None, extra, None, None, None)
     if not _known_zone(tz):
-        return (line, email, *values, None, "timezone",
+        return (line, email, *values, None, extra, "timezone",
                 f"unknown time zone {tz!r}; the campaign's time zone applies", "ignored")
-    return (line, email, *values, tz, None, None, None)
+    return (line, email, *values, tz, extra, None, None, None)
 
 
-def open_leads_csv(path: str | Path) -> LeadsCsv:
+def open_leads_csv(path: str | Path, campaign: campaign_mod.Campaign | None = None, *,
+                   encoding: str | None = None, delimiter: str | None = None) -> LeadsCsv:
     """Open a leads CSV for reading row by row (see :class:`LeadsCsv`).
 
     :param path: the CSV file.
+    :param campaign: its ``columns``, ``custom_columns`` and ``csv`` apply.
+    :param encoding: ``auto`` (default), ``utf-8``, ``cp1252`` or ``utf-16``; overrides the
+        campaign's.
+    :param delimiter: ``auto`` (default), ``,``, ``;`` or ``tab``; overrides the campaign's.
     :raises ImportFileError: the file cannot be read, is empty, or has no email column.
     """
-    return LeadsCsv(path)
+    return LeadsCsv(path, campaign, encoding=encoding, delimiter=delimiter)
 
 
 def progress_line(file: str, rows: int, seconds: float) -> str:
@@ -578,7 +753,7 @@ def import_leads(url: str, campaign_file: str | Path, mailbox_file: str | Path,
     campaign = campaign_mod.load_campaign(campaign_path)
     mailboxes = campaign_mod.load_mailboxes(mailbox_file)
     result = ImportResult(file=str(csv_file), campaign_key=campaign.key)
-    with open_leads_csv(csv_path) as leads, db.transaction(url) as conn:
+    with open_leads_csv(csv_path, campaign) as leads, db.transaction(url) as conn:
         campaign_id = campaign_mod.sync(conn, campaign, mailboxes, str(campaign_file))
         db.run(conn, "lead_stage_create")
         _stage_rows(conn, leads, progress, progress_every,

@@ -186,7 +186,8 @@ def claim(conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datetime | 
 
 def _context(row: dict[str, Any], unsubscribe_url: str) -> dict[str, Any]:
     return {
-        "lead": {k: row[k] for k in ("first_name", "last_name", "company", "title", "email")},
+        "lead": {**{k: row[k] for k in ("first_name", "last_name", "company", "title", "email")},
+                 "custom": row["custom"]},
         "sender": {"name": row["mailbox_name"], "address": row["mailbox_address"]},
         "campaign": {"key": row["campaign_key"], "name": row["campaign_name"]},
         "step": row["step_position"],

@@ -249,7 +249,7 @@ claimed AS (
     RETURNING e.*
 )
 SELECT cl.id, cl.claim_token, cl.attempts, cl.idempotency_key, cl.lead_id, cl.step_id,
-       cl.message_class, l.email, l.first_name, l.last_name, l.company, l.title,
+       cl.message_class, l.email, l.first_name, l.last_name, l.company, l.title, l.custom,
        st.position AS step_position, st.template, st.subject, st.thread AS step_thread,
        c.key AS campaign_key, c.name AS campaign_name,
        m.id AS mailbox_id, m.address AS mailbox_address, m.display_name AS mailbox_name,

@@ -13,6 +13,7 @@ CREATE TEMPORARY TABLE outreach_lead_stage (
     company        text,
     title          text,
     timezone       text,
+    custom         jsonb,
     problem_field  text,
     problem_reason text,
     problem_action text,
@@ -21,7 +22,7 @@ CREATE TEMPORARY TABLE outreach_lead_stage (
 ) ON COMMIT DROP;
 
 -- name: lead_stage_copy
-COPY outreach_lead_stage (line, email, first_name, last_name, company, title, timezone,
+COPY outreach_lead_stage (line, email, first_name, last_name, company, title, timezone, custom,
                           problem_field, problem_reason, problem_action)
 FROM STDIN;
 
@@ -64,20 +65,23 @@ FROM outreach_lead_stage;
 -- the same file twice changes nothing. Suppressed addresses are not stored at all. Returns counts,
 -- not rows: a million-row file must not come back to Python.
 WITH upserted AS (
-    INSERT INTO outreach.leads AS l (email, first_name, last_name, company, title, timezone)
-    SELECT email, first_name, last_name, company, title, timezone
+    INSERT INTO outreach.leads AS l (email, first_name, last_name, company, title, timezone,
+                                     custom)
+    SELECT email, first_name, last_name, company, title, timezone, custom
     FROM outreach_lead_stage
     WHERE email IS NOT NULL AND duplicate_of IS NULL AND NOT suppressed
     -- In address order, not file order: two imports of overlapping files then lock the same
     -- leads in the same order and cannot deadlock.
     ORDER BY email
     ON CONFLICT ON CONSTRAINT outreach_leads_email_key DO UPDATE
+    -- Extra columns are merged: a file's columns replace the same keys, keys of other files
+    -- (another campaign's columns) stay.
     SET first_name = excluded.first_name, last_name = excluded.last_name,
         company = excluded.company, title = excluded.title, timezone = excluded.timezone,
-        updated_at = now()
-    WHERE (l.first_name, l.last_name, l.company, l.title, l.timezone)
+        custom = l.custom || excluded.custom, updated_at = now()
+    WHERE (l.first_name, l.last_name, l.company, l.title, l.timezone, l.custom)
           IS DISTINCT FROM (excluded.first_name, excluded.last_name, excluded.company,
-                            excluded.title, excluded.timezone)
+                            excluded.title, excluded.timezone, l.custom || excluded.custom)
     RETURNING (l.xmax = 0) AS inserted
 )
 SELECT count(*) FILTER (WHERE inserted) AS imported,
