@@ -202,7 +202,7 @@ def test_rows_checked_in_worker_processes_are_the_rows_checked_here(tmp_path, ch
         assert (there.rows_total, there.invalid) == counts
     assert got == expected
     assert len(expected) == counts[0] == 49 and counts[1] == 5
-    assert {r[7] for r in expected if r[1] is None} == {"email", "First Name", "(row)", "first_name"}
+    assert {r[8] for r in expected if r[1] is None} == {"email", "First Name", "(row)", "first_name"}
 
 
 def test_an_import_checked_in_worker_processes_stores_what_one_checked_here_stores(db_url, tmp_path):
