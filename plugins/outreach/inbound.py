@@ -49,11 +49,13 @@ AUTO_REPLY_SUBJECT = re.compile(
 languages); matched at the start, after an optional ``Re:``."""
 UNSUBSCRIBE_LINE = re.compile(
     r"^\s*(please\s*,?\s*)?(unsubscribe( me)?|remove me|take me off|opt[- ]?(me )?out|"
-    r"(do not|don't|dont) (contact|e-?mail|mail|write to) me|stop( emailing| sending)?( me)?|"
-    r"no more e-?mails|(bitte\s+)?(abmelden|austragen)|d[ée]sinscri(re|vez)-?(moi)?)"
-    r"(\b|$)", re.I)
+    r"(do not|don't|dont) (contact|e-?mail|mail|write to) me|"
+    r"stop (e-?mailing|sending|contacting|writing to) me|no more e-?mails|"
+    r"(bitte\s+)?(abmelden|austragen)|d[ée]sinscri(re|vez)-?(moi)?)\b"
+    r"|^\s*stop\s*[.!]*\s*$", re.I)
 """A first line that asks to be taken off the list: "unsubscribe", "Please remove me from your
-list", "Take me off", "opt out", "Don't email me", "STOP", "Abmelden", "désinscrire"…"""
+list", "Take me off", "opt out", "Don't email me", "Stop emailing me", "STOP" (alone: "Stop by
+our booth" is a reply), "Abmelden", "désinscrire"…"""
 AUTO_PRECEDENCE = frozenset({"auto_reply", "bulk", "junk"})
 _MSGID = re.compile(r"<([^<>\s]+@[^<>\s]+)>")
 _BODY_MSGID = re.compile(r"^\s*Message-ID:\s*<([^<>\s]+@[^<>\s]+)>", re.I | re.M)
