@@ -47,7 +47,7 @@ import psycopg
 from outreach import db, failpoints
 from outreach.imap import ImapAccount, ImapError, ImapSession
 from outreach.inbound import Classified, Inbound, classify
-from outreach.logutil import log, mask
+from outreach.logutil import log, mask, mask_addresses
 from outreach.suppression import suppress, unsubscribe_email
 
 FOLDER = "INBOX"
@@ -182,6 +182,7 @@ def read_target(url: str, target: dict[str, Any], accounts: AccountLoader, *,
 
 
 def _fail(summary: InboxSummary, stage: str, reason: str) -> InboxSummary:
+    reason = mask_addresses(reason)  # a server may quote the login
     summary.error = f"IMAP stage {stage}: {reason}" if stage != "CONNECTION" else reason
     log.error(summary.line())
     raise InboxError(f"inbox {summary.label} (connection {summary.conn_id}) could not be read: "
@@ -281,7 +282,8 @@ def _record_and_apply(conn, target: dict[str, Any], uidvalidity: int, uid: int, 
     inbound_id = row["id"]
     effect = _apply(conn, kind, inbound_id, inbound, match, address)
     db.run(conn, "inbound_set_effect", {"id": inbound_id, "effect": effect[:500]})
-    log.info("inbound %s uid %s: %s (%s) -> %s", target["label"], uid, kind, evidence[:120], effect)
+    log.info("inbound %s uid %s: %s (%s) -> %s", target["label"], uid, kind,
+             mask_addresses(evidence[:120]), effect)
     return kind
 
 
