@@ -34,6 +34,11 @@ def test_first_line_unsubscribe_requests(first_line):
     assert verdict.kind == "unsubscribe", first_line
 
 
+def test_a_subject_that_only_starts_like_an_absence_is_a_reply():
+    _i, verdict = classify(mail("lead@x.example", "Absence of data in your report", "Hi").encode())
+    assert verdict.kind == "reply"
+
+
 @pytest.mark.parametrize("body", ["Stop by our booth on Tuesday?", "I can't unsubscribe from work",
                                   "> unsubscribe\n\nInterested, call me."])
 def test_replies_that_only_mention_the_words_are_replies(body):

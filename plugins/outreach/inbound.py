@@ -43,7 +43,7 @@ BOUNCE_SUBJECT = re.compile(
 AUTO_REPLY_SUBJECT = re.compile(
     r"^\s*(re:\s*)?(out of (the )?office|automatic reply|auto[- ]?reply|auto[- ]?response|"
     r"autoresponse|abwesenheitsnotiz|automatische antwort|r[ée]ponse automatique|"
-    r"absence|respuesta autom[áa]tica|risposta automatica|on vacation|away from (the )?office|"
+    r"absence( notice)?\s*:|respuesta autom[áa]tica|risposta automatica|on vacation|away from (the )?office|"
     r"i am (currently )?out of)", re.I)
 """Out-of-office subjects as Outlook, Gmail, Exchange and Apple Mail write them (several
 languages); matched at the start, after an optional ``Re:``."""
