@@ -26,23 +26,19 @@ def test_inbox_dag_reads_each_mailbox_and_fails_red_on_a_bad_login(
                          bounce_sample("postfix_01.txt", "xxxxx@local.ie", "gone@bounce.example"))
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
     env.update(imap_accounts.env())
-    result = run_dag(env, "outreach_inbox", tmp_path / "inbox.log")
-    log = result.log.read_text()
-    assert result.ok, log[-4000:]
-    assert "inbox a***@mail.outreach-demo.example (connection outreach_imap_anna): fetched=1 " \
-           "replies=0 auto_replies=0 hard_bounces=1" in log
-    assert rows(db_url, "SELECT value, reason FROM outreach.suppressions") == [
-        {"value": "gone@bounce.example", "reason": "bounced"}]
-    assert "gone@bounce.example" not in log  # addresses are masked in the logs
-
     # Ben's password is wrong: his task fails red with one line; Anna's read still runs.
     bad = json.loads(env["AIRFLOW_CONN_OUTREACH_IMAP_BEN"])
     bad["password"] = "pw-wrong-7f3a"
     env["AIRFLOW_CONN_OUTREACH_IMAP_BEN"] = json.dumps(bad)
-    result = run_dag(env, "outreach_inbox", tmp_path / "inbox-bad.log")
+    result = run_dag(env, "outreach_inbox", tmp_path / "inbox.log")
     log = result.log.read_text()
     assert not result.ok
     assert ("inbox b***@mail.outreach-demo.example (connection outreach_imap_ben) could not be "
             "read: IMAP stage LOGIN") in log, log[-4000:]
-    assert "inbox a***@mail.outreach-demo.example (connection outreach_imap_anna): fetched=0" in log
+    assert "inbox a***@mail.outreach-demo.example (connection outreach_imap_anna): fetched=1 " \
+           "replies=0 auto_replies=0 hard_bounces=1" in log, log[-4000:]
+    assert "inbox u***@mail.outreach-demo.example (connection outreach_imap_unsubscribe): fetched=0" in log
+    assert rows(db_url, "SELECT value, reason FROM outreach.suppressions") == [
+        {"value": "gone@bounce.example", "reason": "bounced"}]
+    assert "gone@bounce.example" not in log  # addresses are masked in the logs
     assert "pw-wrong-7f3a" not in log
