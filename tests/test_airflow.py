@@ -83,7 +83,7 @@ def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
                                    "outreach_unsuppress", "outreach_mailbox_pause", "outreach_mailbox_resume",
                                    "outreach_postmaster", "outreach_transactional", "outreach_inbox",
                                    "outreach_lead_stop", "outreach_campaign_pause",
-                                   "outreach_campaign_resume"}
+                                   "outreach_campaign_resume", "outreach_requeue"}
     scheduled = {d: dag["schedule"] for d, dag in result["dags"].items() if dag["schedule"] is not None}
     if schedules == "on":
         assert scheduled == {"outreach_queue_due": "*/15 * * * *", "outreach_send": "*/10 * * * *",
@@ -335,3 +335,29 @@ def test_a_dead_relay_fails_its_send_batch_task_and_spends_no_attempt(db_url, si
                 " FROM outreach.emails GROUP BY 1, 2, 3")}
     assert by_mailbox == {(1, "queued", 0): EXPECTED_LEADS // 2, (2, "sent", 1): EXPECTED_LEADS // 2}
     invariants.assert_ok(db_url, sink.messages())
+
+
+def test_operator_requeues_exhausted_emails_through_the_dag(db_url, sink, migrated_airflow_home, tmp_path):
+    """The outreach_requeue form (issue 12.6c): not-accepted failures back in the queue, who and
+    why recorded; an unconfirmed row asked for by id is skipped."""
+    import psycopg
+
+    import_demo(db_url)
+    queue_due(db_url)
+    with psycopg.connect(db_url) as c:
+        ids = [r[0] for r in c.execute("SELECT id FROM outreach.emails ORDER BY id LIMIT 3")]
+        c.execute("UPDATE outreach.emails SET status = 'failed', failure_kind = 'retries_exhausted',"
+                  " attempts = 3, last_error = 'RCPT 452 4.2.2 Mailbox full' WHERE id = ANY(%s)", (ids[:2],))
+        c.execute("UPDATE outreach.emails SET status = 'failed', failure_kind = 'unconfirmed',"
+                  " attempts = 1 WHERE id = %s", (ids[2],))
+    env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
+    conf = {"failed_kind": "retries_exhausted", "email_ids": ids, "requested_by": "Dana (ops)",
+            "reason": "relay fixed", "campaign_key": None, "mailbox": None}
+    result = run_dag(env, "outreach_requeue", tmp_path / "requeue.log", conf=conf)
+    assert result.ok, result.log.read_text()[-4000:]
+    states = {r["id"]: (r["status"], r["failure_kind"], r["attempts"]) for r in rows(
+        db_url, "SELECT id, status::text AS status, failure_kind, attempts FROM outreach.emails WHERE id = ANY(%s)", (ids,))}
+    assert states == {ids[0]: ("queued", None, 0), ids[1]: ("queued", None, 0), ids[2]: ("failed", "unconfirmed", 1)}
+    assert rows(db_url, "SELECT DISTINCT requeued_by, reason FROM outreach.email_requeues") == [
+        {"requeued_by": "Dana (ops)", "reason": "relay fixed"}]
+    assert f"skipped=1 [{ids[2]} (failed/unconfirmed)]" in result.log.read_text()

@@ -33,7 +33,7 @@ def send_round(url, settings, now) -> list:
 
 def state(url: str) -> dict[str, dict]:
     return {r["email"]: r for r in rows(url, """
-        SELECT l.email, e.status::text AS status, e.failure_kind, e.attempts, e.last_error,
+        SELECT l.email, e.id, e.status::text AS status, e.failure_kind, e.attempts, e.last_error,
                e.scheduled_for FROM outreach.emails e JOIN outreach.leads l ON l.id = e.lead_id""")}
 
 
@@ -49,9 +49,7 @@ def test_each_smtp_fault_class_lands_in_the_right_state(db_url, settings, tmp_pa
         "dropped@faults.example": ["drop"],
         "slow@faults.example": ["slow"],
     }
-    import dataclasses
-
-    settings = dataclasses.replace(settings, smtp_timeout=1)  # every reply within 1 s, or no reply
+    settings = settings.replace(smtp_timeout=1)  # every reply within 1 s, or no reply
     with FaultSMTPServer(rules, slow_seconds=2.5) as smtp:
         point_mailboxes_at(monkeypatch, smtp.connection_json(timeout=1))
         import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, list(rules)), now=T0)
@@ -218,4 +216,54 @@ def test_unconfirmed_rows_move_only_by_operator_resolution(db_url, sink, setting
     # The requeued rows went out with the same idempotency key, hence the same Message-ID.
     assert {m["Message-ID"].strip("<>").split("@")[0] for m in messages} == {keys_before[i] for i in ids[2:]}
     assert scalar(db_url, "SELECT count(*) FROM outreach.email_resolutions") == 4
+    invariants.assert_ok(db_url, messages)
+
+
+def test_operator_requeues_only_not_accepted_failures_and_each_is_sent_once(db_url, settings, tmp_path, monkeypatch):
+    """Issue 12.6c: after a relay was down for an hour every due row was failed/retries_exhausted
+    and nothing but SQL could put them back. `outreach requeue --failed-kind retries_exhausted`
+    requeues those (recorded with who and why), never unconfirmed or permanent failures."""
+    import subprocess
+
+    from flow import cli_env, outreach_cmd
+
+    rules = {"full@faults.example": ["rcpt_452"] * 3 + ["accept"],
+             "nouser@faults.example": ["rcpt_550"], "dropped@faults.example": ["drop"]}
+    with FaultSMTPServer(rules) as smtp:
+        point_mailboxes_at(monkeypatch, smtp.connection_json(timeout=5))
+        import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, list(rules)), now=T0)
+        queue_due(db_url, now=T0)
+        for run in range(3):
+            send_round(db_url, settings, T0 + run * 31 * MIN)
+        s = state(db_url)
+        assert [(s[a]["status"], s[a]["failure_kind"]) for a in rules] == [
+            ("failed", "retries_exhausted"), ("failed", "permanent"), ("failed", "unconfirmed")]
+        ids = {a: r["id"] for a, r in s.items()}
+        env = cli_env(db_url, smtp, tmp_path)
+        asked = ",".join(str(i) for i in ids.values())
+        p = subprocess.run(outreach_cmd("requeue", "--failed-kind", "retries_exhausted", "--ids", asked,
+                                        "--by", "Dana", "--reason", "mailbox emptied, ticket 4711"),
+                           env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert f"requeued=1 [{ids['full@faults.example']}]" in p.stdout, p.stdout
+        assert "failed/permanent" in p.stdout and "failed/unconfirmed" in p.stdout, p.stdout
+        again = subprocess.run(outreach_cmd("requeue", "--failed-kind", "retries_exhausted", "--by", "Dana",
+                                            "--reason", "twice"), env=env, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0 and "requeued=0" in again.stdout, again.stdout + again.stderr
+        refused = subprocess.run(outreach_cmd("requeue", "--failed-kind", "unconfirmed", "--by", "Dana",
+                                              "--reason", "x"), env=env, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2  # argparse: only retries_exhausted may be requeued
+        s = state(db_url)
+        assert (s["full@faults.example"]["status"], s["full@faults.example"]["attempts"]) == ("queued", 0)
+        assert (s["nouser@faults.example"]["failure_kind"], s["dropped@faults.example"]["failure_kind"]) == (
+            "permanent", "unconfirmed")
+        [rec] = rows(db_url, "SELECT email_id, failure_kind, attempts, requeued_by, reason, last_error"
+                             " FROM outreach.email_requeues")
+        assert (rec["failure_kind"], rec["attempts"], rec["requeued_by"], rec["reason"]) == (
+            "retries_exhausted", 3, "Dana", "mailbox emptied, ticket 4711")
+        assert "RCPT 452" in rec["last_error"]
+        send_round(db_url, settings, dt.datetime.now(dt.timezone.utc) + MIN)
+        messages = smtp.messages()
+    assert [m["X-RcptTo"] for m in messages].count("full@faults.example") == 1
+    assert state(db_url)["full@faults.example"]["status"] == "sent"
     invariants.assert_ok(db_url, messages)

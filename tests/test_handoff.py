@@ -109,3 +109,39 @@ def test_a_late_acceptance_is_recorded_as_evidence_and_resolved_in_one_step(db_u
     assert res["message_id"] == row["late_accept_message_id"]
     totals = invariants.assert_ok(db_url, messages)
     assert (totals.sent_rows, totals.unconfirmed) == (1, 0)
+
+
+def test_database_lost_mid_batch_is_one_error_line_naming_the_stage_and_the_released_ids(db_url, tmp_path):
+    """Issue 12.6a: `outreach send` ended in a raw traceback when PostgreSQL went away. Every
+    backend of the database is killed (pg_terminate_backend) while the server holds its reply to
+    the 3rd message: the sender records that row after reconnecting, releases the rest, and says
+    so in one `outreach: error:` line; nothing is left 'sending', nothing is sent twice."""
+    import psycopg
+
+    addresses = queued(db_url, tmp_path, 10, "lost")
+
+    def kill_every_backend(n: int) -> None:
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                      " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+    with FaultSMTPServer(nth={3: "hook"}, on_message=kill_every_backend) as smtp:
+        env = cli_env(db_url, smtp, tmp_path)
+        proc = subprocess.run(outreach_cmd("send", "--limit", "10"), env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "Traceback" not in proc.stderr, proc.stderr
+        [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("outreach: error:")]
+        state = by_address(db_url)
+        released = [state[a]["id"] for a in addresses[3:]]
+        assert "database connection lost mid-batch at stage SEND" in line, line
+        assert f"email {state[addresses[2]]['id']} recorded (sent)" in line, line
+        assert f"released ids {released} back to the queue" in line, line
+        assert [state[a]["status"] for a in addresses] == ["sent"] * 3 + ["queued"] * 7
+        assert [state[a]["attempts"] for a in addresses[3:]] == [0] * 7
+        again = subprocess.run(outreach_cmd("send", "--until-empty", "--limit", "10"), env=env,
+                               capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stdout + again.stderr
+        messages = smtp.messages()
+    assert Counter(m["X-RcptTo"] for m in messages) == Counter(addresses)
+    invariants.assert_ok(db_url, messages)

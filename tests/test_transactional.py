@@ -286,6 +286,29 @@ def test_token_exists_but_the_email_was_never_sent(tx_url, sink, settings, app_f
     invariants.assert_ok(tx_url, smtp.messages())
 
 
+def test_a_421_delays_a_welcome_email_by_seconds_not_half_an_hour(tx_url, settings, monkeypatch):
+    """Issue 12.9: a transactional email that was not accepted waited 30 minutes like campaign
+    mail, so a one-second blip delayed a welcome email by half an hour. The fault server answers
+    421 once; with the transactional schedule (10 s, then 60 s) the next cycle after 10 seconds
+    sends it, on an injected clock (no sleeping); campaign mail keeps its 30 minutes."""
+    t0 = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=1)  # after the enqueue's clock
+    enqueue_one(tx_url, "blip")
+    with FaultSMTPServer(rules={"jo@example.com": ["rcpt_421", "accept"]}) as smtp:
+        monkeypatch.setenv("AIRFLOW_CONN_OUTREACH_SMTP_HELLO", smtp.connection_json())
+        assert send_due(tx_url, smtp_connector, settings, now=t0).retried == 1
+        [row] = rows(tx_url, "SELECT status::text AS s, attempts, scheduled_for FROM outreach.emails")
+        assert (row["s"], row["attempts"], row["scheduled_for"]) == ("queued", 1, t0 + dt.timedelta(seconds=10))
+        assert send_due(tx_url, smtp_connector, settings, now=t0 + dt.timedelta(seconds=9)).claimed == 0
+        assert send_due(tx_url, smtp_connector, settings, now=t0 + dt.timedelta(seconds=11)).sent == 1
+        messages = smtp.messages()
+    assert [m["X-RcptTo"] for m in messages] == ["jo@example.com"]
+    invariants.assert_ok(tx_url, messages)
+    # The schedule is a setting (seconds; the n-th wait after the n-th attempt not accepted).
+    assert settings.replace(transactional_retry_seconds="5,30").retry_delay("transactional", 2) \
+        == dt.timedelta(seconds=30)
+    assert settings.retry_delay("marketing", 1) == dt.timedelta(minutes=30)
+
+
 def test_process_dies_between_the_commit_and_the_pick_up(tx_url, sink, settings, app_factory):
     """3a. The app process is SIGKILLed right after its commit; the client's retry reaches a
     restarted app and gets the committed signup back. The sender picks the row up once."""

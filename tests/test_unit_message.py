@@ -109,30 +109,35 @@ def test_mask_never_shows_the_local_part():
         "550 5.1.1 <j***@acme.example>: Recipient address rejected; see p***@mx.acme.example"
 
 
-def test_settings_check_one_handoff_not_a_whole_batch():
+def test_settings_check_one_handoff_not_a_whole_batch(monkeypatch):
     # The handoff stamp restarts a row's claim age right before MAIL FROM, so the batch size no
     # longer matters: 100 rows × 30 s is fine with a 30-minute reaper ...
     Settings(public_url="https://x.example", unsubscribe_secret="x" * 16, batch_size=100,
-             smtp_timeout=30, reaper_threshold=dt.timedelta(minutes=30))
+             smtp_timeout=30, reaper_minutes=30)
     # ... but one handoff (8 replies × the timeout + 60 s) must fit: 8 × 200 s + 60 s > 27 min.
     with pytest.raises(SettingsError, match="must exceed the longest one SMTP handoff"):
         Settings(public_url="https://x.example", unsubscribe_secret="x" * 16,
-                 smtp_timeout=200, reaper_threshold=dt.timedelta(minutes=27))
+                 smtp_timeout=200, reaper_minutes=27)
     with pytest.raises(SettingsError, match="https"):
         Settings(public_url="http://x.example", unsubscribe_secret="x" * 16)
-    with pytest.raises(SettingsError, match="OUTREACH_UNSUBSCRIBE_SECRET"):
-        Settings.from_env({"OUTREACH_PUBLIC_URL": "https://x.example"})
+    monkeypatch.setenv("OUTREACH_PUBLIC_URL", "https://x.example")
+    monkeypatch.delenv("OUTREACH_UNSUBSCRIBE_SECRET", raising=False)
+    with pytest.raises(SettingsError, match="set OUTREACH_UNSUBSCRIBE_SECRET"):
+        Settings.from_env()
 
 
-def test_the_send_gap_settings_have_ranges_and_defaults():
-    base = {"OUTREACH_PUBLIC_URL": "https://x.example", "OUTREACH_UNSUBSCRIBE_SECRET": "x" * 16}
-    s = Settings.from_env(base)
+def test_the_send_gap_settings_have_ranges_and_defaults(monkeypatch):
+    monkeypatch.setenv("OUTREACH_PUBLIC_URL", "https://x.example")
+    monkeypatch.setenv("OUTREACH_UNSUBSCRIBE_SECRET", "x" * 16)
+    s = Settings.from_env()
     assert (s.send_gap_seconds, s.send_gap_jitter) == (60.0, 0.5)  # minutes-scale spacing
     assert s.gap_horizon == dt.timedelta(minutes=15)  # half the reaper threshold
     for name, value in (("OUTREACH_SEND_GAP_SECONDS", "-1"), ("OUTREACH_SEND_GAP_SECONDS", "inf"),
                         ("OUTREACH_SEND_GAP_SECONDS", "nan"), ("OUTREACH_SEND_GAP_JITTER", "2")):
-        with pytest.raises(SettingsError, match=name):
-            Settings.from_env({**base, name: value})
+        with monkeypatch.context() as m:
+            m.setenv(name, value)
+            with pytest.raises(SettingsError, match=name):
+                Settings.from_env()
 
 
 # --- bad input: non-ASCII and CR/LF in names, subjects and addresses ---------------------------

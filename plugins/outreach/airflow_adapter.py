@@ -21,7 +21,6 @@ from outreach.logutil import log, mask
 
 DB_CONN_ID = "outreach_db"
 UNSUBSCRIBE_CONN_ID = "outreach_unsubscribe"
-PREFLIGHT_MODES = ("block", "warn", "off")
 POSTMASTER_CONN_ID = "outreach_postmaster"
 SMTP_POOL = "outreach_smtp"
 """The Airflow pool every task that opens SMTP sessions runs in (one slot = one session at a time):
@@ -92,7 +91,7 @@ def settings(*, unsubscribe: bool = True):
 
     if not unsubscribe:
         return Settings.from_env(unsubscribe=False)
-    return Settings.from_env({**os.environ, "OUTREACH_UNSUBSCRIBE_SECRET": unsubscribe_secret()})
+    return Settings.from_env(unsubscribe_secret=unsubscribe_secret())
 
 
 def dkim_private_key(conn_id: str) -> bytes:
@@ -182,14 +181,15 @@ def dag_kwargs(*, schedule: str | None = None, retries: int = 1, operator: bool 
     DAGs then run only when triggered (a staging deployment, a maintenance window, tests that
     must count what one triggered run sent). Any other value but ``on`` (default) is refused.
 
-    :raises ValueError: ``OUTREACH_SCHEDULES`` is neither ``on`` nor ``off``.
+    :raises outreach.settings.SettingsError: ``OUTREACH_SCHEDULES`` is neither ``on`` nor ``off``
+        (a ValueError).
     """
     import datetime as dt
     import os
 
-    switch = os.environ.get("OUTREACH_SCHEDULES", "on").strip().lower()
-    if switch not in ("on", "off"):
-        raise ValueError(f"OUTREACH_SCHEDULES must be 'on' or 'off', got {switch!r}")
+    from outreach.settings import ScheduleSettings
+
+    switch = ScheduleSettings().schedules
     return {"schedule": schedule if switch == "on" else None, "start_date": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
             "catchup": False, "tags": ["outreach"] + (["operator"] if operator else []),
             "default_args": {"owner": "outreach", "retries": retries}, **extra}
@@ -321,14 +321,11 @@ def queue_task() -> dict[str, Any]:
 def preflight_mode() -> str:
     """Return ``OUTREACH_PREFLIGHT``: ``block``, ``warn`` (the default) or ``off``.
 
-    :raises outreach.settings.SettingsError: another value.
+    :raises outreach.settings.SettingsError: another value (or a bad preflight setting).
     """
-    from outreach.settings import SettingsError
+    from outreach.settings import PreflightSettings
 
-    mode = os.environ.get("OUTREACH_PREFLIGHT", "warn").strip().lower()
-    if mode not in PREFLIGHT_MODES:
-        raise SettingsError(f"OUTREACH_PREFLIGHT must be one of {PREFLIGHT_MODES}, got {mode!r}")
-    return mode
+    return PreflightSettings().preflight
 
 
 def preflight_task() -> dict[str, Any]:
@@ -351,8 +348,11 @@ def preflight_task() -> dict[str, Any]:
     if mode == "off":
         log.info("preflight: off (OUTREACH_PREFLIGHT=off)")
         return out
-    resolver = make_resolver(os.environ.get("OUTREACH_DNS_NAMESERVER") or None)
-    sending_ip = os.environ.get("OUTREACH_SENDING_IP") or None
+    from outreach.settings import PreflightSettings
+
+    checks = PreflightSettings()
+    resolver = make_resolver(checks.dns_nameserver)
+    sending_ip = checks.sending_ip
     with db.connect(database_url(), autocommit=True) as conn:
         targets = db.run(conn, "mailbox_preflight_targets")
     reports: dict[tuple[str, str | None, str | None], Any] = {}
@@ -565,6 +565,18 @@ def resolve_task(decision: str, resolved_by: str, email_ids: list[int] | None,
     return {"decision": decision, "resolved": result.resolved, "skipped": result.skipped}
 
 
+def requeue_task(failure_kind: str, requested_by: str, reason: str, email_ids: list[int] | None,
+                 campaign_key: str | None, mailbox: str | None) -> dict[str, Any]:
+    """Requeue emails that failed without being accepted (see
+    :func:`outreach.resolve.requeue_failed`); return the ids requeued and skipped (with why)."""
+    from outreach.resolve import requeue_failed
+
+    result = requeue_failed(database_url(), failure_kind, requested_by, reason, ids=email_ids,
+                            campaign_key=campaign_key, mailbox=mailbox)
+    return {"failure_kind": failure_kind, "requeued": result.requeued,
+            "skipped": {str(k): v for k, v in result.skipped.items()}}
+
+
 def report_task() -> dict[str, Any]:
     """Print the campaign report (text tables) to the task log; return its totals."""
     from outreach.report import collect, render_text
@@ -660,8 +672,13 @@ def transactional_send_task() -> dict[str, Any]:
 def transactional_schedule() -> str:
     """Return the ``outreach_transactional`` schedule: ``OUTREACH_TRANSACTIONAL_SCHEDULE`` (a cron
     expression), default ``* * * * *`` (every minute: the longest a row waits when nobody runs
-    ``outreach transactional worker``)."""
-    return os.environ.get("OUTREACH_TRANSACTIONAL_SCHEDULE", "* * * * *").strip() or "* * * * *"
+    ``outreach transactional worker``).
+
+    :raises outreach.settings.SettingsError: not a five-field cron expression.
+    """
+    from outreach.settings import ScheduleSettings
+
+    return ScheduleSettings().transactional_schedule
 
 
 # --- the inbox reader ---------------------------------------------------------------------------

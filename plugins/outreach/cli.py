@@ -240,18 +240,23 @@ def cmd_queue_due(args: argparse.Namespace) -> int:
 def cmd_send(args: argparse.Namespace) -> int:
     from outreach.airflow_adapter import dkim_private_key, settings as load_settings, smtp_connector
     from outreach.queue import plan_batches
-    from outreach.send import MailboxUnreachable, send_planned
+    import psycopg
 
-    import dataclasses
+    from outreach.send import BatchAborted, MailboxUnreachable, send_planned
 
     settings = load_settings()
     if args.limit:  # validated like OUTREACH_BATCH_SIZE
-        settings = dataclasses.replace(settings, batch_size=args.limit)
+        settings = settings.replace(batch_size=args.limit)
     url = _url()
     limit = settings.batch_size
     while True:
-        batches = plan_batches(url, limit, parallelism=settings.send_parallelism,
-                               interval=settings.send_interval, mailbox_id=args.mailbox)
+        try:
+            batches = plan_batches(url, limit, parallelism=settings.send_parallelism,
+                                   interval=settings.send_interval, mailbox_id=args.mailbox)
+        except psycopg.OperationalError as exc:  # nothing claimed yet
+            raise BatchAborted(f"database connection lost at stage PLAN: nothing was claimed "
+                               f"or released; ({str(exc).strip().splitlines()[0]})",
+                               stage="PLAN") from exc
         if not batches:
             print("nothing due, or nothing more allowed in this run (daily cap, pacing, paused)")
         claimed = 0
@@ -336,6 +341,16 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     ids = [int(x) for x in args.ids.split(",")] if args.ids else None
     result = resolve(_url(), args.decision.replace("-", "_"), args.by, ids=ids,
                      campaign_key=args.campaign, mailbox=args.mailbox, note=args.note)
+    print(result.line())
+    return 0
+
+
+def cmd_requeue(args: argparse.Namespace) -> int:
+    from outreach.resolve import requeue_failed
+
+    ids = [int(x) for x in args.ids.split(",")] if args.ids else None
+    result = requeue_failed(_url(), args.failed_kind.replace("-", "_"), args.by, args.reason,
+                            ids=ids, campaign_key=args.campaign, mailbox=args.mailbox)
     print(result.line())
     return 0
 
@@ -638,6 +653,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--note", default="")
     s.set_defaults(func=cmd_resolve)
 
+    s = sub.add_parser("requeue", help="put emails that failed without being accepted "
+                       "(retries exhausted) back in the queue, recording who and why")
+    s.add_argument("--failed-kind", required=True, choices=["retries_exhausted"],
+                   help="only not-accepted failures; unconfirmed ones: `outreach resolve`")
+    s.add_argument("--ids", help="comma-separated email ids")
+    s.add_argument("--campaign")
+    s.add_argument("--mailbox", help="address or id")
+    s.add_argument("--by", required=True, help="who decides (recorded)")
+    s.add_argument("--reason", required=True, help="why (recorded)")
+    s.set_defaults(func=cmd_requeue)
+
     mbp = sub.add_parser("mailbox", help="pause or resume a mailbox, its history, health checks")
     mbsub = mbp.add_subparsers(dest="mailbox_command", required=True)
     for name, help_, reason_help in (
@@ -725,8 +751,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from outreach.embedded import StopError
     from outreach.leads import ImportFileError
     from outreach.postmaster import PostmasterError
-    from outreach.send import MailboxUnreachable
-    from outreach.settings import SettingsError
+    import psycopg
+
+    from outreach.send import BatchAborted, MailboxUnreachable
+    from outreach.settings import SettingsError, SettingValueError
     from outreach.signing import SigningError
 
     import os
@@ -759,8 +787,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except psycopg.OperationalError as exc:  # the database went away outside a send's own handling
+        print(f"outreach: error: database connection lost ({type(exc).__name__}): "
+              f"{(str(exc).strip().splitlines() or [''])[0]}", file=sys.stderr)
+        return 1
+    except SettingValueError as exc:  # a bad OUTREACH_* value: the usage is wrong, like argparse
+        print(f"outreach: error: {exc}", file=sys.stderr)
+        return 2
     except (ConfigError, ImportFileError, SettingsError, OutreachDBError, SigningError,
-            PostmasterError, StopError, MailboxUnreachable, LookupError, OSError,
+            PostmasterError, StopError, MailboxUnreachable, BatchAborted, LookupError, OSError,
             ValueError) as exc:
         print(f"outreach: error: {exc}", file=sys.stderr)
         return 1

@@ -30,7 +30,6 @@ the resume, the bounce rule only counts sends since the resume.
 from __future__ import annotations
 
 import datetime as dt
-import os
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
@@ -39,21 +38,22 @@ from outreach import db
 from outreach.feedback import mailbox_feedback_loop_id
 from outreach.logutil import log, mask
 from outreach.mailboxes import pause
-from outreach.postmaster import (DEFAULT_BASE_URL, FEEDBACK_LOOP_SPAM_RATE, SPAM_RATE,
-                                 base_url_from_env)
+from outreach.postmaster import DEFAULT_BASE_URL, FEEDBACK_LOOP_SPAM_RATE, SPAM_RATE
+from outreach.settings import OutreachSettings, SettingsError
+from pydantic import Field, field_validator
 
 SPAM_ACTOR = "postmaster"
 BOUNCE_ACTOR = "bounce-rate"
 COMPLAINT_ACTOR = "complaint-rate"
 
 
-class HealthSettingsError(ValueError):
-    """A health setting is invalid; the message names the variable."""
+HealthSettingsError = SettingsError
+"""A health setting is invalid (the same one-line error as every setting)."""
 
 
-@dataclass(frozen=True)
-class HealthSettings:
-    """Thresholds (fractions: 0.001 = 0.1 %) and the Postmaster fetch.
+class HealthSettings(OutreachSettings):
+    """Thresholds (fractions: 0.001 = 0.1 %) and the Postmaster fetch, each read once from its
+    ``OUTREACH_*`` variable with its range (see :mod:`outreach.settings`).
 
     | variable                         | field                 | default |
     |----------------------------------|-----------------------|---------|
@@ -66,50 +66,30 @@ class HealthSettings:
     | OUTREACH_POSTMASTER_BASE_URL     | postmaster_base_url   | https://gmailpostmastertools.googleapis.com |
     """
 
-    spam_rate_threshold: float = 0.001
-    bounce_rate_threshold: float = 0.03
-    bounce_min_sends: int = 20
-    bounce_window_days: int = 28
-    complaint_rate_threshold: float = 0.001
-    postmaster_days: int = 14
-    postmaster_base_url: str = DEFAULT_BASE_URL
+    spam_rate_threshold: float = Field(0.001, gt=0, lt=0.003, description=(
+        "a fraction above 0 and below 0.003 (Gmail: never reach 0.3 %)"))
+    bounce_rate_threshold: float = Field(0.03, gt=0, lt=1, description=(
+        "a fraction above 0 and below 1 (0.03 = 3 %)"))
+    bounce_min_sends: int = Field(20, ge=1, le=1_000_000, description="sends, 1 to 1000000")
+    bounce_window_days: int = Field(28, ge=1, le=365, description="days, 1 to 365")
+    complaint_rate_threshold: float = Field(0.001, gt=0, lt=1, description=(
+        "a fraction above 0 and below 1 (0.001 = 0.1 %)"))
+    postmaster_days: int = Field(14, ge=1, le=120, description="days, 1 to 120")
+    postmaster_base_url: str = Field(DEFAULT_BASE_URL, pattern=r"^https?://\S+$", description=(
+        "an http(s):// URL (the API root)"))
 
-    def __post_init__(self) -> None:
-        if not 0 < self.spam_rate_threshold < 0.003:
-            raise HealthSettingsError("OUTREACH_SPAM_RATE_THRESHOLD must be a fraction above 0 and "
-                                      "below 0.003 (Gmail: never reach 0.3 %)")
-        if not 0 < self.bounce_rate_threshold < 1:
-            raise HealthSettingsError("OUTREACH_BOUNCE_RATE_THRESHOLD must be a fraction (0.03 = 3 %)")
-        if not 0 < self.complaint_rate_threshold < 1:
-            raise HealthSettingsError("OUTREACH_COMPLAINT_RATE_THRESHOLD must be a fraction "
-                                      "(0.001 = 0.1 %)")
-        if self.bounce_min_sends < 1 or self.bounce_window_days < 1:
-            raise HealthSettingsError("OUTREACH_BOUNCE_MIN_SENDS and OUTREACH_BOUNCE_WINDOW_DAYS "
-                                      "must be at least 1")
-        if not 1 <= self.postmaster_days <= 120:
-            raise HealthSettingsError("OUTREACH_POSTMASTER_DAYS must be 1 to 120")
+    @field_validator("postmaster_base_url")
+    @classmethod
+    def _no_trailing_slash(cls, v: str) -> str:
+        return v.rstrip("/")
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> HealthSettings:
+    def from_env(cls) -> HealthSettings:
         """Build the settings from environment variables (see the class docstring).
 
-        :raises HealthSettingsError: a value is not a number or out of range.
+        :raises SettingsError: a value is not a number or out of range.
         """
-        env = dict(os.environ if env is None else env)
-        try:
-            return cls(
-                spam_rate_threshold=float(env.get("OUTREACH_SPAM_RATE_THRESHOLD", "0.001")),
-                bounce_rate_threshold=float(env.get("OUTREACH_BOUNCE_RATE_THRESHOLD", "0.03")),
-                bounce_min_sends=int(env.get("OUTREACH_BOUNCE_MIN_SENDS", "20")),
-                bounce_window_days=int(env.get("OUTREACH_BOUNCE_WINDOW_DAYS", "28")),
-                complaint_rate_threshold=float(env.get("OUTREACH_COMPLAINT_RATE_THRESHOLD", "0.001")),
-                postmaster_days=int(env.get("OUTREACH_POSTMASTER_DAYS", "14")),
-                postmaster_base_url=base_url_from_env(),
-            )
-        except ValueError as exc:
-            if isinstance(exc, HealthSettingsError):
-                raise
-            raise HealthSettingsError(f"invalid number in health settings: {exc}") from None
+        return cls()
 
 
 def percent(fraction: float) -> str:

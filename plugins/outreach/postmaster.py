@@ -23,7 +23,6 @@ service account from the connection ``outreach_postmaster``, see
 from __future__ import annotations
 
 import datetime as dt
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,8 +49,14 @@ class PostmasterError(RuntimeError):
 
 
 def base_url_from_env() -> str:
-    """Return ``OUTREACH_POSTMASTER_BASE_URL`` or the Google endpoint (tests use a local server)."""
-    return os.environ.get("OUTREACH_POSTMASTER_BASE_URL", "").rstrip("/") or DEFAULT_BASE_URL
+    """Return ``OUTREACH_POSTMASTER_BASE_URL`` or the Google endpoint (tests use a local server),
+    read by :class:`outreach.health.HealthSettings`.
+
+    :raises outreach.settings.SettingsError: the value is not an http(s) URL.
+    """
+    from outreach.health import HealthSettings
+
+    return HealthSettings().postmaster_base_url
 
 
 def _date(d: dt.date) -> dict[str, int]:

@@ -219,3 +219,66 @@ def resolve_found(url: str, resolved_by: str, accounts: Callable[[str], Any], *,
         result.skipped.extend(done.skipped)
     log.info(result.line())
     return result
+
+
+REQUEUE_KINDS = ("retries_exhausted",)
+"""Failure kinds an operator may requeue: not accepted by any attempt, so never sent twice."""
+
+
+@dataclass
+class Requeue:
+    """What a requeue did: ``requeued`` ids, ``skipped`` ids (``{id: why}``: not failed with
+    that kind, e.g. unconfirmed or permanent)."""
+
+    failure_kind: str
+    requeued: list[int] = field(default_factory=list)
+    skipped: dict[int, str] = field(default_factory=dict)
+
+    def line(self) -> str:
+        """Return the one-line summary for logs."""
+        skipped = ", ".join(f"{i} ({why})" for i, why in self.skipped.items())
+        return (f"requeue {self.failure_kind}: requeued={len(self.requeued)} {self.requeued} "
+                f"skipped={len(self.skipped)}" + (f" [{skipped}]" if skipped else ""))
+
+
+def requeue_failed(url: str, failure_kind: str, requeued_by: str, reason: str, *,
+                   ids: list[int] | None = None, campaign_key: str | None = None,
+                   mailbox: str | None = None) -> Requeue:
+    """Put emails that failed without ever being accepted back in the queue, in one guarded
+    statement (``email_requeue_failed``): attempts start again from 0, the idempotency key (so
+    the Message-ID) stays, and each requeue is recorded in ``outreach.email_requeues`` with who,
+    why and the failure it came from. Unconfirmed rows (may have gone out; see :func:`resolve`)
+    and permanent failures are never requeued. The pre-send suppression check still applies.
+
+    :param failure_kind: one of :data:`REQUEUE_KINDS` (``retries_exhausted``).
+    :param requeued_by: the person deciding (recorded).
+    :param reason: why (recorded), e.g. "relay fixed, ticket 4711".
+    :param ids: email ids; with ``campaign_key`` and/or ``mailbox`` (address or id) to narrow,
+        or none of them: every email failed with that kind.
+    :raises ValueError: another failure kind, or no name or reason.
+    """
+    if failure_kind not in REQUEUE_KINDS:
+        raise ValueError(f"--failed-kind must be one of {REQUEUE_KINDS} (unconfirmed emails are "
+                         f"resolved with `outreach resolve`; permanent failures would fail "
+                         f"again), got {failure_kind!r}")
+    if not requeued_by.strip() or not reason.strip():
+        raise ValueError("say who requeues (--by) and why (--reason): both are recorded")
+    result = Requeue(failure_kind)
+    with db.transaction(url) as conn:
+        done = db.run(conn, "email_requeue_failed", {
+            "failure_kind": failure_kind, "ids": ids, "campaign_key": campaign_key,
+            "mailbox": mailbox, "requeued_by": requeued_by, "reason": reason})
+        result.requeued = sorted(r["email_id"] for r in done)
+        missing = [i for i in (ids or []) if i not in result.requeued]
+        if missing:
+            found = {r["id"]: r for r in db.run(conn, "email_failure_state", {"ids": missing})}
+            for i in missing:
+                r = found.get(i)
+                result.skipped[i] = ("no such email" if r is None else
+                                     f"{r['status']}/{r['failure_kind']}" if r["failure_kind"]
+                                     else r["status"])
+    for r in done:
+        log.info("email %s requeued by %s (%s) after %s attempt(s): %s", r["email_id"],
+                 requeued_by, reason, r["attempts"], r["last_error"])
+    log.info(result.line())
+    return result

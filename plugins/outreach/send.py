@@ -390,8 +390,24 @@ def raise_if_unreachable(summaries: Sequence[BatchSummary]) -> None:
 
 
 class BatchAborted(RuntimeError):
-    """The database connection was lost in the middle of a batch. What could be recorded after
-    reconnecting was recorded; rows not yet handed off were released; the task must fail."""
+    """The database connection was lost during a send (the claim, or in the middle of a batch).
+    What could be recorded after reconnecting was recorded; rows not yet handed off were
+    released; the task must fail. The message is one line naming the stage and the ids::
+
+        database connection lost mid-batch at stage SEND (mailbox 1, after 2 of 10 row(s)):
+        email 3 recorded (sent); released ids [4, 5, …] back to the queue; (server closed the
+        connection unexpectedly)
+
+    :ivar stage: ``CLAIM`` (the claim statement or its read-back) or ``SEND`` (during the rows).
+    :ivar released: ids put back in the queue (never handed off, attempt not counted).
+    :ivar stuck: ids left 'sending' (no reconnect): the reaper takes them back — never-stamped
+        rows to the queue, the one stamped row as unconfirmed.
+    """
+
+    def __init__(self, message: str, *, stage: str = "SEND", released: Sequence[int] = (),
+                 stuck: Sequence[int] = ()) -> None:
+        super().__init__(message)
+        self.stage, self.released, self.stuck = stage, list(released), list(stuck)
 
 
 @dataclass
@@ -445,10 +461,19 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
     worker = worker or worker_name()
     conn = db.connect(url, autocommit=True)
     try:
-        rows, note = claim(conn, mailbox_id, limit, worker=worker, now=now,
-                           interval=settings.send_interval, message_class=message_class,
-                           gap_seconds=settings.send_gap_seconds,
-                           gap_jitter=settings.send_gap_jitter, gap_horizon=settings.gap_horizon)
+        try:
+            rows, note = claim(conn, mailbox_id, limit, worker=worker, now=now,
+                               interval=settings.send_interval, message_class=message_class,
+                               gap_seconds=settings.send_gap_seconds,
+                               gap_jitter=settings.send_gap_jitter,
+                               gap_horizon=settings.gap_horizon)
+        except psycopg.OperationalError as exc:
+            # The claim either committed or not; nothing was handed over either way, so rows it
+            # may have claimed are put back in the queue by the reaper (never stamped).
+            raise BatchAborted(
+                f"database connection lost at stage CLAIM (mailbox {mailbox_id}): nothing was "
+                f"handed over; rows the claim may have taken go back to the queue with the "
+                f"reaper; ({_first_line(exc)})", stage="CLAIM") from exc
         clock = clock or Clock()
         longest_wait = settings.gap_horizon + dt.timedelta(
             seconds=settings.send_gap_seconds * (1 + settings.send_gap_jitter))
@@ -477,10 +502,13 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
         except psycopg.OperationalError as exc:
             log.error("database connection lost during batch of mailbox %s after %s of %s "
                       "rows: %s", mailbox_id, progress.done, len(rows), exc)
-            _recover(url, rows[progress.done:], progress, settings, summary, now)
+            outcome = _recover(url, rows[progress.done:], progress, settings, summary, now)
             log.error(summary.line())
-            raise BatchAborted(f"database connection lost mid-batch ({exc}); "
-                               f"{summary.line()}") from exc
+            raise BatchAborted(
+                f"database connection lost mid-batch at stage SEND (mailbox {mailbox_id}, after "
+                f"{progress.done} of {len(rows)} row(s)): {outcome.text()}; "
+                f"({_first_line(exc)})", stage="SEND", released=outcome.released,
+                stuck=outcome.stuck) from exc
         except BaseException:
             # A bug, or the task being terminated: record the handed-off row and release
             # the rest right away instead of leaving them all to the reaper.
@@ -513,11 +541,34 @@ def _release_unreachable(conn, rest: list[dict[str, Any]], exc: _SessionFailed,
     log.error("%s: email ids %s", line, [r["id"] for r in released])
 
 
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+@dataclass
+class _Recovered:
+    """What :func:`_recover` could do: the handed-off row's id and outcome (``recorded``: e.g.
+    ``"email 3 recorded (sent)"``), ``released`` ids, ``stuck`` ids (left 'sending')."""
+
+    recorded: str = ""
+    released: list[int] = field(default_factory=list)
+    stuck: list[int] = field(default_factory=list)
+
+    def text(self) -> str:
+        parts = [self.recorded] if self.recorded else []
+        parts.append(f"released ids {self.released} back to the queue" if self.released
+                     else "released nothing")
+        if self.stuck:
+            parts.append(f"ids {self.stuck} stay 'sending' for the reaper")
+        return "; ".join(parts)
+
+
 def _recover(url: str, remaining: list[dict[str, Any]], progress: _Progress, settings: Settings,
-             summary: BatchSummary, now: dt.datetime | None, *, wait: bool = True) -> None:
+             summary: BatchSummary, now: dt.datetime | None, *, wait: bool = True) -> _Recovered:
     """After a lost connection: reconnect (for up to ``settings.db_recover_seconds``), record the
     outcome of the row that was handed off, and release the rows never handed off. Every write is
     the usual guarded UPDATE, so a write that did commit before the error changes nothing now."""
+    out = _Recovered()
     deadline = time.monotonic() + (settings.db_recover_seconds if wait else 0)
     while True:
         try:
@@ -525,10 +576,11 @@ def _recover(url: str, remaining: list[dict[str, Any]], progress: _Progress, set
             break
         except db.OutreachDBError as exc:
             if time.monotonic() >= deadline:
-                log.error("could not reconnect (%s): %s row(s) stay 'sending' for the reaper, "
-                          "which fails them as unconfirmed: ids %s", exc, len(remaining),
-                          [r["id"] for r in remaining])
-                return
+                out.stuck = [r["id"] for r in remaining]
+                log.error("could not reconnect (%s): %s row(s) stay 'sending' for the reaper "
+                          "(back to the queue unless their handoff was stamped): ids %s", exc,
+                          len(remaining), out.stuck)
+                return out
             time.sleep(0.5)
     try:
         untouched = remaining
@@ -540,17 +592,25 @@ def _recover(url: str, remaining: list[dict[str, Any]], progress: _Progress, set
                 try:
                     _record(conn, current, delivery, progress.message_id, settings, summary, now,
                             progress.subject)
+                    after = db.one(conn, "email_claim_state", {"email_id": current["id"]})
+                    out.recorded = f"email {current['id']} recorded ({after['status']})"
                 except Exception as exc:  # noqa: BLE001 - still release the untouched rows below
+                    out.stuck.append(current["id"])
                     log.error("email %s: could not record its outcome (%s) after %s: it stays "
                               "'sending' for the reaper", current["id"], delivery.describe(), exc)
+            else:
+                out.recorded = f"email {current['id']} was recorded before the loss"
         if untouched:
             released = db.run(conn, "email_release_claimed", {
                 "ids": [r["id"] for r in untouched], "claim_token": untouched[0]["claim_token"],
                 "error": None})
-            log.warning("released %s claimed row(s) that were never handed off back to the queue",
-                        len(released))
+            out.released = sorted(r["id"] for r in released)
+            summary.released += len(released)
+            log.warning("released %s claimed row(s) that were never handed off back to the "
+                        "queue: ids %s", len(released), out.released)
     finally:
         conn.close()
+    return out
 
 
 class _KeyCache:
@@ -581,12 +641,17 @@ class _KeyCache:
         return key
 
 
-def _retry(conn, guard: dict[str, Any], settings: Settings, summary: BatchSummary, who: str,
+def _retry(conn, row: dict[str, Any], settings: Settings, summary: BatchSummary,
            now: dt.datetime | None, reason: str) -> None:
-    """Not accepted, retryable: back to the queue, or failed after the last allowed attempt."""
+    """Not accepted, retryable: back to the queue after the row's retry delay (30 minutes for
+    campaign mail, seconds for transactional mail: :meth:`Settings.retry_delay`), or failed
+    after the last allowed attempt."""
+    guard = {"email_id": row["id"], "claim_token": row["claim_token"]}
+    who = describe(row)
     res = db.run(conn, "email_mark_retry", {
         **guard, "now": now, "error": reason, "max_attempts": settings.max_attempts,
-        "retry_after": settings.retry_after})
+        "retry_after": settings.retry_delay(row.get("message_class", "marketing"),
+                                            row["attempts"])})
     if not res:
         summary.lost_claims += 1
         log.error("email %s: retry skipped: the row is no longer 'sending' under our claim "
@@ -701,7 +766,7 @@ def _record(conn, row: dict[str, Any], delivery: Delivery, message_id: str, sett
     reason = delivery.describe()
     summary.failures.append(f"email {row['id']}: {reason}")
     if delivery.outcome is Outcome.RETRY:
-        _retry(conn, guard, settings, summary, who, now, reason)
+        _retry(conn, row, settings, summary, now, reason)
     elif delivery.outcome is Outcome.PERMANENT:
         suppressed = ""
         with conn.transaction():

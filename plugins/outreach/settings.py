@@ -1,28 +1,44 @@
-"""Runtime settings from environment variables (secrets never live in the repo or the database).
+"""Runtime settings: every ``OUTREACH_*`` setting, parsed once, each with its range (pydantic-settings).
 
-| variable                     | meaning                                                     |
-|------------------------------|-------------------------------------------------------------|
-| OUTREACH_PUBLIC_URL          | https base URL of the unsubscribe service (RFC 8058 needs https) |
-| OUTREACH_UNSUBSCRIBE_SECRET  | HMAC secret for unsubscribe tokens (at least 16 characters) |
-| OUTREACH_FEEDBACK_SENDER_ID  | SenderId of the Feedback-ID header (5–15 characters)        |
-| OUTREACH_BATCH_SIZE          | rows one send task claims at most (default 50)             |
-| OUTREACH_SMTP_TIMEOUT        | seconds an SMTP reply may take (default 30)                 |
-| OUTREACH_REAPER_MINUTES      | minutes before a `sending` row is failed as unconfirmed (30) |
-| OUTREACH_SEND_INTERVAL_MINUTES | minutes between `outreach_send` runs, for pacing (10; 0 = no pacing) |
-| OUTREACH_SEND_PARALLELISM    | mapped send tasks per run at most (default 4)               |
-| OUTREACH_IMPORT_ROOTS        | folders lead and suppression files may be imported from (``include/data``) |
-| OUTREACH_SEND_GAP_SECONDS    | least seconds between two handoffs of one mailbox (60; 0 = none) |
-| OUTREACH_SEND_GAP_JITTER     | each gap is longer by up to this fraction of it, at random (0.5) |
+Secrets never live in the repository or the database: they come from environment variables (or
+Airflow connections, see :mod:`outreach.airflow_adapter`). Each group is a frozen
+:class:`OutreachSettings` whose fields are the variables without their ``OUTREACH_`` prefix; a
+value out of range, not a number, ``inf``/``nan`` or missing is refused with
+:class:`SettingValueError` (a :class:`SettingsError`), one line naming the variable and what is allowed
+(``OUTREACH_SMTP_TIMEOUT='0' is not allowed: seconds any SMTP reply may take, 1 to 600``). The CLI
+prints it as ``outreach: error: …`` and exits 2; an Airflow task fails with it.
+
+| variable                         | group              | allowed (default)                          |
+|----------------------------------|--------------------|--------------------------------------------|
+| OUTREACH_PUBLIC_URL              | Settings           | an https:// URL (required for marketing)   |
+| OUTREACH_UNSUBSCRIBE_SECRET      | Settings           | at least 16 characters (required for marketing) |
+| OUTREACH_FEEDBACK_SENDER_ID      | Settings           | 5–15 characters, no ':' (outreach)         |
+| OUTREACH_BATCH_SIZE              | Settings           | rows, 1 to 10000 (50)                      |
+| OUTREACH_SMTP_TIMEOUT            | Settings           | seconds, 1 to 600 (30)                     |
+| OUTREACH_REAPER_MINUTES          | Settings           | minutes, 1 to 1440 (30), and > one handoff |
+| OUTREACH_SEND_INTERVAL_MINUTES   | Settings           | minutes, 0 (no pacing) to 1440 (10)        |
+| OUTREACH_SEND_PARALLELISM        | Settings           | tasks, 1 to 1024 (4)                       |
+| OUTREACH_TRANSACTIONAL_RETRY_SECONDS | Settings       | 1–5 comma-separated seconds, each 1 to 3600 (10,60) |
+| OUTREACH_SEND_GAP_SECONDS        | Settings           | least seconds between two handoffs of one mailbox, 0 (none) to 3600 (60) |
+| OUTREACH_SEND_GAP_JITTER         | Settings           | each gap longer by up to this fraction of it, at random, 0 to 1 (0.5) |
+| OUTREACH_SPAM_RATE_THRESHOLD …   | :class:`outreach.health.HealthSettings` | see there          |
+| OUTREACH_PREFLIGHT, OUTREACH_SENDING_IP, OUTREACH_DNS_NAMESERVER | PreflightSettings | block/warn/off (warn); an IP; IP[:PORT] |
+| OUTREACH_SCHEDULES, OUTREACH_TRANSACTIONAL_SCHEDULE | ScheduleSettings | on/off (on); a cron expression (* * * * *) |
+| OUTREACH_IMPORT_ROOTS            | :func:`import_roots` | folders lead and suppression files may be imported from (``include/data``) |
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
 
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 HANDOFF_REPLIES = 8
 """Replies one SMTP handoff may wait for: greeting, EHLO, STARTTLS, AUTH, MAIL, RCPT, DATA, end."""
@@ -32,19 +48,87 @@ HANDOFF_MARGIN = dt.timedelta(seconds=60)
 
 
 class SettingsError(ValueError):
-    """A setting is missing or invalid; the message names the variable."""
+    """A setting is missing or invalid; the message (one line) names the variable and what is
+    allowed."""
 
 
-@dataclass(frozen=True)
-class Settings:
-    """Sender settings. Durations are :class:`datetime.timedelta`; ``smtp_timeout`` in seconds.
+class SettingValueError(SettingsError):
+    """A value of a settings class (:class:`OutreachSettings`) is out of range, not a number or
+    missing: the usage is wrong, so the CLI exits 2 (like argparse)."""
 
-    Rules: at most ``max_attempts`` (3) attempts in total, retry ``retry_after`` (30 minutes)
-    after a not-accepted error; the reaper threshold must exceed the longest one SMTP handoff can
-    take (``HANDOFF_REPLIES`` × ``smtp_timeout`` + ``HANDOFF_MARGIN``), or the reaper could fail
-    a row a live sender is still handing over.
-    ``db_recover_seconds``: how long a batch that lost its database connection tries to reconnect
-    to record the row it handed off and release the rest before it fails.
+
+def _variable(cls: type[BaseSettings], field: str) -> str:
+    return f"{cls.model_config.get('env_prefix', '')}{field}".upper()
+
+
+def _describe(cls: type[OutreachSettings], exc: ValidationError) -> str:
+    """Turn pydantic's errors into one line per variable, joined by '; '."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        if not err["loc"]:  # a rule across fields (model validator): its own message
+            parts.append(str(err.get("ctx", {}).get("error", err["msg"])))
+            continue
+        field = str(err["loc"][0])
+        var = _variable(cls, field)
+        info = cls.model_fields.get(field)
+        allowed = info.description if info is not None and info.description else err["msg"]
+        if err["type"] == "missing":
+            parts.append(f"set {var} ({allowed}; see README: Configuration)")
+        elif field in cls.SECRET_FIELDS:
+            parts.append(f"{var} is not allowed: {allowed}")  # never echo a secret
+        else:
+            value = err.get("input")
+            shown = value if isinstance(value, str) else ",".join(map(str, value)) \
+                if isinstance(value, (list, tuple)) else str(value)
+            parts.append(f"{var}={shown[:80]!r} is not allowed: {allowed}")
+    return "; ".join(dict.fromkeys(parts))
+
+
+class OutreachSettings(BaseSettings):
+    """Base of every settings group: fields read from ``OUTREACH_<FIELD>`` once, at construction
+    (explicit keyword arguments win over the environment), frozen, unknown variables ignored,
+    ``inf``/``nan`` refused, errors raised as one-line :class:`SettingValueError`."""
+
+    model_config = SettingsConfigDict(env_prefix="OUTREACH_", extra="ignore", frozen=True,
+                                      validate_default=True, allow_inf_nan=False,
+                                      env_ignore_empty=True)
+    SECRET_FIELDS: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise SettingValueError(_describe(type(self), exc)) from None
+
+    def replace(self, **changes: Any) -> OutreachSettings:
+        """Return a copy with ``changes`` applied and validated again (like
+        :func:`dataclasses.replace`).
+
+        :raises SettingsError: a changed value is out of range.
+        """
+        return type(self)(**{**self.model_dump(), **changes})
+
+
+_LOWER = BeforeValidator(lambda v: v.strip().lower() if isinstance(v, str) else v)
+"""Choices are read case-insensitively (``OUTREACH_PREFLIGHT=Block``)."""
+
+_COMMA_LIST = BeforeValidator(
+    lambda v: [p.strip() for p in v.split(",") if p.strip()] if isinstance(v, str) else v)
+"""A list setting is written comma-separated (``10,60``), not as JSON."""
+
+
+class Settings(OutreachSettings):
+    """Sender settings (the ``send`` path, marketing and transactional).
+
+    Rules: at most :attr:`max_attempts` (3) attempts in total for mail that was not accepted;
+    campaign mail is retried :attr:`retry_after` (30 minutes) later, transactional mail after
+    :attr:`transactional_retry_seconds` (seconds: someone is waiting for it). The reaper
+    threshold must exceed the longest one SMTP handoff can take (``HANDOFF_REPLIES`` ×
+    ``smtp_timeout`` + ``HANDOFF_MARGIN``), or the reaper could fail a row a live sender is
+    still handing over; the batch size does not matter, because each row's handoff is stamped
+    (and its claim age restarted) right before its own MAIL FROM (see ``email_touch_claim``).
+    ``db_recover_seconds``: how long a batch that lost its database connection tries to
+    reconnect to record the row it handed off and release the rest before it fails.
 
     Pacing and fan-out: ``send_interval_minutes`` is the send DAG's run interval (its schedule is
     ``*/10 * * * *``: keep the two equal); a day's sends are spread evenly over the full send
@@ -57,8 +141,8 @@ class Settings:
     Why 50 and 4 (measured by ``make bench``, "send at 100 ms a command"; README, "Sizing the
     defaults"): a relay's 50–300 ms a command makes one message over an open session take about
     3 × that latency, so a batch of 50 holds its rows 15–45 s — enough to amortise a task's start
-    and a session per mailbox, and under the reaper rule with the default timeout (30 s × 50 <
-    30 minutes). Throughput grows with the number of sessions, not our CPU, so parallelism is
+    and a session per mailbox (the reaper rule does not depend on the batch size). Throughput
+    grows with the number of sessions, not our CPU, so parallelism is
     capacity: 4 × 50 = 200 emails a run, done well inside a 10-minute interval; raise it when the
     mailboxes' run shares add up to more than ``send_parallelism × batch_size``.
 
@@ -70,52 +154,49 @@ class Settings:
     the 200 a run above are across mailboxes.
     """
 
-    public_url: str
-    unsubscribe_secret: str
-    feedback_sender_id: str = "outreach"
-    batch_size: int = 50
-    smtp_timeout: float = 30.0
-    max_attempts: int = 3
-    retry_after: dt.timedelta = dt.timedelta(minutes=30)
-    reaper_threshold: dt.timedelta = dt.timedelta(minutes=30)
-    db_recover_seconds: float = 30.0
-    send_interval_minutes: int = 10
-    send_parallelism: int = 4
-    send_gap_seconds: float = 60.0
-    send_gap_jitter: float = 0.5
+    SECRET_FIELDS: ClassVar[frozenset[str]] = frozenset({"unsubscribe_secret"})
+    max_attempts: ClassVar[int] = 3
+    retry_after: ClassVar[dt.timedelta] = dt.timedelta(minutes=30)
+    db_recover_seconds: ClassVar[float] = 30.0
 
-    def __post_init__(self) -> None:
-        if not self.public_url.startswith("https://"):
-            raise SettingsError("OUTREACH_PUBLIC_URL must be an https:// URL (RFC 8058 §3.1: "
-                                f"List-Unsubscribe needs an HTTPS URI), got {self.public_url!r}")
-        if len(self.unsubscribe_secret) < 16:
-            raise SettingsError("OUTREACH_UNSUBSCRIBE_SECRET must be at least 16 characters")
-        if not 5 <= len(self.feedback_sender_id) <= 15 or ":" in self.feedback_sender_id:
-            raise SettingsError("OUTREACH_FEEDBACK_SENDER_ID must be 5–15 characters without ':' "
-                                "(Gmail Feedback-ID format a:b:c:SenderId)")
-        if self.batch_size < 1:
-            raise SettingsError("OUTREACH_BATCH_SIZE must be at least 1")
-        if not 0 <= self.send_interval_minutes <= 1440:
-            raise SettingsError("OUTREACH_SEND_INTERVAL_MINUTES must be 0 (no pacing) to 1440")
-        if not 1 <= self.send_parallelism <= 1024:
-            raise SettingsError("OUTREACH_SEND_PARALLELISM must be 1 to 1024 (Airflow's "
-                                "[core] max_map_length)")
-        if not 0 <= self.send_gap_seconds <= 3600:
-            raise SettingsError("OUTREACH_SEND_GAP_SECONDS must be 0 (no gap) to 3600")
-        if not 0 <= self.send_gap_jitter <= 1:
-            raise SettingsError("OUTREACH_SEND_GAP_JITTER must be a fraction from 0 to 1")
-        # The reaper must outwait one handoff: the sender stamps a row (and restarts its claim
-        # age) right before MAIL FROM, so a row further down a batch is never at risk, and a
-        # never-stamped row is only put back in the queue. After the stamp, one handoff waits for
-        # at most HANDOFF_REPLIES replies of OUTREACH_SMTP_TIMEOUT each (MAIL, RCPT, DATA, the end
-        # of DATA, and the body's socket writes, with room for a reconnect's greeting, EHLO,
-        # STARTTLS and AUTH), plus HANDOFF_MARGIN for the database round trips around it.
-        longest_handoff = dt.timedelta(seconds=self.smtp_timeout * HANDOFF_REPLIES) + HANDOFF_MARGIN
-        if self.reaper_threshold <= longest_handoff:
-            raise SettingsError(
+    public_url: str = Field(pattern=r"^https://\S+$", description=(
+        "an https:// URL (RFC 8058 §3.1: List-Unsubscribe needs an HTTPS URI)"))
+    unsubscribe_secret: str = Field(min_length=16, description="at least 16 characters")
+    feedback_sender_id: str = Field("outreach", pattern=r"^[^:\s]{5,15}$", description=(
+        "5 to 15 characters without ':' (Gmail Feedback-ID format a:b:c:SenderId)"))
+    batch_size: int = Field(50, ge=1, le=10_000, description="rows one send task claims, 1 to 10000")
+    smtp_timeout: float = Field(30.0, ge=1, le=600, description=(
+        "seconds any SMTP reply may take, 1 to 600"))
+    reaper_minutes: float = Field(30.0, ge=1, le=1440, description=(
+        "minutes before the reaper takes a 'sending' row back, 1 to 1440"))
+    send_interval_minutes: int = Field(10, ge=0, le=1440, description=(
+        "minutes between outreach_send runs, 0 (no pacing) to 1440"))
+    send_parallelism: int = Field(4, ge=1, le=1024, description=(
+        "mapped send tasks per run, 1 to 1024 (Airflow's [core] max_map_length)"))
+    send_gap_seconds: float = Field(60.0, ge=0, le=3600, description=(
+        "least seconds between two handoffs of one mailbox, 0 (no gap) to 3600"))
+    send_gap_jitter: float = Field(0.5, ge=0, le=1, description=(
+        "the random lengthening of each gap, a fraction from 0 to 1"))
+    transactional_retry_seconds: Annotated[tuple[Annotated[int, Field(ge=1, le=3600)], ...],
+                                           NoDecode, _COMMA_LIST] = Field(
+        (10, 60), min_length=1, max_length=5, description=(
+            "1 to 5 comma-separated waits in seconds, each 1 to 3600: the n-th after the n-th "
+            "attempt that was not accepted (the last one repeats)"))
+
+    @model_validator(mode="after")
+    def _reaper_outlasts_one_handoff(self) -> Settings:
+        longest = dt.timedelta(seconds=self.smtp_timeout * HANDOFF_REPLIES) + HANDOFF_MARGIN
+        if self.reaper_threshold <= longest:
+            raise ValueError(
                 f"OUTREACH_REAPER_MINUTES ({self.reaper_threshold}) must exceed the longest one "
                 f"SMTP handoff can take, {HANDOFF_REPLIES} × OUTREACH_SMTP_TIMEOUT + "
-                f"{HANDOFF_MARGIN.seconds} s ({longest_handoff})")
+                f"{HANDOFF_MARGIN.seconds} s ({longest})")
+        return self
+
+    @property
+    def reaper_threshold(self) -> dt.timedelta:
+        """Return ``reaper_minutes`` as a duration."""
+        return dt.timedelta(minutes=self.reaper_minutes)
 
     @property
     def send_interval(self) -> dt.timedelta | None:
@@ -132,41 +213,82 @@ class Settings:
         """Return the URL that unsubscribe tokens are appended to."""
         return self.public_url.rstrip("/") + "/unsubscribe/"
 
+    def retry_delay(self, message_class: str, attempts: int) -> dt.timedelta:
+        """Return how long a row waits after its ``attempts``-th attempt was not accepted:
+        :attr:`retry_after` for campaign mail; for transactional mail the ``attempts``-th value
+        of :attr:`transactional_retry_seconds` (the last one repeats)."""
+        if message_class != "transactional":
+            return self.retry_after
+        waits = self.transactional_retry_seconds
+        return dt.timedelta(seconds=waits[min(max(attempts, 1), len(waits)) - 1])
+
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None, *,
-                 unsubscribe: bool = True) -> Settings:
-        """Build settings from environment variables.
+    def from_env(cls, *, unsubscribe: bool = True, **overrides: Any) -> Settings:
+        """Build the sender settings from ``OUTREACH_*`` environment variables.
 
         :param unsubscribe: the unsubscribe URL and secret are required (marketing mail). With
             ``False`` (transactional mail only, which carries no unsubscribe link) they may be
             unset, and placeholders that nothing uses take their place.
+        :param overrides: field values that win over the environment (e.g. the secret read from
+            an Airflow connection).
         :raises SettingsError: a required variable is missing or a value is invalid.
         """
-        env = dict(os.environ if env is None else env)
         if not unsubscribe:
-            env.setdefault("OUTREACH_PUBLIC_URL", "https://unsubscribe.invalid")
-            env["OUTREACH_UNSUBSCRIBE_SECRET"] = (env.get("OUTREACH_UNSUBSCRIBE_SECRET")
-                                                  or "unused-by-transactional-mail")
-        missing = [k for k in ("OUTREACH_PUBLIC_URL", "OUTREACH_UNSUBSCRIBE_SECRET") if not env.get(k)]
-        if missing:
-            raise SettingsError(f"set {', '.join(missing)} (see README: Configuration)")
-        try:
-            return cls(
-                public_url=env["OUTREACH_PUBLIC_URL"],
-                unsubscribe_secret=env["OUTREACH_UNSUBSCRIBE_SECRET"],
-                feedback_sender_id=env.get("OUTREACH_FEEDBACK_SENDER_ID", "outreach"),
-                batch_size=int(env.get("OUTREACH_BATCH_SIZE", "50")),
-                smtp_timeout=float(env.get("OUTREACH_SMTP_TIMEOUT", "30")),
-                reaper_threshold=dt.timedelta(minutes=float(env.get("OUTREACH_REAPER_MINUTES", "30"))),
-                send_interval_minutes=int(env.get("OUTREACH_SEND_INTERVAL_MINUTES", "10")),
-                send_parallelism=int(env.get("OUTREACH_SEND_PARALLELISM", "4")),
-                send_gap_seconds=float(env.get("OUTREACH_SEND_GAP_SECONDS", "60")),
-                send_gap_jitter=float(env.get("OUTREACH_SEND_GAP_JITTER", "0.5")),
-            )
-        except ValueError as exc:
-            if isinstance(exc, SettingsError):
-                raise
-            raise SettingsError(f"invalid number in settings: {exc}") from None
+            if not os.environ.get("OUTREACH_PUBLIC_URL"):
+                overrides.setdefault("public_url", "https://unsubscribe.invalid")
+            if len(os.environ.get("OUTREACH_UNSUBSCRIBE_SECRET", "")) < 16:
+                overrides.setdefault("unsubscribe_secret", "unused-by-transactional-mail")
+        return cls(**overrides)
+
+
+class PreflightSettings(OutreachSettings):
+    """The DNS preflight of the send DAG (see :func:`outreach.airflow_adapter.preflight_task`)."""
+
+    preflight: Annotated[Literal["block", "warn", "off"], _LOWER] = Field("warn", description=(
+        "what a failing DNS preflight does: block, warn or off"))
+    sending_ip: str | None = Field(None, description="the IP address your SMTP server sends from")
+    dns_nameserver: str | None = Field(None, description="a resolver as IP or IP:PORT")
+
+    @field_validator("sending_ip")
+    @classmethod
+    def _ip(cls, v: str | None) -> str | None:
+        if v is not None:
+            ipaddress.ip_address(v.strip())
+        return v.strip() if v else v
+
+    @field_validator("dns_nameserver")
+    @classmethod
+    def _nameserver(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        host, _, port = v.strip().rpartition(":") if v.count(":") == 1 else (v.strip(), "", "")
+        ipaddress.ip_address(host or v.strip())
+        if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValueError("port must be 1 to 65535")
+        return v.strip()
+
+
+class ScheduleSettings(OutreachSettings):
+    """What the DAG files read at parse time (no database, no secret)."""
+
+    schedules: Annotated[Literal["on", "off"], _LOWER] = Field("on", description=(
+        "on (DAGs keep their schedules) or off (they run only when triggered)"))
+    transactional_schedule: str = Field("* * * * *", min_length=9, description=(
+        "a cron expression for outreach_transactional (five fields)"))
+
+    @field_validator("transactional_schedule")
+    @classmethod
+    def _five_fields(cls, v: str) -> str:
+        if len(v.split()) != 5:
+            raise ValueError("a cron expression has five fields")
+        return v.strip()
+
+
+def groups() -> Iterator[type[OutreachSettings]]:
+    """Yield every settings group of the package (for documentation and tests)."""
+    from outreach.health import HealthSettings
+
+    yield from (Settings, PreflightSettings, ScheduleSettings, HealthSettings)
 
 
 def import_roots(env: dict[str, str] | None = None) -> tuple[Path, ...]:
