@@ -127,6 +127,10 @@ def test_settings_check_one_handoff_not_a_whole_batch(monkeypatch):
 
 
 def test_the_send_gap_settings_have_ranges_and_defaults(monkeypatch):
+    import os
+
+    for name in [n for n in os.environ if n.startswith("OUTREACH_")]:
+        monkeypatch.delenv(name)  # the defaults, whatever the test environment sets
     monkeypatch.setenv("OUTREACH_PUBLIC_URL", "https://x.example")
     monkeypatch.setenv("OUTREACH_UNSUBSCRIBE_SECRET", "x" * 16)
     s = Settings.from_env()
