@@ -144,13 +144,7 @@ def celery(tmp_path_factory):
                    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
                    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5"})
     try:
-        dep.migrate()
-        dep.start()
-        dep.wait_ready(timeout=600)
-        token = dep.token()
-        wait_for(lambda: "outreach_send" in {d["dag_id"] for d in dep.api("GET", "/dags", token)["dags"]},
-                 LONG, "the dag-processor to parse the DAGs")
-        dep.api("PATCH", "/dags/outreach_send", token, json={"is_paused": False})
+        token = dep.up(DAGS, timeout=LONG)
         yield dep, token, sink, url, tpl
     finally:
         dep.stop()

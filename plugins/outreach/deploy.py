@@ -45,7 +45,6 @@ SERVICES: dict[str, tuple[str, ...]] = {
 """Compose service name → ``airflow`` sub-command, for every deployment."""
 WORKER: tuple[str, tuple[str, ...]] = ("airflow-worker", ("celery", "worker"))
 """The CeleryExecutor's worker service and its ``airflow`` sub-command (one process per worker)."""
-COMPONENTS = tuple(cmd[0] for cmd in SERVICES.values())
 EXECUTORS = {"local": "LocalExecutor", "celery": "CeleryExecutor"}
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 POOL_SLOTS_VAR = "OUTREACH_SMTP_POOL_SLOTS"
@@ -240,13 +239,25 @@ class Deployment:
                                            stdin=subprocess.DEVNULL, start_new_session=True)
 
     def kill_worker(self, i: int) -> None:
-        """SIGKILL Celery worker ``i`` and everything it started (its process group): a worker
-        machine that dies mid-task."""
+        """SIGKILL Celery worker ``i`` and everything it started: a worker machine that dies
+        mid-task. Its process group and every descendant: Airflow's supervisor runs each task
+        process in a process group of its own, which a signal to the worker's group misses."""
+        import psutil
+
         p = self.procs[f"worker-{i}"]
+        try:
+            tree = psutil.Process(p.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            tree = []
         try:
             os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        for child in tree:
+            try:
+                child.kill()
+            except psutil.NoSuchProcess:
+                pass
         p.wait()
 
     def wait_ready(self, timeout: float = 180) -> None:
@@ -268,6 +279,25 @@ class Deployment:
                 pass
             time.sleep(1)
         raise RuntimeError(f"the api-server did not answer within {timeout} s; see {self.log_dir}")
+
+    def up(self, dag_ids: tuple[str, ...], timeout: float = 900) -> str:
+        """Migrate, start, wait for the api-server and for the DAG processor to have parsed
+        ``dag_ids``, then unpause them; return a REST API token.
+
+        :raises RuntimeError: a component exited, or a step took longer than ``timeout`` seconds.
+        """
+        self.migrate()
+        self.start()
+        self.wait_ready(timeout=timeout)
+        token = self.token()
+        deadline = time.monotonic() + timeout
+        while not set(dag_ids) <= {d["dag_id"] for d in self.api("GET", "/dags", token)["dags"]}:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{dag_ids} not parsed within {timeout} s; see {self.log_dir}")
+            time.sleep(2)
+        for dag_id in dag_ids:
+            self.api("PATCH", f"/dags/{dag_id}", token, json={"is_paused": False})
+        return token
 
     def stop(self, grace: float = 30) -> None:
         """SIGTERM every process group, wait up to ``grace`` seconds, then SIGKILL what is left."""
