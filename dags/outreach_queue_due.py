@@ -1,7 +1,9 @@
 """
 ### outreach_queue_due
 
-Queues the due sequence step of every enrolled lead, every 15 minutes.
+Queues the due sequence step of every enrolled lead, every 15 minutes — and, when campaigns
+declare a `source:`, as soon as an import updated a campaign's leads Asset
+(`outreach://leads/<campaign>`, see `outreach_import_sources`).
 
 * **queue_due** first fails rows left `sending` for over the reaper threshold (default 30 minutes)
   as *unconfirmed* ("check Sent Items before doing anything"), then inserts, in one statement,
@@ -22,7 +24,8 @@ from outreach import airflow_adapter
 @dag(
     dag_id="outreach_queue_due",
     doc_md=__doc__,
-    **airflow_adapter.dag_kwargs(schedule="*/15 * * * *", retries=2, max_active_runs=1),
+    **airflow_adapter.dag_kwargs(schedule=airflow_adapter.queue_due_schedule(), retries=2,
+                                 max_active_runs=1),
 )
 def outreach_queue_due():
     @task

@@ -683,6 +683,95 @@ def transactional_schedule() -> str:
 
 # --- the inbox reader ---------------------------------------------------------------------------
 
+SOURCES_SCHEDULE = "@hourly"
+"""The schedule of ``outreach_import_sources``: campaigns whose source declares no other."""
+QUEUE_DUE_CRON = "*/15 * * * *"
+
+
+def source_dags() -> list[dict[str, Any]]:
+    """Return the import DAGs the campaign files ask for, for ``dags/outreach_import_sources.py``:
+    ``[{"dag_id", "schedule" (cron, preset or Asset URI), "campaigns": [(file, key)]}]``.
+    ``outreach_import_sources`` (always, hourly) holds every campaign with a source and no
+    schedule of its own (or ``@hourly``); a campaign with another cron or an Asset URI gets
+    ``outreach_import_source_<key>`` on it. Reads files only (DAG parsing).
+
+    :raises outreach.campaign.ConfigError: a campaign file with a source is invalid.
+    """
+    from outreach.sources import source_campaigns
+
+    main: dict[str, Any] = {"dag_id": "outreach_import_sources", "schedule": SOURCES_SCHEDULE,
+                            "campaigns": []}
+    out = [main]
+    for path, c in source_campaigns():
+        if c.schedule in (None, SOURCES_SCHEDULE):
+            main["campaigns"].append((path, c.key))
+        else:
+            out.append({"dag_id": f"outreach_import_source_{c.key.replace('-', '_')}",
+                        "schedule": c.schedule, "campaigns": [(path, c.key)]})
+    return out
+
+
+def dag_schedule(schedule: str) -> Any:
+    """Return ``schedule`` as ``@dag`` takes it: an Asset for an Asset URI, else the string."""
+    from outreach.sources import is_asset_uri
+
+    if is_asset_uri(schedule):
+        from airflow.sdk import Asset
+
+        return Asset(schedule)
+    return schedule
+
+
+def lead_assets() -> list[Any]:
+    """Return the Asset of every source campaign's leads (``outreach://leads/<key>``), which the
+    import tasks update and ``outreach_queue_due`` is scheduled on."""
+    from airflow.sdk import Asset
+
+    from outreach.sources import lead_asset_uri, source_campaigns
+
+    return [Asset(lead_asset_uri(c.key)) for _, c in source_campaigns()]
+
+
+def queue_due_schedule() -> Any:
+    """Return the schedule of ``outreach_queue_due``: every 15 minutes (UTC), *or* as soon as an
+    import updated a campaign's leads Asset (Airflow 3 ``AssetOrTimeSchedule``), so leads from a
+    source are queued minutes after they land; the plain cron when no campaign has a source."""
+    assets = lead_assets()
+    if not assets:
+        return QUEUE_DUE_CRON
+    from airflow.sdk import AssetAny, AssetOrTimeSchedule, CronTriggerTimetable
+
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(QUEUE_DUE_CRON, timezone="UTC"),
+                               assets=AssetAny(*assets))
+
+
+def source_import_task(campaign_file: str) -> dict[str, Any]:
+    """Import one campaign's declared source (:func:`outreach.sources.import_source`); log the
+    problems and one summary line per import; return the counts.
+
+    :raises outreach.leads.ImportFileError: rows or an object unusable as a whole (the task
+        fails; clearing it is safe: an object is imported once, a SQL source re-read changes
+        only what changed).
+    :raises outreach.sources.SourceError: the source cannot be read.
+    """
+    from outreach.sources import import_source
+
+    results = import_source(database_url(), campaign_file, "include/mailboxes.yaml")
+    total: dict[str, Any] = {"imports": len(results), "imported": 0, "updated": 0,
+                             "unchanged": 0, "invalid": 0, "suppressed": 0, "stopped": 0,
+                             "run_ids": []}
+    for r in results:
+        for p in r.problems[:100]:
+            log.warning("%s, %s", r.file, p)
+        log.info(r.summary())
+        for k in ("imported", "updated", "unchanged", "invalid", "suppressed", "stopped"):
+            total[k] += getattr(r, k)
+        total["run_ids"].append(r.run_id)
+    if not results:
+        log.info("%s: nothing new in the source", campaign_file)
+    return total
+
+
 def inbox_targets_task() -> list[dict[str, Any]]:
     """Return the IMAP accounts to read this run (see :func:`outreach.inbox.plan_targets`)."""
     from outreach.inbox import plan_targets

@@ -110,6 +110,47 @@ class CsvFormat(_Model):
     delimiter: Literal["auto", ",", ";", "\t", "tab"] = "auto"
 
 
+class SqlSource(_Model):
+    """Leads read by a query through an Airflow SQL connection (any conn type whose hook is a
+    common-sql ``DbApiHook``: postgres, mysql, snowflake…): ``query_file`` (relative to the
+    project root) holds one SELECT whose column names are the headers (mapped like a file's)."""
+
+    conn_id: str = Field(pattern=r"^[A-Za-z0-9_\-]+$")
+    query_file: str = Field(min_length=1)
+    fetch_size: int = Field(default=10_000, gt=0, le=1_000_000)
+
+
+class FileSource(_Model):
+    """Lead files in object storage, read through Airflow's ``ObjectStoragePath``: ``path`` is a
+    URI with a glob in its last part (``s3://bucket/leads/*.csv``, ``file:///data/in/*.csv``),
+    ``conn_id`` the Airflow connection of the store (none for ``file://``)."""
+
+    path: str = Field(pattern=r"^[a-z][a-z0-9+.\-]*://")
+    conn_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_\-]+$")
+
+
+class Source(_Model):
+    """Where a campaign's leads arrive on a schedule (DAG ``outreach_import_sources``): exactly
+    one of ``sql`` and ``files``. ``id_column`` names the column that identifies a row across
+    runs (default: the address); ``stop_when_missing: true`` stops the enrolment of a lead whose
+    row a later run of a SQL source no longer returns (``outreach.stop_enrollment``). A lead that
+    left the source is never deleted."""
+
+    sql: SqlSource | None = None
+    files: FileSource | None = None
+    id_column: str | None = None
+    stop_when_missing: bool = False
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Source:
+        if (self.sql is None) == (self.files is None):
+            raise ValueError("a source is either sql: {conn_id, query_file} or files: {path}")
+        if self.stop_when_missing and self.files is not None:
+            raise ValueError("stop_when_missing applies to a sql source (a file holds only the "
+                             "rows it adds)")
+        return self
+
+
 class Campaign(_Model):
     """A campaign file. ``key`` is the stable identifier (a slug).
 
@@ -134,6 +175,12 @@ class Campaign(_Model):
     stop_on_domain_reply: bool = False
     """A reply stops every other lead of the same company domain in this campaign."""
     custom_columns: list[CustomName] = Field(default_factory=list)
+    source: Source | None = None
+    schedule: str | None = None
+    """When ``outreach_import_sources`` reads the source: a cron preset or expression of the
+    import DAG (``@hourly``, default), or an Asset URI (``dbt://warehouse/leads_q4``) that an
+    upstream DAG updates: the campaign's source is then imported by
+    ``outreach_import_source_<key>``, scheduled on that Asset."""
     columns: dict[str, str] = Field(default_factory=dict)
     csv: CsvFormat = CsvFormat()
 

@@ -157,6 +157,9 @@ class ImportResult:
     problems_omitted: int = 0
     suppressed_lines: list[int] = field(default_factory=list)
     run_id: int | None = None
+    campaign_id: int | None = None
+    stopped: int = 0
+    """Enrolments stopped because their row left a source (``stop_when_missing``)."""
 
     def nothing_imported(self) -> str | None:
         """Return why the import did nothing useful — the file had no data rows, or every row
@@ -175,7 +178,8 @@ class ImportResult:
         return (f"import {self.file}{run}: rows={self.rows_total} imported={self.imported} "
                 f"updated={self.updated} unchanged={self.unchanged} duplicate={self.duplicate} "
                 f"invalid={self.invalid} "
-                f"suppressed={self.suppressed} enrolled={self.enrolled}")
+                f"suppressed={self.suppressed} enrolled={self.enrolled}"
+                + (f" stopped={self.stopped}" if self.stopped else ""))
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict (for XCom and ``--json``)."""
@@ -752,39 +756,57 @@ def import_leads(url: str, campaign_file: str | Path, mailbox_file: str | Path,
     campaign_path, csv_path = resolve(campaign_file), import_path(csv_file)
     campaign = campaign_mod.load_campaign(campaign_path)
     mailboxes = campaign_mod.load_mailboxes(mailbox_file)
-    result = ImportResult(file=str(csv_file), campaign_key=campaign.key)
     with open_leads_csv(csv_path, campaign) as leads, db.transaction(url) as conn:
-        campaign_id = campaign_mod.sync(conn, campaign, mailboxes, str(campaign_file))
-        db.run(conn, "lead_stage_create")
-        _stage_rows(conn, leads, progress, progress_every,
-                    import_workers(csv_path) if workers is None else workers)
-        result.rows_total, result.invalid = leads.rows_total, leads.invalid
-        db.run(conn, "lead_stage_analyze")
-        db.run(conn, "lead_stage_mark_duplicates")
-        db.run(conn, "lead_stage_mark_suppressed")
-        counts = db.one(conn, "lead_stage_counts")
-        assert counts is not None
-        result.duplicate, result.suppressed = counts["duplicate"], counts["suppressed"]
-        upserted = db.one(conn, "lead_upsert_staged")
-        assert upserted is not None
-        result.imported, result.updated = upserted["imported"], upserted["updated"]
-        result.unchanged = counts["accepted"] - result.imported - result.updated
-        enrolled = db.one(conn, "enrollment_insert_staged", {"campaign_id": campaign_id, "now": now})
-        assert enrolled is not None
-        result.enrolled = enrolled["enrolled"]
-        result.problems = [Problem(**r) for r in db.run(conn, "lead_stage_problems",
-                                                          {"limit": PROBLEMS_SHOWN})]
-        result.problems_omitted = counts["problems"] - len(result.problems)
-        result.suppressed_lines = [r["line"] for r in db.run(conn, "lead_stage_suppressed_lines",
-                                                             {"limit": PROBLEMS_SHOWN})]
-        run = db.one(conn, "import_run_insert_staged", {"stored": PROBLEMS_STORED,
-            "kind": "leads", "file": str(csv_file), "campaign_key": campaign.key,
-            "rows_total": result.rows_total, "imported": result.imported,
-            "updated": result.updated, "duplicate": result.duplicate,
-            "unchanged": result.unchanged, "invalid": result.invalid,
-            "suppressed": result.suppressed, "enrolled": result.enrolled})
-        assert run is not None
-        result.run_id = run["id"]
+        n = import_workers(csv_path) if workers is None else workers
+        return apply_staged(conn, campaign, mailboxes, str(campaign_file), str(csv_file),
+                            lambda: _stage_rows(conn, leads, progress, progress_every, n)
+                            or (leads.rows_total, leads.invalid), now=now)
+
+
+def apply_staged(conn: Any, campaign: campaign_mod.Campaign, mailboxes: list[campaign_mod.Mailbox],
+                 campaign_file: str, name: str, stage: Callable[[], tuple[int, int]], *,
+                 now: dt.datetime | None = None) -> ImportResult:
+    """The import pipeline after reading, inside the caller's transaction ``conn``: sync the
+    campaign, create the stage table, call ``stage()`` (it COPYs the rows in, see
+    :data:`StagedRow`, and returns ``(rows read, rows skipped)``), then mark in-file duplicates
+    and suppressed addresses, upsert the leads, enrol them and store the run — set-based
+    statements returning counts. A CSV file (:func:`import_leads`) and a campaign's declared
+    source (:mod:`outreach.sources`) both come through here.
+
+    :param name: the file or source named in the run and the summary.
+    :returns: the result, ``run_id`` set.
+    """
+    result = ImportResult(file=name, campaign_key=campaign.key)
+    campaign_id = campaign_mod.sync(conn, campaign, mailboxes, campaign_file)
+    result.campaign_id = campaign_id
+    db.run(conn, "lead_stage_create")
+    result.rows_total, result.invalid = stage()
+    db.run(conn, "lead_stage_analyze")
+    db.run(conn, "lead_stage_mark_duplicates")
+    db.run(conn, "lead_stage_mark_suppressed")
+    counts = db.one(conn, "lead_stage_counts")
+    assert counts is not None
+    result.duplicate, result.suppressed = counts["duplicate"], counts["suppressed"]
+    upserted = db.one(conn, "lead_upsert_staged")
+    assert upserted is not None
+    result.imported, result.updated = upserted["imported"], upserted["updated"]
+    result.unchanged = counts["accepted"] - result.imported - result.updated
+    enrolled = db.one(conn, "enrollment_insert_staged", {"campaign_id": campaign_id, "now": now})
+    assert enrolled is not None
+    result.enrolled = enrolled["enrolled"]
+    result.problems = [Problem(**r) for r in db.run(conn, "lead_stage_problems",
+                                                      {"limit": PROBLEMS_SHOWN})]
+    result.problems_omitted = counts["problems"] - len(result.problems)
+    result.suppressed_lines = [r["line"] for r in db.run(conn, "lead_stage_suppressed_lines",
+                                                         {"limit": PROBLEMS_SHOWN})]
+    run = db.one(conn, "import_run_insert_staged", {"stored": PROBLEMS_STORED,
+        "kind": "leads", "file": name, "campaign_key": campaign.key,
+        "rows_total": result.rows_total, "imported": result.imported,
+        "updated": result.updated, "duplicate": result.duplicate,
+        "unchanged": result.unchanged, "invalid": result.invalid,
+        "suppressed": result.suppressed, "enrolled": result.enrolled})
+    assert run is not None
+    result.run_id = run["id"]
     return result
 
 

@@ -27,6 +27,13 @@ def templates_dir() -> Path:
     return Path(env).resolve() if env else project_root() / "include" / "templates"
 
 
+def campaigns_dir() -> Path:
+    """Return ``<root>/include/campaigns`` (campaign files), or ``OUTREACH_CAMPAIGNS``: the
+    folder whose campaigns' declared sources the import DAGs read (outreach.sources)."""
+    env = os.environ.get("OUTREACH_CAMPAIGNS")
+    return Path(env).resolve() if env else project_root() / "include" / "campaigns"
+
+
 def state_dir() -> Path:
     """Return ``<root>/.outreach``: local state (embedded PostgreSQL data, demo Maildir)."""
     env = os.environ.get("OUTREACH_STATE_DIR")
