@@ -83,12 +83,14 @@ def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
                                    "outreach_unsuppress", "outreach_mailbox_pause", "outreach_mailbox_resume",
                                    "outreach_postmaster", "outreach_transactional", "outreach_inbox",
                                    "outreach_lead_stop", "outreach_campaign_pause",
-                                   "outreach_campaign_resume", "outreach_requeue"}
+                                   "outreach_campaign_resume", "outreach_requeue",
+                                   "outreach_import_sources"}
     scheduled = {d: dag["schedule"] for d, dag in result["dags"].items() if dag["schedule"] is not None}
     if schedules == "on":
         assert scheduled == {"outreach_queue_due": "*/15 * * * *", "outreach_send": "*/10 * * * *",
                              "outreach_report": "0 7 * * *", "outreach_postmaster": "0 7 * * *",
-                             "outreach_transactional": "* * * * *", "outreach_inbox": "*/10 * * * *"}
+                             "outreach_transactional": "* * * * *", "outreach_inbox": "*/10 * * * *",
+                             "outreach_import_sources": "0 * * * *"}
     else:  # OUTREACH_SCHEDULES=off: every DAG runs only when triggered
         assert scheduled == {}
     for dag_id, dag in result["dags"].items():

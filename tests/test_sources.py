@@ -22,6 +22,7 @@ from flow import rows, scalar
 from outreach import embedded
 from outreach.leads import ImportFileError
 from outreach.sources import import_source
+from test_airflow import migrated_airflow_home  # noqa: F401 - the session fixture
 
 WAREHOUSE_ROWS = 20_000  # 100k took ~4x as long on the shared 2-core machine; the path is the same
 HEAD = CAMPAIGN.read_text().split("steps:")[0]
@@ -176,3 +177,66 @@ def test_a_bad_object_fails_alone_and_is_tried_again(db_url, tmp_path):
     assert scalar(db_url, "SELECT count(*) FROM outreach.source_objects") == 1  # not bad.csv
     drop(inbox, "bad.csv", 2, start=100)
     assert [r.imported for r in import_source(db_url, campaign, MAILBOXES)] == [2]
+
+
+PROBE = r"""
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+out = {"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": {}}
+for dag_id, dag in bag.dags.items():
+    if "import_source" in dag_id or dag_id == "outreach_queue_due":
+        t = dag.timetable
+        out["dags"][dag_id] = {"timetable": type(t).__name__, "repr": repr(t),
+                               "cron": [getattr(getattr(t, "timetable", t), a, None)
+                                        for a in ("expression", "_expression")],
+                               "tasks": sorted(dag.task_dict)}
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.airflow
+def test_the_import_dag_under_airflow_reads_the_warehouse_and_updates_the_leads_asset(
+        db_url, warehouse, tmp_path, migrated_airflow_home):
+    from conftest import ROOT
+    from outreach.localairflow import airflow_env, run_dag
+    from test_airflow import SETTINGS_ENV, fresh_home
+
+    wh_url, conn_json = warehouse
+    folder = tmp_path / "campaigns"
+    sql_campaign(folder)
+    # An upstream DAG (a dbt run) producing the source triggers its import through its Asset.
+    sql_campaign(folder, key="dbt-fed", schedule="dbt://warehouse/leads_q4")
+    home = fresh_home(migrated_airflow_home, tmp_path, "home")
+    env = airflow_env(home, db_url, {"warehouse": conn_json},
+                      {**SETTINGS_ENV, "OUTREACH_CAMPAIGNS": str(folder)})
+
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(ROOT / "dags")], env=env,
+                          capture_output=True, text=True, timeout=600)
+    parsed = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    assert parsed["errors"] == {}
+    dags = parsed["dags"]
+    assert dags["outreach_import_sources"]["tasks"] == ["import_warehouse_q4"]
+    assert dags["outreach_import_source_dbt_fed"]["tasks"] == ["import_dbt_fed"]
+    assert "dbt://warehouse/leads_q4" in dags["outreach_import_source_dbt_fed"]["repr"]
+    queue = dags["outreach_queue_due"]
+    assert queue["timetable"] == "AssetOrTimeSchedule" and "*/15 * * * *" in queue["cron"]
+    assert "outreach://leads/warehouse-q4" in queue["repr"] and "outreach://leads/dbt-fed" in queue["repr"]
+
+    first = run_dag(env, "outreach_import_sources", tmp_path / "logs" / "first.log")
+    assert first.state == "success", first.log_path.read_text()[-3000:]
+    assert scalar(db_url, "SELECT count(*) FROM outreach.leads") == WAREHOUSE_ROWS
+    with psycopg.connect(wh_url) as c:
+        c.execute("UPDATE crm_leads SET account = 'Renamed' WHERE crm_id BETWEEN 100 AND 109")
+    second = run_dag(env, "outreach_import_sources", tmp_path / "logs" / "second.log")
+    assert second.state == "success", second.log_path.read_text()[-3000:]
+    latest = rows(db_url, "SELECT imported, updated, unchanged FROM outreach.import_runs ORDER BY id DESC LIMIT 1")
+    assert latest == [{"imported": 0, "updated": 10, "unchanged": WAREHOUSE_ROWS - 10}]
+    assert scalar(db_url, "SELECT count(*) FROM outreach.leads WHERE company = 'Renamed'") == 10
+
+    # Each run's import task updated the leads Asset that outreach_queue_due is scheduled on.
+    with sqlite3.connect(home / "airflow.db") as meta:
+        events = meta.execute("SELECT a.uri, e.source_dag_id, e.source_task_id FROM asset_event e "
+                              "JOIN asset a ON a.id = e.asset_id ORDER BY e.id").fetchall()
+    assert events == [("outreach://leads/warehouse-q4", "outreach_import_sources",
+                       "import_warehouse_q4")] * 2
