@@ -108,4 +108,5 @@ def hand_over(url: str, claimed: list[dict], now: dt.datetime | None = None) -> 
     with db.connect(url, autocommit=True) as conn:
         for r in claimed:
             assert db.run(conn, "email_touch_claim", {"email_id": r["id"],
-                                                      "claim_token": r["claim_token"], "now": now})
+                                                      "claim_token": r["claim_token"], "now": now,
+                                                      "address": r["email"]})

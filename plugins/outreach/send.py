@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 
 from outreach import db, failpoints
+from outreach.addresses import EmailNotValidError, normalize_address
 from outreach.feedback import feedback_id
 from outreach.logutil import log, mask
 from outreach.message import (Envelope, MessageError, ascii_domain, build_message, envelope_address,
@@ -332,9 +333,34 @@ def _guarded(conn, name: str, params: dict[str, Any], summary: BatchSummary, wha
     """Run one guarded transition; log it when it matched no row (our claim was taken away)."""
     if db.run(conn, name, params):
         return True
+    _lost_claim(summary, params["email_id"], what)
+    return False
+
+
+def _lost_claim(summary: BatchSummary, email_id: int, what: str) -> None:
     summary.lost_claims += 1
     log.error("email %s: %s skipped: the row is no longer 'sending' under our claim token "
-              "(the reaper or an operator took it over); nothing changed", params["email_id"], what)
+              "(the reaper or an operator took it over); nothing changed", email_id, what)
+
+
+def _pre_send_stop(conn, row: dict[str, Any], guard: dict[str, Any], summary: BatchSummary,
+                   who: str, address: str) -> bool:
+    """The pre-send checks: end the row without a handoff when its recipient is suppressed (the
+    one suppression function) or, for a campaign step, its enrolment is no longer active (a stop
+    or a reply after the claim: outreach.stop_enrollment cancels only rows still 'queued').
+    Return whether the row ended here. The handoff stamp asks both again (email_touch_claim)."""
+    if is_suppressed(conn, address, row.get("message_class", "marketing")):
+        if _guarded(conn, "email_mark_suppressed", guard, summary, "mark suppressed"):
+            summary.suppressed += 1
+            log.info("%s: suppressed before the handoff; not sent", who)
+        return True
+    if row.get("message_class", "marketing") == "marketing":
+        stopped = db.one(conn, "email_cancel_stopped", guard)
+        if stopped:
+            summary.cancelled += 1
+            log.info("%s: enrolment %s before the handoff; cancelled, not sent", who,
+                     stopped["enrollment_status"])
+            return True
     return False
 
 
@@ -666,26 +692,34 @@ def _retry(conn, row: dict[str, Any], settings: Settings, summary: BatchSummary,
                     res[0]["attempts"], reason, res[0]["scheduled_for"])
 
 
+def _fail_render(conn, row: dict[str, Any], guard: dict[str, Any], summary: BatchSummary,
+                 who: str, reason: str) -> None:
+    """The message for this row cannot be built (stage RENDER): it fails, nothing handed over."""
+    if _guarded(conn, "email_mark_failed",
+                {**guard, "failure_kind": "render", "error": f"RENDER {reason}"}, summary, "fail"):
+        summary.failed += 1
+        summary.failures.append(f"email {row['id']}: RENDER {reason}")
+        log.error("%s failed at stage RENDER: %s", who, reason)
+
+
 def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Settings,
               summary: BatchSummary, now: dt.datetime | None, keys: _KeyCache,
               progress: _Progress) -> None:
     guard = {"email_id": row["id"], "claim_token": row["claim_token"]}
     who = describe(row)
-    # Pre-send check: the one suppression function, right before the handoff.
-    if is_suppressed(conn, row["email"], row.get("message_class", "marketing")):
-        if _guarded(conn, "email_mark_suppressed", guard, summary, "mark suppressed"):
-            summary.suppressed += 1
-            log.info("%s: suppressed before the handoff; not sent", who)
+    # The recipient in the form suppressions are stored in. A row enqueued through SQL holds only
+    # the SQL normaliser's form, which cannot apply the IDNA mapping RCPT TO gets (ascii_domain):
+    # "x@ｅxample.com" goes to x@example.com and is checked as that. An address the one
+    # normaliser refuses (a soft hyphen the transport would drop) is not sent at all.
+    try:
+        address = normalize_address(row["email"])
+    except EmailNotValidError as exc:
+        _fail_render(conn, row, guard, summary, who, f"recipient address: {exc}")
         return
-    # ... and the enrolment: a lead stopped (an operator, a reply) after this row was claimed
-    # gets nothing more (outreach.stop_enrollment cancels only rows still 'queued').
-    if row.get("message_class", "marketing") == "marketing":
-        stopped = db.one(conn, "email_cancel_stopped", guard)
-        if stopped:
-            summary.cancelled += 1
-            log.info("%s: enrolment %s before the handoff; cancelled, not sent", who,
-                     stopped["enrollment_status"])
-            return
+    # Pre-send checks (suppression, enrolment) before the work of building the message; the
+    # handoff stamp below decides them again, atomically with taking the row for the handoff.
+    if _pre_send_stop(conn, row, guard, summary, who, address):
+        return
     clock = now or dt.datetime.now(dt.timezone.utc)
     thread = thread_of(conn, row)  # outside the try: a database error is not this row's RENDER
     try:
@@ -698,11 +732,7 @@ def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Setting
         raise _SessionFailed("SIGN", row.get("dkim_key_conn_id") or "", str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - RenderError, MessageError or a bug for this row only
         reason = str(exc) if isinstance(exc, (RenderError, MessageError)) else f"{type(exc).__name__}: {exc}"
-        if _guarded(conn, "email_mark_failed",
-                    {**guard, "failure_kind": "render", "error": f"RENDER {reason}"}, summary, "fail"):
-            summary.failed += 1
-            summary.failures.append(f"email {row['id']}: RENDER {reason}")
-            log.error("%s failed at stage RENDER: %s", who, reason)
+        _fail_render(conn, row, guard, summary, who, reason)
         return
     # Connect (or keep the session) first: a refused connection or a failed login is the
     # mailbox's failure, before any handoff of this row; the batch is released (see
@@ -716,7 +746,12 @@ def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Setting
     # the row meanwhile, it is not ours to send. From the stamp on, the reaper fails the row as
     # unconfirmed; without it, the reaper puts it back in the queue. The reaper measures the
     # claim's age from here, so only a handoff that itself outlasts the threshold can be reaped.
-    if not _guarded(conn, "email_touch_claim", {**guard, "now": now}, summary, "hand off"):
+    # The stamp matches only while the address is not suppressed and the enrolment is active: an
+    # opt-out or a stop committed since the checks above (during the connect, the build) ends
+    # the row here instead of after its handoff.
+    if not db.run(conn, "email_touch_claim", {**guard, "now": now, "address": address}):
+        if not _pre_send_stop(conn, row, guard, summary, who, address):
+            _lost_claim(summary, row["id"], "hand off")
         return
     failpoints.hit("after_handoff_stamp")
     def body_going_out() -> None:

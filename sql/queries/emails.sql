@@ -425,12 +425,23 @@ SELECT id, address, status FROM outreach.mailboxes WHERE id = %(mailbox_id)s;
 -- is already connected): proves the row is still ours (status and claim token), records that it
 -- is being handed over (handed_over_at: from now on the reaper treats it as possibly sent), and
 -- restarts the reaper's clock, so the reaper threshold only has to outlast one handoff (see
--- outreach.settings). No row back: someone took it; do not send.
+-- outreach.settings). The stamp is also where the pre-send checks are decided: it matches only
+-- while the recipient is not suppressed and (marketing) the enrolment is still active, so an
+-- opt-out or a stop that commits after the sender's first look (while the SMTP session was being
+-- opened, the message built) is still seen; one that commits after the stamp meets a handoff
+-- already under way. %(address)s: the recipient in the Python normal form
+-- (outreach.addresses.normalize_address; the SQL normaliser cannot map IDNA spellings).
+-- No row back: an opt-out, a stop, or someone took the row; the sender looks which, and does not
+-- send.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 UPDATE outreach.emails e
 SET claimed_at = n.now, handed_over_at = n.now, updated_at = now()
 FROM n
 WHERE e.id = %(email_id)s AND e.status = 'sending' AND e.claim_token = %(claim_token)s
+  AND NOT outreach.is_suppressed(%(address)s, e.message_class::text)
+  AND NOT EXISTS (SELECT 1 FROM outreach.enrollments en
+                  WHERE en.campaign_id = e.campaign_id AND en.lead_id = e.lead_id
+                    AND en.status <> 'active')
 RETURNING e.id;
 
 -- name: email_record_late_accept
