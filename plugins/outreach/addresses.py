@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from email_validator import EmailNotValidError, validate_email
 
-__all__ = ["EmailNotValidError", "normalize_address"]
+__all__ = ["EmailNotValidError", "normal_form", "normalize_address"]
 
 
 def normalize_address(raw: str) -> str:
@@ -30,3 +30,18 @@ def normalize_address(raw: str) -> str:
     :raises EmailNotValidError: the address is not valid (the message says why).
     """
     return validate_email(raw.strip(), check_deliverability=False).normalized.lower()
+
+
+def normal_form(address: str) -> str:
+    """Return :func:`normalize_address` of ``address``, or ``address`` unchanged when that
+    refuses it: the form to look up an address that came from somewhere that did not normalise
+    it, such as inbound mail (a DSN names the recipient as RCPT TO had it, its domain
+    IDNA-encoded: ``jo@xn--bcher-kva.example`` is the lead ``jo@bücher.example``).
+
+    :param address: an address as another system wrote it (``""`` stays ``""``).
+    :returns: the normal form, or ``address`` itself when it is not a valid address.
+    """
+    try:
+        return normalize_address(address)
+    except EmailNotValidError:
+        return address

@@ -45,6 +45,7 @@ from typing import Any
 import psycopg
 
 from outreach import db, failpoints
+from outreach.addresses import normal_form
 from outreach.imap import ImapAccount, ImapError, ImapSession
 from outreach.inbound import Classified, Inbound, classify
 from outreach.logutil import log, mask, mask_addresses
@@ -243,13 +244,14 @@ def _match(conn, target: dict[str, Any], inbound: Inbound, verdict: Classified,
             return _Match({"id": email_id}, None, how="unsubscribe token")
     if verdict.kind in ("hard_bounce", "soft_bounce", "complaint"):
         for address in verdict.addresses:
+            # Leads are stored in the normal form; a DSN names RCPT TO (the domain in ACE).
             e = db.one(conn, "email_latest_sent_to",
-                       {"address": address, "mailbox_id": target["mailbox_id"]})
+                       {"address": normal_form(address), "mailbox_id": target["mailbox_id"]})
             if e is not None:
                 return _Match(e, e["lead_id"], how=f"latest email sent to {mask(address)}")
         return _Match()
     if inbound.from_address:
-        lead = db.one(conn, "lead_by_address", {"address": inbound.from_address})
+        lead = db.one(conn, "lead_by_address", {"address": normal_form(inbound.from_address)})
         if lead is not None:
             enrollments = db.run(conn, "enrollment_active_for_lead", {
                 "lead_id": lead["id"], "campaign_id": None, "mailbox_id": target["mailbox_id"]})
