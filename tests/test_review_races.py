@@ -6,6 +6,7 @@ server."""
 from __future__ import annotations
 
 import subprocess
+import uuid
 
 import invariants
 from flow import cli_env, import_demo, outreach_cmd, rows
@@ -114,4 +115,29 @@ def test_a_bounce_naming_the_ace_form_of_an_idn_lead_suppresses_it(db_url, tmp_p
     assert anna.hard_bounce == 1, anna.line()
     assert rows(db_url, "SELECT value, reason FROM outreach.suppressions") == [
         {"value": lead, "reason": "bounced"}]
+    assert next_step_recipients(db_url, settings, sink) == {"keep@quiet.example"}
+
+
+def test_a_nul_in_an_inbound_header_does_not_block_the_inbox(db_url, tmp_path, sink, settings,
+                                                             imap_accounts):
+    """PostgreSQL text cannot hold NUL. A stranger's mail whose Subject is an encoded word
+    decoding to NUL failed the whole read at the same UID on every run (nothing after it —
+    unsubscribes, replies, bounces — was ever processed): a poison message anyone can send."""
+    from inboxflow import ANNA, IMAP_CONN_IDS, mail, next_step_recipients, read_all, sent_campaign
+
+    for conn_id in IMAP_CONN_IDS:
+        imap_accounts.add(conn_id)
+    sent_campaign(db_url, tmp_path, settings, ["u@firstline.example", "keep@quiet.example"])
+    imap_accounts.append("outreach_imap_anna", mail("x@stranger.example", "=?utf-8?q?hi=00there?=",
+                                                    "hello", to=ANNA))
+    # A Message-ID beyond what a btree index entry can hold (random: no compression helps).
+    long_id = "<" + "".join(uuid.uuid4().hex for _ in range(200)) + "@stranger.example>"
+    imap_accounts.append("outreach_imap_anna", mail("y@stranger.example", "hello", "hello",
+                                                    to=ANNA, message_id=long_id))
+    imap_accounts.append("outreach_imap_anna", mail("u@firstline.example", "Re: hi",
+                                                    "Unsubscribe\n", to=ANNA))
+    (anna,) = [s for s in read_all(db_url, settings.unsubscribe_secret) if s.fetched]
+    assert (anna.fetched, anna.unmatched, anna.unsubscribe) == (3, 2, 1), anna.line()
+    assert rows(db_url, "SELECT value, reason FROM outreach.suppressions") == [
+        {"value": "u@firstline.example", "reason": "unsubscribed"}]
     assert next_step_recipients(db_url, settings, sink) == {"keep@quiet.example"}

@@ -66,7 +66,8 @@ _TAG = re.compile(r"<[^>]*>")
 @dataclass(frozen=True)
 class Inbound:
     """What the reader needs of one message: ``message_id`` (without <>, lower-case; or
-    ``sha256:<hex>`` when the message has none), ``from_address`` (lower-case, '' when none),
+    ``sha256:<hex>`` when the message has none, or one longer than :data:`MAX_MESSAGE_ID`),
+    ``from_address`` (lower-case, '' when none),
     ``recipients`` (To, Cc, Delivered-To, X-Original-To; lower-case), ``subject`` (≤ 200
     characters), ``references`` (In-Reply-To first, then References newest first; lower-case),
     ``in_reply_to`` (those of In-Reply-To alone) and ``first_line`` (the first non-empty,
@@ -98,6 +99,10 @@ class Classified:
     extra: dict = field(default_factory=dict)
 
 
+MAX_MESSAGE_ID = 998
+"""Bytes of a Message-ID kept as it is; a longer one is stored as ``sha256:<hex>`` of itself."""
+
+
 def _addr(value: str | None) -> str:
     return parseaddr(value or "")[1].strip().lower()
 
@@ -113,6 +118,11 @@ def parse(raw: bytes) -> tuple[Inbound, Message, Message]:
     compat = email.message_from_bytes(raw)
     mid = _ids(str(compat.get("Message-ID", "")))
     message_id = mid[0] if mid else "sha256:" + hashlib.sha256(raw).hexdigest()
+    if len(message_id.encode("utf-8", "surrogatepass")) > MAX_MESSAGE_ID:
+        # Longer than any real one (RFC 5322 §2.1.1 lines are at most 998 characters) and than
+        # a btree index entry holds (about 2700 bytes): the UNIQUE key would fail the message's
+        # transaction on every run. Its hash identifies it as well.
+        message_id = "sha256:" + hashlib.sha256(message_id.encode("utf-8", "surrogatepass")).hexdigest()
     in_reply_to = _ids(str(compat.get("In-Reply-To", "")))
     refs = in_reply_to + list(reversed(_ids(str(compat.get("References", "")))))
     seen: set[str] = set()

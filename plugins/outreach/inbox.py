@@ -37,6 +37,7 @@ Effects (the classes and their order: :mod:`outreach.inbound`):
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -194,7 +195,7 @@ def _process(conn: psycopg.Connection, target: dict[str, Any], uidvalidity: int,
              raw: bytes, received: dt.datetime | None, secret: str | None) -> str:
     """Classify, record and apply one message in one transaction; return the summary field it
     counts toward (a class, or ``already_seen``). A deadlock with a concurrent reader is retried."""
-    inbound, verdict = classify(raw)
+    inbound, verdict = (_without_nul(v) for v in classify(raw))
     for attempt in range(3):
         try:
             with conn.transaction():
@@ -207,6 +208,25 @@ def _process(conn: psycopg.Connection, target: dict[str, Any], uidvalidity: int,
             if attempt == 2:
                 raise
     raise AssertionError("unreachable")
+
+
+def _text_without_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, tuple):
+        return tuple(_text_without_nul(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _text_without_nul(v) for k, v in value.items()}
+    return value
+
+
+def _without_nul(parsed: Any) -> Any:
+    """Return the :class:`Inbound` or :class:`Classified` with every NUL character removed from
+    its text: PostgreSQL text cannot hold one, and a header decoding to NUL (an encoded word
+    ``=00``, which anyone can send) would fail this message's transaction on every run — the
+    account's read stuck at that UID, every later reply and unsubscribe never processed."""
+    return dataclasses.replace(parsed, **{f.name: _text_without_nul(getattr(parsed, f.name))
+                                          for f in dataclasses.fields(parsed)})
 
 
 @dataclass
