@@ -8,56 +8,33 @@
 -- enrolled (plus its delay), step n once step n-1 was sent delay_days ago. ON CONFLICT on
 -- (lead, step) makes a second run, or a concurrent one, insert nothing. Suppressed addresses are
 -- skipped by the one suppression function. scheduled_for is the next open slot of the campaign's
--- send window in the lead's time zone (falling back to the campaign's), computed once per
--- (campaign, time zone) among the candidates (slot), not once per email: a million leads share a
--- few dozen zones, and next_send_slot is a PL/pgSQL loop. Returns one row per mailbox with how
--- many were queued (never one row per email).
+-- send window in the lead's time zone (falling back to the campaign's). Returns one row per
+-- mailbox with how many were queued (never one row per email).
 -- Run it after planner_bulk_joins (see there): planned with nested loops on a fresh database,
 -- the NOT EXISTS rescans outreach.emails once per candidate while the same statement fills it.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-cand AS MATERIALIZED (
-SELECT x.lead_id, x.step_id, x.campaign_id, x.mailbox_id, x.tz
-FROM (
-    SELECT en.lead_id, st.id AS step_id, c.id AS campaign_id, en.mailbox_id,
-           coalesce(l.timezone, c.timezone) AS tz, l AS lead, st.requires
-    FROM n
-    CROSS JOIN outreach.enrollments en
-    JOIN outreach.campaigns c ON c.id = en.campaign_id
-    JOIN outreach.leads l ON l.id = en.lead_id
-    JOIN outreach.sequence_steps st ON st.campaign_id = c.id
-    LEFT JOIN outreach.sequence_steps prev
-           ON prev.campaign_id = c.id AND prev.position = st.position - 1
-    LEFT JOIN outreach.emails pe ON pe.lead_id = en.lead_id AND pe.step_id = prev.id
-    WHERE en.status = 'active' AND c.status = 'active'
-      AND (%(campaign_key)s::text IS NULL OR c.key = %(campaign_key)s::text)
-      AND (st.position = 1 OR pe.status = 'sent')
-      AND CASE WHEN st.position = 1 THEN en.enrolled_at ELSE pe.sent_at END
-          + st.delay_days * interval '1 day' <= n.now
-      AND NOT EXISTS (SELECT 1 FROM outreach.emails e
-                      WHERE e.lead_id = en.lead_id AND e.step_id = st.id)
-    -- OFFSET 0 keeps the two function calls below out of the joins: pushed down, each ran once
-    -- per lead and step before the step's own conditions dropped most pairs.
-    OFFSET 0
-) x
-WHERE NOT outreach.is_suppressed((x.lead).email)
-  -- A lead lacking a field the step requires is not queued for it (report_missing_fields counts them).
-  AND (x.requires = '{}' OR outreach.lead_missing_fields(x.lead, x.requires) = '{}')
-),
-slot AS (
-SELECT k.campaign_id, k.tz,
-       outreach.next_send_slot(n.now, k.tz, c.send_days, c.window_start, c.window_end) AS at
-FROM (SELECT DISTINCT campaign_id, tz FROM cand) k
-JOIN outreach.campaigns c ON c.id = k.campaign_id
-CROSS JOIN n
-),
 ins AS (
 INSERT INTO outreach.emails (lead_id, step_id, campaign_id, mailbox_id, scheduled_for)
--- The slot is looked up per row (a scan of the few slot rows), not joined: a hash join may
--- take the candidates as its build side and insert them in hash order, while the ids must keep
--- the candidates' order (leads in enrolment order; the claim goes by scheduled_for, id).
-SELECT cand.lead_id, cand.step_id, cand.campaign_id, cand.mailbox_id,
-       (SELECT slot.at FROM slot WHERE slot.campaign_id = cand.campaign_id AND slot.tz = cand.tz)
-FROM cand
+SELECT en.lead_id, st.id, c.id, en.mailbox_id,
+       outreach.next_send_slot(n.now, coalesce(l.timezone, c.timezone), c.send_days,
+                               c.window_start, c.window_end)
+FROM n
+CROSS JOIN outreach.enrollments en
+JOIN outreach.campaigns c ON c.id = en.campaign_id
+JOIN outreach.leads l ON l.id = en.lead_id
+JOIN outreach.sequence_steps st ON st.campaign_id = c.id
+LEFT JOIN outreach.sequence_steps prev
+       ON prev.campaign_id = c.id AND prev.position = st.position - 1
+LEFT JOIN outreach.emails pe ON pe.lead_id = en.lead_id AND pe.step_id = prev.id
+WHERE en.status = 'active' AND c.status = 'active'
+  AND (%(campaign_key)s::text IS NULL OR c.key = %(campaign_key)s::text)
+  AND (st.position = 1 OR pe.status = 'sent')
+  AND CASE WHEN st.position = 1 THEN en.enrolled_at ELSE pe.sent_at END
+      + st.delay_days * interval '1 day' <= n.now
+  AND NOT EXISTS (SELECT 1 FROM outreach.emails e WHERE e.lead_id = en.lead_id AND e.step_id = st.id)
+  AND NOT outreach.is_suppressed(l.email)
+  -- A lead lacking a field the step requires is not queued for it (report_missing_fields counts them).
+  AND (st.requires = '{}' OR outreach.lead_missing_fields(l, st.requires) = '{}')
 ON CONFLICT ON CONSTRAINT outreach_emails_lead_step_key DO NOTHING
 RETURNING mailbox_id
 )
