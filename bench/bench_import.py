@@ -174,15 +174,16 @@ def _why_import(ratio: float, seconds: float, leads: int, peak: float, small: fl
         parts.append(
             f"{leads / seconds:,.0f} rows/s, {ratio:.1f}× COPY ({seconds / leads * 1e6:.0f} µs "
             "per row in all). The file is streamed into one COPY of a stage table; each row's "
-            "checks (email-validator, about 33 µs an address, names, time zone) run in one "
-            "process per CPU (`outreach.leads.import_workers`), so on 2 cores shared with the "
-            "COPY and the reader they are at best halved; then set-based statements find in-file "
+            "checks (email-validator, about 33 µs an address, names, time zone) run in this "
+            "process on fewer than 4 CPUs: in worker processes (`outreach.leads.import_workers`) "
+            "they measured no faster on 2 cores (60,000 rows: 10–12 s against 8.5–9 s), since the "
+            "reader, the COPY and PostgreSQL share them; then set-based statements find in-file "
             "duplicates, ask outreach.is_suppressed() per address, upsert the leads and insert "
             "the enrolments. `EXPLAIN ANALYZE` of the enrolment insert (20,000 rows, "
             "2026-12-01): its three foreign-key checks per row are 56 % of it; the stage table "
             "is now analysed, so the enrolment and upsert join by hash instead of one index "
-            "probe per row. Closing the rest: more cores for the checks, and fewer foreign keys "
-            "on the enrolment (a schema change)")
+            "probe per row. Closing the rest: 4 or more cores (the checks then run in parallel), "
+            "and fewer foreign keys on the enrolment (a schema change)")
     if grows:
         parts.append(
             f"memory grows with the file ({small:.0f} MiB for ⅒ of it, {peak:.0f} MiB for all): "
