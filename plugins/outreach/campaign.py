@@ -219,6 +219,9 @@ class Mailbox(_Model):
 
     address: str
     name: str = ""
+    label: str = Field(default="", max_length=80, pattern=r"^[^\x00-\x1f\x7f]*$")
+    """What operators call the mailbox ("anna — sales"): shown in logs, task labels and the
+    campaign page instead of the address (logs never carry a full address)."""
     smtp_conn_id: str = Field(pattern=r"^[A-Za-z0-9_\-]+$")
     timezone: TimeZone = "UTC"
     daily_cap: int = Field(default=50, gt=0, le=100_000)
@@ -359,7 +362,7 @@ def upsert_mailbox(conn: Any, m: Mailbox) -> int:
     if m.transactional:
         db.run(conn, "mailbox_clear_transactional", {"address": m.address.lower()})
     return db.one(conn, "mailbox_upsert", {
-        "address": m.address.lower(), "display_name": m.name, "smtp_conn_id": m.smtp_conn_id,
+        "address": m.address.lower(), "display_name": m.name, "label": m.label, "smtp_conn_id": m.smtp_conn_id,
         "timezone": m.timezone, "daily_cap": m.daily_cap, "warmup_start": m.warmup_start,
         "warmup_initial": m.warmup_initial, "warmup_days": m.warmup_days,
         "warmup_increment": m.warmup_increment, "dkim_selector": m.dkim_selector,

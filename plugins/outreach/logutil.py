@@ -28,3 +28,10 @@ def mask_addresses(text: str) -> str:
     """Mask every address found in free text (an SMTP reply often quotes the recipient):
     ``"550 <jane@acme.com> unknown"`` → ``"550 <j***@acme.com> unknown"``."""
     return _ADDRESS.sub(lambda m: f"{m.group(1)[:1]}***@{m.group(2)}", text)
+
+
+def mailbox_name(label: str | None, display_name: str | None = None,
+                 address: str | None = None) -> str:
+    """Return how logs and the UI name a mailbox: its ``label`` from the mailbox file ("anna —
+    sales"), else its display name, else its masked address — never the full address."""
+    return (label or "").strip() or (display_name or "").strip() or mask(address)

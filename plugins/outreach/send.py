@@ -25,7 +25,7 @@ import psycopg
 from outreach import db, failpoints
 from outreach.addresses import EmailNotValidError, normalize_address
 from outreach.feedback import feedback_id
-from outreach.logutil import log, mask
+from outreach.logutil import log, mailbox_name, mask
 from outreach.message import (Envelope, MessageError, ascii_domain, build_message, envelope_address,
                               message_id_for, to_wire)
 from outreach.render import RenderError, render
@@ -47,7 +47,7 @@ class BatchSummary:
     """What one batch did, for the one summary line per batch and for XCom."""
 
     mailbox_id: int
-    mailbox: str  # masked
+    mailbox: str  # its label (outreach.logutil.mailbox_name), never the address
     claimed: int = 0
     sent: int = 0
     retried: int = 0
@@ -510,7 +510,8 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
         # 'sending' for the reaper unless the database itself is gone.
         try:
             mailbox = db.one(conn, "mailbox_by_id", {"mailbox_id": mailbox_id})
-            summary.mailbox = mask(mailbox["address"] if mailbox else "")
+            summary.mailbox = (mailbox_name(mailbox["label"], mailbox["display_name"],
+                                            mailbox["address"]) if mailbox else "")
             if rows:
                 session = SmtpSession(lambda: connector(rows[0]["smtp_conn_id"]), settings.smtp_timeout)
                 keys = _KeyCache(dkim_keys)

@@ -8,16 +8,16 @@ RETURNING id;
 
 -- name: mailbox_upsert
 -- Create or update a mailbox from the mailbox file; its pause status is never touched here.
-INSERT INTO outreach.mailboxes AS m (address, display_name, smtp_conn_id, timezone, daily_cap,
+INSERT INTO outreach.mailboxes AS m (address, display_name, label, smtp_conn_id, timezone, daily_cap,
                                      warmup_start, warmup_initial, warmup_days, warmup_increment,
                                      dkim_selector, dkim_key_conn_id, transactional, imap_conn_id,
                                      unsubscribe_imap_conn_id)
-VALUES (%(address)s, %(display_name)s, %(smtp_conn_id)s, %(timezone)s, %(daily_cap)s,
+VALUES (%(address)s, %(display_name)s, %(label)s, %(smtp_conn_id)s, %(timezone)s, %(daily_cap)s,
         %(warmup_start)s, %(warmup_initial)s, %(warmup_days)s, %(warmup_increment)s,
         %(dkim_selector)s, %(dkim_key_conn_id)s, %(transactional)s, %(imap_conn_id)s,
         %(unsubscribe_imap_conn_id)s)
 ON CONFLICT ON CONSTRAINT outreach_mailboxes_address_key DO UPDATE
-SET display_name = excluded.display_name, smtp_conn_id = excluded.smtp_conn_id,
+SET display_name = excluded.display_name, label = excluded.label, smtp_conn_id = excluded.smtp_conn_id,
     timezone = excluded.timezone, daily_cap = excluded.daily_cap,
     warmup_start = excluded.warmup_start, warmup_initial = excluded.warmup_initial,
     warmup_days = excluded.warmup_days, warmup_increment = excluded.warmup_increment,

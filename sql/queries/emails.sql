@@ -395,7 +395,7 @@ WHERE e.id = ANY (%(ids)s::bigint[]) AND e.status = 'sending' AND e.claim_token 
 RETURNING e.id;
 
 -- name: mailbox_by_id
-SELECT id, address, status FROM outreach.mailboxes WHERE id = %(mailbox_id)s;
+SELECT id, address, status, label, display_name FROM outreach.mailboxes WHERE id = %(mailbox_id)s;
 
 -- name: email_touch_claim
 -- The handoff stamp and heartbeat, committed right before MAIL FROM of the row (the SMTP session
