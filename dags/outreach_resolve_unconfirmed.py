@@ -17,11 +17,14 @@ accepted by the server after the reaper had taken it (the reply and Message-ID a
 The first task, **evidence**, logs each selected email's Message-ID and what its mailbox's Sent
 folder says (found, with the date / not found / no IMAP account), whatever the decision.
 
-Select emails by id, or by campaign and/or mailbox. Nothing else ever moves an unconfirmed row
-(a database trigger refuses it).
+Select emails by id (one comma-separated text: `288, 290`), or by campaign and/or mailbox. There is
+no default decision. Ids that are not unconfirmed fail the run with their list, and so does a run
+that resolved nothing. Nothing else ever moves an unconfirmed row (a database trigger refuses it).
+For one run's new unconfirmed emails, the Required Action of `outreach_unconfirmed_review` is
+simpler; this DAG is for bulk decisions.
 
-**Clearing either task is safe** (`evidence` only reads): each change is guarded by "still unconfirmed", so a second run
-resolves nothing twice.
+**Clearing either task is safe** (`evidence` only reads): each change is guarded by "still
+unconfirmed", so a second run resolves nothing twice (and fails, saying so).
 """
 
 from __future__ import annotations
@@ -36,14 +39,17 @@ from outreach import airflow_adapter
     doc_md=__doc__,
     **airflow_adapter.dag_kwargs(operator=True),
     params={
-        "decision": Param("was_sent", type="string",
+        "decision": Param(type="string",
                           enum=["was_sent", "not_sent", "was_sent_if_found"], title="Decision",
                           values_display={"was_sent": "It was sent (found in Sent Items)",
                                           "not_sent": "It was not sent: requeue it",
                                           "was_sent_if_found": "Was sent where found in the "
-                                                               "Sent folder (the rest stays)"}),
-        "email_ids": Param([], type="array", items={"type": "integer"}, title="Email ids",
-                           description="Leave empty to select by campaign and/or mailbox."),
+                                                               "Sent folder (the rest stays)"},
+                          description="No default: choose after checking Sent Items."),
+        "email_ids": Param("", type="string", title="Email ids",
+                           pattern=r"^[\s,]*([0-9]+[\s,]*)*$",
+                           description="Comma-separated, e.g. 288, 290. Leave empty to select "
+                                       "by campaign and/or mailbox."),
         "campaign_key": Param(None, type=["null", "string"], title="Campaign key"),
         "mailbox": Param(None, type=["null", "string"], title="Mailbox address or id",
                          examples=airflow_adapter.mailbox_addresses()),
@@ -56,12 +62,13 @@ def outreach_resolve_unconfirmed():
     @task
     def evidence() -> list:
         p = get_current_context()["params"]
-        return airflow_adapter.evidence_task(p["email_ids"] or None, p["campaign_key"], p["mailbox"])
+        return airflow_adapter.evidence_task(p["email_ids"],
+                                             p["campaign_key"], p["mailbox"])
 
     @task
     def resolve() -> dict:
         p = get_current_context()["params"]
-        return airflow_adapter.resolve_task(p["decision"], p["resolved_by"], p["email_ids"] or None,
+        return airflow_adapter.resolve_task(p["decision"], p["resolved_by"], p["email_ids"],
                                             p["campaign_key"], p["mailbox"], p["note"])
 
     evidence() >> resolve()

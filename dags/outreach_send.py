@@ -1,29 +1,40 @@
 """
 ### outreach_send
 
-Sends queued emails: preflight → plan → one mapped **send_batch** per batch → summary.
+Sends queued emails: preflight → plan → one mapped **send_batch** per batch → summary, and
+**flag_unconfirmed**.
 
 * **preflight** checks each active mailbox's sending domain in DNS (SPF, DKIM, DMARC, alignment,
   MX, PTR; see `outreach preflight`). `OUTREACH_PREFLIGHT` decides what a FAIL does: `warn`
   (default) logs it, `block` keeps that domain's mailboxes out of this run's plan, `off` skips the
-  checks.
+  checks. A FAIL raises an alert (once per domain and day).
 * **plan** takes back stale `sending` rows (unconfirmed if their handoff was stamped, else back
   in the queue), then gives each active mailbox its work for this run — what it may still send
   today (daily cap, warm-up), the day spread evenly over today's full send window and never more
   than its steady rate a run (pacing, `OUTREACH_SEND_INTERVAL_MINUTES`, 10 like this schedule;
   the rule: `mailbox_remaining_today` in sql/queries/emails.sql) — and splits it over at most
   `OUTREACH_SEND_PARALLELISM` (4) batches
-  of at most `OUTREACH_BATCH_SIZE` rows, each across mailboxes.
+  of at most `OUTREACH_BATCH_SIZE` rows, each across mailboxes. A mailbox blocked by the
+  preflight that had rows due gets a batch of its own that **fails** with what to fix. Nothing
+  due: `send_batch` is skipped (the plan's log says why).
 * **send_batch** claims its own rows mailbox by mailbox (the mailbox's lock, its remaining quota
   and run share, then `FOR UPDATE SKIP LOCKED` with a fresh claim token), re-checks suppression
   right before the handoff, sends over one SMTP session per mailbox and commits each row's
   outcome right after its handoff. It logs one summary line per mailbox. Paused mailboxes are
   never claimed. Each runs in the Airflow pool `outreach_smtp` (one slot = one SMTP session at a
-  time), whose size bounds concurrent SMTP sessions across every worker. **A red `send_batch`** whose log says `MailboxUnreachable` is a mailbox whose SMTP
-  connection, login or DKIM key failed before any of its rows was handed over (the line names
-  the Airflow connection and the reply): its rows are back in the queue with no attempt counted,
-  the batch's other mailboxes were sent. Fix the connection; the next run (or clearing) sends.
-* **summary** adds up the batches.
+  time), whose size bounds concurrent SMTP sessions across every worker. Its label says what it
+  did, per mailbox by name (`anna — sales: sent 12, unconfirmed 1`). It **fails** when rows were
+  left unconfirmed (they need a person) or a mailbox could not be reached: a red `send_batch`
+  whose log says `MailboxUnreachable` is a mailbox whose SMTP connection, login or DKIM key
+  failed before any of its rows was handed over (the line names the Airflow connection and the
+  reply): its rows are back in the queue with no attempt counted, the batch's other mailboxes
+  were sent. Fix the connection; the next run (or clearing) sends. Any failed task raises one
+  alert for the run.
+* **summary** reads what the run did from the ledger (every row its tasks claimed, cleared tries
+  included) and fails when a send task failed.
+* **flag_unconfirmed** alerts once about unconfirmed emails never alerted before and then
+  updates the asset that opens a Required Action for them (`outreach_unconfirmed_review`);
+  skipped when there are none.
 
 **Clearing is safe.** A cleared or retried `send_batch` claims fresh rows or none: what its
 earlier try sent is `sent`, and rows it left `sending` (a killed worker) go to the reaper: the row
@@ -41,7 +52,8 @@ from outreach import airflow_adapter
 @dag(
     dag_id="outreach_send",
     doc_md=__doc__,
-    **airflow_adapter.dag_kwargs(schedule="*/10 * * * *", retries=2, max_active_runs=2),
+    **airflow_adapter.dag_kwargs(schedule="*/10 * * * *", retries=2, max_active_runs=2,
+                                 on_failure_callback=airflow_adapter.RunFailedNotifier()),
 )
 def outreach_send():
     @task
@@ -54,17 +66,22 @@ def outreach_send():
 
     @task(map_index_template="{{ batch_label }}", pool=airflow_adapter.SMTP_POOL)
     def send_batch(batch: dict) -> dict:
-        ctx = get_current_context()
-        ctx["batch_label"] = batch["label"]
-        ti = ctx["ti"]
-        worker = f"{ti.dag_id}/{ti.run_id}/{ti.task_id}[{ti.map_index}]#try{ti.try_number}"
-        return airflow_adapter.send_task(batch, worker)
+        # The task's own context (not a copy): the label set in it is what the UI shows.
+        return airflow_adapter.send_task(batch, get_current_context())
 
-    @task(trigger_rule=TriggerRule.NONE_FAILED)
-    def summary(results) -> dict:
-        return airflow_adapter.summary_task(list(results) if results is not None else [])
+    @task(trigger_rule=TriggerRule.ALL_DONE)
+    def summary(batches, results, **context) -> dict:
+        return airflow_adapter.summary_task(list(batches or []), list(results or []),
+                                            context["dag"].dag_id, context["run_id"])
 
-    summary(send_batch.expand(batch=plan(preflight())))
+    @task(trigger_rule=TriggerRule.ALL_DONE, outlets=[airflow_adapter.unconfirmed_asset()])
+    def flag_unconfirmed() -> dict:
+        return airflow_adapter.flag_unconfirmed_task()
+
+    batches = plan(preflight())
+    sent = send_batch.expand(batch=batches)
+    summary(batches, sent)
+    sent >> flag_unconfirmed()
 
 
 outreach_send()

@@ -84,7 +84,7 @@ def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
                                    "outreach_postmaster", "outreach_transactional", "outreach_inbox",
                                    "outreach_lead_stop", "outreach_campaign_pause",
                                    "outreach_campaign_resume", "outreach_requeue",
-                                   "outreach_import_sources"}
+                                   "outreach_import_sources", "outreach_unconfirmed_review"}
     scheduled = {d: dag["schedule"] for d, dag in result["dags"].items() if dag["schedule"] is not None}
     if schedules == "on":
         assert scheduled == {"outreach_queue_due": "*/15 * * * *", "outreach_send": "*/10 * * * *",
@@ -110,7 +110,7 @@ def test_main_job_through_airflow_twice_adds_nothing(db_url, sink, migrated_airf
         totals = invariants.assert_ok(db_url, messages)
         assert len(messages) == totals.send_log == totals.sent_rows == EXPECTED_LEADS
     log = (tmp_path / "outreach_send-1.log").read_text()
-    assert "batch mailbox=1 (a***@mail.outreach-demo.example) claimed=" in log
+    assert "batch mailbox=1 (anna — sales) claimed=" in log
     assert "anna.schmidt@" not in log  # addresses are masked in task logs
     assert "test-secret-0123456789" not in log
 
@@ -158,7 +158,7 @@ def test_operator_resolves_unconfirmed_emails_through_the_dag(db_url, sink, migr
     later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31)
     assert sorted(reap(db_url, dt.timedelta(minutes=30), now=later).unconfirmed) == sorted(held)
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
-    conf = {"decision": "not_sent", "email_ids": held[:2], "resolved_by": "Dana (ops)",
+    conf = {"decision": "not_sent", "email_ids": f"{held[0]}, {held[1]}", "resolved_by": "Dana (ops)",
             "note": "not in Sent Items", "campaign_key": None, "mailbox": None}
     result = run_dag(env, "outreach_resolve_unconfirmed", tmp_path / "resolve.log", conf=conf)
     assert result.ok, result.log.read_text()[-4000:]

@@ -171,11 +171,12 @@ def optional_unsubscribe_secret() -> str | None:
 
 # --- DAG definitions ---------------------------------------------------------------------------
 
-def dag_kwargs(*, schedule: str | None = None, retries: int = 1, operator: bool = False,
-               **extra: Any) -> dict[str, Any]:
+def dag_kwargs(*, schedule: Any = None, retries: int = 1, operator: bool = False,
+               on_failure_callback: Any = None, **extra: Any) -> dict[str, Any]:
     """Return the ``@dag`` arguments every outreach DAG shares: ``schedule`` (cron or ``None`` for
     manual DAGs), a fixed start date (UTC), no catch-up, tag ``outreach`` (and ``operator`` for
-    operator actions), owner ``outreach`` and ``retries`` per task; ``extra`` is passed through.
+    operator actions), owner ``outreach``, ``retries`` and ``on_failure_callback`` (after the last
+    retry; e.g. :class:`RunFailedNotifier`) per task; ``extra`` is passed through.
 
     ``OUTREACH_SCHEDULES=off`` in the environment of the DAG processor turns every schedule off:
     DAGs then run only when triggered (a staging deployment, a maintenance window, tests that
@@ -190,9 +191,12 @@ def dag_kwargs(*, schedule: str | None = None, retries: int = 1, operator: bool 
     from outreach.settings import ScheduleSettings
 
     switch = ScheduleSettings().schedules
+    default_args: dict[str, Any] = {"owner": "outreach", "retries": retries}
+    if on_failure_callback is not None:
+        default_args["on_failure_callback"] = on_failure_callback
     return {"schedule": schedule if switch == "on" else None, "start_date": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
             "catchup": False, "tags": ["outreach"] + (["operator"] if operator else []),
-            "default_args": {"owner": "outreach", "retries": retries}, **extra}
+            "default_args": default_args, **extra}
 
 
 # --- trigger-form choices (files only: DAG parsing never touches the database) ---------------
@@ -266,10 +270,28 @@ def import_task(campaign_file: str, mailbox_file: str, leads_file: str,
     (:func:`outreach.leads.import_path`): the form's text reads no other file. A progress line
     is logged every :data:`outreach.leads.PROGRESS_ROWS` rows; the summary is logged last.
 
-    :raises outreach.leads.ImportFileError: a file is outside the import folders or unusable, or
-        nothing was imported (no data rows, or every row invalid: the task fails; the run and
-        its problems are stored).
+    :raises airflow.sdk.exceptions.AirflowFailException: a file is missing, outside the import
+        folders or unusable as a whole (no email column, not UTF-8, an invalid campaign or
+        mailbox file), or nothing was imported (no data rows, or every row invalid; the run and
+        its problems are stored): the task fails without retrying (a retry reads the same
+        file), with one line naming the file and what to fix. Some bad rows never fail it: they
+        are reported and the good rows imported.
     """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from outreach.campaign import ConfigError
+    from outreach.leads import ImportFileError
+
+    try:
+        return _import(database_url(), campaign_file, mailbox_file, leads_file, suppressions_file)
+    except (ImportFileError, ConfigError, FileNotFoundError) as exc:
+        # The file as a whole is missing or unusable: a retry reads the same file, so the task
+        # fails at once with what to fix.
+        raise AirflowFailException(f"{exc} (fix the file or the path and trigger again)") from None
+
+
+def _import(url: str, campaign_file: str, mailbox_file: str, leads_file: str,
+            suppressions_file: str | None) -> dict[str, Any]:
     from outreach.leads import PROGRESS_ROWS, ImportFileError, import_leads, import_path, progress_line
     from outreach.paths import project_root
     from outreach.suppression import import_suppressions
@@ -279,7 +301,6 @@ def import_task(campaign_file: str, mailbox_file: str, leads_file: str,
     config = (project_root() / "include",)
     for path in (campaign_file, mailbox_file):
         import_path(path, roots=config, hint="campaign and mailbox files live in the project's include/")
-    url = database_url()
     out: dict[str, Any] = {}
     if suppressions_file:
         sup = import_suppressions(url, suppressions_file)
@@ -336,15 +357,18 @@ def preflight_task() -> dict[str, Any]:
     ``OUTREACH_SENDING_IP`` (optional) is checked for SPF and PTR; ``OUTREACH_DNS_NAMESERVER``
     (optional, ``IP[:PORT]``) replaces the system resolver.
 
+    Every FAIL raises an alert (:func:`alert_preflight`: once per domain, failing checks and
+    UTC day), in ``warn`` and ``block`` mode.
+
     :returns: ``{"mode", "blocked": [{"mailbox_id", "domain", "reason"}], "domains": {domain:
-        "PASS"|"WARN"|"FAIL"}}``.
+        "PASS"|"WARN"|"FAIL"}, "failed": {domain: [check, …]}}``.
     """
     from outreach import db
     from outreach.preflight import make_resolver, run_preflight
     from outreach.signing import SigningError, public_key_b64
 
     mode = preflight_mode()
-    out: dict[str, Any] = {"mode": mode, "blocked": [], "domains": {}}
+    out: dict[str, Any] = {"mode": mode, "blocked": [], "domains": {}, "failed": {}}
     if mode == "off":
         log.info("preflight: off (OUTREACH_PREFLIGHT=off)")
         return out
@@ -379,6 +403,7 @@ def preflight_task() -> dict[str, Any]:
                                           key=("PASS", "WARN", "FAIL").index)
         if report.failed:
             failed = ", ".join(c.name for c in report.checks if c.status == "FAIL")
+            out["failed"][t["domain"]] = [c.name for c in report.checks if c.status == "FAIL"]
             if mode == "block":
                 out["blocked"].append({"mailbox_id": t["id"], "domain": t["domain"],
                                        "reason": f"preflight FAIL: {failed}"})
@@ -387,45 +412,177 @@ def preflight_task() -> dict[str, Any]:
             else:
                 log.warning("preflight: mailbox %s (%s) sends anyway: %s failed "
                             "(OUTREACH_PREFLIGHT=warn)", t["id"], mask(t["address"]), failed)
+    if out["failed"]:
+        alert_preflight(out)
     return out
 
 
+def mailbox_names(url: str | None = None) -> dict[int, str]:
+    """Return ``{mailbox id: name}`` for logs and task labels (:func:`outreach.logutil.mailbox_name`:
+    the label from the mailbox file, never the full address)."""
+    from outreach import db
+    from outreach.logutil import mailbox_name
+
+    with db.connect(url or database_url(), autocommit=True) as conn:
+        return {r["id"]: mailbox_name(r["label"], r["display_name"], r["address"])
+                for r in db.run(conn, "mailbox_names")}
+
+
 def plan_task(checked: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Reap stale rows, then plan this run's batches (one mapped send task each), leaving out
-    mailboxes the preflight blocked (``checked["blocked"]``, see :func:`preflight_task`)."""
+    """Reap stale rows, then plan this run's batches (one mapped send task each).
+
+    Mailboxes the preflight blocked (``checked["blocked"]``, see :func:`preflight_task`) are left
+    out of the batches; each one that had rows due gets a batch of its own that sends nothing and
+    fails (see :func:`send_task`), so a blocked mailbox shows as a failed task, never as green.
+    Labels name mailboxes by their label: ``batch 1/2: anna — sales 13, ben — partnerships 12``.
+    No batch at all (nothing due) leaves ``send_batch`` skipped; the reason is logged here.
+    """
     from outreach.queue import plan_batches, reap
 
     run_settings = settings()
     url = database_url()
     reap(url, run_settings.reaper_threshold)
+    names = mailbox_names(url)
     blocked = {b["mailbox_id"]: b for b in (checked or {}).get("blocked", [])}
-    for mailbox_id, b in blocked.items():
-        log.error("plan: mailbox %s left out of this run: %s (domain %s; OUTREACH_PREFLIGHT=block)",
-                  mailbox_id, b["reason"], b["domain"])
-    batches = []
+    batches, held = [], {}
     for b in plan_batches(url, run_settings.batch_size, parallelism=run_settings.send_parallelism,
                           interval=run_settings.send_interval):
+        for mailbox_id, n in b["quotas"]:
+            if mailbox_id in blocked:
+                held[mailbox_id] = held.get(mailbox_id, 0) + n
         b["quotas"] = [q for q in b["quotas"] if q[0] not in blocked]
         if b["quotas"]:
             batches.append(b)
+    for i, b in enumerate(batches):
+        b["label"] = f"batch {i + 1}/{len(batches)}: " + ", ".join(
+            f"{names.get(m, m)} {n}" for m, n in b["quotas"])
+    for mailbox_id, n in sorted(held.items()):
+        why = blocked[mailbox_id]
+        log.error("plan: %s left out of this run (%s rows due): %s (domain %s; "
+                  "OUTREACH_PREFLIGHT=block)", names.get(mailbox_id, mailbox_id), n, why["reason"],
+                  why["domain"])
+        batches.append({"label": f"{names.get(mailbox_id, mailbox_id)}: blocked, {why['reason']}",
+                        "limit": 0, "quotas": [],
+                        "blocked": {**why, "due": n, "mailbox": names.get(mailbox_id, mailbox_id)}})
+    for mailbox_id in sorted(set(blocked) - set(held)):
+        log.warning("plan: %s blocked by the preflight (%s) but had nothing due",
+                    names.get(mailbox_id, mailbox_id), blocked[mailbox_id]["reason"])
+    if not batches:
+        log.info("plan: nothing to send this run (nothing due within today's limits, or every "
+                 "mailbox paused); send_batch is skipped")
     log.info("plan: %s batch(es): %s", len(batches), [b["label"] for b in batches])
     return batches
 
 
-def send_task(batch: dict[str, Any], worker: str) -> dict[str, Any]:
+def worker_for(dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> str:
+    """Return the ``claimed_by`` of a send task try: ``<dag id>/<run id>/<task id>[<map index>]#try<n>``.
+    Everything a run claimed starts with :func:`run_prefix` (``sql/queries/runs.sql``)."""
+    return f"{run_prefix(dag_id, run_id)}{task_id}[{map_index}]#try{try_number}"
+
+
+def run_prefix(dag_id: str, run_id: str) -> str:
+    """Return the ``claimed_by`` prefix of every row a DAG run's send tasks claimed."""
+    return f"{dag_id}/{run_id}/"
+
+
+def run_outcomes(url: str, worker_prefix: str) -> list[dict[str, Any]]:
+    """Return, per mailbox, what the rows claimed by a run (or one task try) are now: the
+    ledger, not the plan (``email_run_outcomes``)."""
+    from outreach import db
+
+    with db.connect(url, autocommit=True) as conn:
+        return db.run(conn, "email_run_outcomes", {"worker_prefix": worker_prefix})
+
+
+def _outcome_label(outcomes: list[dict[str, Any]]) -> str:
+    from outreach.logutil import mailbox_name
+
+    parts = []
+    for o in outcomes:
+        counts = [f"{k} {o[k]}" for k in ("sent", "unconfirmed", "failed", "requeued", "sending",
+                                          "suppressed") if o[k]]
+        parts.append(f"{mailbox_name(o['label'], o['display_name'], o['address'])}: "
+                     + (", ".join(counts) or "nothing"))
+    return "; ".join(parts)
+
+
+def send_task(batch: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     """Claim and send one planned batch across its mailboxes (DKIM-signed when a mailbox has a
     key); return its summary (one summary line per mailbox is logged).
+
+    The task's label (``context["batch_label"]``, its ``map_index_template``) first says what was
+    planned, then what the task did, per mailbox by name (``anna — sales: sent 12, unconfirmed 1``).
 
     :raises outreach.send.MailboxUnreachable: a mailbox's SMTP connection, login or DKIM key
         failed before any of its rows was handed over (its rows are back in the queue, attempts
         not counted; the other mailboxes of the batch were sent): the task fails with one line
-        naming the connection and the reply.
+        naming the connection and the reply (after its retries: the relay may come back).
+    :raises airflow.sdk.exceptions.AirflowFailException: the batch is a mailbox the preflight
+        blocked (nothing claimed), or rows were left unconfirmed (they need a person: the
+        Required Action of ``outreach_unconfirmed_review`` or ``outreach resolve``). No retry:
+        a retry would not change either. Clearing the task is safe: it claims fresh rows or none.
     """
+    from airflow.sdk.exceptions import AirflowFailException
+
     from outreach.send import send_planned
 
-    summary = send_planned(database_url(), batch["quotas"], smtp_connector, settings(),
-                           label=batch["label"], worker=worker, dkim_keys=dkim_private_key)
+    context["batch_label"] = batch["label"]
+    if batch.get("blocked"):
+        b = batch["blocked"]
+        raise AirflowFailException(
+            f"{b['mailbox']}: {b['due']} due email(s) not sent, {b['reason']} for {b['domain']} "
+            f"(OUTREACH_PREFLIGHT=block): fix the DNS records (outreach preflight {b['domain']}) "
+            "and clear this task, or set OUTREACH_PREFLIGHT=warn")
+    ti = context["ti"]
+    worker = worker_for(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number)
+    url = database_url()
+    try:
+        summary = send_planned(url, batch["quotas"], smtp_connector, settings(),
+                               label=batch["label"], worker=worker, dkim_keys=dkim_private_key)
+    finally:
+        outcomes = run_outcomes(url, worker)
+        if outcomes:
+            context["batch_label"] = _outcome_label(outcomes)
+    ids = [i for o in outcomes for i in o["unconfirmed_ids"]]
+    if ids:
+        raise AirflowFailException(
+            f"{len(ids)} email(s) unconfirmed (ids {ids}): the end of DATA got no reply, so they "
+            "may have gone out. Check the mailbox's Sent Items, then answer the Required Action "
+            "(outreach_unconfirmed_review) or run outreach resolve; never resent automatically")
     return summary.to_dict()
+
+
+def summary_task(batches: list[dict[str, Any]] | None, results: list[dict[str, Any]] | None,
+                 dag_id: str, run_id: str) -> dict[str, Any]:
+    """Report what the run actually did, read from the ledger by run (every row its send tasks
+    claimed, in any try, cleared tries included), and log one line per mailbox and one total.
+
+    :returns: ``{"batches", "tasks_ok", "totals": {claimed, sent, …}, "mailboxes": […]}``.
+    :raises airflow.sdk.exceptions.AirflowFailException: a send task of the run failed (its
+        result is missing), so the run ends failed too; the line says how many.
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from outreach.logutil import mailbox_name
+
+    keys = ("claimed", "sent", "unconfirmed", "failed", "requeued", "sending", "suppressed")
+    outcomes = run_outcomes(database_url(), run_prefix(dag_id, run_id))
+    total = {k: sum(o[k] for o in outcomes) for k in keys}
+    for o in outcomes:
+        log.info("run %s: mailbox %s (%s) %s", run_id, o["mailbox_id"],
+                 mailbox_name(o["label"], o["display_name"], o["address"]),
+                 " ".join(f"{k}={o[k]}" for k in keys))
+    planned = len(batches or [])
+    ok = len([r for r in (results or []) if r is not None])
+    log.info("run summary: send tasks %s of %s succeeded; %s", ok, planned,
+             " ".join(f"{k}={v}" for k, v in total.items()))
+    if ok < planned:
+        raise AirflowFailException(f"{planned - ok} of {planned} send task(s) failed (see their "
+                                   f"logs); this run: " + " ".join(f"{k}={v}" for k, v in total.items()))
+    return {"batches": planned, "tasks_ok": ok, "totals": total,
+            "mailboxes": [{**{k: o[k] for k in keys}, "mailbox_id": o["mailbox_id"],
+                           "mailbox": mailbox_name(o["label"], o["display_name"], o["address"])}
+                          for o in outcomes]}
 
 
 def pause_task(mailbox: str, reason: str, by: str) -> dict[str, Any]:
@@ -481,56 +638,101 @@ def postmaster_fetch_task() -> dict[str, Any]:
 
 
 def spam_rate_task() -> list[dict[str, Any]]:
-    """Pause mailboxes whose latest known Postmaster spam rate is above the threshold."""
+    """Pause mailboxes whose latest known Postmaster spam rate is above the threshold; alert
+    once per automatic pause (:func:`alert_pauses`)."""
     from outreach.health import HealthSettings, pause_on_spam_rate
 
     health = HealthSettings.from_env()
-    return [v.to_dict() for v in pause_on_spam_rate(database_url(),
-                                                    threshold=health.spam_rate_threshold)]
+    url = database_url()
+    verdicts = [v.to_dict() for v in pause_on_spam_rate(url, threshold=health.spam_rate_threshold)]
+    alert_pauses(url)
+    return verdicts
 
 
 def bounce_rate_task() -> list[dict[str, Any]]:
-    """Pause mailboxes whose hard-bounce rate is above the threshold."""
+    """Pause mailboxes whose hard-bounce rate is above the threshold; alert once per automatic
+    pause, and once a day per mailbox above the warning level (``OUTREACH_BOUNCE_WARN_RATE``)."""
     from outreach.health import HealthSettings, pause_on_bounce_rate
 
     health = HealthSettings.from_env()
-    return [v.to_dict() for v in pause_on_bounce_rate(
-        database_url(), threshold=health.bounce_rate_threshold, min_sends=health.bounce_min_sends,
+    url = database_url()
+    verdicts = [v.to_dict() for v in pause_on_bounce_rate(
+        url, threshold=health.bounce_rate_threshold, min_sends=health.bounce_min_sends,
         window_days=health.bounce_window_days)]
+    alert_pauses(url)
+    alert_bounce_warnings(url)
+    return verdicts
 
 
 def complaint_rate_task() -> list[dict[str, Any]]:
-    """Pause mailboxes whose feedback-loop complaint rate is above the threshold."""
+    """Pause mailboxes whose feedback-loop complaint rate is above the threshold; alert once per
+    automatic pause (:func:`alert_pauses`)."""
     from outreach.health import HealthSettings, pause_on_complaint_rate
 
     health = HealthSettings.from_env()
-    return [v.to_dict() for v in pause_on_complaint_rate(
-        database_url(), threshold=health.complaint_rate_threshold,
+    url = database_url()
+    verdicts = [v.to_dict() for v in pause_on_complaint_rate(
+        url, threshold=health.complaint_rate_threshold,
         min_sends=health.bounce_min_sends, window_days=health.bounce_window_days)]
+    alert_pauses(url)
+    return verdicts
 
 
-def summary_task(results: list[dict[str, Any]] | None) -> dict[str, int]:
-    """Add up the batch summaries of a run and log one line."""
-    keys = ("claimed", "sent", "retried", "failed", "unconfirmed", "suppressed")
-    total = {k: 0 for k in keys}
-    for r in results or []:
-        if r:
-            for k in keys:
-                total[k] += r.get(k, 0)
-    log.info("run summary: batches=%s %s", len(list(results or [])),
-             " ".join(f"{k}={v}" for k, v in total.items()))
-    return total
+def parse_ids(text: str | list[int] | None) -> list[int]:
+    """Parse email ids typed as one comma-separated text (``"288, 290"``); ``[]`` when empty.
+
+    :raises ValueError: a part is not a whole number (named).
+    """
+    if isinstance(text, list):
+        return [int(i) for i in text]
+    ids = []
+    for part in (text or "").replace(";", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if not part.isdigit():
+            raise ValueError(f"email_ids: {part!r} is not an email id (whole numbers, "
+                             "comma-separated, e.g. 288, 290)")
+        ids.append(int(part))
+    return ids
 
 
-def evidence_task(email_ids: list[int] | None, campaign_key: str | None,
+def _checked_ids(url: str, email_ids: str | list[int] | None) -> list[int]:
+    """Parse the form's ids and check that each is an unconfirmed email.
+
+    :raises airflow.sdk.exceptions.AirflowFailException: a malformed id, or ids that are not
+        unconfirmed emails (listed).
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from outreach.resolve import list_unconfirmed
+
+    try:
+        ids = parse_ids(email_ids)
+    except ValueError as exc:
+        raise AirflowFailException(str(exc)) from None
+    if ids:
+        found = {r["id"] for r in list_unconfirmed(url, ids=ids)}
+        unknown = [i for i in ids if i not in found]
+        if unknown:
+            raise AirflowFailException(f"email_ids: not unconfirmed emails: {unknown} (see "
+                                       "outreach unconfirmed); nothing was resolved")
+    return ids
+
+
+def evidence_task(email_ids: str | list[int] | None, campaign_key: str | None,
                   mailbox: str | None) -> list[dict[str, Any]]:
     """Log each selected unconfirmed email (:func:`outreach.resolve.describe_unconfirmed`, with
     a late acceptance if any), its Message-ID and what its mailbox's Sent folder says
-    (:func:`outreach.resolve.sent_evidence`); return ``[{email_id, message_id, evidence, found}]``."""
+    (:func:`outreach.resolve.sent_evidence`); return ``[{email_id, message_id, evidence, found}]``.
+
+    :param email_ids: comma-separated ids (:func:`parse_ids`), checked like :func:`resolve_task`.
+    """
     from outreach.resolve import describe_unconfirmed, list_unconfirmed, row_message_id, sent_evidence
 
-    rows = list_unconfirmed(database_url(), ids=email_ids, campaign_key=campaign_key,
-                            mailbox=mailbox)
+    url = database_url()
+    rows = list_unconfirmed(url, ids=_checked_ids(url, email_ids) or None,
+                            campaign_key=campaign_key, mailbox=mailbox)
     sent = sent_evidence(rows, imap_account)
     out = []
     for r in rows:
@@ -543,25 +745,43 @@ def evidence_task(email_ids: list[int] | None, campaign_key: str | None,
     return out
 
 
-def resolve_task(decision: str, resolved_by: str, email_ids: list[int] | None,
+def resolve_task(decision: str, resolved_by: str, email_ids: str | list[int] | None,
                  campaign_key: str | None, mailbox: str | None, note: str) -> dict[str, Any]:
     """Resolve unconfirmed emails (see :mod:`outreach.resolve`); return the ids resolved/skipped.
     The DAG's ``evidence`` task has listed the selected emails first.
 
     :param decision: ``was_sent``, ``not_sent``, or ``was_sent_if_found``: every selected row
         found in its mailbox's Sent folder is resolved ``was_sent`` with the evidence as its note
-        (:func:`outreach.resolve.resolve_found`); the rest stay.
+        (:func:`outreach.resolve.resolve_found`); the rest stay. There is no default.
+    :param email_ids: comma-separated ids (:func:`parse_ids`), or empty to select by campaign
+        and/or mailbox.
+    :raises airflow.sdk.exceptions.AirflowFailException: no decision, an id is malformed or not
+        unconfirmed (listed; nothing is resolved then), no selection, or nothing was resolved.
     """
-    from outreach.resolve import resolve, resolve_found
+    from airflow.sdk.exceptions import AirflowFailException
 
-    if decision == "was_sent_if_found":
-        if email_ids:
-            raise ValueError("was_sent_if_found selects by campaign and/or mailbox, not by ids")
-        result = resolve_found(database_url(), resolved_by, imap_account,
-                               campaign_key=campaign_key, mailbox=mailbox)
-    else:
-        result = resolve(database_url(), decision, resolved_by, ids=email_ids,
-                         campaign_key=campaign_key, mailbox=mailbox, note=note)
+    from outreach.resolve import DECISIONS, resolve, resolve_found
+
+    if decision not in (*DECISIONS, "was_sent_if_found"):
+        raise AirflowFailException(f"decision: choose one of {[*DECISIONS, 'was_sent_if_found']} "
+                                   "(there is no default)")
+    url = database_url()
+    ids = _checked_ids(url, email_ids)
+    try:
+        if decision == "was_sent_if_found":
+            if ids:
+                raise ValueError("was_sent_if_found selects by campaign and/or mailbox, not by ids")
+            result = resolve_found(url, resolved_by, imap_account, campaign_key=campaign_key,
+                                   mailbox=mailbox)
+        else:
+            result = resolve(url, decision, resolved_by, ids=ids or None,
+                             campaign_key=campaign_key, mailbox=mailbox, note=note)
+    except ValueError as exc:
+        raise AirflowFailException(str(exc)) from None
+    if not result.resolved:
+        raise AirflowFailException(f"nothing was resolved: no unconfirmed email matches "
+                                   f"(ids {ids or '-'}, campaign {campaign_key or '-'}, mailbox "
+                                   f"{mailbox or '-'}; skipped {result.skipped})")
     return {"decision": decision, "resolved": result.resolved, "skipped": result.skipped}
 
 
@@ -805,3 +1025,289 @@ def inbox_summary_task(results: list[dict[str, Any]] | None) -> dict[str, int]:
     log.info("inbox run: mailboxes=%s %s", len(list(results or [])),
              " ".join(f"{k}={v}" for k, v in total.items()))
     return total
+
+
+# --- alerts ------------------------------------------------------------------------------------
+
+ALERT_CONN_ID = "outreach_alerts"
+
+
+def alert_notifier() -> Any:
+    """Return the notifier alerts go through, or ``None`` when none is configured.
+
+    * ``OUTREACH_ALERT_NOTIFIER=package.module:Class`` (any Airflow notifier, e.g. the Slack
+      provider's), built with the JSON object in ``OUTREACH_ALERT_NOTIFIER_KWARGS``; its
+      templated fields see ``outreach_alert.subject``, ``outreach_alert.body`` and
+      ``outreach_alert.html`` (e.g. ``{"text": "{{ outreach_alert.subject }}"}``).
+    * else, with ``OUTREACH_ALERT_TO`` (comma-separated addresses), the SMTP provider's
+      ``SmtpNotifier`` through the Airflow connection ``OUTREACH_ALERT_SMTP_CONN_ID`` (default
+      ``outreach_alerts``; give it extra ``retry_limit: 0``: the hook retries a whole send), from
+      ``OUTREACH_ALERT_FROM`` (default: the connection's ``from_email``, else
+      ``outreach-alerts@<this host>``).
+
+    :raises outreach.settings.SettingsError: ``OUTREACH_ALERT_NOTIFIER`` cannot be loaded.
+    """
+    import importlib
+    import json
+    import socket
+
+    from outreach.settings import SettingsError
+
+    spec = os.environ.get("OUTREACH_ALERT_NOTIFIER", "").strip()
+    if spec:
+        module, _, name = spec.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module), name)
+            kwargs = json.loads(os.environ.get("OUTREACH_ALERT_NOTIFIER_KWARGS") or "{}")
+            return cls(**kwargs)
+        except (ImportError, AttributeError, ValueError, TypeError) as exc:
+            raise SettingsError(f"OUTREACH_ALERT_NOTIFIER={spec!r} (with "
+                                f"OUTREACH_ALERT_NOTIFIER_KWARGS) cannot be built: {exc}") from None
+    to = [a.strip() for a in os.environ.get("OUTREACH_ALERT_TO", "").split(",") if a.strip()]
+    if not to:
+        return None
+    from airflow.providers.smtp.notifications.smtp import SmtpNotifier
+
+    conn_id = os.environ.get("OUTREACH_ALERT_SMTP_CONN_ID", "").strip() or ALERT_CONN_ID
+    conn = _connection(conn_id)
+    sender = (os.environ.get("OUTREACH_ALERT_FROM", "").strip()
+              or (conn.extra_dejson.get("from_email") if conn is not None else None)
+              or f"outreach-alerts@{socket.getfqdn()}")
+    return SmtpNotifier(to=to, from_email=sender, smtp_conn_id=conn_id,
+                        subject="{{ outreach_alert.subject }}",
+                        html_content="{{ outreach_alert.html }}")
+
+
+def deliver_alert(subject: str, body: str) -> None:
+    """Send one alert through :func:`alert_notifier` (a log line only when none is configured).
+
+    The subject is one line; the body is plain text, sent as escaped HTML (lead data never
+    becomes markup or a header).
+
+    :raises Exception: whatever the notifier raises (the alert's claim is rolled back, see
+        :func:`outreach.alerts.raise_alert`).
+    """
+    import html
+
+    notifier = alert_notifier()
+    if notifier is None:
+        log.warning("alert (not delivered: set OUTREACH_ALERT_TO or OUTREACH_ALERT_NOTIFIER): %s",
+                    subject)
+        return
+    subject = " ".join(subject.split())
+    notifier({"outreach_alert": {"subject": subject, "body": body,
+                                 "html": f"<pre>{html.escape(body)}</pre>"}})
+
+
+def alert(kind: str, keys: str | list[str], compose, url: str | None = None) -> list[str]:
+    """Raise an alert once per event key (see :mod:`outreach.alerts`); return the new keys.
+
+    An alert that cannot be delivered is logged and left unclaimed (the next run tries again);
+    it never fails the task that noticed the event.
+    """
+    from outreach.alerts import raise_alert
+
+    try:
+        return raise_alert(url or database_url(), kind, keys, compose, deliver_alert)
+    except Exception as exc:  # noqa: BLE001 - an alert must not turn a task's outcome around
+        log.error("alert %s could not be delivered (it is tried again next time): %s: %s", kind,
+                  type(exc).__name__, exc)
+        return []
+
+
+def _utc_day() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+class RunFailedNotifier:
+    """``on_failure_callback`` of the send tasks: one alert per failed DAG run (key
+    ``run-failed:<dag id>:<run id>``), however many of its tasks fail or are cleared and fail
+    again. The alert names the task, its label and the error line."""
+
+    def __call__(self, context: dict[str, Any]) -> None:
+        ti = context["ti"]
+        error = context.get("exception")
+        label = context.get("batch_label") or f"{ti.task_id}[{ti.map_index}]"
+        key = f"run-failed:{ti.dag_id}:{ti.run_id}"
+
+        def compose(_new: list[str]) -> tuple[str, str]:
+            return (f"outreach: {ti.dag_id} run failed ({label})",
+                    f"DAG {ti.dag_id}, run {ti.run_id}: task {ti.task_id}[{ti.map_index}] "
+                    f"({label}) failed.\n\n{error}\n\nClearing the failed task is safe: it "
+                    "claims fresh rows or none.")
+
+        alert("run_failed", key, compose)
+
+
+def alert_preflight(report: dict[str, Any]) -> None:
+    """Alert once per UTC day per domain and set of failing checks (``preflight_task`` output)."""
+    for domain, failed in sorted(report.get("failed", {}).items()):
+        key = f"preflight:{domain}:{','.join(failed)}:{_utc_day()}"
+        alert("preflight_fail", key, lambda _n, d=domain, f=failed: (
+            f"outreach: DNS preflight FAIL for {d}: {', '.join(f)}",
+            f"The DNS preflight of {d} failed: {', '.join(f)} (OUTREACH_PREFLIGHT="
+            f"{report['mode']}: {'its mailboxes send nothing' if report['mode'] == 'block' else 'its mailboxes send anyway'}).\n"
+            f"Check it with: outreach preflight {d}"))
+
+
+def alert_pauses(url: str) -> list[str]:
+    """Alert once per automatic pause (``postmaster`` or ``bounce-rate``) of the last 7 days,
+    with the figure and the rule (the pause's reason)."""
+    from outreach import db
+
+    with db.connect(url, autocommit=True) as conn:
+        events = db.run(conn, "mailbox_auto_pauses")
+    names = mailbox_names(url)
+    sent = []
+    for e in events:
+        name = names.get(e["mailbox_id"], e["mailbox_id"])
+        sent += alert("paused", f"paused:{e['id']}", lambda _n, e=e, name=name: (
+            f"outreach: mailbox {name} paused by {e['actor']}",
+            f"Mailbox {name} was paused automatically by the {e['actor']} rule at "
+            f"{e['created_at']:%Y-%m-%d %H:%M} UTC:\n{e['reason']}\n\nIt sends nothing until an "
+            "operator resumes it (outreach_mailbox_resume)."), url)
+    return sent
+
+
+def alert_bounce_warnings(url: str) -> list[str]:
+    """Alert once per mailbox and UTC day when its hard-bounce rate is above the warning level
+    (``OUTREACH_BOUNCE_WARN_RATE``) but not yet at the pause threshold."""
+    from outreach.health import HealthSettings, bounce_warnings
+
+    health = HealthSettings.from_env()
+    names = mailbox_names(url)
+    sent = []
+    for w in bounce_warnings(url, warn_rate=health.bounce_warn_rate,
+                             threshold=health.bounce_rate_threshold,
+                             min_sends=health.bounce_min_sends,
+                             window_days=health.bounce_window_days):
+        name = names.get(w["mailbox_id"], w["mailbox_id"])
+        sent += alert("bounce_warning", f"bounce-warning:{w['mailbox_id']}:{_utc_day()}",
+                      lambda _n, w=w, name=name: (f"outreach: mailbox {name} bounce rate warning",
+                                                  f"Mailbox {name}: {w['reason']}."), url)
+    return sent
+
+
+# --- unconfirmed emails: alert and Required Action ---------------------------------------------
+
+UNCONFIRMED_ASSET_NAME = "outreach_unconfirmed"
+UNCONFIRMED_ASSET_URI = "outreach://unconfirmed"
+REVIEW_OPTIONS = ("was sent", "not sent, requeue", "leave for later")
+REVIEW_DECISIONS = {"was sent": "was_sent", "not sent, requeue": "not_sent"}
+
+
+def unconfirmed_asset() -> Any:
+    """Return the asset the send DAG updates when new unconfirmed emails appear; it schedules
+    ``outreach_unconfirmed_review``."""
+    from airflow.sdk import Asset
+
+    return Asset(name=UNCONFIRMED_ASSET_NAME, uri=UNCONFIRMED_ASSET_URI)
+
+
+def _review_text(rows: list[dict[str, Any]]) -> str:
+    """The Required Action's body (Markdown): one table row per email, cells made inert."""
+    def cell(value: Any) -> str:
+        text = "" if value is None else " ".join(str(value).split())
+        for ch in "\\|`*_[]<>#":
+            text = text.replace(ch, "\\" + ch)
+        return text[:300]
+
+    lines = ["Check each mailbox's **Sent Items** (or the provider's logs) for these Message-IDs "
+             "before answering. *was sent* records them as sent by you; *not sent, requeue* sends "
+             "them again with the same Message-ID; *leave for later* changes nothing.", "",
+             "| id | campaign | step | recipient | mailbox | Message-ID | handed over | stage | "
+             "reply | Sent-folder evidence |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append("| " + " | ".join(cell(v) for v in (
+            r["id"], r["campaign"], r["step"], r["recipient"], r["mailbox"], r["message_id"],
+            r["handed_over_at"] or r["claimed_at"], r["stage"], r["error"],
+            r["evidence"] or "none found")) + " |")
+    return "\n".join(lines)
+
+
+def flag_unconfirmed_task() -> dict[str, Any]:
+    """Alert once about unconfirmed emails never alerted before (one alert listing them, keys
+    ``unconfirmed:<email id>``) and, when there were any, let the task update the unconfirmed
+    asset so ``outreach_unconfirmed_review`` opens a Required Action for them.
+
+    :raises airflow.sdk.exceptions.AirflowSkipException: nothing new (no asset event).
+    """
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from outreach.resolve import unconfirmed_details
+
+    url = database_url()
+    rows = {r["id"]: r for r in unconfirmed_details(url)}
+    new = alert("unconfirmed", [f"unconfirmed:{i}" for i in rows], lambda keys: (
+        f"outreach: {len(keys)} new unconfirmed email(s): check Sent Items",
+        "These emails may or may not have gone out (the end of DATA got no reply). Check the "
+        "mailboxes' Sent Items, then answer the Required Action in Airflow "
+        "(outreach_unconfirmed_review) or run outreach resolve.\n\n" + "\n".join(
+            f"email {r['id']}: {r['campaign']} step {r['step']}, to {r['recipient']} from "
+            f"{r['mailbox']}, Message-ID {r['message_id']}, {r['stage']}"
+            for r in (rows[int(k.split(':')[1])] for k in keys))), url)
+    if not new:
+        raise AirflowSkipException("no new unconfirmed emails")
+    return {"new": [int(k.split(":")[1]) for k in new]}
+
+
+def review_collect_task(run_id: str) -> dict[str, Any]:
+    """List the unconfirmed emails no Required Action listed yet (each is listed once: keys
+    ``review:<email id>`` in ``outreach.alerts``) for this run's Required Action.
+
+    :returns: ``{"ids": [...], "body": markdown, "subject": str}``.
+    :raises airflow.sdk.exceptions.AirflowSkipException: nothing new to review.
+    """
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from outreach import db
+
+    from outreach.resolve import unconfirmed_details
+
+    url = database_url()
+    rows = {r["id"]: r for r in unconfirmed_details(url)}
+    with db.transaction(url) as conn:
+        new = [int(r["event_key"].split(":")[1]) for r in db.run(conn, "alert_claim_many", {
+            "event_keys": [f"review:{i}" for i in rows], "kind": "required_action",
+            "subject": f"Required Action {run_id}", "body": ""})]
+    if not new:
+        raise AirflowSkipException("no unconfirmed emails that a Required Action has not listed")
+    listed = [rows[i] for i in new]
+    log.info("Required Action for %s unconfirmed email(s): ids %s", len(new), new)
+    return {"ids": new, "subject": f"{len(new)} unconfirmed email(s): were they sent?",
+            "body": _review_text(listed)}
+
+
+def review_record_task(collected: dict[str, Any], response: dict[str, Any], dag_id: str,
+                       run_id: str) -> dict[str, Any]:
+    """Record the Required Action's answer for exactly the listed emails, as ``outreach
+    resolve`` records it (:func:`outreach.resolve.resolve`), by the Airflow user who answered.
+
+    :param collected: :func:`review_collect_task`'s result (the listed ids).
+    :param response: the HITL task's result: ``chosen_options``, ``responded_by_user``
+        (``{"id", "name"}``, from Airflow's login, not typed).
+    :raises airflow.sdk.exceptions.AirflowFailException: no user or no option in the answer.
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from outreach.resolve import resolve
+
+    chosen = (response or {}).get("chosen_options") or []
+    user = (response or {}).get("responded_by_user") or {}
+    if len(chosen) != 1 or chosen[0] not in REVIEW_OPTIONS or not user.get("name"):
+        raise AirflowFailException(f"the Required Action's answer is unusable: options {chosen}, "
+                                   f"user {user.get('name')!r}")
+    ids = list(collected["ids"])
+    if chosen[0] == "leave for later":
+        log.info("Required Action: %s left emails %s for later; they stay unconfirmed "
+                 "(outreach_resolve_unconfirmed or outreach resolve decide them later)",
+                 user["name"], ids)
+        return {"decision": "leave_for_later", "resolved": [], "skipped": ids,
+                "by": user["name"]}
+    result = resolve(database_url(), REVIEW_DECISIONS[chosen[0]], user["name"], ids=ids,
+                     note=f"Required Action {dag_id}/{run_id} (Airflow user id {user.get('id')})")
+    return {"decision": result.decision, "resolved": result.resolved, "skipped": result.skipped,
+            "by": user["name"]}

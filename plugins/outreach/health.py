@@ -40,7 +40,7 @@ from outreach.logutil import log, mask
 from outreach.mailboxes import pause
 from outreach.postmaster import DEFAULT_BASE_URL, FEEDBACK_LOOP_SPAM_RATE, SPAM_RATE
 from outreach.settings import OutreachSettings, SettingsError
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 SPAM_ACTOR = "postmaster"
 BOUNCE_ACTOR = "bounce-rate"
@@ -62,6 +62,7 @@ class HealthSettings(OutreachSettings):
     | OUTREACH_BOUNCE_MIN_SENDS        | bounce_min_sends      | 20 |
     | OUTREACH_BOUNCE_WINDOW_DAYS      | bounce_window_days    | 28 (also the complaint rule's) |
     | OUTREACH_COMPLAINT_RATE_THRESHOLD | complaint_rate_threshold | 0.001 (0.1 %; minimum sends as the bounce rule) |
+    | OUTREACH_BOUNCE_WARN_RATE        | bounce_warn_rate      | 0.02 (2 %: an alert before the pause) |
     | OUTREACH_POSTMASTER_DAYS         | postmaster_days       | 14 (days fetched, today included) |
     | OUTREACH_POSTMASTER_BASE_URL     | postmaster_base_url   | https://gmailpostmastertools.googleapis.com |
     """
@@ -74,6 +75,9 @@ class HealthSettings(OutreachSettings):
     bounce_window_days: int = Field(28, ge=1, le=365, description="days, 1 to 365")
     complaint_rate_threshold: float = Field(0.001, gt=0, lt=1, description=(
         "a fraction above 0 and below 1 (0.001 = 0.1 %)"))
+    bounce_warn_rate: float = Field(0.02, gt=0, lt=1, description=(
+        "a fraction above 0 and below OUTREACH_BOUNCE_RATE_THRESHOLD (0.02 = 2 %: an alert "
+        "before the pause)"))
     postmaster_days: int = Field(14, ge=1, le=120, description="days, 1 to 120")
     postmaster_base_url: str = Field(DEFAULT_BASE_URL, pattern=r"^https?://\S+$", description=(
         "an http(s):// URL (the API root)"))
@@ -82,6 +86,13 @@ class HealthSettings(OutreachSettings):
     @classmethod
     def _no_trailing_slash(cls, v: str) -> str:
         return v.rstrip("/")
+
+    @model_validator(mode="after")
+    def _warn_before_the_pause(self) -> HealthSettings:
+        if not self.bounce_warn_rate < self.bounce_rate_threshold:
+            raise ValueError("OUTREACH_BOUNCE_WARN_RATE must be below OUTREACH_BOUNCE_RATE_THRESHOLD "
+                             "(it warns before the pause)")
+        return self
 
     @classmethod
     def from_env(cls) -> HealthSettings:
@@ -236,3 +247,29 @@ def _pause_on_rate(url: str, column: str, what: str, rule: str, actor: str, *, t
         log.warning("mailbox %s (%s) %s: %s", v.mailbox_id, v.mailbox,
                     "paused" if v.paused else "not paused (already paused)", v.reason)
     return verdicts
+
+
+def bounce_warnings(url: str, *, warn_rate: float = 0.02, threshold: float = 0.03,
+                    min_sends: int = 20, window_days: int = 28,
+                    now: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """Return the active mailboxes whose hard-bounce rate is above ``warn_rate`` but not above
+    the pause ``threshold`` (same counts and window as :func:`pause_on_bounce_rate`), for an
+    alert before the rule pauses them: ``[{mailbox_id, address, rate, sends, hard_bounces,
+    reason}]``. Reads only.
+    """
+    out = []
+    with db.connect(url, autocommit=True) as conn:
+        for mb in db.run(conn, "mailbox_bounce_counts",
+                         {"now": now, "window": dt.timedelta(days=window_days)}):
+            if (mb["status"] != "active"
+                    or not bounce_rate_breach(mb["sends"], mb["hard_bounces"], warn_rate, min_sends)
+                    or bounce_rate_breach(mb["sends"], mb["hard_bounces"], threshold, min_sends)):
+                continue
+            rate = mb["hard_bounces"] / mb["sends"]
+            out.append({"mailbox_id": mb["id"], "address": mb["address"], "rate": rate,
+                        "sends": mb["sends"], "hard_bounces": mb["hard_bounces"],
+                        "reason": (f"hard-bounce rate {percent(rate)} ({mb['hard_bounces']} of "
+                                   f"{mb['sends']} sends), above the warning level "
+                                   f"{percent(warn_rate)}; the mailbox is paused above "
+                                   f"{percent(threshold)}")})
+    return out

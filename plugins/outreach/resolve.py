@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from outreach import db
-from outreach.logutil import log, mask
+from outreach.logutil import log, mailbox_name, mask, mask_addresses
 from outreach.message import message_id_for
 
 DECISIONS = ("was_sent", "not_sent")
@@ -72,6 +72,49 @@ def describe_unconfirmed(row: dict[str, Any]) -> str:
             f"{row['mailbox_id']}  to {mask(row['email'])}  claimed {utc(row['claimed_at'])} by "
             f"{row['claimed_by']}  handed over {utc(row['handed_over_at'])}  - {row['last_error']}"
             + (f"  EVIDENCE: {seen}" if seen else ""))
+SMTP_STAGES = ("CONNECT", "MAIL", "RCPT", "DATA", "BODY", "END_OF_DATA")
+
+
+def _stage(error: str) -> str:
+    """The SMTP stage an unconfirmed row's ``last_error`` starts with (``outreach.transport.Stage``),
+    or what is known when it has none (the reaper failed a row its sender left ``sending``)."""
+    first = error.split(" ", 1)[0] if error else ""
+    if first in SMTP_STAGES:
+        return first
+    return "unknown: the sender was lost mid-batch" if error.startswith("left sending") else "unknown"
+
+
+def unconfirmed_details(url: str, ids: list[int] | None = None, *,
+                        accounts: Callable[[str], Any] | None = None) -> list[dict[str, Any]]:
+    """Return the unconfirmed emails (all, or ``ids``) as operators see them (the Required
+    Action, the campaign page, ``outreach report --json``): ``id``, ``campaign``, ``step`` (or
+    template), ``recipient`` (masked), ``mailbox`` (its name), ``message_id``, ``claimed_at`` and
+    ``handed_over_at`` (ISO, UTC), ``stage`` (the SMTP stage of ``last_error``), ``error`` (the
+    reply, addresses masked) and ``evidence``: the late acceptance (:func:`evidence`) and, with
+    ``accounts``, what the mailbox's Sent folder says (:func:`sent_evidence`), or ``None``.
+
+    :param accounts: turns an IMAP connection id into an account; ``None``: no IMAP search.
+    """
+    with db.connect(url, autocommit=True) as conn:
+        rows = db.run(conn, "email_unconfirmed_details", {"ids": ids})
+    sent = sent_evidence(rows, accounts) if accounts is not None and rows else {}
+    out = []
+    for r in rows:
+        error = mask_addresses(r["last_error"] or "")
+        seen = [t for t in (evidence(r), sent[r["id"]].text() if r["id"] in sent else None) if t]
+        out.append({
+            "id": r["id"], "campaign": r["campaign_key"] or r["message_class"],
+            "step": r["step"] if r["step"] is not None else r["template"],
+            "recipient": mask(r["email"]),
+            "mailbox": mailbox_name(r["label"], r["display_name"], r["mailbox_address"]),
+            "message_id": row_message_id(r),
+            "claimed_at": r["claimed_at"].isoformat() if r["claimed_at"] else None,
+            "handed_over_at": r["handed_over_at"].isoformat() if r["handed_over_at"] else None,
+            "stage": _stage(error),
+            "error": error,
+            "evidence": "; ".join(seen) or None,
+        })
+    return out
 
 
 def list_unconfirmed(url: str, *, ids: list[int] | None = None, campaign_key: str | None = None,

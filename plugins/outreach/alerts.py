@@ -1,0 +1,62 @@
+"""Operator alerts, each sent once: the database decides who sends, not timing.
+
+An alert is about an *event* with a stable key (``paused:<mailbox event id>``,
+``unconfirmed:<email id>``, ``run-failed:<dag id>:<run id>``,
+``preflight:<domain>:<failed checks>:<UTC day>``, ``bounce-warning:<mailbox id>:<UTC day>``).
+:func:`raise_alert` inserts the key into ``outreach.alerts`` (UNIQUE, ``INSERT … ON CONFLICT DO
+NOTHING RETURNING``) and delivers the alert inside the same transaction: whoever's insert returns
+the row sends; a concurrent task, a retry or the next run sees the key and sends nothing; a
+failed delivery rolls the insert back so the next run tries again. The delivery itself is a
+callable (in Airflow: the configured notifier, see :func:`outreach.airflow_adapter.deliver_alert`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from outreach import db
+from outreach.logutil import log
+
+Deliver = Callable[[str, str], None]
+"""Given ``(subject, body)`` (plain text), deliver the alert; raise when it could not."""
+
+KINDS = ("paused", "unconfirmed", "run_failed", "preflight_fail", "bounce_warning")
+"""Alert kinds (``outreach_alerts_kind_check`` also allows ``required_action``: an unconfirmed
+email listed in a Required Action, recorded the same way so each is listed once)."""
+
+
+def raise_alert(url: str, kind: str, keys: str | Sequence[str],
+                compose: Callable[[list[str]], tuple[str, str]], deliver: Deliver) -> list[str]:
+    """Claim the event keys that were never alerted and deliver one alert about them.
+
+    :param kind: one of :data:`KINDS` (``outreach_alerts_kind_check``).
+    :param keys: one event key, or several for one alert about many events (every new
+        unconfirmed email of a run).
+    :param compose: given the keys that are new (in the order given), return ``(subject, body)``;
+        not called when none is new.
+    :param deliver: sends the alert; its exception rolls the claim back and propagates.
+    :returns: the new keys (``[]``: every event was alerted before, nothing was sent).
+    :raises ValueError: an unknown kind.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    keys = [keys] if isinstance(keys, str) else list(keys)
+    if not keys:
+        return []
+    with db.transaction(url) as conn:
+        new = [r["event_key"] for r in db.run(conn, "alert_claim_many", {
+            "event_keys": keys, "kind": kind, "subject": "", "body": ""})]
+        if not new:
+            return []
+        subject, body = compose(new)
+        db.run(conn, "alert_describe", {"event_keys": new, "subject": subject, "body": body})
+        deliver(subject, body)
+    log.warning("alert sent (%s, %s event(s)): %s", kind, len(new), subject)
+    return new
+
+
+def list_alerts(url: str) -> list[dict]:
+    """Return every recorded alert, oldest first (``id, event_key, kind, subject, body,
+    created_at``)."""
+    with db.connect(url, autocommit=True) as conn:
+        return db.run(conn, "alerts_list")
