@@ -41,10 +41,16 @@ with TestClient(create_app()) as client:
     post = client.post(path, data={"List-Unsubscribe": "One-Click"}, follow_redirects=False)
     again = client.post(path, data={"List-Unsubscribe": "One-Click"}, follow_redirects=False)
     bad = client.post(path[:-2] + "xx", data={"List-Unsubscribe": "One-Click"})
+    anonymous = [client.get(p).status_code for p in (
+        "/outreach-campaigns/", "/outreach-campaigns/report.json",
+        "/outreach-campaigns/static/chart.umd.min.js")]
+    forged = client.get("/outreach-campaigns/", headers={"Authorization": "Bearer forged"}).status_code
+views = [(v["name"], v["href"]) for v in plugins_manager._get_ui_plugins()[0]]
 print("RESULT " + json.dumps({
     "errors": {k: str(v) for k, v in bag.import_errors.items()}, "apps": apps, "order": order,
     "get": [page.status_code, "<form" in page.text], "post": post.status_code,
     "again": again.status_code, "cookie": post.headers.get("set-cookie"),
+    "anonymous": anonymous, "forged": forged, "views": views,
     "location": post.headers.get("location"), "bad": bad.status_code}))
 """
 
@@ -64,7 +70,11 @@ def test_plugin_mounts_the_unsubscribe_service_in_the_api_server(db_url, migrate
     assert line, proc.stdout[-3000:] + proc.stderr[-5000:]
     result = json.loads(line[len("RESULT "):])
     assert result["errors"] == {}
-    assert result["apps"] == [["outreach-unsubscribe", "/outreach"]]
+    assert result["apps"] == [["outreach-unsubscribe", "/outreach"],
+                              ["outreach-campaigns", "/outreach-campaigns"]]
+    # The campaign page is behind Airflow's login; the unsubscribe path answers without one.
+    assert result["anonymous"] == [401, 401, 401] and result["forged"] in (401, 403)
+    assert result["views"] == [["Campaigns", "/outreach-campaigns/"]]
     assert result["order"] == {"preflight": [], "plan": ["preflight"]}
     assert result["get"] == [200, True]
     assert (result["post"], result["again"], result["bad"]) == (200, 200, 400)

@@ -10,21 +10,61 @@ from outreach import db
 from outreach.logutil import mask
 
 
-def collect(url: str) -> dict[str, Any]:
-    """Return the report as a dict: ``rows`` (per campaign/step/mailbox counts), ``mailboxes``
-    (today's sends against the limit, pause status), ``send_log`` total, ``last_import`` and
-    ``held`` (leads a step is not queued for because they lack a field it requires: campaign,
-    step, missing, leads)."""
+HISTORY_DAYS = 30
+"""Days of per-mailbox history in the report (the campaign page's charts), today included."""
+
+
+def collect(url: str, *, now: Any = None) -> dict[str, Any]:
+    """Return the report as a dict (``outreach report --json`` and the campaign page in Airflow
+    show exactly this):
+
+    * ``rows``: per campaign/step/mailbox counts; ``totals``; ``last_import``;
+    * ``held``: leads a step is not queued for because they lack a field it requires
+      (campaign, step, missing, leads);
+    * ``mailboxes``: today's sends against the limit, pause status (address masked, ``name``);
+    * ``funnel``: per campaign and step: enrolled, queued, sent, replied, bounced,
+      unsubscribed, unconfirmed, failed (``report_funnel``);
+    * ``health``: per mailbox over :data:`HISTORY_DAYS` days: sends, hard bounces, complaints
+      and their rates (fractions), paused state with who, when, why (``report_mailbox_health``);
+    * ``days``: per mailbox and local day: sent, cap, the day's warm-up limit and the domain's
+      Postmaster spam rate (``None`` when unknown, never 0) (``report_mailbox_days``);
+    * ``spam_rate_threshold``: the pause threshold (a fraction; Gmail: keep below 0.1 %);
+    * ``unconfirmed``: every unconfirmed email as operators see it (recipient masked).
+
+    :param now: a fixed clock (UTC) for the day-based figures; default the database clock.
+    """
+    import datetime as dt
+
+    from outreach.health import HealthSettings
+    from outreach.logutil import mailbox_name
+
+    window = dt.timedelta(days=HISTORY_DAYS)
     with db.connect(url, autocommit=True) as conn:
         rows = db.run(conn, "report_by_step")
-        mailboxes = db.run(conn, "report_mailboxes", {"now": None})
+        mailboxes = db.run(conn, "report_mailboxes", {"now": now})
         totals = db.one(conn, "report_totals")
         last_import = db.one(conn, "import_run_latest", {"kind": "leads"})
         held = db.run(conn, "report_missing_fields", {"campaign_key": None})
+        funnel = db.run(conn, "report_funnel")
+        health = db.run(conn, "report_mailbox_health", {"now": now, "window": window})
+        days = db.run(conn, "report_mailbox_days", {"now": now, "days": HISTORY_DAYS})
+        names = {r["id"]: mailbox_name(r["label"], r["display_name"], r["address"])
+                 for r in db.run(conn, "mailbox_names")}
     for m in mailboxes:
         m["address"] = mask(m["address"])
-    return {"rows": rows, "mailboxes": mailboxes, "totals": totals,
-            "last_import": last_import, "held": held}
+        m["name"] = names.get(m["id"], m["address"])
+    for h in health:
+        h["name"] = names.get(h["id"], "")
+        h["address"] = mask(h.pop("address"))
+        h.pop("label"), h.pop("display_name")
+        h["bounce_rate"] = h["hard_bounces"] / h["sends"] if h["sends"] else None
+        h["complaint_rate"] = h["complaints"] / h["sends"] if h["sends"] else None
+    from outreach.resolve import unconfirmed_details
+
+    return {"rows": rows, "mailboxes": mailboxes, "totals": totals, "last_import": last_import,
+            "held": held, "funnel": funnel, "health": health, "days": days,
+            "spam_rate_threshold": HealthSettings.from_env().spam_rate_threshold,
+            "unconfirmed": unconfirmed_details(url)}
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:

@@ -68,3 +68,89 @@ WHERE st.requires <> '{}' AND m.missing <> '{}'
   AND NOT EXISTS (SELECT 1 FROM outreach.emails e WHERE e.lead_id = en.lead_id AND e.step_id = st.id)
 GROUP BY c.key, st.position, m.missing
 ORDER BY c.key, st.position, m.missing;
+
+-- name: report_funnel
+-- Per campaign and step, the funnel the campaign page draws. enrolled: the campaign's
+-- enrolments (the top, the same on every step); queued: waiting or being sent; sent: accepted
+-- (or confirmed by an operator); replied: sent, the lead's enrolment stopped as 'replied', and
+-- no later step was sent; bounced: a hard bounce (as the bounce-rate rule counts one:
+-- mailbox_bounce_counts); unsubscribed: a one-click unsubscribe from this very email;
+-- unconfirmed; failed: any other failure.
+SELECT c.key AS campaign, st.position AS step,
+       (SELECT count(*) FROM outreach.enrollments en WHERE en.campaign_id = c.id)::integer AS enrolled,
+       count(e.id) FILTER (WHERE e.status IN ('queued', 'sending'))::integer AS queued,
+       count(e.id) FILTER (WHERE e.status = 'sent')::integer AS sent,
+       count(e.id) FILTER (WHERE e.status = 'sent' AND en.status = 'replied' AND NOT EXISTS (
+           SELECT 1 FROM outreach.emails later JOIN outreach.sequence_steps ls ON ls.id = later.step_id
+           WHERE later.lead_id = e.lead_id AND ls.campaign_id = c.id AND ls.position > st.position
+             AND later.status = 'sent'))::integer AS replied,
+       count(e.id) FILTER (WHERE
+           (e.failure_kind = 'permanent' AND e.last_error ~ '^RCPT 5[0-9][0-9] (.* )?5\.1\.[0-9]+')
+           OR (e.status = 'sent' AND EXISTS (
+               SELECT 1 FROM outreach.suppressions s
+               WHERE s.kind = 'address' AND s.value = lower(l.email) AND s.reason = 'bounced'))
+       )::integer AS bounced,
+       count(e.id) FILTER (WHERE EXISTS (
+           SELECT 1 FROM outreach.suppressions s
+           WHERE s.kind = 'address' AND s.value = lower(l.email)
+             AND s.source = 'one-click:email:' || e.id))::integer AS unsubscribed,
+       count(e.id) FILTER (WHERE e.failure_kind = 'unconfirmed')::integer AS unconfirmed,
+       count(e.id) FILTER (WHERE e.status = 'failed' AND e.failure_kind <> 'unconfirmed')::integer AS failed
+FROM outreach.campaigns c
+JOIN outreach.sequence_steps st ON st.campaign_id = c.id
+LEFT JOIN outreach.emails e ON e.step_id = st.id
+LEFT JOIN outreach.leads l ON l.id = e.lead_id
+LEFT JOIN outreach.enrollments en ON en.campaign_id = c.id AND en.lead_id = e.lead_id
+GROUP BY c.id, c.key, st.position
+ORDER BY c.key, st.position;
+
+-- name: report_mailbox_days
+-- Per mailbox and local calendar day of the last %(days)s days (today included): emails
+-- accepted (send log), the daily cap, and the day's limit (warm-up ramp and cap:
+-- outreach.mailbox_daily_limit at the day's noon); and the domain's Postmaster spam rate that
+-- day — NULL when Postmaster had no figure (an unknown day, never 0).
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+d AS (
+    SELECT m.id AS mailbox_id, m.daily_cap, m.timezone, lower(split_part(m.address, '@', 2)) AS domain,
+           day::date AS day
+    FROM outreach.mailboxes m CROSS JOIN n
+    CROSS JOIN LATERAL generate_series(date_trunc('day', n.now AT TIME ZONE m.timezone)
+                                       - (%(days)s - 1) * interval '1 day',
+                                       date_trunc('day', n.now AT TIME ZONE m.timezone),
+                                       interval '1 day') AS day
+)
+SELECT d.mailbox_id, d.day, d.daily_cap,
+       outreach.mailbox_daily_limit(m, ((d.day + time '12:00') AT TIME ZONE d.timezone)) AS daily_limit,
+       (SELECT count(*) FROM outreach.send_log s
+        WHERE s.mailbox_id = d.mailbox_id
+          AND s.accepted_at >= (d.day::timestamp AT TIME ZONE d.timezone)
+          AND s.accepted_at < ((d.day + 1)::timestamp AT TIME ZONE d.timezone))::integer AS sent,
+       (SELECT p.value FROM outreach.postmaster_stats p
+        WHERE p.domain = d.domain AND p.metric = 'SPAM_RATE' AND p.feedback_loop_id = ''
+          AND p.day = d.day AND p.has_data) AS spam_rate
+FROM d JOIN outreach.mailboxes m ON m.id = d.mailbox_id
+ORDER BY d.mailbox_id, d.day;
+
+-- name: report_mailbox_health
+-- Per mailbox over the last %(window)s: sends (handed off with a final verdict, as the
+-- bounce-rate rule counts them), hard bounces (the same rule) and complaints (recipients
+-- suppressed as 'complained'); paused state with who, when and why.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+SELECT m.id, m.label, m.display_name, m.address, m.status, m.paused_by, m.paused_at, m.paused_reason,
+       count(e.id)::integer AS sends,
+       count(e.id) FILTER (WHERE
+           (e.failure_kind = 'permanent' AND e.last_error ~ '^RCPT 5[0-9][0-9] (.* )?5\.1\.[0-9]+')
+           OR EXISTS (SELECT 1 FROM outreach.suppressions s
+                      WHERE s.kind = 'address' AND s.value = lower(coalesce(l.email, e.recipient))
+                        AND s.reason = 'bounced'))::integer AS hard_bounces,
+       count(e.id) FILTER (WHERE EXISTS (
+           SELECT 1 FROM outreach.suppressions s
+           WHERE s.kind = 'address' AND s.value = lower(coalesce(l.email, e.recipient))
+             AND s.reason = 'complained'))::integer AS complaints
+FROM outreach.mailboxes m CROSS JOIN n
+LEFT JOIN outreach.emails e
+       ON e.mailbox_id = m.id AND e.claimed_at >= n.now - %(window)s::interval
+      AND (e.status = 'sent' OR e.failure_kind = 'permanent')
+LEFT JOIN outreach.leads l ON l.id = e.lead_id
+GROUP BY m.id
+ORDER BY m.id;

@@ -1,0 +1,140 @@
+"""The campaign page: per campaign the funnel by step, per mailbox sends per day against its cap
+and warm-up line, bounce and complaint rates, the Postmaster spam rate (unknown days are gaps,
+never 0) with the 0.1 % line, paused state with who and why, and the unconfirmed list.
+
+Every figure comes from :func:`outreach.report.collect`, the same named queries as
+``outreach report --json``. Charts are drawn by Chart.js (MIT, vendored in ``static/`` with its
+licence; the page loads nothing from the internet). A FastAPI app; ``plugins/outreach_plugin.py``
+mounts it in the Airflow API server behind Airflow's login (``dependencies``). Lead data is
+hostile: every value is HTML-escaped, and the JSON the charts read is embedded so that it can
+never close its ``<script>`` element.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+STATIC = Path(__file__).resolve().parent / "static"
+FUNNEL = ("enrolled", "queued", "sent", "replied", "bounced", "unsubscribed", "unconfirmed",
+          "failed")
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _pct(fraction: float | None) -> str:
+    return "–" if fraction is None else f"{fraction * 100:.2f} %"
+
+
+def _table(headers: Sequence[str], rows: list[list[tuple[str, Any]]], table_id: str) -> str:
+    """Rows of ``(data-k key, value)`` cells; the key lets a test read each figure."""
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f'<td data-k="{_e(k)}">{_e(v)}</td>' for k, v in r) + "</tr>"
+                   for r in rows)
+    return f'<table id="{_e(table_id)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def render_page(report: dict[str, Any], base: str = "") -> str:
+    """Return the page's HTML for a report from :func:`outreach.report.collect`.
+
+    :param base: the URL prefix the app is mounted at (for its static files).
+    """
+    parts = ["<h1>Campaigns</h1>"]
+    campaigns = sorted({f["campaign"] for f in report["funnel"]})
+    for c in campaigns:
+        steps = [f for f in report["funnel"] if f["campaign"] == c]
+        parts.append(f"<h2>Campaign {_e(c)}</h2>")
+        parts.append(_table(["step", *FUNNEL], [
+            [(f"funnel.{c}.{f['step']}.step", f["step"])]
+            + [(f"funnel.{c}.{f['step']}.{k}", f[k]) for k in FUNNEL] for f in steps],
+            f"funnel-{c}"))
+        parts.append(f'<div class="chart"><canvas data-funnel="{_e(c)}"></canvas></div>')
+    parts.append("<h2>Mailboxes</h2>")
+    parts.append(_table(
+        ["mailbox", "address", "status", "paused by", "paused at", "why", "sends (30 days)",
+         "hard bounces", "bounce rate", "complaints", "complaint rate"],
+        [[(f"mailbox.{h['id']}.name", h["name"]), (f"mailbox.{h['id']}.address", h["address"]),
+          (f"mailbox.{h['id']}.status", h["status"]),
+          (f"mailbox.{h['id']}.paused_by", h["paused_by"] or ""),
+          (f"mailbox.{h['id']}.paused_at", h["paused_at"] or ""),
+          (f"mailbox.{h['id']}.paused_reason", h["paused_reason"] or ""),
+          (f"mailbox.{h['id']}.sends", h["sends"]),
+          (f"mailbox.{h['id']}.hard_bounces", h["hard_bounces"]),
+          (f"mailbox.{h['id']}.bounce_rate", _pct(h["bounce_rate"])),
+          (f"mailbox.{h['id']}.complaints", h["complaints"]),
+          (f"mailbox.{h['id']}.complaint_rate", _pct(h["complaint_rate"]))]
+         for h in report["health"]], "mailboxes"))
+    for h in report["health"]:
+        parts.append(f"<h3>{_e(h['name'])}: sends per day, cap and warm-up (30 days)</h3>"
+                     f'<div class="chart"><canvas data-sends="{h["id"]}"></canvas></div>'
+                     f"<h3>{_e(h['name'])}: Postmaster spam rate (gaps: no data)</h3>"
+                     f'<div class="chart"><canvas data-spam="{h["id"]}"></canvas></div>')
+    parts.append(f"<h2>Unconfirmed emails ({len(report['unconfirmed'])})</h2>")
+    parts.append("<p>Check the mailbox's Sent Items, then answer the Required Action "
+                 "(outreach_unconfirmed_review) or trigger outreach_resolve_unconfirmed.</p>")
+    parts.append(_table(
+        ["id", "campaign", "step", "recipient", "mailbox", "Message-ID", "handed over", "stage",
+         "reply", "Sent-folder evidence"],
+        [[(f"unconfirmed.{u['id']}.{k}", u[k] if u[k] is not None else "") for k in (
+            "id", "campaign", "step", "recipient", "mailbox", "message_id")]
+         + [(f"unconfirmed.{u['id']}.handed_over", u["handed_over_at"] or u["claimed_at"] or ""),
+            (f"unconfirmed.{u['id']}.stage", u["stage"]), (f"unconfirmed.{u['id']}.error", u["error"]),
+            (f"unconfirmed.{u['id']}.evidence", u["evidence"] or "none found")]
+         for u in report["unconfirmed"]], "unconfirmed"))
+    data = json.dumps({"funnel": report["funnel"], "days": report["days"],
+                       "health": report["health"], "threshold": report["spam_rate_threshold"]},
+                      default=str)
+    # '<', '>' and '&' as JSON escapes: the data can never end the script element.
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>outreach: campaigns</title>
+<link rel="stylesheet" href="{_e(base)}/static/campaign_page.css"></head>
+<body>{''.join(parts)}
+<script id="report-data" type="application/json">{data}</script>
+<script src="{_e(base)}/static/chart.umd.min.js"></script>
+<script src="{_e(base)}/static/campaign_page.js"></script>
+</body></html>"""
+
+
+def create_app(database_url: Callable[[], str], *, dependencies: Sequence[Any] = ()) -> Any:
+    """Return the FastAPI app of the campaign page.
+
+    :param database_url: returns the outreach database URL; called per request (never at import).
+    :param dependencies: FastAPI dependencies of every route (the Airflow plugin passes Airflow's
+        authentication, so the page and its files are behind Airflow's login).
+    Routes: ``GET /`` the page, ``GET /report.json`` the report it shows, ``GET /static/{name}``
+    its vendored script, stylesheet and the Chart.js licence.
+    """
+    from fastapi import FastAPI, HTTPException, Request
+    from fastapi.responses import FileResponse, HTMLResponse, Response
+
+    from outreach.report import collect, render_json
+
+    app = FastAPI(title="outreach campaigns", dependencies=list(dependencies), docs_url=None,
+                  redoc_url=None, openapi_url=None)
+    files = {p.name: p for p in STATIC.iterdir() if p.is_file()} if STATIC.is_dir() else {}
+
+    @app.get("/", response_class=HTMLResponse)
+    def page(request: Request) -> HTMLResponse:
+        base = request.scope.get("root_path", "").rstrip("/")
+        return HTMLResponse(render_page(collect(database_url()), base),
+                            headers={"Cache-Control": "no-store"})
+
+    @app.get("/report.json")
+    def report_json() -> Response:
+        return Response(render_json(collect(database_url())), media_type="application/json",
+                        headers={"Cache-Control": "no-store"})
+
+    @app.get("/static/{name}")
+    def static(name: str) -> FileResponse:
+        path = files.get(name)  # only the files shipped in static/: no path is built from input
+        if path is None:
+            raise HTTPException(status_code=404)
+        return FileResponse(path)
+
+    return app
