@@ -5,6 +5,7 @@ lost, and no process is left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import time
 import uuid
@@ -37,27 +38,14 @@ FOR EACH ROW WHEN (NEW.mailbox_id = 2) EXECUTE FUNCTION outreach.test_break_ledg
 MEND_LEDGER = "DROP TRIGGER test_break_ledger ON outreach.send_log; DROP FUNCTION outreach.test_break_ledger();"
 
 
-@pytest.fixture
-def deployment(pg_admin_url, db_url, sink, tmp_path):
+@contextlib.contextmanager
+def running_deployment(pg_admin_url: str, db_url: str, tmp_path, env: dict[str, str]):
+    """Start the real deployment (own metadata database) with ``env``; stop it after, and check
+    that no process is left behind."""
     meta = f"airflow_meta_{uuid.uuid4().hex[:8]}"
     meta_url = embedded.ensure_database(pg_admin_url, meta)
-    conn_json = sink.connection_json()
     dep = Deployment(home=tmp_path / "airflow", metadata_url=sqlalchemy_url(meta_url), outreach_url=db_url,
-                     env_extra={"AIRFLOW_CONN_OUTREACH_SMTP_ANNA": conn_json,
-                                "AIRFLOW_CONN_OUTREACH_SMTP_BEN": conn_json,
-                                "AIRFLOW_CONN_OUTREACH_SMTP_HELLO": conn_json,
-                                "OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
-                                "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
-                                "OUTREACH_BATCH_SIZE": "25",
-                                "OUTREACH_SEND_INTERVAL_MINUTES": "0",
-                                "OUTREACH_SEND_GAP_SECONDS": "0",
-                                "OUTREACH_SEND_PARALLELISM": "4",
-                                # Only the runs this test triggers: a scheduled outreach_send firing
-                                # at a 10-minute boundary would send rows the counts below expect
-                                # to be still queued.
-                                "OUTREACH_SCHEDULES": "off",
-                                "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
-                                "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1"})
+                     env_extra=env)
     dep.migrate()
     dep.start()
     try:
@@ -72,6 +60,29 @@ def deployment(pg_admin_url, db_url, sink, tmp_path):
         assert not left, f"processes left behind: {[p.info['cmdline'] for p in left]} (started {pids})"
         with psycopg.connect(pg_admin_url, autocommit=True) as c:
             c.execute(f'DROP DATABASE IF EXISTS "{meta}" WITH (FORCE)')
+
+
+# Only the runs a test triggers: a scheduled outreach_send firing at a 10-minute boundary would
+# send rows the counts expect to be still queued.
+BASE_ENV = {"OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
+            "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
+            "OUTREACH_BATCH_SIZE": "25",
+            "OUTREACH_SEND_INTERVAL_MINUTES": "0",
+            "OUTREACH_SEND_GAP_SECONDS": "0",
+            "OUTREACH_SEND_PARALLELISM": "4",
+            "OUTREACH_SCHEDULES": "off",
+            "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1"}
+
+
+@pytest.fixture
+def deployment(pg_admin_url, db_url, sink, tmp_path):
+    conn_json = sink.connection_json()
+    with running_deployment(pg_admin_url, db_url, tmp_path, {
+            **BASE_ENV, "AIRFLOW_CONN_OUTREACH_SMTP_ANNA": conn_json,
+            "AIRFLOW_CONN_OUTREACH_SMTP_BEN": conn_json,
+            "AIRFLOW_CONN_OUTREACH_SMTP_HELLO": conn_json}) as dep:
+        yield dep
 
 
 def wait_for(predicate, timeout: float, what: str):
