@@ -239,6 +239,8 @@ def test_required_action_records_exactly_the_listed_rows_by_the_airflow_user(db_
     collected = adapter.review_collect_task("r1")
     assert collected["ids"] == listed
     assert "| id | campaign | step | recipient |" in collected["body"]
+    assert f"| {listed[0]} | q4-ops-intro | 1 | " in collected["body"]
+    assert "| unknown: the sender was lost mid-batch |" in collected["body"]
     assert "anna.schmidt@" not in collected["body"]
     with pytest.raises(AirflowSkipException):
         adapter.review_collect_task("r2")  # each email is listed by one Required Action
