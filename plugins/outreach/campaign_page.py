@@ -18,6 +18,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+# Module level: FastAPI resolves the route signatures' annotations (strings here) in this module.
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import FileResponse, HTMLResponse, Response
+
 STATIC = Path(__file__).resolve().parent / "static"
 FUNNEL = ("enrolled", "queued", "sent", "replied", "bounced", "unsubscribed", "unconfirmed",
           "failed")
@@ -110,9 +114,6 @@ def create_app(database_url: Callable[[], str], *, dependencies: Sequence[Any] =
     Routes: ``GET /`` the page, ``GET /report.json`` the report it shows, ``GET /static/{name}``
     its vendored script, stylesheet and the Chart.js licence.
     """
-    from fastapi import FastAPI, HTTPException, Request
-    from fastapi.responses import FileResponse, HTMLResponse, Response
-
     from outreach.report import collect, render_json
 
     app = FastAPI(title="outreach campaigns", dependencies=list(dependencies), docs_url=None,
