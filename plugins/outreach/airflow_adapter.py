@@ -1268,7 +1268,9 @@ def review_collect_task(run_id: str) -> dict[str, Any]:
     from outreach.resolve import unconfirmed_details
 
     url = database_url()
-    rows = {r["id"]: r for r in unconfirmed_details(url)}
+    # With the Sent-folder search (IMAP) where the mailbox has an account: the person deciding
+    # sees whether the message is in the mailbox's Sent folder.
+    rows = {r["id"]: r for r in unconfirmed_details(url, accounts=imap_account)}
     with db.transaction(url) as conn:
         new = [int(r["event_key"].split(":")[1]) for r in db.run(conn, "alert_claim_many", {
             "event_keys": [f"review:{i}" for i in rows], "kind": "required_action",
