@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test chaos bench bench-venv airflow venv clean stop imap-server
+.PHONY: demo test chaos bench bench-venv airflow venv clean stop browser imap-server
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
@@ -63,8 +63,17 @@ imap-server:
 			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dovecot-imapd; \
 		else echo "Dovecot is missing: sudo apt-get install dovecot-imapd (README: Quick start)" >&2; exit 1; fi; }
 
-## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow, real Dovecot).
-test: venv bench-venv imap-server
+## Debian's chromium and chromium-driver, the headless browser the campaign-page test drives
+## (Selenium, never a downloaded browser): installed when missing, as root.
+browser:
+	@{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ]; then \
+			DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver; \
+		else echo "chromium is missing: sudo apt-get install chromium chromium-driver (README: Quick start)" >&2; exit 1; fi; }
+
+## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow, real Dovecot, real chromium).
+test: venv bench-venv imap-server browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## Chaos: N SIGKILL iterations of real sender processes, then the invariant checker's totals.
