@@ -270,3 +270,44 @@ def test_import_fails_at_once_on_what_cannot_heal(db_url, alert_sink, tmp_path):
     bad.write_text("Name,Company\nJane,Acme\n")
     with pytest.raises(AirflowFailException, match="no email column"):
         adapter.import_task(str(CAMPAIGN), str(MAILBOXES), str(bad), None)
+
+
+def test_bounce_rate_above_the_warning_level_is_alerted_once_a_day(db_url, alert_sink, sink, settings):
+    from flow import send_all
+    from outreach.suppression import suppress
+
+    import_demo(db_url)
+    queue_due(db_url)
+    send_all(db_url, settings)
+    sent = rows(db_url, "SELECT l.email FROM outreach.emails e JOIN outreach.leads l ON l.id = e.lead_id"
+                        " WHERE e.mailbox_id = 1 AND e.status = 'sent' ORDER BY e.id")
+    n = len(sent)
+    bounced = n * 2 // 100 + 1  # just above 2 %, below 3 %
+    assert 0.02 < bounced / n < 0.03
+    with db.transaction(db_url) as conn:
+        for r in sent[:bounced]:
+            suppress(conn, r["email"], "bounced", "test:late-bounce")
+    assert len(adapter.alert_bounce_warnings(db_url)) == 1
+    assert adapter.alert_bounce_warnings(db_url) == []
+    [m] = alert_sink.messages()
+    assert subject_of(m) == "outreach: mailbox anna — sales bounce rate warning"
+    assert f"({bounced} of {n} sends), above the warning level 2 %" in body_of(m)
+    assert rows(db_url, "SELECT status FROM outreach.mailboxes WHERE id = 1") == [{"status": "active"}]
+
+
+def test_report_days_keep_unknown_postmaster_days_unknown(db_url):
+    from outreach.report import collect
+
+    import_demo(db_url)
+    today = dt.datetime.now(dt.timezone.utc).date()
+    with db.transaction(db_url) as conn:
+        conn.execute("INSERT INTO outreach.postmaster_stats (domain, metric, day, value, has_data) VALUES"
+                     " ('mail.outreach-demo.example', 'SPAM_RATE', %s, 0.0012, true),"
+                     " ('mail.outreach-demo.example', 'SPAM_RATE', %s, NULL, false)",
+                     (today - dt.timedelta(days=3), today - dt.timedelta(days=2)))
+    report = collect(db_url, now=dt.datetime.combine(today, dt.time(12), dt.timezone.utc))
+    anna = [d for d in report["days"] if d["mailbox_id"] == 1]
+    assert len(anna) == 30 and anna[-1]["day"] == today
+    assert [d["spam_rate"] for d in anna[-5:]] == [None, 0.0012, None, None, None]  # never 0
+    assert report["spam_rate_threshold"] == 0.001
+    assert all(d["daily_cap"] == 150 and d["daily_limit"] == 150 for d in anna)
