@@ -35,6 +35,7 @@ def alert_sink(tmp_path, monkeypatch, db_url):
     monkeypatch.setenv("OUTREACH_PUBLIC_URL", "https://unsubscribe.test.example")
     monkeypatch.setenv("OUTREACH_UNSUBSCRIBE_SECRET", "test-secret-0123456789")
     monkeypatch.setenv("OUTREACH_SEND_INTERVAL_MINUTES", "0")
+    monkeypatch.setenv("OUTREACH_SEND_GAP_SECONDS", "0")
     yield server
     server.stop()
 
