@@ -1048,29 +1048,26 @@ def alert_notifier() -> Any:
     :raises outreach.settings.SettingsError: ``OUTREACH_ALERT_NOTIFIER`` cannot be loaded.
     """
     import importlib
-    import json
     import socket
 
-    from outreach.settings import SettingsError
+    from outreach.settings import AlertSettings, SettingsError
 
-    spec = os.environ.get("OUTREACH_ALERT_NOTIFIER", "").strip()
-    if spec:
-        module, _, name = spec.partition(":")
+    config = AlertSettings()
+    if config.alert_notifier:
+        module, _, name = config.alert_notifier.partition(":")
         try:
-            cls = getattr(importlib.import_module(module), name)
-            kwargs = json.loads(os.environ.get("OUTREACH_ALERT_NOTIFIER_KWARGS") or "{}")
-            return cls(**kwargs)
+            return getattr(importlib.import_module(module), name)(**config.alert_notifier_kwargs)
         except (ImportError, AttributeError, ValueError, TypeError) as exc:
-            raise SettingsError(f"OUTREACH_ALERT_NOTIFIER={spec!r} (with "
+            raise SettingsError(f"OUTREACH_ALERT_NOTIFIER={config.alert_notifier!r} (with "
                                 f"OUTREACH_ALERT_NOTIFIER_KWARGS) cannot be built: {exc}") from None
-    to = [a.strip() for a in os.environ.get("OUTREACH_ALERT_TO", "").split(",") if a.strip()]
+    to = list(config.alert_to)
     if not to:
         return None
     from airflow.providers.smtp.notifications.smtp import SmtpNotifier
 
-    conn_id = os.environ.get("OUTREACH_ALERT_SMTP_CONN_ID", "").strip() or ALERT_CONN_ID
+    conn_id = config.alert_smtp_conn_id
     conn = _connection(conn_id)
-    sender = (os.environ.get("OUTREACH_ALERT_FROM", "").strip()
+    sender = (config.alert_from
               or (conn.extra_dejson.get("from_email") if conn is not None else None)
               or f"outreach-alerts@{socket.getfqdn()}")
     return SmtpNotifier(to=to, from_email=sender, smtp_conn_id=conn_id,

@@ -24,6 +24,7 @@ prints it as ``outreach: error: …`` and exits 2; an Airflow task fails with it
 | OUTREACH_SPAM_RATE_THRESHOLD …   | :class:`outreach.health.HealthSettings` | see there          |
 | OUTREACH_PREFLIGHT, OUTREACH_SENDING_IP, OUTREACH_DNS_NAMESERVER | PreflightSettings | block/warn/off (warn); an IP; IP[:PORT] |
 | OUTREACH_SCHEDULES, OUTREACH_TRANSACTIONAL_SCHEDULE | ScheduleSettings | on/off (on); a cron expression (* * * * *) |
+| OUTREACH_ALERT_TO, OUTREACH_ALERT_FROM, OUTREACH_ALERT_SMTP_CONN_ID, OUTREACH_ALERT_NOTIFIER, OUTREACH_ALERT_NOTIFIER_KWARGS | AlertSettings | comma-separated addresses (none: alerts only logged); an address; a connection id (outreach_alerts); package.module:Class; a JSON object |
 | OUTREACH_IMPORT_ROOTS            | :func:`import_roots` | folders lead and suppression files may be imported from (``include/data``) |
 """
 
@@ -266,6 +267,22 @@ class PreflightSettings(OutreachSettings):
         if port and not (port.isdigit() and 1 <= int(port) <= 65535):
             raise ValueError("port must be 1 to 65535")
         return v.strip()
+
+
+class AlertSettings(OutreachSettings):
+    """Where operator alerts go (:func:`outreach.airflow_adapter.alert_notifier`): the SMTP
+    provider's notifier to ``alert_to`` through the Airflow SMTP connection ``alert_smtp_conn_id``,
+    or any notifier class named by ``alert_notifier`` built with ``alert_notifier_kwargs``."""
+
+    alert_to: Annotated[tuple[str, ...], NoDecode, _COMMA_LIST] = Field((), description=(
+        "comma-separated ops addresses"))
+    alert_from: str | None = Field(None, description="the alerts' From address")
+    alert_smtp_conn_id: str = Field("outreach_alerts", pattern=r"^[A-Za-z0-9_\-]+$",
+                                    description="an Airflow connection id")
+    alert_notifier: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+                                       description="package.module:Class of an Airflow notifier")
+    alert_notifier_kwargs: dict[str, Any] = Field(default_factory=dict, description=(
+        "a JSON object: the notifier's keyword arguments"))
 
 
 class ScheduleSettings(OutreachSettings):
