@@ -43,10 +43,13 @@ def test_unusable_files_fail_with_file_line_and_field(db_url, tmp_path):
     p = outreach(db_url, "import-leads", "--csv", str(csv), tmp_path=tmp_path)
     assert p.returncode == 1 and f"{csv}, line 1: no email column" in p.stderr
     bad = tmp_path / "bad.yaml"
-    bad.write_text((ROOT / "include/campaigns/demo.yaml").read_text().replace("delay_days: 3", "delay_days: -3"))
+    demo = (ROOT / "include/campaigns/demo.yaml").read_text()
+    line = next(n for n, text in enumerate(demo.splitlines(), 1) if "delay_days: 3" in text)
+    bad.write_text(demo.replace("delay_days: 3", "delay_days: -3"))
     p = outreach(db_url, "import-leads", "--campaign", str(bad), "--csv", str(csv), tmp_path=tmp_path)
     assert p.returncode == 1
-    assert f"{bad}, line 24, field steps.1.delay_days: Input should be greater than or equal to 0" in p.stderr
+    assert (f"{bad}, line {line}, field steps.1.delay_days: Input should be greater than or "
+            f"equal to 0") in p.stderr
     assert "Traceback" not in p.stderr
 
 
@@ -92,12 +95,20 @@ def test_db_stop_stops_the_embedded_server_whoever_runs_it(tmp_path):
     pgdata = (state / "pgdata").resolve()
     assert run("db", "stop").stdout.strip() == \
         f"nothing was running: no embedded PostgreSQL server in {pgdata}"
+    # A database nobody upgraded yet: one line that says what to run, not a traceback.
+    empty = run("report")
+    assert empty.returncode == 1 and "Traceback" not in empty.stderr, empty.stderr
+    assert empty.stderr.strip().endswith("run `outreach db upgrade` first"), empty.stderr
     started = run("db", "upgrade")
     assert started.returncode == 0, started.stderr
     pid = int((pgdata / "postmaster.pid").read_text().split()[0])
     server = psutil.Process(pid)
     try:
         assert server.is_running()  # the command left it running for the next one
+        # The embedded server's own log lines stay off stdout: --json output is JSON alone.
+        report = run("report", "--json")
+        assert report.returncode == 0, report.stderr
+        json.loads(report.stdout)
         stopped = run("db", "stop")
         assert stopped.returncode == 0, stopped.stderr
         assert stopped.stdout.strip() == f"stopped the embedded PostgreSQL server in {pgdata} (pid {pid})"

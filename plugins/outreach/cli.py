@@ -779,6 +779,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     # The commands print their own summaries; the log repeats them only with -v.
     logging.getLogger("outreach").setLevel(logging.INFO if args.verbose else logging.WARNING)
+    # The embedded server's own progress lines ("cleaning last handle …") would land on stdout
+    # (Airflow's logging writes there) and break `outreach report --json`.
+    logging.getLogger("pgserver").setLevel(logging.INFO if args.verbose else logging.WARNING)
     try:
         return args.func(args)
     except BrokenPipeError:
@@ -787,6 +790,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except psycopg.errors.UndefinedTable as exc:  # a database nobody has upgraded yet
+        print(f"outreach: error: the outreach database has no schema yet "
+              f"({(str(exc).strip().splitlines() or [''])[0]}): run `outreach db upgrade` first",
+              file=sys.stderr)
+        return 1
     except psycopg.OperationalError as exc:  # the database went away outside a send's own handling
         print(f"outreach: error: database connection lost ({type(exc).__name__}): "
               f"{(str(exc).strip().splitlines() or [''])[0]}", file=sys.stderr)
