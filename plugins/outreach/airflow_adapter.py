@@ -905,7 +905,6 @@ def transactional_schedule() -> str:
 
 SOURCES_SCHEDULE = "@hourly"
 """The schedule of ``outreach_import_sources``: campaigns whose source declares no other."""
-QUEUE_DUE_CRON = "*/15 * * * *"
 
 
 def source_dags() -> list[dict[str, Any]]:
@@ -953,15 +952,22 @@ def lead_assets() -> list[Any]:
 
 
 def queue_due_schedule() -> Any:
-    """Return the schedule of ``outreach_queue_due``: every 15 minutes (UTC), *or* as soon as an
-    import updated a campaign's leads Asset (Airflow 3 ``AssetOrTimeSchedule``), so leads from a
-    source are queued minutes after they land; the plain cron when no campaign has a source."""
+    """Return the schedule of ``outreach_queue_due``: its cron ``OUTREACH_QUEUE_DUE_SCHEDULE``
+    (default every 15 minutes, UTC), *or* as soon as an import updated a campaign's leads Asset
+    (Airflow 3 ``AssetOrTimeSchedule``), so leads from a source are queued minutes after they
+    land; the plain cron when no campaign has a source.
+
+    :raises outreach.settings.SettingsError: the cron is not a five-field expression.
+    """
+    from outreach.settings import ScheduleSettings
+
+    cron = ScheduleSettings().queue_due_schedule
     assets = lead_assets()
     if not assets:
-        return QUEUE_DUE_CRON
+        return cron
     from airflow.sdk import AssetAny, AssetOrTimeSchedule, CronTriggerTimetable
 
-    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(QUEUE_DUE_CRON, timezone="UTC"),
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"),
                                assets=AssetAny(*assets))
 
 

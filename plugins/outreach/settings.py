@@ -24,6 +24,7 @@ prints it as ``outreach: error: …`` and exits 2; an Airflow task fails with it
 | OUTREACH_SPAM_RATE_THRESHOLD …   | :class:`outreach.health.HealthSettings` | see there          |
 | OUTREACH_PREFLIGHT, OUTREACH_SENDING_IP, OUTREACH_DNS_NAMESERVER | PreflightSettings | block/warn/off (warn); an IP; IP[:PORT] |
 | OUTREACH_SCHEDULES, OUTREACH_TRANSACTIONAL_SCHEDULE | ScheduleSettings | on/off (on); a cron expression (* * * * *) |
+| OUTREACH_QUEUE_DUE_SCHEDULE      | ScheduleSettings   | a cron expression (*/15 * * * *)           |
 | OUTREACH_ALERT_TO, OUTREACH_ALERT_FROM, OUTREACH_ALERT_SMTP_CONN_ID, OUTREACH_ALERT_NOTIFIER, OUTREACH_ALERT_NOTIFIER_KWARGS | AlertSettings | comma-separated addresses (none: alerts only logged); an address; a connection id (outreach_alerts); package.module:Class; a JSON object |
 | OUTREACH_IMPORT_ROOTS            | :func:`import_roots` | folders lead and suppression files may be imported from (``include/data``) |
 """
@@ -292,8 +293,10 @@ class ScheduleSettings(OutreachSettings):
         "on (DAGs keep their schedules) or off (they run only when triggered)"))
     transactional_schedule: str = Field("* * * * *", min_length=9, description=(
         "a cron expression for outreach_transactional (five fields)"))
+    queue_due_schedule: str = Field("*/15 * * * *", min_length=9, description=(
+        "a cron expression for outreach_queue_due (five fields), besides its leads Assets"))
 
-    @field_validator("transactional_schedule")
+    @field_validator("transactional_schedule", "queue_due_schedule")
     @classmethod
     def _five_fields(cls, v: str) -> str:
         if len(v.split()) != 5:
