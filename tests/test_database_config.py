@@ -77,6 +77,7 @@ def test_airflow_task_without_a_database_fails_loudly(tmp_path):
     for k in ("OUTREACH_DATABASE_URL", "AIRFLOW_CONN_OUTREACH_DB", "OUTREACH_EMBEDDED_DB"):
         env.pop(k, None)
     env["OUTREACH_STATE_DIR"] = str(tmp_path / "state")
+    env["AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY"] = "0"  # its one retry, without waiting 5 min
     env.update({k: v for k, v in bare_env(tmp_path).items() if k.startswith("OUTREACH_PUBLIC")
                 or k == "OUTREACH_UNSUBSCRIBE_SECRET"})
     ensure_metadata(env)

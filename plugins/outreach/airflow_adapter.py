@@ -191,7 +191,15 @@ def dag_kwargs(*, schedule: Any = None, retries: int = 1, operator: bool = False
     from outreach.settings import ScheduleSettings
 
     switch = ScheduleSettings().schedules
-    default_args: dict[str, Any] = {"owner": "outreach", "retries": retries}
+    from airflow.configuration import conf
+
+    # retry_delay is passed explicitly, as Airflow's own [core] default_task_retry_delay: a mapped
+    # task (send_batch) serialises only the partial kwargs it was given and is read back with the
+    # schema's 300 s, whatever that setting says (seen with Airflow 3.3.2).
+    default_args: dict[str, Any] = {
+        "owner": "outreach", "retries": retries,
+        "retry_delay": dt.timedelta(seconds=conf.getint("core", "default_task_retry_delay",
+                                                        fallback=300))}
     if on_failure_callback is not None:
         default_args["on_failure_callback"] = on_failure_callback
     return {"schedule": schedule if switch == "on" else None, "start_date": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
