@@ -162,7 +162,8 @@ def test_preflight_task_blocks_failing_domains_in_block_mode(db_url, tmp_path, m
     assert checked["domains"] == {demo_domain: FAIL}
     if mode == "block":
         assert {b["mailbox_id"] for b in checked["blocked"]} == {1, 2}
-        assert plan == []
+        # Each blocked mailbox gets a batch of its own that claims nothing and fails its task.
+        assert plan and all(b["quotas"] == [] and b["blocked"] for b in plan)
         assert "blocked for this run: DMARC failed (OUTREACH_PREFLIGHT=block)" in caplog.text
     else:
         assert checked["blocked"] == [] and {q[0] for b in plan for q in b["quotas"]} == {1, 2}
@@ -172,7 +173,8 @@ def test_preflight_task_blocks_failing_domains_in_block_mode(db_url, tmp_path, m
 
 def test_preflight_off_checks_nothing(monkeypatch):
     monkeypatch.setenv("OUTREACH_PREFLIGHT", "off")
-    assert airflow_adapter.preflight_task() == {"mode": "off", "blocked": [], "domains": {}}
+    off = airflow_adapter.preflight_task()
+    assert (off["mode"], off["blocked"], off["domains"], off.get("failed", {})) == ("off", [], {}, {})
     monkeypatch.setenv("OUTREACH_PREFLIGHT", "sometimes")
     with pytest.raises(ValueError, match="OUTREACH_PREFLIGHT"):
         airflow_adapter.preflight_task()
