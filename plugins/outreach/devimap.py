@@ -202,6 +202,10 @@ class DovecotServer:
         if os.geteuid() == 0:
             os.chown(tmp, self.uid, self.gid)
         tmp.replace(path)  # atomic: Dovecot never reads half a file
+        # Dovecot re-reads a changed passwd-file only when it looks at it again, at most once a
+        # second: a login right after adding an account failed (AUTHENTICATIONFAILED) in the
+        # full suite. Wait that second out (development and test tooling only).
+        time.sleep(1.1)
 
     def add_user(self, login: str, password: str = "secret") -> str:
         """Create (or change the password of) the account ``login``; return ``login``."""
