@@ -295,5 +295,7 @@ def test_send_tasks_cleared_through_the_api_while_the_other_worker_runs(fresh, t
     messages = sink.messages()
     totals = invariants.assert_ok(url, messages)
     assert totals.by_status.get("sending", 0) == 0
-    assert totals.sent_rows + totals.unconfirmed == len(messages)
+    # An unconfirmed row is one whose handoff was cut off: its message may or may not have
+    # reached the server (rule 5), so it counts on the upper side only.
+    assert totals.sent_rows <= len(messages) <= totals.sent_rows + totals.unconfirmed
     assert totals.sent_rows + totals.unconfirmed + totals.by_status.get("queued", 0) >= 600
