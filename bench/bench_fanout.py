@@ -1,5 +1,5 @@
 """Airflow fan-out: the wall time of one ``outreach_send`` run with N mapped ``send_batch``
-tasks (``airflow dags test``, SQLite metadata, as :mod:`outreach.localairflow` runs it) against
+tasks (``airflow dags test``, SQLite metadata, as :mod:`outreach.dev.localairflow` runs it) against
 the same plan run by the CLI (``outreach send``: the same batches, one after the other, in one
 process). Both start from a clone of the same queued database, with the same settings and SMTP
 server; both times include interpreter start-up. Reported only, no target.
@@ -16,7 +16,7 @@ from bench_send import SinkProcess
 from common import Row, Server, Stopwatch, median_of, run
 from data import queued_database, smtp_conn_ids
 from outreach import db
-from outreach.localairflow import airflow_env, ensure_metadata, run_dag
+from outreach.dev.localairflow import airflow_env, ensure_metadata, run_dag
 
 
 def bench(server: Server, workdir: Path, *, tasks: int, batch: int, repeats: int,

@@ -1,5 +1,5 @@
 """Scale-out: emails per second through real Airflow — the scheduler, the api-server and 1 or 2
-Celery workers (``outreach.deploy.Deployment``, as ``make airflow EXECUTOR=celery`` runs them)
+Celery workers (``outreach.dev.deploy.Deployment``, as ``make airflow EXECUTOR=celery`` runs them)
 — against an SMTP sink that answers each command ``delay`` seconds late, like a remote relay
 (:class:`bench_send.SinkProcess`, the latency row's sink).
 
@@ -59,7 +59,7 @@ def _run_once(dep, token: str, server: Server, emails: int) -> float:
 def _measure(server: Server, workdir: Path, sink: SinkProcess, *, executor: str, workers: int,
              emails: int, batch: int, slots: int, mailboxes: int, repeats: int,
              redis_url: str) -> tuple[float, list[float]]:
-    from outreach.deploy import Deployment, sqlalchemy_url
+    from outreach.dev.deploy import Deployment, sqlalchemy_url
 
     tag = f"{executor[:5].lower()}{workers}"
     meta = server.create(f"scaleout_meta_{tag}")
@@ -96,7 +96,7 @@ def bench(server: Server, workdir: Path, *, emails: int, batch: int, slots: int,
     """
     import os
 
-    from outreach.deploy import DEFAULT_REDIS_URL, check_redis
+    from outreach.dev.deploy import DEFAULT_REDIS_URL, check_redis
     from outreach.settings import SettingsError
 
     redis_url = os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL

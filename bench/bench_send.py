@@ -86,7 +86,7 @@ class _Counting:
 
 
 def _serve(port: int, counter, stop, delay: float) -> None:
-    from outreach.devsmtp import LoopbackSMTPServer
+    from outreach.dev.devsmtp import LoopbackSMTPServer
 
     with LoopbackSMTPServer(_Counting(counter, delay), port=port):
         stop.wait()
@@ -98,7 +98,7 @@ class SinkProcess:
     :class:`_Counting`). A context manager."""
 
     def __init__(self, delay: float = 0.0) -> None:
-        from outreach.devsmtp import free_port
+        from outreach.dev.devsmtp import free_port
 
         self.port = free_port()
         self._count, self._stop = _MP.Value("q", 0), _MP.Event()
@@ -161,7 +161,7 @@ def _claim_all(url: str, mailboxes: list[int]) -> list[dict[str, Any]]:
 
 def ours(url: str, mailboxes: list[int], pem: bytes) -> float:
     """Send everything queued with :func:`outreach.send.send_batch`; return seconds."""
-    from outreach.airflow_adapter import smtp_connector
+    from outreach.airflow.tasks import smtp_connector
     from outreach.send import send_batch
 
     start = time.perf_counter()
@@ -174,7 +174,7 @@ def ours(url: str, mailboxes: list[int], pem: bytes) -> float:
 
 def render_sign_send(rows: list[dict[str, Any]], pem: bytes | None) -> float:
     """Baseline (a): render, sign and send every row over one SMTP session; return seconds."""
-    from outreach.airflow_adapter import smtp_connector
+    from outreach.airflow.tasks import smtp_connector
     from outreach.send import prepare
 
     now = dt.datetime.now(dt.timezone.utc)

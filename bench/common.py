@@ -31,7 +31,9 @@ for _p in (str(ROOT / "plugins"), str(BENCH)):
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from outreach import db, embedded  # noqa: E402
+from outreach import db
+
+from outreach.dev import embedded  # noqa: E402
 from outreach.migrate import upgrade  # noqa: E402
 
 CAMPAIGN = ROOT / "include" / "campaigns" / "demo.yaml"

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach import airflow_adapter
+from outreach.airflow import tasks
 
 
 @dag(
     dag_id="outreach_campaign_pause",
     doc_md=__doc__,
-    **airflow_adapter.dag_kwargs(operator=True),
+    **tasks.dag_kwargs(operator=True),
     params={
         "campaign": Param(type="string", minLength=1, title="Campaign key",
                           description="The campaign's key (as in its campaign file)."),
@@ -36,7 +36,7 @@ def outreach_campaign_pause():
     @task
     def pause() -> dict:
         p = get_current_context()["params"]
-        return airflow_adapter.campaign_pause_task(p["campaign"], p["reason"], p["operator"])
+        return tasks.campaign_pause_task(p["campaign"], p["reason"], p["operator"])
 
     pause()
 

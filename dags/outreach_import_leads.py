@@ -18,22 +18,22 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach import airflow_adapter
+from outreach.airflow import tasks
 
 
 @dag(
     dag_id="outreach_import_leads",
     doc_md=__doc__,
-    **airflow_adapter.dag_kwargs(),
+    **tasks.dag_kwargs(),
     params={
         "campaign_file": Param("include/campaigns/demo.yaml", type="string", title="Campaign file",
                                description="Campaign YAML, relative to the project root.",
-                               examples=airflow_adapter.project_files("include/campaigns", "*.yaml")),
+                               examples=tasks.project_files("include/campaigns", "*.yaml")),
         "mailbox_file": Param("include/mailboxes.yaml", type="string", title="Mailbox file"),
         "leads_file": Param("include/data/sample_leads.csv", type="string", title="Leads CSV",
                             description="A CRM or prospecting export (UTF-8, header row), "
                             "inside OUTREACH_IMPORT_ROOTS (default include/data).",
-                            examples=airflow_adapter.project_files("include/data", "*.csv")),
+                            examples=tasks.project_files("include/data", "*.csv")),
         "suppressions_file": Param("include/data/do_not_contact.csv", type=["null", "string"],
                                    title="Do-not-contact CSV (optional)"),
     },
@@ -42,7 +42,7 @@ def outreach_import_leads():
     @task
     def import_leads() -> dict:
         p = get_current_context()["params"]
-        return airflow_adapter.import_task(p["campaign_file"], p["mailbox_file"], p["leads_file"],
+        return tasks.import_task(p["campaign_file"], p["mailbox_file"], p["leads_file"],
                                            p.get("suppressions_file"))
 
     import_leads()

@@ -20,18 +20,18 @@ from __future__ import annotations
 
 from airflow.sdk import Asset, dag, task
 
-from outreach import airflow_adapter
+from outreach.airflow import tasks
 from outreach.sources import lead_asset_uri
 
 
 def _build(spec: dict) -> None:
     @dag(dag_id=spec["dag_id"], doc_md=__doc__,
-         **airflow_adapter.dag_kwargs(schedule=airflow_adapter.dag_schedule(spec["schedule"]),
+         **tasks.dag_kwargs(schedule=tasks.dag_schedule(spec["schedule"]),
                                       retries=2, max_active_runs=1))
     def import_sources():
         for campaign_file, key in spec["campaigns"]:
             task(task_id=f"import_{key.replace('-', '_')}",
-                 outlets=[Asset(lead_asset_uri(key))])(airflow_adapter.source_import_task)(
+                 outlets=[Asset(lead_asset_uri(key))])(tasks.source_import_task)(
                      campaign_file)
         if not spec["campaigns"]:
             @task
@@ -43,5 +43,5 @@ def _build(spec: dict) -> None:
     import_sources()
 
 
-for _spec in airflow_adapter.source_dags():
+for _spec in tasks.source_dags():
     _build(_spec)

@@ -28,31 +28,31 @@ from __future__ import annotations
 
 from airflow.sdk import TriggerRule, dag, get_current_context, task
 
-from outreach import airflow_adapter
+from outreach.airflow import tasks
 
 
 @dag(
     dag_id="outreach_inbox",
     doc_md=__doc__,
-    **airflow_adapter.dag_kwargs(schedule="*/10 * * * *", retries=1, max_active_runs=1),
+    **tasks.dag_kwargs(schedule="*/10 * * * *", retries=1, max_active_runs=1),
 )
 def outreach_inbox():
     @task
     def targets() -> list[dict]:
-        return airflow_adapter.inbox_targets_task()
+        return tasks.inbox_targets_task()
 
     @task(map_index_template="{{ inbox_label }}")
     def read(target: dict) -> dict:
         get_current_context()["inbox_label"] = target["label"]
-        return airflow_adapter.inbox_read_task(target)
+        return tasks.inbox_read_task(target)
 
     @task(trigger_rule=TriggerRule.NONE_FAILED)
     def summary(results) -> dict:
-        return airflow_adapter.inbox_summary_task(list(results) if results is not None else [])
+        return tasks.inbox_summary_task(list(results) if results is not None else [])
 
     @task(trigger_rule=TriggerRule.ALL_DONE)
     def rates() -> list:
-        return airflow_adapter.bounce_rate_task() + airflow_adapter.complaint_rate_task()
+        return tasks.bounce_rate_task() + tasks.complaint_rate_task()
 
     reads = read.expand(target=targets())
     summary(reads)

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach import airflow_adapter
+from outreach.airflow import tasks
 
 
 @dag(
     dag_id="outreach_lead_stop",
     doc_md=__doc__,
-    **airflow_adapter.dag_kwargs(operator=True),
+    **tasks.dag_kwargs(operator=True),
     params={
         "address": Param(type="string", minLength=3, title="Lead address",
                          description="The lead's email address."),
@@ -39,7 +39,7 @@ def outreach_lead_stop():
     @task
     def stop() -> dict:
         p = get_current_context()["params"]
-        return airflow_adapter.lead_stop_task(p["address"], p["campaign"], p["reason"],
+        return tasks.lead_stop_task(p["address"], p["campaign"], p["reason"],
                                               p["operator"])
 
     stop()

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach import airflow_adapter
+from outreach.airflow import tasks
 
 
 @dag(
     dag_id="outreach_mailbox_pause",
     doc_md=__doc__,
-    **airflow_adapter.dag_kwargs(operator=True),
+    **tasks.dag_kwargs(operator=True),
     params={
         "mailbox": Param(type="string", minLength=1, title="Mailbox",
                          description="The mailbox's address or id."),
@@ -35,7 +35,7 @@ def outreach_mailbox_pause():
     @task
     def pause() -> dict:
         p = get_current_context()["params"]
-        return airflow_adapter.pause_task(p["mailbox"], p["reason"], p["operator"])
+        return tasks.pause_task(p["mailbox"], p["reason"], p["operator"])
 
     pause()
 

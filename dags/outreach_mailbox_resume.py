@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach import airflow_adapter
+from outreach.airflow import tasks
 
 
 @dag(
     dag_id="outreach_mailbox_resume",
     doc_md=__doc__,
-    **airflow_adapter.dag_kwargs(operator=True),
+    **tasks.dag_kwargs(operator=True),
     params={
         "mailbox": Param(type="string", minLength=1, title="Mailbox",
                          description="The mailbox's address or id."),
@@ -36,7 +36,7 @@ def outreach_mailbox_resume():
     @task
     def resume() -> dict:
         p = get_current_context()["params"]
-        return airflow_adapter.resume_task(p["mailbox"], p["operator"], p["why"])
+        return tasks.resume_task(p["mailbox"], p["operator"], p["why"])
 
     resume()
 

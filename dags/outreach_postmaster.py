@@ -25,31 +25,31 @@ from __future__ import annotations
 
 from airflow.sdk import dag, task
 
-from outreach import airflow_adapter
+from outreach.airflow import tasks
 
 
 @dag(
     dag_id="outreach_postmaster",
     doc_md=__doc__,
     # Daily at 07:00 UTC: Postmaster data lags 1–2 days anyway.
-    **airflow_adapter.dag_kwargs(schedule="0 7 * * *", retries=2, max_active_runs=1),
+    **tasks.dag_kwargs(schedule="0 7 * * *", retries=2, max_active_runs=1),
 )
 def outreach_postmaster():
     @task
     def fetch_postmaster() -> dict:
-        return airflow_adapter.postmaster_fetch_task()
+        return tasks.postmaster_fetch_task()
 
     @task
     def pause_on_spam_rate() -> list:
-        return airflow_adapter.spam_rate_task()
+        return tasks.spam_rate_task()
 
     @task
     def pause_on_bounce_rate() -> list:
-        return airflow_adapter.bounce_rate_task()
+        return tasks.bounce_rate_task()
 
     @task
     def pause_on_complaint_rate() -> list:
-        return airflow_adapter.complaint_rate_task()
+        return tasks.complaint_rate_task()
 
     fetch_postmaster() >> pause_on_spam_rate()
     pause_on_bounce_rate()

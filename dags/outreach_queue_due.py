@@ -18,19 +18,19 @@ from __future__ import annotations
 
 from airflow.sdk import dag, task
 
-from outreach import airflow_adapter
+from outreach.airflow import tasks
 
 
 @dag(
     dag_id="outreach_queue_due",
     doc_md=__doc__,
-    **airflow_adapter.dag_kwargs(schedule=airflow_adapter.queue_due_schedule(), retries=2,
+    **tasks.dag_kwargs(schedule=tasks.queue_due_schedule(), retries=2,
                                  max_active_runs=1),
 )
 def outreach_queue_due():
     @task
     def queue_due() -> dict:
-        return airflow_adapter.queue_task()
+        return tasks.queue_task()
 
     queue_due()
 

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 from airflow.sdk import dag, task
 
-from outreach import airflow_adapter
+from outreach.airflow import tasks
 
 
 @dag(
     dag_id="outreach_report",
     doc_md=__doc__,
-    **airflow_adapter.dag_kwargs(schedule="0 7 * * *"),
+    **tasks.dag_kwargs(schedule="0 7 * * *"),
 )
 def outreach_report():
     @task
     def report() -> dict:
-        return airflow_adapter.report_task()
+        return tasks.report_task()
 
     report()
 

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach import airflow_adapter
+from outreach.airflow import tasks
 
 
 @dag(
     dag_id="outreach_requeue",
     doc_md=__doc__,
-    **airflow_adapter.dag_kwargs(operator=True),
+    **tasks.dag_kwargs(operator=True),
     params={
         "failed_kind": Param("retries_exhausted", type="string", enum=["retries_exhausted"],
                              title="Failure kind",
@@ -36,7 +36,7 @@ from outreach import airflow_adapter
                            description="Leave empty to select by campaign and/or mailbox."),
         "campaign_key": Param(None, type=["null", "string"], title="Campaign key"),
         "mailbox": Param(None, type=["null", "string"], title="Mailbox address or id",
-                         examples=airflow_adapter.mailbox_addresses()),
+                         examples=tasks.mailbox_addresses()),
         "requested_by": Param("", type="string", minLength=1, title="Your name",
                               description="Recorded with the requeue."),
         "reason": Param("", type="string", minLength=1, title="Why",
@@ -47,7 +47,7 @@ def outreach_requeue():
     @task
     def requeue() -> dict:
         p = get_current_context()["params"]
-        return airflow_adapter.requeue_task(p["failed_kind"], p["requested_by"], p["reason"],
+        return tasks.requeue_task(p["failed_kind"], p["requested_by"], p["reason"],
                                             p["email_ids"] or None, p["campaign_key"], p["mailbox"])
 
     requeue()

@@ -31,13 +31,13 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach import airflow_adapter
+from outreach.airflow import tasks
 
 
 @dag(
     dag_id="outreach_resolve_unconfirmed",
     doc_md=__doc__,
-    **airflow_adapter.dag_kwargs(operator=True),
+    **tasks.dag_kwargs(operator=True),
     params={
         "decision": Param(type="string",
                           enum=["was_sent", "not_sent", "was_sent_if_found"], title="Decision",
@@ -52,7 +52,7 @@ from outreach import airflow_adapter
                                        "by campaign and/or mailbox."),
         "campaign_key": Param(None, type=["null", "string"], title="Campaign key"),
         "mailbox": Param(None, type=["null", "string"], title="Mailbox address or id",
-                         examples=airflow_adapter.mailbox_addresses()),
+                         examples=tasks.mailbox_addresses()),
         "resolved_by": Param("", type="string", minLength=1, title="Your name",
                              description="Recorded with the decision."),
         "note": Param("", type="string", title="Note"),
@@ -62,13 +62,13 @@ def outreach_resolve_unconfirmed():
     @task
     def evidence() -> list:
         p = get_current_context()["params"]
-        return airflow_adapter.evidence_task(p["email_ids"],
+        return tasks.evidence_task(p["email_ids"],
                                              p["campaign_key"], p["mailbox"])
 
     @task
     def resolve() -> dict:
         p = get_current_context()["params"]
-        return airflow_adapter.resolve_task(p["decision"], p["resolved_by"], p["email_ids"],
+        return tasks.resolve_task(p["decision"], p["resolved_by"], p["email_ids"],
                                             p["campaign_key"], p["mailbox"], p["note"])
 
     evidence() >> resolve()

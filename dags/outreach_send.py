@@ -46,37 +46,37 @@ from __future__ import annotations
 
 from airflow.sdk import TriggerRule, dag, get_current_context, task
 
-from outreach import airflow_adapter
+from outreach.airflow import tasks
 
 
 @dag(
     dag_id="outreach_send",
     doc_md=__doc__,
-    **airflow_adapter.dag_kwargs(schedule="*/10 * * * *", retries=2, max_active_runs=2,
-                                 on_failure_callback=airflow_adapter.RunFailedNotifier()),
+    **tasks.dag_kwargs(schedule="*/10 * * * *", retries=2, max_active_runs=2,
+                                 on_failure_callback=tasks.RunFailedNotifier()),
 )
 def outreach_send():
     @task
     def preflight() -> dict:
-        return airflow_adapter.preflight_task()
+        return tasks.preflight_task()
 
     @task
     def plan(checked: dict) -> list[dict]:
-        return airflow_adapter.plan_task(checked)
+        return tasks.plan_task(checked)
 
-    @task(map_index_template="{{ batch_label }}", pool=airflow_adapter.SMTP_POOL)
+    @task(map_index_template="{{ batch_label }}", pool=tasks.SMTP_POOL)
     def send_batch(batch: dict) -> dict:
         # The task's own context (not a copy): the label set in it is what the UI shows.
-        return airflow_adapter.send_task(batch, get_current_context())
+        return tasks.send_task(batch, get_current_context())
 
     @task(trigger_rule=TriggerRule.ALL_DONE)
     def summary(batches, results, **context) -> dict:
-        return airflow_adapter.summary_task(list(batches or []), list(results or []),
+        return tasks.summary_task(list(batches or []), list(results or []),
                                             context["dag"].dag_id, context["run_id"])
 
-    @task(trigger_rule=TriggerRule.ALL_DONE, outlets=[airflow_adapter.unconfirmed_asset()])
+    @task(trigger_rule=TriggerRule.ALL_DONE, outlets=[tasks.unconfirmed_asset()])
     def flag_unconfirmed() -> dict:
-        return airflow_adapter.flag_unconfirmed_task()
+        return tasks.flag_unconfirmed_task()
 
     batches = plan(preflight())
     sent = send_batch.expand(batch=batches)

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach import airflow_adapter
+from outreach.airflow import tasks
 
 
 @dag(
     dag_id="outreach_suppress",
     doc_md=__doc__,
-    **airflow_adapter.dag_kwargs(operator=True),
+    **tasks.dag_kwargs(operator=True),
     params={
         "value": Param("", type="string", minLength=3, title="Address or @domain"),
         "reason": Param("manual", type="string", title="Reason",
@@ -33,7 +33,7 @@ def outreach_suppress():
     @task
     def suppress() -> dict:
         p = get_current_context()["params"]
-        return airflow_adapter.suppress_task(p["value"], p["reason"], p["requested_by"])
+        return tasks.suppress_task(p["value"], p["reason"], p["requested_by"])
 
     suppress()
 

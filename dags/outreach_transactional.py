@@ -25,13 +25,13 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach import airflow_adapter
+from outreach.airflow import tasks
 
 
 @dag(
     dag_id="outreach_transactional",
     doc_md=__doc__,
-    **airflow_adapter.dag_kwargs(schedule=airflow_adapter.transactional_schedule(), retries=2,
+    **tasks.dag_kwargs(schedule=tasks.transactional_schedule(), retries=2,
                                  max_active_runs=8),
     params={
         "delivery_key": Param(None, type=["null", "string"], maxLength=200, title="Delivery key",
@@ -49,12 +49,12 @@ def outreach_transactional():
     @task
     def enqueue() -> dict | None:
         ctx = get_current_context()
-        return airflow_adapter.transactional_enqueue_task(ctx["params"], ctx["dag_run"].conf)
+        return tasks.transactional_enqueue_task(ctx["params"], ctx["dag_run"].conf)
 
     # In the SMTP pool like the campaigns' send_batch, and ahead of them when slots are scarce.
-    @task(pool=airflow_adapter.SMTP_POOL, priority_weight=100)
+    @task(pool=tasks.SMTP_POOL, priority_weight=100)
     def send(enqueued: dict | None) -> dict:
-        return airflow_adapter.transactional_send_task()
+        return tasks.transactional_send_task()
 
     send(enqueue())
 

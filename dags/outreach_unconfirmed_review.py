@@ -23,33 +23,33 @@ from __future__ import annotations
 from airflow.providers.standard.operators.hitl import HITLOperator
 from airflow.sdk import dag, task
 
-from outreach import airflow_adapter
+from outreach.airflow import tasks
 
 
 @dag(
     dag_id="outreach_unconfirmed_review",
     doc_md=__doc__,
-    **{**airflow_adapter.dag_kwargs(operator=True),
+    **{**tasks.dag_kwargs(operator=True),
        # An asset, not a clock: OUTREACH_SCHEDULES leaves it on.
-       "schedule": [airflow_adapter.unconfirmed_asset()]},
+       "schedule": [tasks.unconfirmed_asset()]},
 )
 def outreach_unconfirmed_review():
     @task
     def collect(**context) -> dict:
-        return airflow_adapter.review_collect_task(context["run_id"])
+        return tasks.review_collect_task(context["run_id"])
 
     decide = HITLOperator(
         task_id="decide",
         subject="{{ ti.xcom_pull(task_ids='collect')['subject'] }}",
         body="{{ ti.xcom_pull(task_ids='collect')['body'] }}",
-        options=list(airflow_adapter.REVIEW_OPTIONS),
+        options=list(tasks.REVIEW_OPTIONS),
         defaults=None,
         multiple=False,
     )
 
     @task
     def record(collected: dict, response: dict, **context) -> dict:
-        return airflow_adapter.review_record_task(collected, response, context["dag"].dag_id,
+        return tasks.review_record_task(collected, response, context["dag"].dag_id,
                                                   context["run_id"])
 
     collected = collect()

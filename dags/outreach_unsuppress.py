@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach import airflow_adapter
+from outreach.airflow import tasks
 
 
 @dag(
     dag_id="outreach_unsuppress",
     doc_md=__doc__,
-    **airflow_adapter.dag_kwargs(operator=True),
+    **tasks.dag_kwargs(operator=True),
     params={
         "value": Param("", type="string", minLength=3, title="Address or @domain"),
         "why": Param("", type="string", minLength=3, title="Why",
@@ -31,7 +31,7 @@ def outreach_unsuppress():
     @task
     def unsuppress() -> dict:
         p = get_current_context()["params"]
-        return airflow_adapter.unsuppress_task(p["value"], p["requested_by"], p["why"])
+        return tasks.unsuppress_task(p["value"], p["requested_by"], p["why"])
 
     unsuppress()
 

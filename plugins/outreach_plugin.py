@@ -8,7 +8,7 @@ Airflow 3 serves FastAPI apps that plugins list in ``fastapi_apps`` (``airflow/p
 * ``/outreach/unsubscribe/<token>``: the unsubscribe service, public by design (RFC 8058: no
   login); ``OUTREACH_PUBLIC_URL`` must end in ``/outreach``. Expose only that path publicly
   (README: "The unsubscribe service").
-* ``/outreach-campaigns/``: the campaign page (:mod:`outreach.campaign_page`), in the navigation
+* ``/outreach-campaigns/``: the campaign page (:mod:`outreach.web.campaign_page`), in the navigation
   under Browse as "Campaigns". A mounted plugin app is *not* behind Airflow's login by itself;
   every route of this one depends on Airflow's own check (``requires_access_view(WEBSITE)``: the
   JWT of the UI's session cookie or an ``Authorization: Bearer`` token, validated by the auth
@@ -16,7 +16,7 @@ Airflow 3 serves FastAPI apps that plugins list in ``fastapi_apps`` (``airflow/p
 
 Importing this file touches neither the database nor the network nor a secret: the apps read
 the database URL and the unsubscribe secret at request time, through the same functions the
-sender uses (:mod:`outreach.airflow_adapter`). This file lives directly in ``plugins/`` because
+sender uses (:mod:`outreach.airflow.tasks`). This file lives directly in ``plugins/`` because
 ``plugins/outreach/`` is excluded from plugin loading by ``plugins/.airflowignore``.
 """
 
@@ -25,8 +25,9 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends
 
-from outreach import airflow_adapter, campaign_page
-from outreach.unsubscribe_app import create_app
+from outreach.airflow import tasks as airflow_tasks
+from outreach.web import campaign_page
+from outreach.web.unsubscribe_app import create_app
 
 URL_PREFIX = "/outreach"
 CAMPAIGNS_PREFIX = "/outreach-campaigns"
@@ -45,9 +46,9 @@ class OutreachPlugin(AirflowPlugin):
 
     name = "outreach"
     fastapi_apps = [
-        {"app": create_app(airflow_adapter.database_url, airflow_adapter.unsubscribe_secret),
+        {"app": create_app(airflow_tasks.database_url, airflow_tasks.unsubscribe_secret),
          "url_prefix": URL_PREFIX, "name": "outreach-unsubscribe"},
-        {"app": campaign_page.create_app(airflow_adapter.database_url,
+        {"app": campaign_page.create_app(airflow_tasks.database_url,
                                          dependencies=_airflow_login()),
          "url_prefix": CAMPAIGNS_PREFIX, "name": "outreach-campaigns"},
     ]

@@ -33,8 +33,8 @@ os.environ.setdefault("OUTREACH_SEND_GAP_SECONDS", "0")
 import psycopg  # noqa: E402
 import pytest  # noqa: E402
 
-from outreach import embedded  # noqa: E402
-from outreach.devsmtp import MaildirServer  # noqa: E402
+from outreach.dev import embedded  # noqa: E402
+from outreach.dev.devsmtp import MaildirServer  # noqa: E402
 from outreach.migrate import upgrade  # noqa: E402
 from outreach.settings import Settings  # noqa: E402
 

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from dnslib import MX, PTR, QTYPE, RCODE, RR, TXT, A
 from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
-from outreach.devsmtp import free_port
+from outreach.dev.devsmtp import free_port
 
 
 def txt(name: str, value: str) -> RR:

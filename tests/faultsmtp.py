@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from email.message import Message
 
-from outreach.devsmtp import LoopbackSMTPServer
+from outreach.dev.devsmtp import LoopbackSMTPServer
 
 REPLIES = {
     "rcpt_421": "421 4.3.2 Service shutting down, closing channel",

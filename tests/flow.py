@@ -11,7 +11,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from conftest import CAMPAIGN, DNC, LEADS, MAILBOXES, ROOT, SMTP_CONN_IDS
-from outreach.airflow_adapter import smtp_connector
+from outreach.airflow.tasks import smtp_connector
 from outreach.leads import import_leads
 from outreach.queue import plan_batches
 from outreach.send import send_planned

@@ -1,6 +1,6 @@
 """A real IMAP server for tests: Dovecot (Debian's ``dovecot-imapd``) on a free loopback port, its
 own config, password file and maildir in a temp dir, run unprivileged
-(:class:`outreach.devimap.DovecotServer`). Reusable: import the fixtures into a test module
+(:class:`outreach.dev.devimap.DovecotServer`). Reusable: import the fixtures into a test module
 (``from imapserver import dovecot, imap_accounts``) or use :class:`ImapAccounts` directly.
 
 One Dovecot serves the whole session; each test gets its own accounts (unique logins), so tests
@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from outreach.devimap import DovecotServer, DovecotUnavailable
+from outreach.dev.devimap import DovecotServer, DovecotUnavailable
 
 
 @pytest.fixture(scope="session")

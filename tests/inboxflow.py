@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import CAMPAIGN, MAILBOXES, ROOT
 from flow import leads_csv, one_mailbox, rows, send_all
-from outreach.airflow_adapter import imap_account
+from outreach.airflow.tasks import imap_account
 from outreach.inbox import InboxError, plan_targets, read_target
 from outreach.leads import import_leads
 from outreach.queue import queue_due

@@ -12,7 +12,7 @@ import psycopg
 from aiosmtpd.controller import Controller
 from aiosmtpd.handlers import Mailbox
 
-from outreach.devsmtp import MaildirServer
+from outreach.dev.devsmtp import MaildirServer
 from outreach.leads import import_leads
 from outreach.queue import queue_due
 

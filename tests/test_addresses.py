@@ -12,7 +12,7 @@ import invariants
 from flow import rows, scalar
 from outreach import db
 from outreach.addresses import normalize_address
-from outreach.airflow_adapter import smtp_connector
+from outreach.airflow.tasks import smtp_connector
 from outreach.suppression import is_suppressed, suppress
 from outreach.transactional import send_due
 from test_transactional import app_factory, tx_url, welcome_messages  # noqa: F401 (fixtures)

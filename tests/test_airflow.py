@@ -14,7 +14,7 @@ import pytest
 import invariants
 from conftest import MAILBOXES, ROOT, SMTP_CONN_IDS
 from flow import hand_over, import_demo, rows
-from outreach.localairflow import airflow_env, ensure_metadata, run_dag
+from outreach.dev.localairflow import airflow_env, ensure_metadata, run_dag
 from outreach.queue import queue_due
 from test_send_flow import EXPECTED_LEADS
 
@@ -316,7 +316,7 @@ def test_a_dead_relay_fails_its_send_batch_task_and_spends_no_attempt(db_url, si
     while the DAG run succeeded. Mailbox 1's relay refuses; mailbox 2's works. The send_batch
     tasks fail with one line naming the connection and the errno; mailbox 2's mail went out in
     the same tasks; mailbox 1's rows are queued with no attempt counted."""
-    from outreach.devsmtp import free_port
+    from outreach.dev.devsmtp import free_port
 
     import_demo(db_url)
     queue_due(db_url)

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ROOT
 from flow import import_demo, rows, scalar
-from outreach.localairflow import airflow_env
+from outreach.dev.localairflow import airflow_env
 from outreach.queue import queue_due
 from outreach.tokens import make_token
 from test_airflow import SETTINGS_ENV, fresh_home, migrated_airflow_home  # noqa: F401 - fixture

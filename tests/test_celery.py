@@ -32,9 +32,9 @@ from aiosmtpd.smtp import SMTP
 
 import invariants
 from flow import rows, scalar
-from outreach import embedded
-from outreach.deploy import Deployment, check_redis, sqlalchemy_url
-from outreach.devsmtp import LoopbackSMTPServer, read_maildir
+from outreach.dev import embedded
+from outreach.dev.deploy import Deployment, check_redis, sqlalchemy_url
+from outreach.dev.devsmtp import LoopbackSMTPServer, read_maildir
 from outreach.leads import import_leads
 from outreach.migrate import upgrade
 from outreach.queue import queue_due, reap

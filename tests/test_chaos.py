@@ -22,8 +22,8 @@ import invariants
 from conftest import CAMPAIGN, MAILBOXES, SMTP_CONN_IDS
 from faultsmtp import FaultSMTPServer
 from flow import cli_env, leads_csv, outreach_cmd, rows, scalar
-from outreach import embedded
-from outreach.airflow_adapter import smtp_connector
+from outreach.dev import embedded
+from outreach.airflow.tasks import smtp_connector
 from outreach.failpoints import POINTS
 from outreach.leads import import_leads
 from outreach.migrate import upgrade

@@ -1,5 +1,5 @@
 """docker-compose.yaml validates (Debian's ``docker-compose config``: no Docker engine needed) and
-runs what the process deployment runs (``outreach.deploy``: SERVICES, WORKER, init_commands,
+runs what the process deployment runs (``outreach.dev.deploy``: SERVICES, WORKER, init_commands,
 shared_settings), which tests/test_celery.py runs for real; the image extends the Airflow that
 requirements.txt pins."""
 
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from outreach.deploy import SERVICES, WORKER, init_commands, shared_settings
+from outreach.dev.deploy import SERVICES, WORKER, init_commands, shared_settings
 
 SECRETS = {"POSTGRES_PASSWORD": "pg-test-pw", "OUTREACH_DB_PASSWORD": "outreach-test-pw",
            "AIRFLOW__API_AUTH__JWT_SECRET": "jwt-test-secret-0123456789",

@@ -18,8 +18,8 @@ import pytest
 
 from conftest import ROOT
 from flow import outreach_cmd
-from outreach.embedded import NO_DATABASE
-from outreach.localairflow import airflow_env, ensure_metadata, run_dag
+from outreach.dev.embedded import NO_DATABASE
+from outreach.dev.localairflow import airflow_env, ensure_metadata, run_dag
 
 
 def bare_env(tmp_path, **extra: str) -> dict[str, str]:

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from flow import import_demo, rows, scalar
-from outreach import embedded
+from outreach.dev import embedded
 from outreach.migrate import current_version, discover, upgrade
 
 

@@ -17,9 +17,9 @@ import pytest
 import invariants
 from flow import rows, scalar
 from conftest import MAILBOXES
-from outreach import embedded
+from outreach.dev import embedded
 from outreach.campaign import sync_mailboxes
-from outreach.deploy import Deployment, sqlalchemy_url
+from outreach.dev.deploy import Deployment, sqlalchemy_url
 from outreach.queue import reap
 from test_sources import drop, file_campaign
 

@@ -15,8 +15,8 @@ import invariants
 from conftest import CAMPAIGN, DNC, LEADS, ROOT
 from dnszone import rsa_key
 from flow import rows, scalar
-from outreach import airflow_adapter
-from outreach.airflow_adapter import smtp_connector
+from outreach.airflow import tasks as airflow_adapter
+from outreach.airflow.tasks import smtp_connector
 from outreach.leads import import_leads
 from outreach.message import build_message, to_wire
 from outreach.queue import queue_due

@@ -15,8 +15,8 @@ from conftest import CAMPAIGN, MAILBOXES
 from faultsmtp import FaultSMTPServer
 from flow import hand_over, leads_csv, point_mailboxes_at, rows, scalar
 from outreach import db
-from outreach.airflow_adapter import smtp_connector
-from outreach.devsmtp import free_port
+from outreach.airflow.tasks import smtp_connector
+from outreach.dev.devsmtp import free_port
 from outreach.leads import import_leads
 from outreach.queue import Reaped, queue_due, reap
 from outreach.resolve import resolve

@@ -85,7 +85,8 @@ def test_import_show_pages_the_stored_problems(db_url, sink, tmp_path, data):
 
 def test_the_airflow_task_logs_progress_and_the_summary_last_and_fails_on_nothing_imported(
         db_url, data, monkeypatch, caplog, capsys):
-    from outreach import airflow_adapter, leads
+    from outreach import leads
+    from outreach.airflow import tasks as airflow_adapter
 
     monkeypatch.setattr(airflow_adapter, "database_url", lambda: db_url)  # the outreach_db connection
     monkeypatch.setattr(leads, "PROGRESS_ROWS", 2)

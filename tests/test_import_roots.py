@@ -70,7 +70,7 @@ def test_import_functions_refuse_a_file_outside_the_roots(db_url, outside, monke
 
 
 def test_the_airflow_task_refuses_a_typed_path_outside_the_roots(db_url, outside, monkeypatch):
-    from outreach import airflow_adapter
+    from outreach.airflow import tasks as airflow_adapter
 
     secret, data = outside
     monkeypatch.setenv("OUTREACH_IMPORT_ROOTS", str(data))
@@ -110,7 +110,7 @@ def test_no_email_column_lists_a_few_cut_header_names_only(tmp_path):
 
 def test_the_airflow_form_reads_campaign_and_mailbox_files_only_from_the_project(db_url, outside,
                                                                                 monkeypatch):
-    from outreach import airflow_adapter
+    from outreach.airflow import tasks as airflow_adapter
 
     secret, data = outside
     monkeypatch.setenv("OUTREACH_IMPORT_ROOTS", str(data))

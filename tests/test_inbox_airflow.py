@@ -11,7 +11,7 @@ import pytest
 from flow import rows
 from imapserver import dovecot, imap_accounts  # noqa: F401 - fixtures
 from inboxflow import IMAP_CONN_IDS, bounce_sample, sent_campaign
-from outreach.localairflow import run_dag
+from outreach.dev.localairflow import run_dag
 from test_airflow import env_for, fresh_home, migrated_airflow_home  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.airflow

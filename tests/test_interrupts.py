@@ -14,7 +14,7 @@ import outreach.send as send_mod
 from conftest import CAMPAIGN, MAILBOXES
 from faultsmtp import FaultSMTPServer
 from flow import leads_csv, one_mailbox, point_mailboxes_at, rows
-from outreach.airflow_adapter import smtp_connector
+from outreach.airflow.tasks import smtp_connector
 from outreach.leads import import_leads
 from outreach.queue import queue_due, reap
 

@@ -14,10 +14,10 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from flow import hand_over, import_demo, rows
-from outreach import airflow_adapter as adapter
+from outreach.airflow import tasks as adapter
 from outreach import db
 from outreach.alerts import list_alerts, raise_alert
-from outreach.devsmtp import MaildirServer
+from outreach.dev.devsmtp import MaildirServer
 from outreach.queue import queue_due, reap
 from outreach.send import claim
 

@@ -18,7 +18,7 @@ import browser
 from conftest import ROOT
 from flow import hand_over, import_demo, rows
 from outreach import db
-from outreach.devsmtp import MaildirServer
+from outreach.dev.devsmtp import MaildirServer
 from outreach.queue import queue_due, reap
 from outreach.send import claim
 from outreach.tokens import make_token

@@ -18,7 +18,7 @@ import pytest
 import invariants
 from flow import import_demo, scalar, send_run
 from outreach import db
-from outreach.airflow_adapter import smtp_connector
+from outreach.airflow.tasks import smtp_connector
 from outreach.mailboxes import pause_mailbox, resume_mailbox
 from outreach.queue import plan_batches, queue_due, split_work
 from outreach.send import claim, send_planned

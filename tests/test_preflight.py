@@ -9,7 +9,8 @@ import pytest
 
 from conftest import CAMPAIGN, LEADS, ROOT
 from dnszone import a, dns_server, good_zone, mx, ptr, rsa_key, txt
-from outreach import airflow_adapter, cli
+from outreach import cli
+from outreach.airflow import tasks as airflow_adapter
 from outreach.leads import import_leads
 from outreach.preflight import FAIL, PASS, WARN, make_resolver, run_preflight
 from outreach.queue import queue_due

@@ -25,8 +25,8 @@ import invariants
 from conftest import CAMPAIGN, MAILBOXES, ROOT, SMTP_CONN_IDS
 from faultsmtp import FaultSMTPServer
 from flow import leads_csv, one_mailbox, point_mailboxes_at, rows, scalar
-from outreach.airflow_adapter import smtp_connector
-from outreach.devsmtp import LoopbackSMTPServer
+from outreach.airflow.tasks import smtp_connector
+from outreach.dev.devsmtp import LoopbackSMTPServer
 from outreach.leads import import_leads
 from outreach.queue import queue_due, reap
 from outreach.send import send_batch

@@ -11,7 +11,7 @@ import uuid
 import invariants
 from flow import cli_env, import_demo, outreach_cmd, rows
 from imapserver import dovecot, imap_accounts  # noqa: F401 - fixtures
-from outreach.airflow_adapter import smtp_connector
+from outreach.airflow.tasks import smtp_connector
 from outreach.queue import queue_due
 from outreach.send import send_batch
 

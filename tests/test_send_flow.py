@@ -13,7 +13,7 @@ import invariants
 from conftest import CAMPAIGN, LEADS, MAILBOXES, ROOT
 from flow import import_demo, rows, scalar, send_all
 from outreach import db
-from outreach.airflow_adapter import smtp_connector
+from outreach.airflow.tasks import smtp_connector
 from outreach.leads import import_leads
 from outreach.queue import queue_due
 from outreach.send import claim, send_batch

@@ -19,7 +19,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from conftest import CAMPAIGN, MAILBOXES
 from flow import rows, scalar
-from outreach import embedded
+from outreach.dev import embedded
 from outreach.leads import ImportFileError
 from outreach.sources import import_source
 from test_airflow import migrated_airflow_home  # noqa: F401 - the session fixture
@@ -199,7 +199,7 @@ print("RESULT " + json.dumps(out))
 def test_the_import_dag_under_airflow_reads_the_warehouse_and_updates_the_leads_asset(
         db_url, warehouse, tmp_path, migrated_airflow_home):
     from conftest import ROOT
-    from outreach.localairflow import airflow_env, run_dag
+    from outreach.dev.localairflow import airflow_env, run_dag
     from test_airflow import SETTINGS_ENV, fresh_home
 
     wh_url, conn_json = warehouse

@@ -14,7 +14,7 @@ import pytest
 import invariants
 from flow import cli_env, import_demo, outreach_cmd, rows, scalar, send_all
 from outreach import db
-from outreach.airflow_adapter import smtp_connector
+from outreach.airflow.tasks import smtp_connector
 from outreach.queue import queue_due
 from outreach.send import claim, send_batch
 from test_send_flow import EXPECTED_LEADS

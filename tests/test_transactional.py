@@ -22,9 +22,9 @@ from conftest import MAILBOXES, ROOT
 from faultsmtp import FaultSMTPServer
 from flow import cli_env, outreach_cmd, rows, scalar
 from outreach import db
-from outreach.airflow_adapter import smtp_connector
+from outreach.airflow.tasks import smtp_connector
 from outreach.campaign import sync_mailboxes
-from outreach.devsmtp import free_port
+from outreach.dev.devsmtp import free_port
 from outreach.queue import reap
 from outreach.suppression import is_suppressed, suppress
 from outreach.transactional import (DeliveryKeyConflict, TransactionalError, enqueue, send_due,
@@ -432,7 +432,7 @@ def test_bad_requests_are_refused_naming_the_field(tx_url):
 def test_dag_conf_is_checked_before_anything_is_enqueued(tx_url, monkeypatch):
     from airflow.sdk.exceptions import AirflowFailException
 
-    from outreach.airflow_adapter import transactional_enqueue_task
+    from outreach.airflow.tasks import transactional_enqueue_task
 
     monkeypatch.setenv("OUTREACH_DATABASE_URL", tx_url)
     base = {"delivery_key": None, "to": None, "template": "welcome", "context": {}, "mailbox": None}

@@ -53,10 +53,10 @@ def test_auto_submitted_no_is_a_person():
 
 
 def test_demo_says_plainly_when_dovecot_is_missing(monkeypatch, tmp_path):
-    import outreach.devimap
-    from outreach.demo import _inbound_demo
+    import outreach.dev.devimap
+    from outreach.dev.demo import _inbound_demo
 
-    monkeypatch.setattr(outreach.devimap, "dovecot_binary", lambda: None)
+    monkeypatch.setattr(outreach.dev.devimap, "dovecot_binary", lambda: None)
     lines = _inbound_demo("postgresql:///unused", {}, tmp_path, tmp_path)
     assert lines and lines[0].startswith("Inbound mail: SKIPPED - Dovecot is not installed")
     assert "apt-get install dovecot-imapd" in lines[0]

@@ -16,10 +16,10 @@ from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 import invariants
 from flow import import_demo, rows, scalar, send_all
 from outreach import tokens
-from outreach.devsmtp import free_port
+from outreach.dev.devsmtp import free_port
 from outreach.queue import queue_due
 from outreach.tokens import make_token
-from outreach.unsubscribe_app import create_app
+from outreach.web.unsubscribe_app import create_app
 
 ONE_CLICK = {"List-Unsubscribe": "One-Click"}
 
@@ -228,7 +228,7 @@ def test_outreach_serve_unsubscribe_command(db_url, settings):
 def test_secret_from_the_environment_or_the_airflow_connection(monkeypatch):
     import json
 
-    from outreach import airflow_adapter
+    from outreach.airflow import tasks as airflow_adapter
     from outreach.settings import SettingsError
 
     monkeypatch.delenv("OUTREACH_UNSUBSCRIBE_SECRET", raising=False)

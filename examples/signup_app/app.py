@@ -74,8 +74,8 @@ class Signup(BaseModel):
 
 def database_url() -> str:
     """``OUTREACH_DATABASE_URL``, else — with ``OUTREACH_EMBEDDED_DB=1`` — outreach's embedded
-    server (see :func:`outreach.embedded.database_url`; it raises when neither is set)."""
-    from outreach.embedded import database_url as embedded_url
+    server (see :func:`outreach.dev.embedded.database_url`; it raises when neither is set)."""
+    from outreach.dev.embedded import database_url as embedded_url
 
     return embedded_url()
 

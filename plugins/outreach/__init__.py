@@ -1,6 +1,6 @@
 """outreach: an Airflow-orchestrated batch email sender on PostgreSQL.
 
-The package is plain Python: only :mod:`outreach.airflow_adapter` imports Airflow, so the domain
+The package is plain Python: only :mod:`outreach.airflow.tasks` imports Airflow, so the domain
 code is importable (and testable) without an Airflow environment. The promise it keeps lives in the
 database (see ``sql/migrations``): one email row per (lead, sequence step), claims by
 ``FOR NO KEY UPDATE SKIP LOCKED`` with a claim token, a send log with one entry per email row written only

@@ -1,7 +1,7 @@
 """Runtime settings: every ``OUTREACH_*`` setting, parsed once, each with its range (pydantic-settings).
 
 Secrets never live in the repository or the database: they come from environment variables (or
-Airflow connections, see :mod:`outreach.airflow_adapter`). Each group is a frozen
+Airflow connections, see :mod:`outreach.airflow.tasks`). Each group is a frozen
 :class:`OutreachSettings` whose fields are the variables without their ``OUTREACH_`` prefix; a
 value out of range, not a number, ``inf``/``nan`` or missing is refused with
 :class:`SettingValueError` (a :class:`SettingsError`), one line naming the variable and what is allowed
@@ -244,7 +244,7 @@ class Settings(OutreachSettings):
 
 
 class PreflightSettings(OutreachSettings):
-    """The DNS preflight of the send DAG (see :func:`outreach.airflow_adapter.preflight_task`)."""
+    """The DNS preflight of the send DAG (see :func:`outreach.airflow.tasks.preflight_task`)."""
 
     preflight: Annotated[Literal["block", "warn", "off"], _LOWER] = Field("warn", description=(
         "what a failing DNS preflight does: block, warn or off"))
@@ -271,7 +271,7 @@ class PreflightSettings(OutreachSettings):
 
 
 class AlertSettings(OutreachSettings):
-    """Where operator alerts go (:func:`outreach.airflow_adapter.alert_notifier`): the SMTP
+    """Where operator alerts go (:func:`outreach.airflow.tasks.alert_notifier`): the SMTP
     provider's notifier to ``alert_to`` through the Airflow SMTP connection ``alert_smtp_conn_id``,
     or any notifier class named by ``alert_notifier`` built with ``alert_notifier_kwargs``."""
 

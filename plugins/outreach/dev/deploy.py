@@ -33,7 +33,7 @@ from urllib.parse import quote
 
 import psycopg
 
-from outreach.devsmtp import free_port
+from outreach.dev.devsmtp import free_port
 from outreach.paths import project_root
 
 SERVICES: dict[str, tuple[str, ...]] = {
@@ -68,7 +68,7 @@ def pool_slots() -> int:
 def init_commands(slots: int) -> list[tuple[str, ...]]:
     """Return what a deployment runs once before its services (compose: ``airflow-init``):
     migrate Airflow's metadata, create or resize the SMTP pool, migrate the outreach database."""
-    from outreach.airflow_adapter import SMTP_POOL, SMTP_POOL_DESCRIPTION
+    from outreach.airflow.tasks import SMTP_POOL, SMTP_POOL_DESCRIPTION
 
     return [("airflow", "db", "migrate"),
             ("airflow", "pools", "set", SMTP_POOL, str(slots), SMTP_POOL_DESCRIPTION),
@@ -383,15 +383,15 @@ def check_redis(url: str) -> None:
 def celery_databases() -> tuple[str, str]:
     """Return the outreach database URL and the metadata SQLAlchemy URL of a Celery deployment.
 
-    The outreach database is :func:`outreach.airflow_adapter.database_url` without the embedded
+    The outreach database is :func:`outreach.airflow.tasks.database_url` without the embedded
     fallback; the metadata is ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``, else a database ``airflow``
     on the same server (created when missing, like docker-compose.yaml's postgres service).
 
     :raises outreach.settings.SettingsError: no outreach database is configured, or the metadata
         database cannot be created there.
     """
-    from outreach import embedded
-    from outreach.airflow_adapter import database_url
+    from outreach.dev import embedded
+    from outreach.airflow.tasks import database_url
     from outreach.settings import SettingsError
 
     os.environ[embedded.OPT_IN] = "0"  # workers on other machines could never reach it
@@ -416,14 +416,14 @@ def run_foreground(executor: str = "local", workers: int = 2) -> int:
         PostgreSQL and ``REDIS_URL`` only).
     :raises outreach.settings.SettingsError: Celery without a database, or Redis unreachable.
     """
-    from outreach import embedded
+    from outreach.dev import embedded
     from outreach.migrate import upgrade
 
     root = project_root()
     load_dotenv_file(root / ".env")
     os.environ.setdefault("OUTREACH_PUBLIC_URL", "https://unsubscribe.outreach-demo.example")
     if not os.environ.get("OUTREACH_UNSUBSCRIBE_SECRET"):
-        from outreach.demo import demo_secret
+        from outreach.dev.demo import demo_secret
         from outreach.paths import state_dir
 
         os.environ["OUTREACH_UNSUBSCRIBE_SECRET"] = demo_secret(state_dir())

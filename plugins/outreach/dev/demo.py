@@ -5,7 +5,7 @@ starts a local SMTP server that stores accepted mail in ``.outreach/maildir``, r
 ``outreach_import_leads`` → ``outreach_queue_due`` → ``outreach_send`` with ``airflow dags test``
 (SQLite metadata in ``.airflow/``), and prints a report. A second run sends nothing new.
 
-Then the inbound half, when Dovecot is installed (:mod:`outreach.devimap`; otherwise the demo
+Then the inbound half, when Dovecot is installed (:mod:`outreach.dev.devimap`; otherwise the demo
 says it skipped this and how to install it): a local Dovecot gets, by IMAP APPEND, a reply to the
 first email sent, a bounce (an RFC 3464 DSN) of the second and a List-Unsubscribe mailto for the
 third; ``outreach_inbox`` reads them, and the report shows the stopped and suppressed leads. The
@@ -21,9 +21,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from outreach import db, embedded
-from outreach.devsmtp import MaildirServer, read_maildir
-from outreach.localairflow import airflow_env, ensure_metadata, run_dag
+from outreach import db
+
+from outreach.dev import embedded
+from outreach.dev.devsmtp import MaildirServer, read_maildir
+from outreach.dev.localairflow import airflow_env, ensure_metadata, run_dag
 from outreach.logutil import mask
 from outreach.migrate import upgrade
 from outreach.paths import project_root, state_dir
@@ -161,7 +163,7 @@ def _inbound_demo(url: str, env: dict[str, str], state: Path, logs: Path) -> lis
     """Deliver a reply, a bounce and a mailto unsubscribe into a local Dovecot by IMAP APPEND and
     run ``outreach_inbox``; return the report's lines (``None`` when the DAG failed). Without
     Dovecot, one line saying that this was skipped and how to install it."""
-    from outreach.devimap import INSTALL_HINT, DovecotServer, DovecotUnavailable, dovecot_binary
+    from outreach.dev.devimap import INSTALL_HINT, DovecotServer, DovecotUnavailable, dovecot_binary
     from outreach.tokens import make_token
 
     if dovecot_binary() is None:

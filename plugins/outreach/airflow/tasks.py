@@ -4,7 +4,7 @@ DAG files call these functions and nothing else. Nothing here runs at import tim
 never touches the database or the network. The outreach database is reached through the Airflow
 connection ``outreach_db`` when it exists, else ``OUTREACH_DATABASE_URL``, else — only with the
 development opt-in ``OUTREACH_EMBEDDED_DB=1`` — the embedded server; with none of them every task
-fails with one line saying what to set (see :mod:`outreach.embedded`). Each mailbox's SMTP server through the Airflow connection named in the mailbox file, opened
+fails with one line saying what to set (see :mod:`outreach.dev.embedded`). Each mailbox's SMTP server through the Airflow connection named in the mailbox file, opened
 with the SMTP provider's hook. The unsubscribe secret is ``OUTREACH_UNSUBSCRIBE_SECRET``, else the
 password of the Airflow connection ``outreach_unsubscribe``; a mailbox's DKIM private key is the
 password (or extra ``private_key``) of the connection its ``dkim_key_conn_id`` names; Google Postmaster Tools through the service account in the Airflow
@@ -38,11 +38,11 @@ def database_url(conn_id: str = DB_CONN_ID) -> str:
     The DAG tasks, the API server's unsubscribe app and the ``outreach`` command all ask this.
 
     :raises outreach.settings.SettingsError: nothing is configured
-        (:data:`outreach.embedded.NO_DATABASE`: a worker never gets a fresh empty database).
+        (:data:`outreach.dev.embedded.NO_DATABASE`: a worker never gets a fresh empty database).
     """
     conn = _connection(conn_id)
     if conn is None:
-        from outreach.embedded import database_url as fallback
+        from outreach.dev.embedded import database_url as fallback
 
         return fallback()
     uri = conn.get_uri()

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from outreach.devsmtp import free_port
+from outreach.dev.devsmtp import free_port
 
 INSTALL_HINT = "install Dovecot: apt-get install dovecot-imapd (README: Set-up)"
 
@@ -52,7 +52,7 @@ def _run_as() -> tuple[str, int, int]:
 
 
 _CONFIG = """\
-# Written by outreach.devimap: a throw-away Dovecot for tests and the demo. No system config.
+# Written by outreach.dev.devimap: a throw-away Dovecot for tests and the demo. No system config.
 protocols = imap
 listen = 127.0.0.1
 base_dir = {dir}/run

@@ -1,6 +1,6 @@
 """The ``outreach`` command line. The DAGs and the CLI call the same functions.
 
-The database is the one the DAGs use (:func:`outreach.airflow_adapter.database_url`): the Airflow
+The database is the one the DAGs use (:func:`outreach.airflow.tasks.database_url`): the Airflow
 connection ``outreach_db``, else ``OUTREACH_DATABASE_URL``, else — with ``OUTREACH_EMBEDDED_DB=1``
 only, for development — the embedded PostgreSQL in ``.outreach/pgdata``; with none, every command
 that needs the database fails with one line saying what to set. ``outreach demo`` and ``outreach
@@ -16,11 +16,11 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from outreach import embedded
+from outreach.dev import embedded
 
 
 def _url() -> str:
-    from outreach.airflow_adapter import database_url
+    from outreach.airflow.tasks import database_url
 
     return database_url()
 
@@ -172,8 +172,8 @@ def cmd_unsuppress(args: argparse.Namespace) -> int:
 def cmd_serve_unsubscribe(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from outreach.airflow_adapter import unsubscribe_secret
-    from outreach.unsubscribe_app import create_app
+    from outreach.airflow.tasks import unsubscribe_secret
+    from outreach.web.unsubscribe_app import create_app
 
     unsubscribe_secret()  # refuse to start without a secret rather than answer 503 later
     app = create_app(_url, unsubscribe_secret)
@@ -188,7 +188,7 @@ def _dkim_key(conn_id: str | None, key_file: str | None) -> bytes | None:
 
         return Path(key_file).read_bytes()
     if conn_id:
-        from outreach.airflow_adapter import dkim_private_key
+        from outreach.airflow.tasks import dkim_private_key
 
         return dkim_private_key(conn_id)
     return None
@@ -238,7 +238,7 @@ def cmd_queue_due(args: argparse.Namespace) -> int:
 
 
 def cmd_send(args: argparse.Namespace) -> int:
-    from outreach.airflow_adapter import dkim_private_key, settings as load_settings, smtp_connector
+    from outreach.airflow.tasks import dkim_private_key, settings as load_settings, smtp_connector
     from outreach.queue import plan_batches
     import psycopg
 
@@ -278,7 +278,7 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 def cmd_inbox(args: argparse.Namespace) -> int:
     from outreach import db
-    from outreach.airflow_adapter import optional_unsubscribe_secret, imap_account
+    from outreach.airflow.tasks import optional_unsubscribe_secret, imap_account
     from outreach.inbox import InboxError, plan_targets, read_target
     from outreach.mailboxes import find_mailbox
 
@@ -306,7 +306,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
 
 
 def cmd_unconfirmed(args: argparse.Namespace) -> int:
-    from outreach.airflow_adapter import imap_account
+    from outreach.airflow.tasks import imap_account
     from outreach.resolve import describe_unconfirmed, list_unconfirmed, row_message_id, sent_evidence
 
     rows = list_unconfirmed(_url(), campaign_key=args.campaign, mailbox=args.mailbox)
@@ -328,7 +328,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     from outreach.resolve import resolve, resolve_found
 
     if args.auto_found:
-        from outreach.airflow_adapter import imap_account
+        from outreach.airflow.tasks import imap_account
 
         if args.decision or args.ids:
             raise ValueError("--auto-found decides by itself: give no --decision or --ids")
@@ -433,7 +433,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
 def cmd_transactional(args: argparse.Namespace) -> int:
     from outreach import db, transactional
-    from outreach.airflow_adapter import dkim_private_key, settings as load_settings, smtp_connector
+    from outreach.airflow.tasks import dkim_private_key, settings as load_settings, smtp_connector
 
     url = _url()
     if args.tx_command == "enqueue":
@@ -486,7 +486,7 @@ def cmd_transactional(args: argparse.Namespace) -> int:
 
 
 def cmd_postmaster(args: argparse.Namespace) -> int:
-    from outreach.airflow_adapter import postmaster_credentials
+    from outreach.airflow.tasks import postmaster_credentials
     from outreach.health import HealthSettings
     from outreach.postmaster import PostmasterClient, fetch_and_store
 
@@ -502,7 +502,7 @@ def cmd_postmaster(args: argparse.Namespace) -> int:
 
 
 def cmd_reap(args: argparse.Namespace) -> int:
-    from outreach.airflow_adapter import settings as load_settings
+    from outreach.airflow.tasks import settings as load_settings
     from outreach.queue import reap
 
     reaped = reap(_url(), load_settings().reaper_threshold)
@@ -522,13 +522,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from outreach.demo import run_demo
+    from outreach.dev.demo import run_demo
 
     return run_demo()
 
 
 def cmd_airflow(args: argparse.Namespace) -> int:
-    from outreach.deploy import run_foreground
+    from outreach.dev.deploy import run_foreground
 
     if args.workers < 1:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
@@ -748,7 +748,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit code (1 on a user-facing error, with its message on stderr)."""
     from outreach.campaign import ConfigError
     from outreach.db import OutreachDBError
-    from outreach.embedded import StopError
+    from outreach.dev.embedded import StopError
     from outreach.leads import ImportFileError
     from outreach.postmaster import PostmasterError
     import psycopg
@@ -763,7 +763,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # The CLI reads Airflow connections; keep Airflow's files in the project, not in ~/airflow.
     os.environ.setdefault("AIRFLOW_HOME", str(project_root() / ".airflow"))
-    from outreach.deploy import load_dotenv_file
+    from outreach.dev.deploy import load_dotenv_file
 
     load_dotenv_file(project_root() / ".env")  # like `make airflow`; the environment wins
     import signal
