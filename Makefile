@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test chaos bench bench-venv airflow venv clean stop browser imap-server
+.PHONY: demo test lint chaos bench bench-venv airflow venv clean stop browser imap-server
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
@@ -75,6 +75,10 @@ browser:
 ## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow, real Dovecot, real chromium).
 test: venv bench-venv imap-server browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## Lint: ruff with pyproject.toml's [tool.ruff] rules; what .ci/run runs before the tests.
+lint: venv
+	$(BIN)/ruff check .
 
 ## Chaos: N SIGKILL iterations of real sender processes, then the invariant checker's totals.
 N ?= 50
