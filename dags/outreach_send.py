@@ -12,7 +12,7 @@ Sends queued emails: preflight → plan → one mapped **send_batch** per batch 
   in the queue), then gives each active mailbox its work for this run — what it may still send
   today (daily cap, warm-up), the day spread evenly over today's full send window and never more
   than its steady rate a run (pacing, `OUTREACH_SEND_INTERVAL_MINUTES`, 10 like this schedule;
-  the rule: `mailbox_remaining_today` in sql/queries/emails.sql) — and splits it over at most
+  the rule: `mailbox_remaining_today` in sql/queries/mailboxes.sql) — and splits it over at most
   `OUTREACH_SEND_PARALLELISM` (4) batches
   of at most `OUTREACH_BATCH_SIZE` rows, each across mailboxes. A mailbox blocked by the
   preflight that had rows due gets a batch of its own that **fails** with what to fix. Nothing

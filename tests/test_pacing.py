@@ -1,6 +1,6 @@
 """Caps, pacing and fan-out with a fixed clock: real PostgreSQL, real aiosmtpd.
 
-Pacing (the rule: mailbox_remaining_today in sql/queries/emails.sql): a day's sends are spread
+Pacing (the rule: mailbox_remaining_today in sql/queries/mailboxes.sql): a day's sends are spread
 evenly over the full send window — no run gives a mailbox more than ceil(daily limit / runs in the
 full window), however late it is — and the number of send batches follows the configured
 parallelism. Whole simulated days: tests/test_pacing_days.py.

@@ -3,7 +3,7 @@
 The real sender (claim under the mailbox lock, real PostgreSQL, a real aiosmtpd server) is driven
 at every send-run slot of several days with a fixed clock: ``now`` steps through the 10-minute
 slots of the send DAG's schedule, and each slot is claimed twice (a second, overlapping run).
-The rule under test is ``mailbox_remaining_today`` in sql/queries/emails.sql: no run sends more
+The rule under test is ``mailbox_remaining_today`` in sql/queries/mailboxes.sql: no run sends more
 than ceil(daily limit / runs in the full window), a day never more than its limit, and the
 sends are spread evenly over the window. The gap is checked through an injected clock: no test
 here sleeps or measures time.

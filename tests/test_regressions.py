@@ -365,7 +365,7 @@ def test_queue_due_is_planned_without_a_nested_loop_over_the_table_it_fills(db_u
     """Benchmark finding (issue 8): with statistics that say outreach.emails is empty (a fresh
     database, a first run after a big import), email_queue_due was planned as a nested-loop anti
     join scanning outreach.emails once per candidate while the statement filled it: quadratic
-    (100,000 leads: 116 s). queue_due plans it with hash joins (planner_bulk_joins)."""
+    (100,000 leads: 116 s). queue_due plans it with hash joins (email_planner_bulk_joins)."""
     from flow import import_demo
     from outreach import db
 
@@ -373,7 +373,7 @@ def test_queue_due_is_planned_without_a_nested_loop_over_the_table_it_fills(db_u
     with psycopg.connect(db_url, autocommit=True) as c:
         c.execute("VACUUM ANALYZE")  # outreach.emails is analyzed empty
     with db.connect(db_url) as conn, conn.transaction():
-        db.run(conn, "planner_bulk_joins")
+        db.run(conn, "email_planner_bulk_joins")
         plan = "\n".join(r["QUERY PLAN"] for r in conn.execute(
             "EXPLAIN " + db.query("email_queue_due"), {"now": None, "campaign_key": None}).fetchall())
     assert "Anti Join" in plan and "Nested Loop Anti Join" not in plan, plan

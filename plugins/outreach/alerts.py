@@ -59,4 +59,4 @@ def list_alerts(url: str) -> list[dict]:
     """Return every recorded alert, oldest first (``id, event_key, kind, subject, body,
     created_at``)."""
     with db.connect(url, autocommit=True) as conn:
-        return db.run(conn, "alerts_list")
+        return db.run(conn, "alert_list")

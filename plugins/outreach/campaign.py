@@ -406,7 +406,7 @@ def sync(conn: Any, campaign: Campaign, mailboxes: list[Mailbox], source_file: s
     db.run(conn, "campaign_mailbox_unlink_others",
            {"campaign_id": campaign_id, "mailbox_ids": mailbox_ids})
     for position, step in enumerate(campaign.steps, start=1):
-        db.run(conn, "sequence_step_upsert", {
+        db.run(conn, "campaign_step_upsert", {
             "campaign_id": campaign_id, "position": position, "template": step.template,
             "subject": step.subject, "delay_days": step.delay_days,
             "requires": sorted(set(step.requires)), "thread": step.thread})

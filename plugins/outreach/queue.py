@@ -28,7 +28,7 @@ def queue_due(url: str, *, campaign_key: str | None = None, now: dt.datetime | N
     :param now: a fixed clock (UTC); default the database clock.
     """
     with db.transaction(url) as conn:
-        db.run(conn, "planner_bulk_joins")
+        db.run(conn, "email_planner_bulk_joins")
         rows = db.run(conn, "email_queue_due", {"now": now, "campaign_key": campaign_key})
         held = db.run(conn, "report_missing_fields", {"campaign_key": campaign_key})
     per_mailbox = {r["mailbox_id"]: r["queued"] for r in rows}

@@ -128,7 +128,7 @@ def claim(conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datetime | 
     however many senders claim at once; then one claim statement takes at most what is left: the
     daily limit (cap and warm-up, per local calendar day) and, with ``interval``, this send run's
     share of it, the day spread evenly over the full send window (the rule:
-    ``mailbox_remaining_today`` in ``sql/queries/emails.sql``). With ``gap_seconds`` > 0 each
+    ``mailbox_remaining_today`` in ``sql/queries/mailboxes.sql``). With ``gap_seconds`` > 0 each
     claimed row gets ``row["not_before"]`` (aware datetime, UTC), the moment reserved for its
     handoff (``mailbox_reserve_handoffs``), and only rows reserved within ``gap_horizon`` are taken.
     Transactional: one claim statement (``email_claim_transactional``) with no window, cap,

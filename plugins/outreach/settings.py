@@ -138,7 +138,7 @@ class Settings(OutreachSettings):
     pacing off: a run may use all of the day's remaining quota). ``send_parallelism`` is the number of
     mapped send tasks a run plans at most (each claims across mailboxes, at most ``batch_size``
     rows; Airflow's ``[core] max_map_length`` is 1024). The rule: ``mailbox_remaining_today`` in
-    ``sql/queries/emails.sql``.
+    ``sql/queries/mailboxes.sql``.
 
     Why 50 and 4 (measured by ``make bench``, "send at 100 ms a command"; README, "Sizing the
     defaults"): a relay's 50–300 ms a command makes one message over an open session take about

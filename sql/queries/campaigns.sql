@@ -1,31 +1,5 @@
 -- Campaigns, their sequence steps and mailboxes: written when a reviewed campaign file is synced.
 
--- name: mailbox_clear_transactional
--- Before a mailbox takes the transactional mark, every other mailbox loses it.
-UPDATE outreach.mailboxes SET transactional = false, updated_at = now()
-WHERE transactional AND address <> %(address)s
-RETURNING id;
-
--- name: mailbox_upsert
--- Create or update a mailbox from the mailbox file; its pause status is never touched here.
-INSERT INTO outreach.mailboxes AS m (address, display_name, label, smtp_conn_id, timezone, daily_cap,
-                                     warmup_start, warmup_initial, warmup_days, warmup_increment,
-                                     dkim_selector, dkim_key_conn_id, transactional, imap_conn_id,
-                                     unsubscribe_imap_conn_id)
-VALUES (%(address)s, %(display_name)s, %(label)s, %(smtp_conn_id)s, %(timezone)s, %(daily_cap)s,
-        %(warmup_start)s, %(warmup_initial)s, %(warmup_days)s, %(warmup_increment)s,
-        %(dkim_selector)s, %(dkim_key_conn_id)s, %(transactional)s, %(imap_conn_id)s,
-        %(unsubscribe_imap_conn_id)s)
-ON CONFLICT ON CONSTRAINT outreach_mailboxes_address_key DO UPDATE
-SET display_name = excluded.display_name, label = excluded.label, smtp_conn_id = excluded.smtp_conn_id,
-    timezone = excluded.timezone, daily_cap = excluded.daily_cap,
-    warmup_start = excluded.warmup_start, warmup_initial = excluded.warmup_initial,
-    warmup_days = excluded.warmup_days, warmup_increment = excluded.warmup_increment,
-    dkim_selector = excluded.dkim_selector, dkim_key_conn_id = excluded.dkim_key_conn_id,
-    transactional = excluded.transactional, imap_conn_id = excluded.imap_conn_id,
-    unsubscribe_imap_conn_id = excluded.unsubscribe_imap_conn_id, updated_at = now()
-RETURNING id;
-
 -- name: campaign_upsert
 INSERT INTO outreach.campaigns AS c (key, name, timezone, send_days, window_start, window_end,
                                      source_file, stop_on_auto_reply, stop_on_domain_reply)
@@ -48,7 +22,7 @@ ON CONFLICT ON CONSTRAINT outreach_campaign_mailboxes_pkey DO NOTHING;
 DELETE FROM outreach.campaign_mailboxes
 WHERE campaign_id = %(campaign_id)s AND NOT (mailbox_id = ANY (%(mailbox_ids)s));
 
--- name: sequence_step_upsert
+-- name: campaign_step_upsert
 -- Steps are matched by position; editing a step's copy affects emails not yet sent.
 INSERT INTO outreach.sequence_steps AS s (campaign_id, position, template, subject, delay_days,
                                          requires, thread)
@@ -58,9 +32,6 @@ ON CONFLICT ON CONSTRAINT outreach_sequence_steps_position_key DO UPDATE
 SET template = excluded.template, subject = excluded.subject, delay_days = excluded.delay_days,
     requires = excluded.requires, thread = excluded.thread
 RETURNING id;
-
--- name: campaign_by_key
-SELECT id, key, name FROM outreach.campaigns WHERE key = %(key)s;
 
 -- name: campaign_find
 SELECT id, key, name, status, paused_reason, paused_at, paused_by

@@ -10,7 +10,7 @@
 -- skipped by the one suppression function. scheduled_for is the next open slot of the campaign's
 -- send window in the lead's time zone (falling back to the campaign's). Returns one row per
 -- mailbox with how many were queued (never one row per email).
--- Run it after planner_bulk_joins (see there): planned with nested loops on a fresh database,
+-- Run it after email_planner_bulk_joins (see there): planned with nested loops on a fresh database,
 -- the NOT EXISTS rescans outreach.emails once per candidate while the same statement fills it.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 ins AS (
@@ -40,7 +40,7 @@ RETURNING mailbox_id
 )
 SELECT mailbox_id, count(*)::integer AS queued FROM ins GROUP BY mailbox_id ORDER BY mailbox_id;
 
--- name: planner_bulk_joins
+-- name: email_planner_bulk_joins
 -- For the rest of this transaction, plan joins as hash or merge joins. email_queue_due is one
 -- bulk INSERT … SELECT whose NOT EXISTS reads the table it inserts into: when the statistics say
 -- outreach.emails is empty (a fresh database, the first run after a big import), the planner picks
@@ -48,147 +48,6 @@ SELECT mailbox_id, count(*)::integer AS queued FROM ins GROUP BY mailbox_id ORDE
 -- as the statement inserts — quadratic (EXPLAIN ANALYZE, 20,000 leads: 2.8 s with it, 0.6 s
 -- without; 100,000 leads: 116 s). A hash anti join reads outreach.emails once.
 SET LOCAL enable_nestloop = off;
-
--- name: mailbox_lock
--- Serialises claims per mailbox for the rest of the transaction, so that the daily cap, counted
--- by the next statement (with a fresh snapshot), holds however many senders claim at once.
--- FOR NO KEY UPDATE, not FOR UPDATE: it conflicts with another claim's lock and with any UPDATE
--- of the mailbox (pause, resume), but not with the KEY SHARE lock that the foreign key of a new
--- send_log row takes on its mailbox, so other senders' ledger writes (email_mark_sent) do not
--- wait for this claim to commit.
-SELECT id, address, status FROM outreach.mailboxes WHERE id = %(mailbox_id)s FOR NO KEY UPDATE;
-
--- name: mailbox_remaining_today
--- What the mailbox may still start today (its local calendar day), and in this send run. This is
--- THE pacing rule; the code, the DAG docs and the README point here.
--- daily_limit, used, remaining: the warm-up/cap limit minus every email claimed today that went
--- out or may have gone out (sending, sent, unconfirmed).
--- Pacing, when %(interval)s (the send DAG's run interval) is given: a run is the interval slot
--- that contains now (date_bin: UTC multiples of the interval, like the DAG's cron schedule).
--- The day's send window spans window_start .. window_end: the earliest opening and the latest
--- close today of a send window of one of the mailbox's queued emails (lead time zone, falling
--- back to the campaign's). window_runs counts the slots of that FULL window, however late it is
--- now, and a day's sends are spread evenly over them:
---   run_share  = ceil(daily_limit / window_runs), the steady rate: no run claims more, so a
---                resume late in the window, or a backlog, never comes out faster than that;
---   due_by_now = ceil(daily_limit * run_number / window_runs), what an even spread has started
---                by the end of this slot (run_number: this slot's place in the window, from 1),
---                so the first sends of a long window are not bunched into its first runs.
--- run_left = min(remaining, run_share - slot_used, due_by_now - used): slot_used counts what this
--- slot already claimed (another mapped task, an earlier try of a retried task, an overlapping
--- run), so the share holds however many claimers there are. What does not fit today waits for
--- tomorrow; nothing carries over. Without an interval, run_left is simply what remains today.
--- runs_left: the slots from this one to window_end (for the plan's log line).
--- Gap, when %(gap_seconds)s > 0: handoff_fit is how many handoffs of this mailbox, each at least
--- gap × (1 + jitter) after the one before, can start before now + %(horizon)s, counting from
--- next_handoff_at (see mailbox_reserve_handoffs); a claim takes no more. NULL: no gap.
-WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now, %(interval)s::interval AS step),
-mb AS (
-    SELECT m.id, m.status, outreach.mailbox_daily_limit(m, n.now) AS daily_limit, n.now, n.step,
-           m.next_handoff_at,
-           d.local_day AT TIME ZONE m.timezone AS day_start,
-           (d.local_day + interval '1 day') AT TIME ZONE m.timezone AS day_end,
-           date_bin(n.step, n.now, timestamptz '2000-01-01 00:00:00+00') AS slot_start
-    FROM outreach.mailboxes m
-    CROSS JOIN n
-    CROSS JOIN LATERAL (SELECT date_trunc('day', n.now AT TIME ZONE m.timezone) AS local_day) d
-    WHERE m.id = %(mailbox_id)s
-),
-usage AS (
-    SELECT count(e.id)::integer AS used,
-           count(e.id) FILTER (WHERE e.claimed_at >= mb.slot_start)::integer AS slot_used
-    FROM mb
-    LEFT JOIN outreach.emails e
-           ON e.mailbox_id = mb.id AND e.claimed_at >= mb.day_start
-          AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed')
-),
-horizon AS (
-    -- Each distinct window (lead time zone, falling back to the campaign's) is evaluated once.
-    SELECT min(s.opens) AS window_start, max(s.closes) AS window_end
-    FROM mb
-    LEFT JOIN LATERAL (
-        SELECT DISTINCT coalesce(l.timezone, c.timezone) AS tz, c.send_days, c.window_start,
-                        c.window_end
-        FROM outreach.emails q
-        JOIN outreach.campaigns c ON c.id = q.campaign_id
-        JOIN outreach.leads l ON l.id = q.lead_id
-        WHERE mb.step IS NOT NULL AND q.mailbox_id = mb.id AND q.status = 'queued'
-          AND q.scheduled_for < mb.day_end AND c.status = 'active'
-    ) w ON true
-    LEFT JOIN LATERAL outreach.send_window_span(mb.day_start, mb.day_end, w.tz, w.send_days,
-                                                w.window_start, w.window_end) s ON true
-),
-slots AS (
-    SELECT mb.*, u.used, u.slot_used, greatest(0, mb.daily_limit - u.used) AS remaining,
-           h.window_start, h.window_end,
-           date_bin(mb.step, h.window_start, timestamptz '2000-01-01 00:00:00+00') AS first_slot
-    FROM mb, usage u, horizon h
-),
-quota AS (
-    SELECT slots.*,
-           greatest(1, ceil(extract(epoch FROM window_end - first_slot)
-                            / extract(epoch FROM step)))::integer AS window_runs,
-           greatest(0, ceil(extract(epoch FROM window_end - slot_start)
-                            / extract(epoch FROM step)))::integer AS runs_left,
-           (extract(epoch FROM slot_start - first_slot) / extract(epoch FROM step))::integer + 1
-               AS run_number
-    FROM slots
-),
-share AS (
-    SELECT quota.*,
-           CASE WHEN step IS NULL THEN remaining
-                ELSE ceil(daily_limit::numeric / window_runs)::integer END AS run_share,
-           CASE WHEN step IS NULL THEN daily_limit
-                WHEN window_end IS NULL OR window_end <= now OR run_number < 1 THEN 0
-                ELSE ceil(daily_limit::numeric * least(run_number, window_runs) / window_runs)::integer
-           END AS due_by_now
-    FROM quota
-)
-SELECT id, status, daily_limit, used, remaining, window_start, window_end, window_runs, runs_left,
-       run_number, run_share, due_by_now, slot_used,
-       CASE WHEN step IS NULL THEN remaining
-            ELSE greatest(0, least(remaining, run_share - slot_used, due_by_now - used)) END
-           AS run_left,
-       CASE WHEN coalesce(%(gap_seconds)s::double precision, 0) <= 0 THEN NULL
-            ELSE greatest(0, floor(
-                extract(epoch FROM now + %(horizon)s::interval
-                                   - greatest(now, coalesce(next_handoff_at, now)))
-                / (%(gap_seconds)s::double precision * (1 + %(gap_jitter)s::double precision))
-            ) + 1)::integer
-       END AS handoff_fit
-FROM share;
-
--- name: mailbox_reserve_handoffs
--- Reserve the handoff moments of the %(rows)s rows a claim just took, in claim order, and move
--- the mailbox's next_handoff_at past them. Run in the claim's transaction, under its mailbox
--- lock, so every claimer of the mailbox extends one chain. The first row may go at
--- max(now, next_handoff_at); each next one a gap later, the gap being
--- %(gap_seconds)s × (1 + %(gap_jitter)s × random()) — a minimum gap with jitter, so a mailbox's
--- sends never come at a machine's even beat (the commercial tools space them by minutes).
-WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-base AS (
-    SELECT greatest(n.now, coalesce(m.next_handoff_at, n.now)) AS at
-    FROM outreach.mailboxes m CROSS JOIN n
-    WHERE m.id = %(mailbox_id)s
-),
-gaps AS (
-    SELECT k, %(gap_seconds)s::double precision
-              * (1 + %(gap_jitter)s::double precision * random()) AS seconds
-    FROM generate_series(1, %(rows)s::integer) AS k
-),
-chain AS (
-    SELECT k,
-           base.at + make_interval(secs => coalesce(sum(seconds) OVER (ORDER BY k ROWS BETWEEN
-                                      UNBOUNDED PRECEDING AND 1 PRECEDING), 0)) AS not_before,
-           base.at + make_interval(secs => sum(seconds) OVER (ORDER BY k)) AS next_at
-    FROM gaps CROSS JOIN base
-),
-moved AS (  -- a data-modifying CTE runs once, whether the SELECT below reads it or not
-    UPDATE outreach.mailboxes m SET next_handoff_at = (SELECT max(next_at) FROM chain)
-    WHERE m.id = %(mailbox_id)s
-    RETURNING m.id
-)
-SELECT k, not_before FROM chain ORDER BY k;
 
 -- name: email_claim_batch
 -- The claim is this one statement: lock up to %(limit)s due rows of one mailbox that no other
@@ -394,9 +253,6 @@ SET status = 'queued', attempts = greatest(e.attempts - 1, 0), handed_over_at = 
 WHERE e.id = ANY (%(ids)s::bigint[]) AND e.status = 'sending' AND e.claim_token = %(claim_token)s
 RETURNING e.id;
 
--- name: mailbox_by_id
-SELECT id, address, status, label, display_name FROM outreach.mailboxes WHERE id = %(mailbox_id)s;
-
 -- name: email_touch_claim
 -- The handoff stamp and heartbeat, committed right before MAIL FROM of the row (the SMTP session
 -- is already connected): proves the row is still ours (status and claim token), records that it
@@ -433,3 +289,219 @@ SET late_accepted_at = coalesce(%(now)s::timestamptz, now()), late_accept_reply 
 WHERE e.id = %(email_id)s AND e.status = 'failed' AND e.failure_kind = 'unconfirmed'
   AND e.claim_token = %(claim_token)s AND e.late_accepted_at IS NULL
 RETURNING e.id;
+
+-- name: email_cancel_stopped
+-- The pre-send check's second half (next to the suppression check): a claimed row whose enrolment
+-- is no longer active ends 'cancelled' without a handoff. Guarded by our claim token like every
+-- transition of a claimed row; no row back: the enrolment is active (or the claim was taken, which
+-- the heartbeat right before the handoff finds). Transactional rows have no enrolment.
+UPDATE outreach.emails e
+SET status = 'cancelled', updated_at = now(),
+    last_error = format('enrolment %%s %%s by %%s before the handoff: %%s', en.id, en.status,
+                        en.stopped_by, en.stop_reason)
+FROM outreach.enrollments en
+WHERE e.id = %(email_id)s AND e.status = 'sending' AND e.claim_token = %(claim_token)s
+  AND en.campaign_id = e.campaign_id AND en.lead_id = e.lead_id AND en.status <> 'active'
+RETURNING e.id, en.status AS enrollment_status;
+
+-- name: email_by_message_ids
+-- Our sent emails whose Message-ID (send_log, without <>) is one of %(ids)s (lower-cased by the
+-- caller: ours are lower-case), with what a reply or bounce needs to act on.
+SELECT e.id, e.lead_id, e.campaign_id, e.mailbox_id, s.message_id, e.message_class,
+       coalesce(l.email, e.recipient) AS email
+FROM outreach.send_log s
+JOIN outreach.emails e ON e.id = s.email_id
+LEFT JOIN outreach.leads l ON l.id = e.lead_id
+WHERE s.message_id = ANY (%(ids)s::text[]);
+
+-- name: email_latest_sent_to
+-- The latest email a mailbox (or any, %(mailbox_id)s NULL) sent to a lead's address: what a
+-- bounce or complaint without our Message-ID is about.
+SELECT e.id, e.lead_id, e.campaign_id, e.mailbox_id, e.message_class, l.email
+FROM outreach.leads l
+JOIN outreach.emails e ON e.lead_id = l.id
+WHERE l.email = %(address)s AND e.status = 'sent'
+  AND (%(mailbox_id)s::bigint IS NULL OR e.mailbox_id = %(mailbox_id)s::bigint)
+ORDER BY e.sent_at DESC NULLS LAST, e.id DESC
+LIMIT 1;
+
+-- name: email_sent_sample
+-- The first %(n)s campaign emails sent (the demo answers, bounces and unsubscribes these).
+SELECT e.id, l.email, s.message_id, m.address AS mailbox_address
+FROM outreach.send_log s
+JOIN outreach.emails e ON e.id = s.email_id
+JOIN outreach.leads l ON l.id = e.lead_id
+JOIN outreach.mailboxes m ON m.id = e.mailbox_id
+WHERE e.message_class = 'marketing'
+ORDER BY e.id
+LIMIT %(n)s;
+
+-- name: email_list_unconfirmed
+-- Unconfirmed emails, by ids or by campaign and/or mailbox (NULL: any).
+SELECT e.id, e.idempotency_key, e.last_error, e.claimed_by, e.claimed_at, e.attempts,
+       e.handed_over_at, e.late_accepted_at, e.late_accept_reply, e.late_accept_message_id,
+       coalesce(l.email, e.recipient) AS email, m.address AS mailbox_address,
+       m.id AS mailbox_id, m.imap_conn_id, c.key AS campaign_key, e.message_class
+FROM outreach.emails e
+LEFT JOIN outreach.leads l ON l.id = e.lead_id
+JOIN outreach.mailboxes m ON m.id = e.mailbox_id
+LEFT JOIN outreach.campaigns c ON c.id = e.campaign_id
+WHERE e.status = 'failed' AND e.failure_kind = 'unconfirmed'
+  AND (%(ids)s::bigint[] IS NULL OR e.id = ANY (%(ids)s::bigint[]))
+  AND (%(campaign_key)s::text IS NULL OR c.key = %(campaign_key)s::text)
+  AND (%(mailbox)s::text IS NULL OR m.address = lower(%(mailbox)s::text)
+       OR m.id::text = %(mailbox)s::text)
+ORDER BY e.id;
+
+-- name: email_resolve_was_sent
+-- A person saw it in Sent Items (or the server's late acceptance is evidence enough): record it
+-- in the send log as operator-confirmed and mark the row sent, in one statement. The send log's
+-- acceptance time is the server's late acceptance when there was one, else the claim time.
+WITH done AS (
+    UPDATE outreach.emails e
+    SET status = 'sent', failure_kind = NULL,
+        sent_at = coalesce(e.late_accepted_at, e.claimed_at, now()),
+        last_error = NULL, updated_at = now()
+    WHERE e.id = %(email_id)s AND e.status = 'failed' AND e.failure_kind = 'unconfirmed'
+    RETURNING e.id, e.mailbox_id, e.sent_at
+)
+INSERT INTO outreach.send_log (email_id, mailbox_id, message_id, smtp_reply, source, accepted_at)
+SELECT done.id, done.mailbox_id, %(message_id)s, %(note)s, 'operator', done.sent_at
+FROM done
+RETURNING email_id;
+
+-- name: email_resolve_not_sent
+-- A person checked: it did not go out. Back to the queue with the same idempotency key, so the
+-- next attempt carries the same Message-ID.
+UPDATE outreach.emails e
+SET status = 'queued', failure_kind = NULL, scheduled_for = now(), updated_at = now(),
+    handed_over_at = NULL, late_accepted_at = NULL, late_accept_reply = NULL,
+    late_accept_message_id = NULL,
+    last_error = 'operator: not sent, requeued (' || %(note)s || ')'
+WHERE e.id = %(email_id)s AND e.status = 'failed' AND e.failure_kind = 'unconfirmed'
+RETURNING e.id;
+
+-- name: email_requeue_failed
+-- An operator puts not-accepted failures back in the queue (outreach requeue / the
+-- outreach_requeue DAG), after fixing what made every attempt fail (a relay down for an hour, a
+-- full mailbox since emptied). Only failure_kind 'retries_exhausted': nothing of those was ever
+-- accepted, so another attempt cannot send twice. Never 'unconfirmed' (may have gone out: its
+-- own resolution) nor 'permanent'/'render' (they would fail the same way). Guarded by status and
+-- failure kind in one statement, so requeuing twice changes nothing; the row gets its full
+-- attempts again (same idempotency key, so the same Message-ID), and the requeue is recorded
+-- with who, why and the failure it came from. %(ids)s, %(campaign_key)s, %(mailbox)s: NULL = any.
+WITH picked AS (
+    SELECT e.id, e.failure_kind, e.last_error, e.attempts
+    FROM outreach.emails e
+    JOIN outreach.mailboxes m ON m.id = e.mailbox_id
+    LEFT JOIN outreach.campaigns c ON c.id = e.campaign_id
+    WHERE e.status = 'failed' AND e.failure_kind = 'retries_exhausted'
+      AND e.failure_kind = %(failure_kind)s
+      AND (%(ids)s::bigint[] IS NULL OR e.id = ANY (%(ids)s::bigint[]))
+      AND (%(campaign_key)s::text IS NULL OR c.key = %(campaign_key)s::text)
+      AND (%(mailbox)s::text IS NULL OR m.address = lower(%(mailbox)s::text)
+           OR m.id::text = %(mailbox)s::text)
+    ORDER BY e.id
+    FOR UPDATE OF e
+),
+done AS (
+    UPDATE outreach.emails e
+    SET status = 'queued', failure_kind = NULL, attempts = 0, handed_over_at = NULL,
+        scheduled_for = now(), updated_at = now(),
+        last_error = format('operator %%s requeued it (%%s); was: %%s', %(requeued_by)s::text,
+                            %(reason)s::text, p.last_error)
+    FROM picked p
+    WHERE e.id = p.id AND e.status = 'failed' AND e.failure_kind = 'retries_exhausted'
+    RETURNING e.id
+)
+INSERT INTO outreach.email_requeues (email_id, failure_kind, last_error, attempts, requeued_by, reason)
+SELECT p.id, p.failure_kind, p.last_error, p.attempts, %(requeued_by)s, %(reason)s
+FROM picked p JOIN done d ON d.id = p.id
+RETURNING email_id, attempts, last_error;
+
+-- name: email_failure_state
+-- The status and failure kind of emails by id (to say why a requested id was not requeued).
+SELECT id, status::text AS status, failure_kind FROM outreach.emails
+WHERE id = ANY (%(ids)s::bigint[]) ORDER BY id;
+
+-- name: email_run_outcomes
+-- What a send run did, read back from the ledger (not from its plan), and the operator alerts.
+-- A send task stamps claimed_by with '<dag id>/<run id>/<task id>[<map index>]#try<n>'
+-- (outreach.airflow_adapter.worker_for), so a run's rows are those whose claimed_by starts with
+-- '<dag id>/<run id>/': a cleared or retried try is part of the same run. A row the run sent back
+-- to the queue (4xx, released) counts as requeued until another run claims it.
+--
+-- Per mailbox, what the rows a run (or one task try: a full worker name) claimed are now.
+-- left(…) = prefix, not LIKE: run ids contain '_' (a LIKE wildcard).
+SELECT e.mailbox_id, m.label, m.display_name, m.address,
+       count(*)::integer AS claimed,
+       count(*) FILTER (WHERE e.status = 'sent')::integer AS sent,
+       count(*) FILTER (WHERE e.failure_kind = 'unconfirmed')::integer AS unconfirmed,
+       count(*) FILTER (WHERE e.status = 'failed' AND e.failure_kind <> 'unconfirmed')::integer AS failed,
+       count(*) FILTER (WHERE e.status = 'queued')::integer AS requeued,
+       count(*) FILTER (WHERE e.status = 'sending')::integer AS sending,
+       count(*) FILTER (WHERE e.status = 'suppressed')::integer AS suppressed,
+       coalesce(array_agg(e.id ORDER BY e.id) FILTER (WHERE e.failure_kind = 'unconfirmed'),
+                '{}') AS unconfirmed_ids
+FROM outreach.emails e
+JOIN outreach.mailboxes m ON m.id = e.mailbox_id
+WHERE left(e.claimed_by, length(%(worker_prefix)s::text)) = %(worker_prefix)s::text
+GROUP BY e.mailbox_id, m.label, m.display_name, m.address
+ORDER BY e.mailbox_id;
+
+-- name: email_unconfirmed_details
+-- Unconfirmed emails (all, or %(ids)s) with what a person needs to decide: campaign and step,
+-- mailbox name, claim and handoff, the last error, a late acceptance, the IMAP account whose
+-- Sent folder may hold it (outreach.resolve.unconfirmed_details).
+SELECT e.id, e.idempotency_key, e.message_class, e.template, e.last_error, e.claimed_at,
+       e.claimed_by, e.handed_over_at, e.late_accepted_at, e.late_accept_reply,
+       e.late_accept_message_id, coalesce(l.email, e.recipient) AS email, c.key AS campaign_key,
+       st.position AS step, m.id AS mailbox_id, m.address AS mailbox_address, m.label,
+       m.display_name, m.imap_conn_id
+FROM outreach.emails e
+LEFT JOIN outreach.leads l ON l.id = e.lead_id
+LEFT JOIN outreach.campaigns c ON c.id = e.campaign_id
+LEFT JOIN outreach.sequence_steps st ON st.id = e.step_id
+JOIN outreach.mailboxes m ON m.id = e.mailbox_id
+WHERE e.status = 'failed' AND e.failure_kind = 'unconfirmed'
+  AND (%(ids)s::bigint[] IS NULL OR e.id = ANY (%(ids)s::bigint[]))
+ORDER BY e.id;
+
+-- name: email_cancel_suppressed
+-- Queued emails of addresses that are now suppressed (for their message class) are cancelled in
+-- the same transaction as the suppression. Rows already 'sending' are left alone: the pre-send
+-- check stops them.
+UPDATE outreach.emails e
+SET status = 'suppressed', updated_at = now()
+WHERE e.status = 'queued'
+  AND outreach.is_suppressed(coalesce(e.recipient, (SELECT l.email FROM outreach.leads l
+                                                    WHERE l.id = e.lead_id)),
+                             e.message_class)
+RETURNING e.id;
+
+-- name: email_unsubscribe_target
+-- The email row an unsubscribe token names, with the address it went (or will go) to.
+SELECT e.id, e.status::text AS status, coalesce(l.email, e.recipient) AS email, e.message_class
+FROM outreach.emails e
+LEFT JOIN outreach.leads l ON l.id = e.lead_id
+WHERE e.id = %(email_id)s;
+
+-- name: email_thread
+-- Threaded follow-ups (migration 0012): a step with thread = true is sent as a reply in the first
+-- step's thread, only when that first message really went out to the lead.
+--
+-- The thread a claimed email of a threaded step replies in: the messages of the same lead in the
+-- same campaign that went out (a send-log entry: accepted by the server, or confirmed by an
+-- operator from Sent Items) for step 1 and for every earlier threaded step, oldest first, with
+-- the Subject as sent (NULL: sent before migration 0012, or confirmed by an operator) and step
+-- 1's template and subject for that case. No row for position 1: step 1 was not sent to this lead
+-- (it failed, was cancelled, or the row was made by hand), and the step is sent as a new message.
+SELECT st.position, s.message_id, s.subject, st.template, st.subject AS subject_template
+FROM outreach.emails e
+JOIN outreach.sequence_steps cur ON cur.id = e.step_id
+JOIN outreach.sequence_steps st ON st.campaign_id = cur.campaign_id
+                               AND st.position < cur.position AND (st.position = 1 OR st.thread)
+JOIN outreach.emails pe ON pe.lead_id = e.lead_id AND pe.step_id = st.id
+JOIN outreach.send_log s ON s.email_id = pe.id
+WHERE e.id = %(email_id)s AND cur.thread
+ORDER BY st.position;

@@ -17,16 +17,44 @@ FOR UPDATE OF en;
 -- Stop one enrolment ('stopped' or 'replied') and cancel its queued steps; returns how many.
 SELECT outreach.stop_enrollment(%(enrollment_id)s, %(status)s, %(reason)s, %(by)s) AS cancelled;
 
--- name: email_cancel_stopped
--- The pre-send check's second half (next to the suppression check): a claimed row whose enrolment
--- is no longer active ends 'cancelled' without a handoff. Guarded by our claim token like every
--- transition of a claimed row; no row back: the enrolment is active (or the claim was taken, which
--- the heartbeat right before the handoff finds). Transactional rows have no enrolment.
-UPDATE outreach.emails e
-SET status = 'cancelled', updated_at = now(),
-    last_error = format('enrolment %%s %%s by %%s before the handoff: %%s', en.id, en.status,
-                        en.stopped_by, en.stop_reason)
+-- name: enrollment_active_for_lead
+-- A lead's active enrolments, in one campaign (%(campaign_id)s) or in those a mailbox sends
+-- (%(mailbox_id)s), or all (both NULL), with the campaign's inbound rules.
+SELECT en.id, en.campaign_id, en.lead_id, en.mailbox_id, c.key AS campaign_key,
+       c.stop_on_auto_reply, c.stop_on_domain_reply
 FROM outreach.enrollments en
-WHERE e.id = %(email_id)s AND e.status = 'sending' AND e.claim_token = %(claim_token)s
-  AND en.campaign_id = e.campaign_id AND en.lead_id = e.lead_id AND en.status <> 'active'
-RETURNING e.id, en.status AS enrollment_status;
+JOIN outreach.campaigns c ON c.id = en.campaign_id
+WHERE en.lead_id = %(lead_id)s AND en.status = 'active'
+  AND (%(campaign_id)s::bigint IS NULL OR en.campaign_id = %(campaign_id)s::bigint)
+  AND (%(mailbox_id)s::bigint IS NULL OR en.mailbox_id = %(mailbox_id)s::bigint)
+ORDER BY en.id;
+
+-- name: enrollment_active_same_domain
+-- Every other active enrolment of a campaign whose lead has an address at %(domain)s
+-- (stop_on_domain_reply: a colleague answered).
+SELECT en.id, en.lead_id, l.email
+FROM outreach.enrollments en
+JOIN outreach.leads l ON l.id = en.lead_id
+WHERE en.campaign_id = %(campaign_id)s AND en.status = 'active' AND en.lead_id <> %(lead_id)s
+  AND split_part(l.email, '@', 2) = %(domain)s
+ORDER BY en.id;
+
+-- name: enrollment_insert_staged
+-- Enrol every staged, unsuppressed lead; a lead already enrolled keeps its enrolment (and its
+-- mailbox, so follow-ups come from the same sender). Mailboxes are assigned round-robin by lead id.
+-- Returns the count of new enrolments.
+WITH mbs AS (
+    SELECT array_agg(mailbox_id ORDER BY mailbox_id) AS ids
+    FROM outreach.campaign_mailboxes WHERE campaign_id = %(campaign_id)s
+), enrolled AS (
+    INSERT INTO outreach.enrollments (campaign_id, lead_id, mailbox_id, enrolled_at)
+    SELECT %(campaign_id)s, l.id, mbs.ids[1 + (l.id %% cardinality(mbs.ids))],
+           coalesce(%(now)s::timestamptz, now())
+    FROM outreach_lead_stage s
+    JOIN outreach.leads l ON l.email = s.email
+    CROSS JOIN mbs
+    WHERE s.email IS NOT NULL AND s.duplicate_of IS NULL AND NOT s.suppressed
+    ON CONFLICT ON CONSTRAINT outreach_enrollments_campaign_lead_key DO NOTHING
+    RETURNING 1
+)
+SELECT count(*) AS enrolled FROM enrolled;

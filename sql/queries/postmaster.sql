@@ -35,13 +35,6 @@ FROM outreach.postmaster_stats
 WHERE has_data
 ORDER BY domain, metric, feedback_loop_id, day DESC;
 
--- name: postmaster_stat_list
--- Stored figures of one domain, for reports and tests.
-SELECT domain, metric, feedback_loop_id, day, value, has_data, fetched_at, updated_at
-FROM outreach.postmaster_stats
-WHERE domain = %(domain)s
-ORDER BY metric, feedback_loop_id, day;
-
 -- name: postmaster_compliance_upsert
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 INSERT INTO outreach.postmaster_compliance AS pc (domain, day, needs_work, status, fetched_at)

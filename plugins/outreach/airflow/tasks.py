@@ -484,7 +484,7 @@ def plan_task(checked: dict[str, Any] | None = None) -> list[dict[str, Any]]:
 
 def worker_for(dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> str:
     """Return the ``claimed_by`` of a send task try: ``<dag id>/<run id>/<task id>[<map index>]#try<n>``.
-    Everything a run claimed starts with :func:`run_prefix` (``sql/queries/runs.sql``)."""
+    Everything a run claimed starts with :func:`run_prefix` (``sql/queries/emails.sql: email_run_outcomes``)."""
     return f"{run_prefix(dag_id, run_id)}{task_id}[{map_index}]#try{try_number}"
 
 
