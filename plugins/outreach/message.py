@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass
 from email.headerregistry import Address
 from email.message import EmailMessage, Message
+from typing import Any, cast
 
 import idna
 
@@ -247,7 +248,7 @@ def _header_list(msg: Message) -> list[tuple[str, str]]:
     return [(name.lower(), " ".join(str(value).split())) for name, value in msg.items()]
 
 
-def _written_headers(wire: bytes, policy: email.policy.EmailPolicy) -> list[tuple[str, str]]:
+def _written_headers(wire: bytes, policy: email.policy.EmailPolicy[Any]) -> list[tuple[str, str]]:
     """The header fields of ``wire`` as a reader's parser sees them, as :func:`_header_list`
     gives them. Split into fields without header objects (compat32; both policies store a field's
     raw value alike); a value holding an encoded word or non-ASCII is decoded by ``policy``
@@ -273,7 +274,8 @@ def to_wire(msg: EmailMessage) -> bytes:
     :raises MessageError: the serialised headers differ from those that were set (the first
         difference is named), or the email package refused to write a header.
     """
-    policy = WIRE_POLICY_UTF8 if msg.policy.utf8 else WIRE_POLICY
+    # An EmailMessage carries an EmailPolicy (typeshed types it as the base Policy).
+    policy = WIRE_POLICY_UTF8 if cast("email.policy.EmailPolicy[Any]", msg.policy).utf8 else WIRE_POLICY
     try:
         wire = msg.as_bytes(policy=policy)
     except email.errors.MessageError as exc:  # HeaderWriteError on interpreters with the fix

@@ -159,6 +159,7 @@ class SmtpSession:
         if failed is not None:
             return failed
         client = self._client
+        assert client is not None  # open() returned no failure: connected
         stage = Stage.MAIL
         try:
             options = ["SMTPUTF8"] if not (sender + recipient).isascii() else []
@@ -186,7 +187,7 @@ class SmtpSession:
                             _text(str(exc) or type(exc).__name__))
         failpoints.hit("after_end_of_data")
         try:
-            code, resp = self._client.getreply()
+            code, resp = client.getreply()
         except (smtplib.SMTPException, OSError) as exc:
             # The end of data went out and no reply came: the server may have accepted it.
             self._drop()

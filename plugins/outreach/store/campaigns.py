@@ -1,0 +1,168 @@
+"""Typed calls of ``sql/queries/campaigns.sql``, one function per query, named like it.
+
+Campaigns, their sequence steps and mailboxes: written when a reviewed campaign file is synced.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import cast
+
+from outreach.store._run import Conn, execute, many, maybe_one, one_value
+
+
+def campaign_upsert(
+    conn: Conn,
+    *,
+    key: str,
+    name: str,
+    timezone: str,
+    send_days: list[int],
+    window_start: dt.time,
+    window_end: dt.time,
+    source_file: str,
+    stop_on_auto_reply: bool,
+    stop_on_domain_reply: bool,
+) -> int:
+    """``campaign_upsert``: Run campaign_upsert.
+
+    :raises RowMissing: the statement returned no row."""
+    return cast(
+        "int",
+        one_value(
+            conn,
+            "campaign_upsert",
+            {
+                "key": key,
+                "name": name,
+                "timezone": timezone,
+                "send_days": send_days,
+                "window_start": window_start,
+                "window_end": window_end,
+                "source_file": source_file,
+                "stop_on_auto_reply": stop_on_auto_reply,
+                "stop_on_domain_reply": stop_on_domain_reply,
+            },
+            "id",
+        ),
+    )
+
+
+def campaign_mailbox_link(conn: Conn, *, campaign_id: int, mailbox_id: int) -> None:
+    """``campaign_mailbox_link``: Run campaign_mailbox_link."""
+    execute(conn, "campaign_mailbox_link", {"campaign_id": campaign_id, "mailbox_id": mailbox_id})
+
+
+def campaign_mailbox_unlink_others(conn: Conn, *, campaign_id: int, mailbox_ids: list[int]) -> None:
+    """``campaign_mailbox_unlink_others``: A mailbox removed from the campaign file gets no new
+    enrolments."""
+    execute(
+        conn,
+        "campaign_mailbox_unlink_others",
+        {"campaign_id": campaign_id, "mailbox_ids": mailbox_ids},
+    )
+
+
+def campaign_step_upsert(
+    conn: Conn,
+    *,
+    campaign_id: int,
+    position: int,
+    template: str,
+    subject: str,
+    delay_days: int,
+    requires: list[str],
+    thread: bool,
+) -> int:
+    """``campaign_step_upsert``: Steps are matched by position.
+
+    :raises RowMissing: the statement returned no row."""
+    return cast(
+        "int",
+        one_value(
+            conn,
+            "campaign_step_upsert",
+            {
+                "campaign_id": campaign_id,
+                "position": position,
+                "template": template,
+                "subject": subject,
+                "delay_days": delay_days,
+                "requires": requires,
+                "thread": thread,
+            },
+            "id",
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Campaign:
+    """A row of ``campaign_find`` (columns as the query names them)."""
+
+    id: int
+    key: str
+    name: str
+    status: str
+    paused_reason: str | None
+    paused_at: dt.datetime | None
+    paused_by: str | None
+
+
+def campaign_find(conn: Conn, *, key: str) -> Campaign | None:
+    """``campaign_find``: Run campaign_find.
+
+    ``None`` when no row matched."""
+    return maybe_one(conn, "campaign_find", {"key": key}, Campaign)
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignEventStamp:
+    """A row of ``campaign_pause`` (columns as the query names them)."""
+
+    campaign_id: int
+    created_at: dt.datetime
+
+
+def campaign_pause(
+    conn: Conn, *, now: dt.datetime | None, reason: str, by: str, campaign_id: int
+) -> list[CampaignEventStamp]:
+    """``campaign_pause``: Pause an active campaign."""
+    return many(
+        conn,
+        "campaign_pause",
+        {"now": now, "reason": reason, "by": by, "campaign_id": campaign_id},
+        CampaignEventStamp,
+    )
+
+
+def campaign_resume(
+    conn: Conn, *, now: dt.datetime | None, campaign_id: int, by: str, why: str
+) -> list[CampaignEventStamp]:
+    """``campaign_resume``: Resume a paused campaign."""
+    return many(
+        conn,
+        "campaign_resume",
+        {"now": now, "campaign_id": campaign_id, "by": by, "why": why},
+        CampaignEventStamp,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignEvent:
+    """A row of ``campaign_event_list`` (columns as the query names them)."""
+
+    id: int
+    campaign_id: int
+    key: str
+    event: str
+    actor: str
+    reason: str
+    created_at: dt.datetime
+
+
+def campaign_event_list(conn: Conn, *, campaign_id: int | None) -> list[CampaignEvent]:
+    """``campaign_event_list``: The pause/resume history of one campaign, or of all
+    (%(campaign_id)s NULL), newest first."""
+    return many(conn, "campaign_event_list", {"campaign_id": campaign_id}, CampaignEvent)

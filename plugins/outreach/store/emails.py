@@ -1,0 +1,634 @@
+"""Typed calls of ``sql/queries/emails.sql``, one function per query, named like it.
+
+Emails: one row per (lead, sequence step). Every state change after the claim is one guarded
+UPDATE: it names the status it expects and, for claimed rows, the claim token. A statement that
+matches no row changes nothing, and the caller logs it. "Now" can be passed in (%(now)s); NULL
+means the database clock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any, cast
+from uuid import UUID
+
+from outreach.store._run import Conn, execute, many, maybe_one, values
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedCount:
+    """A row of ``email_queue_due`` (columns as the query names them)."""
+
+    mailbox_id: int
+    queued: int | None
+
+
+def email_queue_due(
+    conn: Conn, *, now: dt.datetime | None, campaign_key: str | None
+) -> list[QueuedCount]:
+    """``email_queue_due``: One set-based statement queues the due step of every eligible lead."""
+    return many(conn, "email_queue_due", {"now": now, "campaign_key": campaign_key}, QueuedCount)
+
+
+def email_planner_bulk_joins(conn: Conn) -> None:
+    """``email_planner_bulk_joins``: For the rest of this transaction, plan joins as hash or merge
+    joins."""
+    execute(conn, "email_planner_bulk_joins", {})
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedEmail:
+    """A row of ``email_claim_batch`` (columns as the query names them)."""
+
+    id: int
+    claim_token: UUID | None
+    attempts: int
+    idempotency_key: UUID
+    lead_id: int | None
+    step_id: int | None
+    message_class: str
+    email: str
+    first_name: str
+    last_name: str
+    company: str
+    title: str
+    custom: Any
+    step_position: int
+    template: str
+    subject: str
+    step_thread: bool
+    campaign_key: str
+    campaign_name: str
+    mailbox_id: int
+    mailbox_address: str
+    mailbox_name: str
+    smtp_conn_id: str
+    dkim_selector: str | None
+    dkim_key_conn_id: str | None
+
+
+def email_claim_batch(
+    conn: Conn,
+    *,
+    limit: int,
+    now: dt.datetime | None,
+    mailbox_id: int,
+    claim_token: UUID,
+    claimed_by: str,
+) -> list[ClaimedEmail]:
+    """``email_claim_batch``: The claim is this one statement."""
+    return many(
+        conn,
+        "email_claim_batch",
+        {
+            "limit": limit,
+            "now": now,
+            "mailbox_id": mailbox_id,
+            "claim_token": claim_token,
+            "claimed_by": claimed_by,
+        },
+        ClaimedEmail,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedTransactional:
+    """A row of ``email_claim_transactional`` (columns as the query names them)."""
+
+    id: int
+    claim_token: UUID | None
+    attempts: int
+    idempotency_key: UUID
+    lead_id: int | None
+    step_id: int | None
+    message_class: str
+    email: str | None
+    template: str | None
+    context: Any | None
+    delivery_key: str | None
+    mailbox_id: int
+    mailbox_address: str
+    mailbox_name: str
+    smtp_conn_id: str
+    dkim_selector: str | None
+    dkim_key_conn_id: str | None
+
+
+def email_claim_transactional(
+    conn: Conn,
+    *,
+    now: dt.datetime | None,
+    mailbox_id: int,
+    limit: int,
+    claim_token: UUID,
+    claimed_by: str,
+) -> list[ClaimedTransactional]:
+    """``email_claim_transactional``: The claim of transactional rows."""
+    return many(
+        conn,
+        "email_claim_transactional",
+        {
+            "now": now,
+            "mailbox_id": mailbox_id,
+            "limit": limit,
+            "claim_token": claim_token,
+            "claimed_by": claimed_by,
+        },
+        ClaimedTransactional,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class MailboxPlan:
+    """A row of ``email_plan_transactional`` (columns as the query names them)."""
+
+    mailbox_id: int
+    address: str
+    status: str
+    due: int | None
+
+
+def email_plan_transactional(conn: Conn, *, now: dt.datetime | None) -> list[MailboxPlan]:
+    """``email_plan_transactional``: Mailboxes with due transactional rows, and how many."""
+    return many(conn, "email_plan_transactional", {"now": now}, MailboxPlan)
+
+
+def email_mark_sent(
+    conn: Conn,
+    *,
+    now: dt.datetime | None,
+    email_id: int,
+    claim_token: UUID,
+    message_id: str,
+    smtp_reply: str,
+    subject: str,
+) -> list[int]:
+    """``email_mark_sent``: Only after the server accepted the message (2xx to the end of DATA)."""
+    return cast(
+        "list[int]",
+        values(
+            conn,
+            "email_mark_sent",
+            {
+                "now": now,
+                "email_id": email_id,
+                "claim_token": claim_token,
+                "message_id": message_id,
+                "smtp_reply": smtp_reply,
+                "subject": subject,
+            },
+            "email_id",
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RetryState:
+    """A row of ``email_mark_retry`` (columns as the query names them)."""
+
+    status: str
+    attempts: int
+    scheduled_for: dt.datetime
+
+
+def email_mark_retry(
+    conn: Conn,
+    *,
+    retry_after: dt.timedelta,
+    now: dt.datetime | None,
+    max_attempts: int,
+    error: str,
+    email_id: int,
+    claim_token: UUID,
+) -> list[RetryState]:
+    """``email_mark_retry``: Not accepted, retryable."""
+    return many(
+        conn,
+        "email_mark_retry",
+        {
+            "retry_after": retry_after,
+            "now": now,
+            "max_attempts": max_attempts,
+            "error": error,
+            "email_id": email_id,
+            "claim_token": claim_token,
+        },
+        RetryState,
+    )
+
+
+def email_mark_failed(
+    conn: Conn, *, failure_kind: str, error: str, email_id: int, claim_token: UUID
+) -> list[int]:
+    """``email_mark_failed``: Final failure of a claimed row."""
+    return cast(
+        "list[int]",
+        values(
+            conn,
+            "email_mark_failed",
+            {
+                "failure_kind": failure_kind,
+                "error": error,
+                "email_id": email_id,
+                "claim_token": claim_token,
+            },
+            "id",
+        ),
+    )
+
+
+def email_mark_suppressed(conn: Conn, *, email_id: int, claim_token: UUID) -> list[int]:
+    """``email_mark_suppressed``: The pre-send check found the address suppressed."""
+    return cast(
+        "list[int]",
+        values(
+            conn, "email_mark_suppressed", {"email_id": email_id, "claim_token": claim_token}, "id"
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ReapedEmail:
+    """A row of ``email_reap_stale`` (columns as the query names them)."""
+
+    id: int
+    mailbox_id: int
+    claimed_by: str | None
+    claimed_at: dt.datetime | None
+    handed_over_at: dt.datetime | None
+    unconfirmed: bool | None
+
+
+def email_reap_stale(
+    conn: Conn, *, now: dt.datetime | None, threshold: dt.timedelta
+) -> list[ReapedEmail]:
+    """``email_reap_stale``: Rows left 'sending' longer than the threshold (a killed worker, a lost
+    connection)."""
+    return many(conn, "email_reap_stale", {"now": now, "threshold": threshold}, ReapedEmail)
+
+
+def email_plan_mailboxes(
+    conn: Conn, *, now: dt.datetime | None, mailbox_id: int | None
+) -> list[MailboxPlan]:
+    """``email_plan_mailboxes``: Mailboxes with due rows, for the send plan."""
+    return many(conn, "email_plan_mailboxes", {"now": now, "mailbox_id": mailbox_id}, MailboxPlan)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimState:
+    """A row of ``email_claim_state`` (columns as the query names them)."""
+
+    status: str | None
+    claim_token: UUID | None
+
+
+def email_claim_state(conn: Conn, *, email_id: int) -> ClaimState | None:
+    """``email_claim_state``: Read back a claimed row's state (used only to recover after a lost
+    connection).
+
+    ``None`` when no row matched."""
+    return maybe_one(conn, "email_claim_state", {"email_id": email_id}, ClaimState)
+
+
+def email_release_claimed(
+    conn: Conn, *, error: str | None, ids: list[int], claim_token: UUID
+) -> list[int]:
+    """``email_release_claimed``: Rows claimed but never handed off (the batch stopped early, the
+    SMTP server could not be reached or logged into, the DKIM key could not be loaded) go
+    back to the queue."""
+    return cast(
+        "list[int]",
+        values(
+            conn,
+            "email_release_claimed",
+            {"error": error, "ids": ids, "claim_token": claim_token},
+            "id",
+        ),
+    )
+
+
+def email_touch_claim(
+    conn: Conn, *, address: str, now: dt.datetime | None, email_id: int, claim_token: UUID
+) -> list[int]:
+    """``email_touch_claim``: The handoff stamp and heartbeat, committed right before MAIL FROM of
+    the row (the SMTP session is already connected)."""
+    return cast(
+        "list[int]",
+        values(
+            conn,
+            "email_touch_claim",
+            {"address": address, "now": now, "email_id": email_id, "claim_token": claim_token},
+            "id",
+        ),
+    )
+
+
+def email_record_late_accept(
+    conn: Conn,
+    *,
+    now: dt.datetime | None,
+    smtp_reply: str,
+    message_id: str,
+    email_id: int,
+    claim_token: UUID,
+) -> list[int]:
+    """``email_record_late_accept``: The server accepted (2xx to the end of DATA) a row that is no
+    longer ours to mark sent."""
+    return cast(
+        "list[int]",
+        values(
+            conn,
+            "email_record_late_accept",
+            {
+                "now": now,
+                "smtp_reply": smtp_reply,
+                "message_id": message_id,
+                "email_id": email_id,
+                "claim_token": claim_token,
+            },
+            "id",
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EmailCancelStoppedRow:
+    """A row of ``email_cancel_stopped`` (columns as the query names them)."""
+
+    id: int
+    enrollment_status: str
+
+
+def email_cancel_stopped(
+    conn: Conn, *, email_id: int, claim_token: UUID
+) -> EmailCancelStoppedRow | None:
+    """``email_cancel_stopped``: The pre-send check's second half (next to the suppression check).
+
+    ``None`` when no row matched."""
+    return maybe_one(
+        conn,
+        "email_cancel_stopped",
+        {"email_id": email_id, "claim_token": claim_token},
+        EmailCancelStoppedRow,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SentEmail:
+    """A row of ``email_by_message_ids`` (columns as the query names them)."""
+
+    id: int
+    lead_id: int | None
+    campaign_id: int | None
+    mailbox_id: int
+    message_id: str
+    message_class: str
+    email: str | None
+
+
+def email_by_message_ids(conn: Conn, *, ids: list[str]) -> list[SentEmail]:
+    """``email_by_message_ids``: Our sent emails whose Message-ID (send_log, without <>) is one of
+    %(ids)s (lower-cased by the caller."""
+    return many(conn, "email_by_message_ids", {"ids": ids}, SentEmail)
+
+
+@dataclass(frozen=True, slots=True)
+class LatestSent:
+    """A row of ``email_latest_sent_to`` (columns as the query names them)."""
+
+    id: int
+    lead_id: int | None
+    campaign_id: int | None
+    mailbox_id: int
+    message_class: str
+    email: str
+
+
+def email_latest_sent_to(conn: Conn, *, mailbox_id: int | None, address: str) -> LatestSent | None:
+    """``email_latest_sent_to``: The latest email a mailbox (or any, %(mailbox_id)s NULL) sent to a
+    lead's address.
+
+    ``None`` when no row matched."""
+    return maybe_one(
+        conn, "email_latest_sent_to", {"mailbox_id": mailbox_id, "address": address}, LatestSent
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SentSample:
+    """A row of ``email_sent_sample`` (columns as the query names them)."""
+
+    id: int
+    email: str
+    message_id: str
+    mailbox_address: str
+
+
+def email_sent_sample(conn: Conn, *, n: int) -> list[SentSample]:
+    """``email_sent_sample``: The first %(n)s campaign emails sent (the demo answers, bounces and
+    unsubscribes these)."""
+    return many(conn, "email_sent_sample", {"n": n}, SentSample)
+
+
+@dataclass(frozen=True, slots=True)
+class UnconfirmedEmail:
+    """A row of ``email_list_unconfirmed`` (columns as the query names them)."""
+
+    id: int
+    idempotency_key: UUID
+    last_error: str | None
+    claimed_by: str | None
+    claimed_at: dt.datetime | None
+    attempts: int
+    handed_over_at: dt.datetime | None
+    late_accepted_at: dt.datetime | None
+    late_accept_reply: str | None
+    late_accept_message_id: str | None
+    email: str | None
+    mailbox_address: str
+    mailbox_id: int
+    imap_conn_id: str | None
+    campaign_key: str
+    message_class: str
+
+
+def email_list_unconfirmed(
+    conn: Conn, *, ids: list[int] | None, campaign_key: str | None, mailbox: str | None
+) -> list[UnconfirmedEmail]:
+    """``email_list_unconfirmed``: Unconfirmed emails, by ids or by campaign and/or mailbox (NULL."""
+    return many(
+        conn,
+        "email_list_unconfirmed",
+        {"ids": ids, "campaign_key": campaign_key, "mailbox": mailbox},
+        UnconfirmedEmail,
+    )
+
+
+def email_resolve_was_sent(conn: Conn, *, email_id: int, message_id: str, note: str) -> list[int]:
+    """``email_resolve_was_sent``: A person saw it in Sent Items (or the server's late acceptance
+    is evidence enough)."""
+    return cast(
+        "list[int]",
+        values(
+            conn,
+            "email_resolve_was_sent",
+            {"email_id": email_id, "message_id": message_id, "note": note},
+            "email_id",
+        ),
+    )
+
+
+def email_resolve_not_sent(conn: Conn, *, note: str, email_id: int) -> list[int]:
+    """``email_resolve_not_sent``: A person checked."""
+    return cast(
+        "list[int]",
+        values(conn, "email_resolve_not_sent", {"note": note, "email_id": email_id}, "id"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RequeuedEmail:
+    """A row of ``email_requeue_failed`` (columns as the query names them)."""
+
+    email_id: int
+    attempts: int
+    last_error: str | None
+
+
+def email_requeue_failed(
+    conn: Conn,
+    *,
+    ids: list[int] | None,
+    campaign_key: str | None,
+    mailbox: str | None,
+    failure_kind: str,
+    requeued_by: str,
+    reason: str,
+) -> list[RequeuedEmail]:
+    """``email_requeue_failed``: An operator puts not-accepted failures back in the queue (outreach
+    requeue / the outreach_requeue DAG), after fixing what made every attempt fail (a relay
+    down for an hour, a full mailbox since emptied)."""
+    return many(
+        conn,
+        "email_requeue_failed",
+        {
+            "ids": ids,
+            "campaign_key": campaign_key,
+            "mailbox": mailbox,
+            "failure_kind": failure_kind,
+            "requeued_by": requeued_by,
+            "reason": reason,
+        },
+        RequeuedEmail,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FailureState:
+    """A row of ``email_failure_state`` (columns as the query names them)."""
+
+    id: int
+    status: str | None
+    failure_kind: str | None
+
+
+def email_failure_state(conn: Conn, *, ids: list[int]) -> list[FailureState]:
+    """``email_failure_state``: The status and failure kind of emails by id (to say why a requested
+    id was not requeued)."""
+    return many(conn, "email_failure_state", {"ids": ids}, FailureState)
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """A row of ``email_run_outcomes`` (columns as the query names them)."""
+
+    mailbox_id: int
+    label: str
+    display_name: str
+    address: str
+    claimed: int | None
+    sent: int | None
+    unconfirmed: int | None
+    failed: int | None
+    requeued: int | None
+    sending: int | None
+    suppressed: int | None
+    unconfirmed_ids: list[int] | None
+
+
+def email_run_outcomes(conn: Conn, *, worker_prefix: str) -> list[RunOutcome]:
+    """``email_run_outcomes``: What a send run did, read back from the ledger (not from its plan),
+    and the operator alerts."""
+    return many(conn, "email_run_outcomes", {"worker_prefix": worker_prefix}, RunOutcome)
+
+
+@dataclass(frozen=True, slots=True)
+class UnconfirmedDetail:
+    """A row of ``email_unconfirmed_details`` (columns as the query names them)."""
+
+    id: int
+    idempotency_key: UUID
+    message_class: str
+    template: str | None
+    last_error: str | None
+    claimed_at: dt.datetime | None
+    claimed_by: str | None
+    handed_over_at: dt.datetime | None
+    late_accepted_at: dt.datetime | None
+    late_accept_reply: str | None
+    late_accept_message_id: str | None
+    email: str | None
+    campaign_key: str
+    step: int
+    mailbox_id: int
+    mailbox_address: str
+    label: str
+    display_name: str
+    imap_conn_id: str | None
+
+
+def email_unconfirmed_details(conn: Conn, *, ids: list[int] | None) -> list[UnconfirmedDetail]:
+    """``email_unconfirmed_details``: Unconfirmed emails (all, or %(ids)s) with what a person needs
+    to decide."""
+    return many(conn, "email_unconfirmed_details", {"ids": ids}, UnconfirmedDetail)
+
+
+def email_cancel_suppressed(conn: Conn) -> list[int]:
+    """``email_cancel_suppressed``: Queued emails of addresses that are now suppressed (for their
+    message class) are cancelled in the same transaction as the suppression."""
+    return cast("list[int]", values(conn, "email_cancel_suppressed", {}, "id"))
+
+
+@dataclass(frozen=True, slots=True)
+class UnsubscribeTarget:
+    """A row of ``email_unsubscribe_target`` (columns as the query names them)."""
+
+    id: int
+    status: str | None
+    email: str | None
+    message_class: str
+
+
+def email_unsubscribe_target(conn: Conn, *, email_id: int) -> UnsubscribeTarget | None:
+    """``email_unsubscribe_target``: The email row an unsubscribe token names, with the address it
+    went (or will go) to.
+
+    ``None`` when no row matched."""
+    return maybe_one(conn, "email_unsubscribe_target", {"email_id": email_id}, UnsubscribeTarget)
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadMember:
+    """A row of ``email_thread`` (columns as the query names them)."""
+
+    position: int
+    message_id: str
+    subject: str | None
+    template: str
+    subject_template: str
+
+
+def email_thread(conn: Conn, *, email_id: int) -> list[ThreadMember]:
+    """``email_thread``: Threaded follow-ups (migration 0012)."""
+    return many(conn, "email_thread", {"email_id": email_id}, ThreadMember)

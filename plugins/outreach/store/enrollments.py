@@ -1,0 +1,121 @@
+"""Typed calls of ``sql/queries/enrollments.sql``, one function per query, named like it.
+
+Enrolments: stopping one (an operator, a reply) and the pre-send check that honours a stop. The
+stop itself is the SQL function outreach.stop_enrollment (migration 0012): it stops the
+enrolment and cancels every queued step of it in the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import cast
+
+from outreach.store._run import Conn, many, maybe_one, one_value
+
+
+@dataclass(frozen=True, slots=True)
+class Enrollment:
+    """A row of ``enrollment_find`` (columns as the query names them)."""
+
+    id: int
+    status: str
+    stopped_at: dt.datetime | None
+    stopped_by: str | None
+    stop_reason: str | None
+    lead_id: int
+    campaign_id: int
+    email: str
+    campaign_key: str
+
+
+def enrollment_find(conn: Conn, *, email: str, campaign_key: str) -> Enrollment | None:
+    """``enrollment_find``: The enrolment of a lead (normalised address) in a campaign (key),
+    locked for the rest of the transaction so that what a stop reports (changed or already
+    stopped) is what it did.
+
+    ``None`` when no row matched."""
+    return maybe_one(
+        conn, "enrollment_find", {"email": email, "campaign_key": campaign_key}, Enrollment
+    )
+
+
+def enrollment_stop(
+    conn: Conn, *, enrollment_id: int, status: str, reason: str, by: str
+) -> int | None:
+    """``enrollment_stop``: Stop one enrolment ('stopped' or 'replied') and cancel its queued
+    steps.
+
+    :raises RowMissing: the statement returned no row."""
+    return cast(
+        "int | None",
+        one_value(
+            conn,
+            "enrollment_stop",
+            {"enrollment_id": enrollment_id, "status": status, "reason": reason, "by": by},
+            "cancelled",
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveEnrollment:
+    """A row of ``enrollment_active_for_lead`` (columns as the query names them)."""
+
+    id: int
+    campaign_id: int
+    lead_id: int
+    mailbox_id: int
+    campaign_key: str
+    stop_on_auto_reply: bool
+    stop_on_domain_reply: bool
+
+
+def enrollment_active_for_lead(
+    conn: Conn, *, campaign_id: int | None, mailbox_id: int | None, lead_id: int
+) -> list[ActiveEnrollment]:
+    """``enrollment_active_for_lead``: A lead's active enrolments, in one campaign
+    (%(campaign_id)s) or in those a mailbox sends (%(mailbox_id)s), or all (both NULL), with
+    the campaign's inbound rules."""
+    return many(
+        conn,
+        "enrollment_active_for_lead",
+        {"campaign_id": campaign_id, "mailbox_id": mailbox_id, "lead_id": lead_id},
+        ActiveEnrollment,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DomainEnrollment:
+    """A row of ``enrollment_active_same_domain`` (columns as the query names them)."""
+
+    id: int
+    lead_id: int
+    email: str
+
+
+def enrollment_active_same_domain(
+    conn: Conn, *, domain: str, campaign_id: int, lead_id: int
+) -> list[DomainEnrollment]:
+    """``enrollment_active_same_domain``: Every other active enrolment of a campaign whose lead has
+    an address at %(domain)s (stop_on_domain_reply."""
+    return many(
+        conn,
+        "enrollment_active_same_domain",
+        {"domain": domain, "campaign_id": campaign_id, "lead_id": lead_id},
+        DomainEnrollment,
+    )
+
+
+def enrollment_insert_staged(
+    conn: Conn, *, campaign_id: int, now: dt.datetime | None
+) -> int | None:
+    """``enrollment_insert_staged``: Enrol every staged, unsuppressed lead.
+
+    :raises RowMissing: the statement returned no row."""
+    return cast(
+        "int | None",
+        one_value(
+            conn, "enrollment_insert_staged", {"campaign_id": campaign_id, "now": now}, "enrolled"
+        ),
+    )

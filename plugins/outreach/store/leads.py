@@ -1,0 +1,122 @@
+"""Typed calls of ``sql/queries/leads.sql``, one function per query, named like it.
+
+Leads. An import stages the parsed file in a temporary table and applies it with set-based
+statements inside one transaction: all of a file's good rows, or nothing (the enrolments it
+makes: enrollments.sql; its record: import_runs.sql; its source rows: sources.sql).
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import cast
+
+import psycopg
+
+from outreach import db
+from outreach.store._run import Conn, execute, many, maybe_one, one, values
+
+
+@dataclass(frozen=True, slots=True)
+class LeadByAddressRow:
+    """A row of ``lead_by_address`` (columns as the query names them)."""
+
+    id: int
+    email: str
+
+
+def lead_by_address(conn: Conn, *, address: str) -> LeadByAddressRow | None:
+    """``lead_by_address``: Run lead_by_address.
+
+    ``None`` when no row matched."""
+    return maybe_one(conn, "lead_by_address", {"address": address}, LeadByAddressRow)
+
+
+def lead_stage_create(conn: Conn) -> None:
+    """``lead_stage_create``: One row per data row of the file, written by one COPY as the file is
+    read."""
+    execute(conn, "lead_stage_create", {})
+
+
+def lead_stage_copy(conn: Conn) -> AbstractContextManager[psycopg.Copy]:
+    """``lead_stage_copy``: Run lead_stage_copy.
+
+    A COPY ... FROM STDIN: use as ``with lead_stage_copy(conn) as copy: copy.write_row(...)``."""
+    return conn.cursor().copy(db.query("lead_stage_copy"))
+
+
+def lead_stage_copy_keyed(conn: Conn) -> AbstractContextManager[psycopg.Copy]:
+    """``lead_stage_copy_keyed``: A source's rows (outreach.sources).
+
+    A COPY ... FROM STDIN: use as ``with lead_stage_copy_keyed(conn) as copy: copy.write_row(...)``."""
+    return conn.cursor().copy(db.query("lead_stage_copy_keyed"))
+
+
+def lead_stage_analyze(conn: Conn) -> None:
+    """``lead_stage_analyze``: Statistics for the filled stage table (autovacuum never analyses a
+    temporary table)."""
+    execute(conn, "lead_stage_analyze", {})
+
+
+def lead_stage_mark_duplicates(conn: Conn) -> None:
+    """``lead_stage_mark_duplicates``: In-file duplicates."""
+    execute(conn, "lead_stage_mark_duplicates", {})
+
+
+def lead_stage_mark_suppressed(conn: Conn) -> None:
+    """``lead_stage_mark_suppressed``: Suppression at import."""
+    execute(conn, "lead_stage_mark_suppressed", {})
+
+
+@dataclass(frozen=True, slots=True)
+class StageCounts:
+    """A row of ``lead_stage_counts`` (columns as the query names them)."""
+
+    duplicate: int | None
+    suppressed: int | None
+    accepted: int | None
+    problems: int | None
+
+
+def lead_stage_counts(conn: Conn) -> StageCounts:
+    """``lead_stage_counts``: accepted.
+
+    :raises RowMissing: the statement returned no row."""
+    return one(conn, "lead_stage_counts", {}, StageCounts)
+
+
+@dataclass(frozen=True, slots=True)
+class UpsertCounts:
+    """A row of ``lead_upsert_staged`` (columns as the query names them)."""
+
+    imported: int | None
+    updated: int | None
+
+
+def lead_upsert_staged(conn: Conn) -> UpsertCounts:
+    """``lead_upsert_staged``: New leads are inserted.
+
+    :raises RowMissing: the statement returned no row."""
+    return one(conn, "lead_upsert_staged", {}, UpsertCounts)
+
+
+@dataclass(frozen=True, slots=True)
+class ImportProblem:
+    """A row of ``lead_stage_problems`` (columns as the query names them)."""
+
+    line: int
+    field: str | None
+    reason: str | None
+    action: str | None
+
+
+def lead_stage_problems(conn: Conn, *, limit: int) -> list[ImportProblem]:
+    """``lead_stage_problems``: The first %(limit)s problems by line, as ImportResult.problems
+    shows them (duplicates included."""
+    return many(conn, "lead_stage_problems", {"limit": limit}, ImportProblem)
+
+
+def lead_stage_suppressed_lines(conn: Conn, *, limit: int) -> list[int]:
+    """``lead_stage_suppressed_lines``: The first %(limit)s suppressed lines (all are counted and
+    stored with the run)."""
+    return cast("list[int]", values(conn, "lead_stage_suppressed_lines", {"limit": limit}, "line"))

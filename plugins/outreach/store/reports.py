@@ -1,0 +1,176 @@
+"""Typed calls of ``sql/queries/reports.sql``, one function per query, named like it.
+
+Read-only queries for the report.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from outreach.store._run import Conn, many, one
+
+
+@dataclass(frozen=True, slots=True)
+class StepReport:
+    """A row of ``report_by_step`` (columns as the query names them)."""
+
+    campaign: str | None
+    step: int
+    template: str | None
+    mailbox_id: int
+    queued: int | None
+    sending: int | None
+    sent: int | None
+    failed: int | None
+    unconfirmed: int | None
+    suppressed: int | None
+    cancelled: int | None
+    failed_reasons: str | None
+
+
+def report_by_step(conn: Conn) -> list[StepReport]:
+    """``report_by_step``: Per campaign, step and mailbox."""
+    return many(conn, "report_by_step", {}, StepReport)
+
+
+@dataclass(frozen=True, slots=True)
+class MailboxReport:
+    """A row of ``report_mailboxes`` (columns as the query names them)."""
+
+    id: int
+    address: str
+    status: str
+    paused_reason: str | None
+    transactional: bool
+    daily_limit: int | None
+    used_today: int | None
+    sent_total: int | None
+
+
+def report_mailboxes(conn: Conn, *, now: dt.datetime | None) -> list[MailboxReport]:
+    """``report_mailboxes``: Run report_mailboxes."""
+    return many(conn, "report_mailboxes", {"now": now}, MailboxReport)
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """A row of ``report_totals`` (columns as the query names them)."""
+
+    send_log: int | None
+    emails: int | None
+    sent: int | None
+    leads: int | None
+
+
+def report_totals(conn: Conn) -> Totals:
+    """``report_totals``: Run report_totals.
+
+    :raises RowMissing: the statement returned no row."""
+    return one(conn, "report_totals", {}, Totals)
+
+
+@dataclass(frozen=True, slots=True)
+class MailboxCount:
+    """A row of ``report_sent_per_mailbox`` (columns as the query names them)."""
+
+    address: str
+    n: int | None
+
+
+def report_sent_per_mailbox(conn: Conn) -> list[MailboxCount]:
+    """``report_sent_per_mailbox``: Send-log entries per mailbox address (the demo compares them
+    before and after a run)."""
+    return many(conn, "report_sent_per_mailbox", {}, MailboxCount)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusCount:
+    """A row of ``report_email_status_counts`` (columns as the query names them)."""
+
+    status: str | None
+    n: int | None
+
+
+def report_email_status_counts(conn: Conn) -> list[StatusCount]:
+    """``report_email_status_counts``: Run report_email_status_counts."""
+    return many(conn, "report_email_status_counts", {}, StatusCount)
+
+
+@dataclass(frozen=True, slots=True)
+class MissingFields:
+    """A row of ``report_missing_fields`` (columns as the query names them)."""
+
+    campaign: str
+    step: int
+    missing: str | None
+    leads: int | None
+
+
+def report_missing_fields(conn: Conn, *, campaign_key: str | None) -> list[MissingFields]:
+    """``report_missing_fields``: Leads a step is not queued for because they lack a field the step
+    requires (sequence_steps."""
+    return many(conn, "report_missing_fields", {"campaign_key": campaign_key}, MissingFields)
+
+
+@dataclass(frozen=True, slots=True)
+class FunnelStep:
+    """A row of ``report_funnel`` (columns as the query names them)."""
+
+    campaign: str
+    step: int
+    enrolled: int | None
+    queued: int | None
+    sent: int | None
+    replied: int | None
+    bounced: int | None
+    unsubscribed: int | None
+    unconfirmed: int | None
+    failed: int | None
+
+
+def report_funnel(conn: Conn) -> list[FunnelStep]:
+    """``report_funnel``: Per campaign and step, the funnel the campaign page draws."""
+    return many(conn, "report_funnel", {}, FunnelStep)
+
+
+@dataclass(frozen=True, slots=True)
+class MailboxDay:
+    """A row of ``report_mailbox_days`` (columns as the query names them)."""
+
+    mailbox_id: int
+    day: dt.date | None
+    daily_cap: int
+    daily_limit: int | None
+    sent: int | None
+    spam_rate: float | None
+
+
+def report_mailbox_days(conn: Conn, *, days: int, now: dt.datetime | None) -> list[MailboxDay]:
+    """``report_mailbox_days``: Per mailbox and local calendar day of the last %(days)s days (today
+    included)."""
+    return many(conn, "report_mailbox_days", {"days": days, "now": now}, MailboxDay)
+
+
+@dataclass(frozen=True, slots=True)
+class MailboxHealthReport:
+    """A row of ``report_mailbox_health`` (columns as the query names them)."""
+
+    id: int
+    label: str
+    display_name: str
+    address: str
+    status: str
+    paused_by: str | None
+    paused_at: dt.datetime | None
+    paused_reason: str | None
+    sends: int | None
+    hard_bounces: int | None
+    complaints: int | None
+
+
+def report_mailbox_health(
+    conn: Conn, *, window: dt.timedelta, now: dt.datetime | None
+) -> list[MailboxHealthReport]:
+    """``report_mailbox_health``: Per mailbox over the last %(window)s."""
+    return many(conn, "report_mailbox_health", {"window": window, "now": now}, MailboxHealthReport)
