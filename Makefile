@@ -76,9 +76,11 @@ browser:
 test: venv bench-venv imap-server browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## Lint: ruff with pyproject.toml's [tool.ruff] rules; what .ci/run runs before the tests.
+## Lint and types: ruff with pyproject.toml's [tool.ruff] rules, mypy on its [tool.mypy] files;
+## what .ci/run runs before the tests.
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 ## Chaos: N SIGKILL iterations of real sender processes, then the invariant checker's totals.
 N ?= 50
