@@ -85,7 +85,7 @@ lint: venv
 ## Chaos: N SIGKILL iterations of real sender processes, then the invariant checker's totals.
 N ?= 50
 chaos: venv
-	OUTREACH_CHAOS_ITERATIONS=$(N) $(BIN)/python -m pytest -q -s tests/test_chaos.py \
+	OUTREACH_CHAOS_ITERATIONS=$(N) $(BIN)/python -m pytest -q -s tests/acceptance/test_chaos.py \
 		-k sigkill -o log_cli=false 2>&1 | grep -E "chaos:|passed|failed|Error"
 
 ## Stop the embedded PostgreSQL of .outreach/pgdata if it runs (whoever started it, root too).

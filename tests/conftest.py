@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from support.paths import ROOT, SMTP_CONN_IDS
+
 # Airflow reads its configuration at import time: point it at a throw-away home first.
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="outreach-test-airflow-"))
 os.environ.setdefault("AIRFLOW_HOME", str(_AIRFLOW_HOME))
@@ -20,7 +20,6 @@ os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(ROOT / "dags"))
 os.environ.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(ROOT / "plugins"))
 os.environ.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
                       f"sqlite:///{Path(os.environ['AIRFLOW_HOME']) / 'airflow.db'}")
-sys.path.insert(0, str(ROOT / "tests"))
 # Tests import files they write into pytest's temporary folders; the product's default import
 # folder stays allowed (tests of the rule itself set OUTREACH_IMPORT_ROOTS).
 os.environ.setdefault("OUTREACH_IMPORT_ROOTS", os.pathsep.join(
@@ -38,11 +37,6 @@ from outreach.dev.devsmtp import MaildirServer  # noqa: E402
 from outreach.migrate import upgrade  # noqa: E402
 from outreach.settings import Settings  # noqa: E402
 
-CAMPAIGN = ROOT / "include" / "campaigns" / "demo.yaml"
-MAILBOXES = ROOT / "include" / "mailboxes.yaml"
-LEADS = ROOT / "include" / "data" / "sample_leads.csv"
-DNC = ROOT / "include" / "data" / "do_not_contact.csv"
-SMTP_CONN_IDS = ("outreach_smtp_anna", "outreach_smtp_ben", "outreach_smtp_hello")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,253 @@
+"""The real scheduler: api-server, scheduler, dag-processor and triggerer (LocalExecutor,
+PostgreSQL metadata) run import → queue → send on the sample data; then a successful and a failed
+send task instance are cleared through the REST API and re-run. Nothing is sent twice, nothing is
+lost, and no process is left behind."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import time
+import uuid
+
+import psutil
+import psycopg
+import pytest
+
+from outreach.dev import embedded
+from outreach.campaign import sync_mailboxes
+from outreach.dev.deploy import Deployment, sqlalchemy_url
+from outreach.queue import reap
+from support import invariants
+from support.flow import rows, scalar
+from support.paths import MAILBOXES
+from support.sources import drop, file_campaign
+
+pytestmark = pytest.mark.airflow
+
+DAGS = ("outreach_import_leads", "outreach_queue_due", "outreach_send", "outreach_transactional")
+FINAL = {"success", "failed"}
+
+# While this trigger exists, recording a sent email of mailbox 2 fails: the SMTP server has taken
+# the message but the send log cannot be written, so the task fails (and is retried, and fails).
+BREAK_LEDGER = """
+CREATE FUNCTION outreach.test_break_ledger() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'injected: send log unavailable'; END $$;
+CREATE TRIGGER test_break_ledger BEFORE INSERT ON outreach.send_log
+FOR EACH ROW WHEN (NEW.mailbox_id = 2) EXECUTE FUNCTION outreach.test_break_ledger();
+"""
+MEND_LEDGER = "DROP TRIGGER test_break_ledger ON outreach.send_log; DROP FUNCTION outreach.test_break_ledger();"
+
+
+@contextlib.contextmanager
+def running_deployment(pg_admin_url: str, db_url: str, tmp_path, env: dict[str, str]):
+    """Start the real deployment (own metadata database) with ``env``; stop it after, and check
+    that no process is left behind."""
+    meta = f"airflow_meta_{uuid.uuid4().hex[:8]}"
+    meta_url = embedded.ensure_database(pg_admin_url, meta)
+    dep = Deployment(home=tmp_path / "airflow", metadata_url=sqlalchemy_url(meta_url), outreach_url=db_url,
+                     env_extra=env)
+    dep.migrate()
+    dep.start()
+    try:
+        dep.wait_ready()
+        yield dep
+    finally:
+        pids = [p.pid for p in dep.procs.values()]
+        dep.stop()
+        time.sleep(1)
+        left = [p for p in psutil.process_iter(["pid", "cmdline", "environ"])
+                if p.info["environ"] and p.info["environ"].get("AIRFLOW_HOME") == str(dep.home)]
+        assert not left, f"processes left behind: {[p.info['cmdline'] for p in left]} (started {pids})"
+        with psycopg.connect(pg_admin_url, autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{meta}" WITH (FORCE)')
+
+
+# Only the runs a test triggers: a scheduled outreach_send firing at a 10-minute boundary would
+# send rows the counts expect to be still queued.
+BASE_ENV = {"OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
+            "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
+            "OUTREACH_BATCH_SIZE": "25",
+            "OUTREACH_SEND_INTERVAL_MINUTES": "0",
+            "OUTREACH_SEND_GAP_SECONDS": "0",
+            "OUTREACH_SEND_PARALLELISM": "4",
+            "OUTREACH_SCHEDULES": "off",
+            "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1"}
+
+
+@pytest.fixture
+def deployment(pg_admin_url, db_url, sink, tmp_path):
+    conn_json = sink.connection_json()
+    with running_deployment(pg_admin_url, db_url, tmp_path, {
+            **BASE_ENV, "AIRFLOW_CONN_OUTREACH_SMTP_ANNA": conn_json,
+            "AIRFLOW_CONN_OUTREACH_SMTP_BEN": conn_json,
+            "AIRFLOW_CONN_OUTREACH_SMTP_HELLO": conn_json}) as dep:
+        yield dep
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def trigger(dep: Deployment, token: str, dag_id: str, conf: dict | None = None) -> str:
+    """Trigger a run through the REST API; return its run id."""
+    return dep.api("POST", f"/dags/{dag_id}/dagRuns", token,
+                   json={"logical_date": None, "conf": conf or {}})["dag_run_id"]
+
+
+def wait_run(dep: Deployment, token: str, dag_id: str, run_id: str, timeout: float = 300) -> dict:
+    return wait_for(lambda: (r := dep.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}", token))["state"] in FINAL and r,
+                    timeout, f"{dag_id} run {run_id}")
+
+
+def run_and_wait(dep: Deployment, token: str, dag_id: str, timeout: float = 300) -> dict:
+    return wait_run(dep, token, dag_id, trigger(dep, token, dag_id), timeout)
+
+
+def task_instances(dep, token, dag_id, run_id) -> list[dict]:
+    return dep.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", token)["task_instances"]
+
+
+def clear_and_wait(dep, token, run_id: str, tis: list[dict], *, only_failed: bool) -> dict:
+    """Clear send_batch task instances (and what follows them) through the REST API; wait for the
+    run to finish again; return the run."""
+    dep.api("POST", "/dags/outreach_send/clearTaskInstances", token, json={
+        "dag_run_id": run_id, "task_ids": [["send_batch", t["map_index"]] for t in tis],
+        "only_failed": only_failed, "dry_run": False, "reset_dag_runs": True, "include_downstream": True})
+
+    def rerun_done():
+        now = {(t["map_index"]): t for t in task_instances(dep, token, "outreach_send", run_id)
+               if t["task_id"] == "send_batch"}
+        if not all(now[t["map_index"]]["try_number"] > t["try_number"] for t in tis):
+            return None
+        run = dep.api("GET", f"/dags/outreach_send/dagRuns/{run_id}", token)
+        return run if run["state"] in FINAL else None
+
+    return wait_for(rerun_done, 300, "the cleared task instances to run again")
+
+
+def send_tis(dep, token, run_id: str) -> list[dict]:
+    return [t for t in task_instances(dep, token, "outreach_send", run_id) if t["task_id"] == "send_batch"]
+
+
+def accepted_once(messages) -> None:
+    ids = [m["Message-ID"] for m in messages]
+    assert len(ids) == len(set(ids)), "a Message-ID was accepted twice"
+
+
+def test_scheduler_runs_the_main_job_and_clearing_sends_nothing_twice(deployment, db_url, sink, tmp_path):
+    dep = deployment
+    token = dep.token()
+    wait_for(lambda: {d["dag_id"] for d in dep.api("GET", "/dags", token)["dags"]} >= set(DAGS), 180,
+             "the dag-processor to parse the DAGs")
+    for dag_id in DAGS:
+        dep.api("PATCH", f"/dags/{dag_id}", token, json={"is_paused": False})
+
+    assert run_and_wait(dep, token, "outreach_import_leads")["state"] == "success"
+    assert run_and_wait(dep, token, "outreach_queue_due")["state"] == "success"
+
+    # Run A: 4 mapped batches of at most 25 rows across both mailboxes, all successful.
+    run_a = run_and_wait(dep, token, "outreach_send")
+    assert run_a["state"] == "success"
+    tis_a = send_tis(dep, token, run_a["dag_run_id"])
+    assert len(tis_a) == 4 and {t["state"] for t in tis_a} == {"success"}
+    after_a = len(sink.messages())
+    assert after_a == 100
+
+    # Clear a successful send task: its re-run claims fresh rows or none, never its old ones.
+    rerun = clear_and_wait(dep, token, run_a["dag_run_id"], tis_a[:1], only_failed=False)
+    assert rerun["state"] == "success"
+    accepted_once(sink.messages())
+    assert after_a <= len(sink.messages()) <= after_a + 25
+    invariants.assert_ok(db_url, sink.messages())
+
+    # Run B with a broken send log for mailbox 2: each try hands one message of mailbox 2 to the
+    # server, cannot record it, and fails; after its retries every batch has failed.
+    with psycopg.connect(db_url) as c:
+        c.execute(BREAK_LEDGER)
+    run_b = run_and_wait(dep, token, "outreach_send")
+    assert run_b["state"] == "failed"
+    failed = [t for t in send_tis(dep, token, run_b["dag_run_id"]) if t["state"] == "failed"]
+    assert failed and all(t["try_number"] == 3 for t in failed)  # retried twice, failed each time
+    stuck = rows(db_url, "SELECT id FROM outreach.emails WHERE status = 'sending'")
+    assert len(stuck) == 3 * len(failed)  # one handed-off, unrecorded row per failed try
+    accepted_once(sink.messages())
+
+    # Mend the ledger and clear the failed tasks: they send fresh rows and succeed.
+    with psycopg.connect(db_url) as c:
+        c.execute(MEND_LEDGER)
+    assert clear_and_wait(dep, token, run_b["dag_run_id"], failed, only_failed=True)["state"] == "success"
+    for _ in range(5):  # later scheduled runs send the rest
+        if not rows(db_url, "SELECT id FROM outreach.emails WHERE status = 'queued'"):
+            break
+        assert run_and_wait(dep, token, "outreach_send")["state"] == "success"
+
+    # The messages taken while the ledger was broken are still 'sending'; the reaper makes them
+    # unconfirmed for a person to decide. Everything else was sent exactly once; nothing is lost.
+    reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31))
+    messages = sink.messages()
+    totals = invariants.assert_ok(db_url, messages)
+    assert totals.unconfirmed == len(stuck)
+    assert totals.sent_rows + totals.unconfirmed == len(messages) == 196
+
+    # Transactional mail through the REST API: two triggers with one delivery key, at once.
+    sync_mailboxes(db_url, MAILBOXES)
+    conf = {"delivery_key": "welcome:signup-7", "to": "new.user@example.com", "template": "welcome",
+            "context": {"user": {"name": "Kim"}, "verify_url": "https://app.example/v?t=7"}}
+    runs = [trigger(dep, token, "outreach_transactional", conf) for _ in range(2)]
+    assert [wait_run(dep, token, "outreach_transactional", r)["state"] for r in runs] == ["success"] * 2
+    welcome = [m for m in sink.messages() if m["X-Outreach-Step"] == "transactional/welcome"]
+    assert len(welcome) == 1 and welcome[0]["To"] == "new.user@example.com"
+    assert invariants.assert_ok(db_url, sink.messages()).unconfirmed == len(stuck)
+
+
+def test_an_import_run_triggers_queue_due_through_the_leads_asset(pg_admin_url, db_url, tmp_path):
+    """Issue 14: the real scheduler starts ``outreach_queue_due`` from the leads Asset an import
+    run updated, without waiting for its cron. Schedules stay on (``OUTREACH_SCHEDULES=off`` turns
+    Asset schedules off too: no DAG is scheduled), but neither cron can fire during the test: the
+    campaign's import DAG is scheduled only on an Asset nothing updates, and queue_due's cron is
+    New Year (its one catch-up run on unpausing, before any lead exists, is waited for first)."""
+    inbox, folder = tmp_path / "inbox", tmp_path / "campaigns"
+    drop(inbox, "a.csv", 5)
+    campaign = file_campaign(folder, f"file://{inbox}/*.csv")
+    campaign.write_text(campaign.read_text().replace("source:", 'schedule: "dbt://nothing/updates-this"\nsource:'))
+    importer = "outreach_import_source_files_q4"
+    env = {k: v for k, v in BASE_ENV.items() if k != "OUTREACH_SCHEDULES"}
+    with running_deployment(pg_admin_url, db_url, tmp_path, {
+            **env, "OUTREACH_CAMPAIGNS": str(folder), "OUTREACH_QUEUE_DUE_SCHEDULE": "0 0 1 1 *"}) as dep:
+        token = dep.token()
+        wait_for(lambda: {d["dag_id"] for d in dep.api("GET", "/dags", token)["dags"]} >=
+                 {importer, "outreach_queue_due"}, 180, "the dag-processor to parse the DAGs")
+
+        def queue_runs() -> list[dict]:
+            return dep.api("GET", "/dags/outreach_queue_due/dagRuns", token)["dag_runs"]
+
+        dep.api("PATCH", "/dags/outreach_queue_due", token, json={"is_paused": False})
+        [catch_up] = wait_for(lambda: (r := queue_runs()) and all(x["state"] in FINAL for x in r) and r,
+                              180, "queue_due's catch-up run on unpausing")
+        assert catch_up["run_type"] == "scheduled" and catch_up["state"] == "success"
+
+        dep.api("PATCH", f"/dags/{importer}", token, json={"is_paused": False})
+        imported = run_and_wait(dep, token, importer)
+        assert imported["state"] == "success"
+        assert scalar(db_url, "SELECT count(*) FROM outreach.leads") == 5
+
+        by_asset = wait_for(lambda: [r for r in queue_runs() if r["run_type"] == "asset_triggered"
+                                     and r["state"] in FINAL], 180, "an asset-triggered queue_due run")
+        assert [r["state"] for r in by_asset] == ["success"]
+        events = dep.api("GET", f"/dags/outreach_queue_due/dagRuns/{by_asset[0]['dag_run_id']}"
+                         "/upstreamAssetEvents", token)["asset_events"]
+        assert [(e["uri"], e["source_dag_id"], e["source_run_id"]) for e in events] == [
+            ("outreach://leads/files-q4", importer, imported["dag_run_id"])]
+        assert sorted(r["run_type"] for r in queue_runs()) == ["asset_triggered", "scheduled"]
+    queued = rows(db_url, "SELECT l.email, s.position, e.status FROM outreach.emails e "
+                  "JOIN outreach.leads l ON l.id = e.lead_id JOIN outreach.sequence_steps s ON s.id = e.step_id "
+                  "ORDER BY l.email")
+    assert queued == [{"email": f"f{i}@drop.example", "position": 1, "status": "queued"} for i in range(5)]

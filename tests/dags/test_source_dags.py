@@ -1,0 +1,77 @@
+"""The import DAGs of declared lead sources (issue 14) under real Airflow: parsed from the campaign
+folder, run twice against the warehouse, each run updating the leads Asset that
+``outreach_queue_due`` is scheduled on. The sources themselves: tests/integration/test_sources.py."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+import psycopg
+import pytest
+
+from outreach.dev.localairflow import airflow_env, run_dag
+from support.airflowhome import SETTINGS_ENV, fresh_home, migrated_airflow_home  # noqa: F401 - fixture
+from support.flow import rows, scalar
+from support.paths import ROOT
+from support.sources import WAREHOUSE_ROWS, sql_campaign, warehouse  # noqa: F401 - fixture
+
+PROBE = r"""
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+out = {"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": {}}
+for dag_id, dag in bag.dags.items():
+    if "import_source" in dag_id or dag_id == "outreach_queue_due":
+        t = dag.timetable
+        out["dags"][dag_id] = {"timetable": type(t).__name__, "repr": repr(t),
+                               "cron": [getattr(getattr(t, "timetable", t), a, None)
+                                        for a in ("expression", "_expression")],
+                               "tasks": sorted(dag.task_dict)}
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.airflow
+def test_the_import_dag_under_airflow_reads_the_warehouse_and_updates_the_leads_asset(
+        db_url, warehouse, tmp_path, migrated_airflow_home):
+    wh_url, conn_json = warehouse
+    folder = tmp_path / "campaigns"
+    sql_campaign(folder)
+    # An upstream DAG (a dbt run) producing the source triggers its import through its Asset.
+    sql_campaign(folder, key="dbt-fed", schedule="dbt://warehouse/leads_q4")
+    home = fresh_home(migrated_airflow_home, tmp_path, "home")
+    env = airflow_env(home, db_url, {"warehouse": conn_json},
+                      {**SETTINGS_ENV, "OUTREACH_CAMPAIGNS": str(folder)})
+
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(ROOT / "dags")], env=env,
+                          capture_output=True, text=True, timeout=600)
+    parsed = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    assert parsed["errors"] == {}
+    dags = parsed["dags"]
+    assert dags["outreach_import_sources"]["tasks"] == ["import_warehouse_q4"]
+    assert dags["outreach_import_source_dbt_fed"]["tasks"] == ["import_dbt_fed"]
+    assert "dbt://warehouse/leads_q4" in dags["outreach_import_source_dbt_fed"]["repr"]
+    queue = dags["outreach_queue_due"]
+    assert queue["timetable"] == "AssetOrTimeSchedule" and "*/15 * * * *" in queue["cron"]
+    assert "outreach://leads/warehouse-q4" in queue["repr"] and "outreach://leads/dbt-fed" in queue["repr"]
+
+    first = run_dag(env, "outreach_import_sources", tmp_path / "logs" / "first.log")
+    assert first.state == "success", first.log_path.read_text()[-3000:]
+    assert scalar(db_url, "SELECT count(*) FROM outreach.leads") == WAREHOUSE_ROWS
+    with psycopg.connect(wh_url) as c:
+        c.execute("UPDATE crm_leads SET account = 'Renamed' WHERE crm_id BETWEEN 100 AND 109")
+    second = run_dag(env, "outreach_import_sources", tmp_path / "logs" / "second.log")
+    assert second.state == "success", second.log_path.read_text()[-3000:]
+    latest = rows(db_url, "SELECT imported, updated, unchanged FROM outreach.import_runs ORDER BY id DESC LIMIT 1")
+    assert latest == [{"imported": 0, "updated": 10, "unchanged": WAREHOUSE_ROWS - 10}]
+    assert scalar(db_url, "SELECT count(*) FROM outreach.leads WHERE company = 'Renamed'") == 10
+
+    # Each run's import task updated the leads Asset that outreach_queue_due is scheduled on.
+    with sqlite3.connect(home / "airflow.db") as meta:
+        events = meta.execute("SELECT a.uri, e.source_dag_id, e.source_task_id FROM asset_event e "
+                              "JOIN asset a ON a.id = e.asset_id ORDER BY e.id").fetchall()
+    assert events == [("outreach://leads/warehouse-q4", "outreach_import_sources",
+                       "import_warehouse_q4")] * 2

@@ -1,0 +1,110 @@
+"""The `outreach` command as a user runs it (a subprocess), against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from support.flow import outreach
+from support.paths import ROOT
+
+
+def test_db_upgrade_twice_says_up_to_date(db_url):
+    p = outreach(db_url, "db", "upgrade")
+    assert p.returncode == 0 and "up to date" in p.stdout
+
+
+def test_import_reports_bad_rows_by_line_and_keeps_the_good(db_url, tmp_path):
+    csv = tmp_path / "crm-export.csv"
+    csv.write_text("Email Address,First Name,Company Name\nok@acme.example,Ok,Acme\nbroken@,Bad,Acme\n"
+                   "ok2@acme.example,Ok2,Acme\n")
+    p = outreach(db_url, "import-leads", "--csv", str(csv), tmp_path=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "imported=2" in p.stdout and "invalid=1" in p.stdout
+    assert f"{csv}, line 3, field email: invalid address" in p.stdout
+
+
+def test_unusable_files_fail_with_file_line_and_field(db_url, tmp_path):
+    csv = tmp_path / "no-email.csv"
+    csv.write_text("Name,Company\nAna,Acme\n")
+    p = outreach(db_url, "import-leads", "--csv", str(csv), tmp_path=tmp_path)
+    assert p.returncode == 1 and f"{csv}, line 1: no email column" in p.stderr
+    bad = tmp_path / "bad.yaml"
+    demo = (ROOT / "include/campaigns/demo.yaml").read_text()
+    line = next(n for n, text in enumerate(demo.splitlines(), 1) if "delay_days: 3" in text)
+    bad.write_text(demo.replace("delay_days: 3", "delay_days: -3"))
+    p = outreach(db_url, "import-leads", "--campaign", str(bad), "--csv", str(csv), tmp_path=tmp_path)
+    assert p.returncode == 1
+    assert (f"{bad}, line {line}, field steps.1.delay_days: Input should be greater than or "
+            f"equal to 0") in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_report_text_and_json_after_a_send(db_url, sink, tmp_path):
+    conn = sink.connection_json()
+    env = {"AIRFLOW_CONN_OUTREACH_SMTP_ANNA": conn, "AIRFLOW_CONN_OUTREACH_SMTP_BEN": conn}
+    assert outreach(db_url, "import-leads", "--csv", "include/data/sample_leads.csv", "--suppressions",
+                    "include/data/do_not_contact.csv", tmp_path=tmp_path).returncode == 0
+    assert "queued 196" in outreach(db_url, "queue-due", tmp_path=tmp_path).stdout
+    p = outreach(db_url, "send", "--limit", "30", tmp_path=tmp_path, **env)
+    assert p.returncode == 0, p.stderr
+    import re
+
+    sent = [int(n) for n in re.findall(r" sent=(\d+)", p.stdout)]
+    assert sent and sum(sent) == len(sink.messages()) < 196  # one run: batches of at most 30
+    text = outreach(db_url, "report", tmp_path=tmp_path).stdout
+    assert "q4-ops-intro" in text and "sent today" in text and "a***@mail.outreach-demo.example" in text
+    report = json.loads(outreach(db_url, "report", "--json", tmp_path=tmp_path).stdout)
+    by_mailbox = {r["mailbox_id"]: r for r in report["rows"]}
+    assert by_mailbox[1]["sent"] + by_mailbox[1]["queued"] == 98
+    assert by_mailbox[1]["sent"] + by_mailbox[2]["sent"] == sum(sent)
+    assert sorted(m["used_today"] for m in report["mailboxes"]) == sorted(r["sent"] for r in report["rows"])
+    assert report["totals"]["send_log"] == sum(sent)
+    assert "anna.schmidt@" not in json.dumps(report)
+
+
+def test_db_stop_stops_the_embedded_server_whoever_runs_it(tmp_path):
+    """`outreach db stop` stops the embedded PostgreSQL that a plain command left running; run
+    as root (as CI does), the server belongs to pgserver's own user, which `pg_ctl stop` by root
+    cannot stop. A second stop says nothing was running."""
+    import psutil
+
+    state = tmp_path / "state"
+    env = dict(os.environ, OUTREACH_HOME=str(ROOT), OUTREACH_STATE_DIR=str(state),
+               AIRFLOW_HOME=str(tmp_path / "airflow-home"), OUTREACH_EMBEDDED_DB="1")
+    env.pop("OUTREACH_DATABASE_URL", None)
+    env.pop("AIRFLOW_CONN_OUTREACH_DB", None)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "outreach.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    pgdata = (state / "pgdata").resolve()
+    assert run("db", "stop").stdout.strip() == \
+        f"nothing was running: no embedded PostgreSQL server in {pgdata}"
+    # A database nobody upgraded yet: one line that says what to run, not a traceback.
+    empty = run("report")
+    assert empty.returncode == 1 and "Traceback" not in empty.stderr, empty.stderr
+    assert empty.stderr.strip().endswith("run `outreach db upgrade` first"), empty.stderr
+    started = run("db", "upgrade")
+    assert started.returncode == 0, started.stderr
+    pid = int((pgdata / "postmaster.pid").read_text().split()[0])
+    server = psutil.Process(pid)
+    try:
+        assert server.is_running()  # the command left it running for the next one
+        # The embedded server's own log lines stay off stdout: --json output is JSON alone.
+        report = run("report", "--json")
+        assert report.returncode == 0, report.stderr
+        json.loads(report.stdout)
+        stopped = run("db", "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert stopped.stdout.strip() == f"stopped the embedded PostgreSQL server in {pgdata} (pid {pid})"
+        assert not (pgdata / "postmaster.pid").exists()
+        server.wait(timeout=30)  # pg_ctl -w returns once the pid file is gone; the exit follows
+        again = run("db", "stop")
+        assert again.returncode == 0 and again.stdout.startswith("nothing was running")
+    finally:
+        if server.is_running():  # the test failed: leave no server behind
+            server.terminate()

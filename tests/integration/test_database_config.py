@@ -1,0 +1,94 @@
+"""Which database a process uses, and the loud failure when none is configured.
+
+An Airflow worker, the unsubscribe app and an ``outreach`` command on a server never get a fresh,
+empty embedded PostgreSQL: without the connection ``outreach_db`` or ``OUTREACH_DATABASE_URL``
+they fail with one line saying what to set. The embedded server is the launchers' (``make demo``,
+``make airflow``) and the explicit opt-in ``OUTREACH_EMBEDDED_DB=1``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import psycopg
+import pytest
+
+from outreach.dev.embedded import NO_DATABASE
+from outreach.dev.localairflow import airflow_env, ensure_metadata, run_dag
+from support.flow import outreach_cmd
+from support.paths import ROOT
+
+
+def bare_env(tmp_path, **extra: str) -> dict[str, str]:
+    """An environment with no outreach database configured, local state in ``tmp_path``."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OUTREACH_DATABASE_URL", "AIRFLOW_CONN_OUTREACH_DB", "OUTREACH_EMBEDDED_DB")}
+    env.update({"OUTREACH_HOME": str(ROOT), "OUTREACH_STATE_DIR": str(tmp_path / "state"),
+                "AIRFLOW_HOME": str(tmp_path / "airflow-home"),
+                "OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
+                "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789"})
+    env.update(extra)
+    return env
+
+
+def connection_json(url: str) -> str:
+    """The Airflow connection (JSON form) of a libpq URL."""
+    d = psycopg.conninfo.conninfo_to_dict(url)
+    return json.dumps({"conn_type": "postgres", "host": d.get("host", "localhost"),
+                       "port": int(d["port"]) if d.get("port") else None, "login": d.get("user"),
+                       "password": d.get("password") or None, "schema": d["dbname"]})
+
+
+def no_embedded_server_started(tmp_path) -> bool:
+    return not (tmp_path / "state" / "pgdata").exists()
+
+
+def test_cli_without_a_database_fails_with_one_line(tmp_path):
+    p = subprocess.run(outreach_cmd("report"), env=bare_env(tmp_path), capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 1
+    assert p.stderr.strip().splitlines() == [f"outreach: error: {NO_DATABASE}"]
+    assert no_embedded_server_started(tmp_path)
+
+
+def test_cli_refuses_an_unknown_opt_in_value(tmp_path):
+    p = subprocess.run(outreach_cmd("report"), env=bare_env(tmp_path, OUTREACH_EMBEDDED_DB="maybe"),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1 and "OUTREACH_EMBEDDED_DB must be 1 or 0" in p.stderr
+    assert no_embedded_server_started(tmp_path)
+
+
+def test_cli_uses_the_outreach_db_connection_first(db_url, tmp_path):
+    # OUTREACH_DATABASE_URL names a database that does not exist: the connection must win.
+    wrong = psycopg.conninfo.make_conninfo(db_url, dbname="outreach_no_such_database")
+    env = bare_env(tmp_path, OUTREACH_DATABASE_URL=wrong, AIRFLOW_CONN_OUTREACH_DB=connection_json(db_url))
+    p = subprocess.run(outreach_cmd("db", "upgrade"), env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "database is up to date" in p.stdout
+
+
+@pytest.mark.airflow
+def test_airflow_task_without_a_database_fails_loudly(tmp_path):
+    env = airflow_env(tmp_path / "airflow-home", "unused", {})
+    for k in ("OUTREACH_DATABASE_URL", "AIRFLOW_CONN_OUTREACH_DB", "OUTREACH_EMBEDDED_DB"):
+        env.pop(k, None)
+    env["OUTREACH_STATE_DIR"] = str(tmp_path / "state")
+    env["AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY"] = "0"  # its one retry, without waiting 5 min
+    env.update({k: v for k, v in bare_env(tmp_path).items() if k.startswith("OUTREACH_PUBLIC")
+                or k == "OUTREACH_UNSUBSCRIBE_SECRET"})
+    ensure_metadata(env)
+    try:
+        result = run_dag(env, "outreach_queue_due", tmp_path / "queue.log")
+    finally:
+        if not no_embedded_server_started(tmp_path):  # the old behaviour: stop what it started
+            pg_ctl = shutil.which("pg_ctl") or str(
+                __import__("pgserver").__path__[0] + "/pginstall/bin/pg_ctl")
+            subprocess.run([pg_ctl, "-D", str(tmp_path / "state" / "pgdata"), "stop", "-m", "fast"],
+                           capture_output=True)
+    assert not result.ok
+    assert NO_DATABASE in result.log.read_text()
+    assert no_embedded_server_started(tmp_path)

@@ -1,0 +1,147 @@
+"""The handoff is a fact in the database (issue 12.3, 12.4): only a row whose handoff was stamped
+can become unconfirmed, and a late acceptance becomes evidence an operator can act on.
+Real `outreach` processes, a real PostgreSQL, the fault-injecting SMTP server."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+from collections import Counter
+
+import pytest
+
+from outreach.airflow.tasks import smtp_connector
+from outreach.leads import import_leads
+from outreach.queue import queue_due, reap
+from outreach.send import send_batch
+from support import invariants
+from support.faultsmtp import FaultSMTPServer
+from support.flow import cli_env, leads_csv, one_mailbox, outreach_cmd, point_mailboxes_at, rows
+from support.paths import CAMPAIGN, MAILBOXES
+
+LATER = dt.timedelta(minutes=31)
+
+
+def queued(db_url: str, tmp_path, n: int, tag: str) -> list[str]:
+    addresses = [f"{tag}{i}@handoff.example" for i in range(n)]
+    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, addresses))
+    one_mailbox(db_url)
+    assert queue_due(db_url)["queued"] == n
+    return addresses
+
+
+def by_address(db_url: str) -> dict[str, dict]:
+    return {r["email"]: r for r in rows(db_url, """
+        SELECT l.email, e.id, e.status::text AS status, e.failure_kind, e.attempts, e.handed_over_at
+        FROM outreach.emails e JOIN outreach.leads l ON l.id = e.lead_id ORDER BY e.id""")}
+
+
+@pytest.mark.parametrize("point", ["after_handoff_stamp", "before_body", "after_end_of_data"])
+def test_sigkilled_sender_leaves_only_the_stamped_row_unconfirmed(db_url, tmp_path, point):
+    """Issue 12.3: after a SIGKILL the reaper failed the whole claimed batch as unconfirmed.
+    Killed during the 3rd handoff of a 10-row batch: rows 1–2 are sent, row 3 (stamped) may have
+    gone out, rows 4–10 never reached the server — they go back to the queue with their attempt
+    count unchanged, and the next run delivers each exactly once."""
+    addresses = queued(db_url, tmp_path, 10, "k")
+    with FaultSMTPServer() as smtp:
+        env = cli_env(db_url, smtp, tmp_path)
+        killed = subprocess.run(outreach_cmd("send", "--limit", "10"), capture_output=True,
+                                text=True, timeout=120, env={**env, "OUTREACH_FAILPOINTS": f"{point}:3"})
+        assert killed.returncode == -9, killed.stdout + killed.stderr
+        before = by_address(db_url)
+        assert [before[a]["status"] for a in addresses] == ["sent"] * 2 + ["sending"] * 8
+        assert [before[a]["handed_over_at"] is not None for a in addresses] == [True] * 3 + [False] * 7
+
+        reaped = reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.timezone.utc) + LATER)
+        after = by_address(db_url)
+        assert reaped.unconfirmed == [after[addresses[2]]["id"]]
+        assert sorted(reaped.requeued) == sorted(after[a]["id"] for a in addresses[3:])
+        assert after[addresses[2]]["failure_kind"] == "unconfirmed"
+        assert [(after[a]["status"], after[a]["attempts"]) for a in addresses[3:]] == [("queued", 0)] * 7
+
+        again = subprocess.run(outreach_cmd("send", "--until-empty", "--limit", "10"), env=env,
+                               capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stdout + again.stderr
+        messages = smtp.messages()
+    at_sink = Counter(m["X-RcptTo"] for m in messages)
+    assert all(at_sink[a] == 1 for a in addresses[:2] + addresses[3:]), at_sink
+    # The stamped row reached the server only when the kill came after the end of DATA.
+    assert at_sink[addresses[2]] == (1 if point == "after_end_of_data" else 0)
+    totals = invariants.assert_ok(db_url, messages)
+    assert (totals.sent_rows, totals.unconfirmed) == (9, 1)
+
+
+def test_a_late_acceptance_is_recorded_as_evidence_and_resolved_in_one_step(db_url, settings, tmp_path, monkeypatch):
+    """Issue 12.4: the server answered 250 after the reaper had failed the row as unconfirmed, and
+    the sender only logged "mark sent skipped". The fault server holds its end-of-DATA reply while
+    a reaper run (31 minutes later) takes the row; the 250 then becomes evidence on the row."""
+    [address] = queued(db_url, tmp_path, 1, "late")
+
+    def reaper_runs_while_the_reply_is_held(n: int) -> None:
+        reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.timezone.utc) + LATER)
+
+    with FaultSMTPServer({address: ["hook"]}, on_message=reaper_runs_while_the_reply_is_held) as smtp:
+        point_mailboxes_at(monkeypatch, smtp.connection_json(timeout=30))
+        summary = send_batch(db_url, 1, 10, smtp_connector, settings, worker="w")
+        messages = smtp.messages()
+    assert (summary.sent, summary.lost_claims) == (0, 1)
+    [row] = rows(db_url, "SELECT id, status::text AS status, failure_kind, late_accepted_at, "
+                         "late_accept_reply, late_accept_message_id FROM outreach.emails")
+    assert (row["status"], row["failure_kind"]) == ("failed", "unconfirmed")  # a person decides
+    assert row["late_accept_reply"] == "250 2.0.0 OK queued" and row["late_accepted_at"] is not None
+    assert row["late_accept_message_id"] == messages[0]["Message-ID"].strip("<>")
+    invariants.assert_ok(db_url, messages)
+
+    env = cli_env(db_url, smtp, tmp_path)
+    listed = subprocess.run(outreach_cmd("unconfirmed"), env=env, capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert "EVIDENCE: accepted late at" in listed.stdout and "250 2.0.0 OK queued" in listed.stdout
+    assert f"Message-ID <{row['late_accept_message_id']}>" in listed.stdout
+    assert f"--ids {row['id']} --decision was-sent" in listed.stdout
+
+    done = subprocess.run(outreach_cmd("resolve", "--ids", str(row["id"]), "--decision", "was-sent",
+                                       "--by", "Dana"), env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "resolved=1" in done.stdout, done.stdout + done.stderr
+    [res] = rows(db_url, "SELECT r.decision, r.evidence, s.smtp_reply, s.accepted_at, s.message_id "
+                         "FROM outreach.email_resolutions r JOIN outreach.send_log s USING (email_id)")
+    assert res["decision"] == "was_sent" and "accepted late at" in res["evidence"]
+    assert "250 2.0.0 OK queued" in res["smtp_reply"] and res["accepted_at"] == row["late_accepted_at"]
+    assert res["message_id"] == row["late_accept_message_id"]
+    totals = invariants.assert_ok(db_url, messages)
+    assert (totals.sent_rows, totals.unconfirmed) == (1, 0)
+
+
+def test_database_lost_mid_batch_is_one_error_line_naming_the_stage_and_the_released_ids(db_url, tmp_path):
+    """Issue 12.6a: `outreach send` ended in a raw traceback when PostgreSQL went away. Every
+    backend of the database is killed (pg_terminate_backend) while the server holds its reply to
+    the 3rd message: the sender records that row after reconnecting, releases the rest, and says
+    so in one `outreach: error:` line; nothing is left 'sending', nothing is sent twice."""
+    import psycopg
+
+    addresses = queued(db_url, tmp_path, 10, "lost")
+
+    def kill_every_backend(n: int) -> None:
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                      " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+    with FaultSMTPServer(nth={3: "hook"}, on_message=kill_every_backend) as smtp:
+        env = cli_env(db_url, smtp, tmp_path)
+        proc = subprocess.run(outreach_cmd("send", "--limit", "10"), env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "Traceback" not in proc.stderr, proc.stderr
+        [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("outreach: error:")]
+        state = by_address(db_url)
+        released = [state[a]["id"] for a in addresses[3:]]
+        assert "database connection lost mid-batch at stage SEND" in line, line
+        assert f"email {state[addresses[2]]['id']} recorded (sent)" in line, line
+        assert f"released ids {released} back to the queue" in line, line
+        assert [state[a]["status"] for a in addresses] == ["sent"] * 3 + ["queued"] * 7
+        assert [state[a]["attempts"] for a in addresses[3:]] == [0] * 7
+        again = subprocess.run(outreach_cmd("send", "--until-empty", "--limit", "10"), env=env,
+                               capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stdout + again.stderr
+        messages = smtp.messages()
+    assert Counter(m["X-RcptTo"] for m in messages) == Counter(addresses)
+    invariants.assert_ok(db_url, messages)

@@ -1,0 +1,102 @@
+"""The inbox reader against a real Dovecot (mail delivered by IMAP APPEND), a real PostgreSQL and
+the real aiosmtpd sink: each message lands in the right class with the right effect, and the next
+queue-due + send run sends nothing to a stopped or suppressed lead."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from outreach import db
+from outreach.tokens import make_token
+from support.flow import rows, scalar
+from support.imapserver import dovecot, imap_accounts  # noqa: F401 - fixtures
+from support.inboxflow import (BOUNCE_SAMPLES, IMAP_CONN_IDS, UNSUBSCRIBE, arf_report, bounce_sample,
+                       inbound, mail, next_step_recipients, read_all, sent_campaign)
+
+
+@pytest.fixture
+def accounts(imap_accounts):
+    for conn_id in IMAP_CONN_IDS:
+        imap_accounts.add(conn_id)
+    return imap_accounts
+
+
+def test_bounces_complaint_and_unsubscribes(db_url, tmp_path, sink, settings, accounts):
+    bounced = [f"b{i}@bounce{i}.example" for i in range(len(BOUNCE_SAMPLES))]
+    leads = bounced + ["c1@complain.example", "u1@token.example", "u2@mailto.example",
+                       "u3@firstline.example", "keep@quiet.example"]
+    sent = sent_campaign(db_url, tmp_path, settings, leads)
+    for (name, sample_address, _mta, _kind), lead in zip(BOUNCE_SAMPLES, bounced):
+        # dsn_11 encloses our Message-ID (matched by it); the others are matched by address.
+        ours = sent[lead]["message_id"] if name == "dsn_11.txt" else None
+        accounts.append("outreach_imap_anna", bounce_sample(name, sample_address, lead, ours))
+    accounts.append("outreach_imap_anna", arf_report("c1@complain.example",
+                                                     sent["c1@complain.example"]["message_id"]))
+    token = make_token(settings.unsubscribe_secret, sent["u1@token.example"]["email_id"])
+    # The List-Unsubscribe mailto, as a mail client fills it in: to the shared account.
+    accounts.append("outreach_imap_unsubscribe", mail("someone@forwarded.example",
+                    f"unsubscribe {token}", "", to=UNSUBSCRIBE, message_id="<mailto-1@token.example>"))
+    accounts.append("outreach_imap_unsubscribe", mail("U Two <u2@mailto.example>", "unsubscribe",
+                    "please", to=UNSUBSCRIBE, message_id="<mailto-2@mailto.example>"))
+    accounts.append("outreach_imap_anna", mail("u3@firstline.example", "Re: your note",
+                    "Please remove me from your list.\n\n> Hi Pat, …\n",
+                    message_id="<firstline@firstline.example>"))
+
+    summaries = read_all(db_url, settings.unsubscribe_secret)
+    by_label = {s.label: s for s in summaries}
+    anna = by_label["a***@mail.outreach-demo.example"]
+    assert (anna.fetched, anna.hard_bounce, anna.soft_bounce, anna.complaint, anna.unsubscribe) == \
+        (9, 5, 2, 1, 1), anna.line()
+    assert by_label["u***@mail.outreach-demo.example"].unsubscribe == 2
+
+    got = {r["address"] or r["from_address"]: r for r in inbound(db_url).values()}
+    for (name, _a, mta, kind), lead in zip(BOUNCE_SAMPLES, bounced):
+        r = got[lead]
+        assert r["class"] == kind, (mta, r["evidence"])
+        assert r["email_id"] == sent[lead]["email_id"], (mta, r)  # recorded against our email
+        if name == "dsn_11.txt":
+            assert "enclosed original Message-ID" in r["evidence"] and r["dsn_status"] == "5.1.1"
+    assert got["c1@complain.example"]["class"] == "complaint"
+    assert "feedback-report" in got["c1@complain.example"]["evidence"]
+    sup = {r["value"]: r for r in rows(db_url, "SELECT value, reason, source FROM outreach.suppressions")}
+    hard = [lead for (_n, _a, _m, kind), lead in zip(BOUNCE_SAMPLES, bounced) if kind == "hard_bounce"]
+    assert {a: sup[a]["reason"] for a in hard} == {a: "bounced" for a in hard}
+    assert sup["c1@complain.example"]["reason"] == "complained"
+    # The token named u1's email: the one-click path, whoever sent the mail.
+    assert sup["u1@token.example"]["reason"] == "unsubscribed"
+    assert sup["u1@token.example"]["source"].startswith("mailto:inbound:")
+    assert "someone@forwarded.example" not in sup
+    assert sup["u2@mailto.example"]["reason"] == sup["u3@firstline.example"]["reason"] == "unsubscribed"
+    # Soft bounces suppress nothing; the ledger stays: every email is still 'sent' with its log.
+    soft = [lead for (_n, _a, _m, kind), lead in zip(BOUNCE_SAMPLES, bounced) if kind == "soft_bounce"]
+    assert not set(soft) & set(sup)
+    assert scalar(db_url, "SELECT count(*) FROM outreach.send_log") == len(leads)
+
+    # A second read finds nothing new and changes nothing.
+    again = read_all(db_url, settings.unsubscribe_secret)
+    assert sum(s.fetched for s in again) == 0
+    assert scalar(db_url, "SELECT count(*) FROM outreach.suppression_events") == len(sup)
+
+    step2 = next_step_recipients(db_url, settings, sink)
+    assert step2 == set(soft) | {"keep@quiet.example"}, step2
+
+
+def test_late_bounce_and_complaint_count_toward_the_rates(db_url, tmp_path, sink, settings, accounts):
+    from outreach.health import pause_on_bounce_rate, pause_on_complaint_rate
+
+    leads = [f"r{i}@rate.example" for i in range(20)]
+    sent = sent_campaign(db_url, tmp_path, settings, leads)
+    accounts.append("outreach_imap_anna", bounce_sample("postfix_01.txt", "xxxxx@local.ie", leads[0]))
+    accounts.append("outreach_imap_anna", arf_report(leads[1], sent[leads[1]]["message_id"]))
+    read_all(db_url)
+    with db.connect(db_url, autocommit=True) as conn:
+        counts = db.run(conn, "mailbox_bounce_counts", {"now": None, "window": dt.timedelta(days=28)})
+    assert [(c["id"], c["sends"], c["hard_bounces"], c["complaints"]) for c in counts][0] == (1, 20, 1, 1)
+    # 1 complaint in 20 sends = 5 % > 0.1 %: the complaint rule pauses the mailbox, with history.
+    verdicts = pause_on_complaint_rate(db_url, threshold=0.001, min_sends=20)
+    assert [(v.mailbox_id, v.rule, v.paused) for v in verdicts] == [(1, "complaint_rate", True)]
+    assert "complaint rate 5 % (1 of 20" in verdicts[0].reason
+    events = rows(db_url, "SELECT actor, reason FROM outreach.mailbox_events WHERE mailbox_id = 1")
+    assert events == [{"actor": "complaint-rate", "reason": verdicts[0].reason}]

@@ -1,0 +1,40 @@
+"""Real Airflow for the DAG tests: one SQLite metadata database migrated per session, copied into a
+fresh AIRFLOW_HOME per test (a migration takes ~30 s, a copy milliseconds), and the environment of
+an ``airflow dags test`` subprocess (:func:`outreach.localairflow.airflow_env`)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from outreach.localairflow import airflow_env, ensure_metadata
+from support.paths import SMTP_CONN_IDS
+
+# Pacing and the gap off: these runs send the whole sample in one outreach_send run (pacing is tested with a
+# fixed clock in tests/test_pacing.py).
+SETTINGS_ENV = {"OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
+                "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
+                "OUTREACH_SEND_INTERVAL_MINUTES": "0", "OUTREACH_SEND_GAP_SECONDS": "0"}
+
+
+@pytest.fixture(scope="session")
+def migrated_airflow_home(tmp_path_factory) -> Path:
+    """An AIRFLOW_HOME whose SQLite metadata database is migrated once per session."""
+    home = tmp_path_factory.mktemp("airflow-home")
+    ensure_metadata(airflow_env(home, "unused", {}))
+    return home
+
+
+def fresh_home(migrated: Path, tmp_path: Path, name: str) -> Path:
+    home = tmp_path / name
+    home.mkdir()
+    shutil.copy(migrated / "airflow.db", home / "airflow.db")
+    (home / ".migrated").write_text("ok\n")
+    return home
+
+
+def env_for(home: Path, db_url: str, sink) -> dict[str, str]:
+    conn = sink.connection_json()
+    return airflow_env(home, db_url, {c: conn for c in SMTP_CONN_IDS}, SETTINGS_ENV)
