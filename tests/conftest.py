@@ -38,7 +38,6 @@ from outreach.migrate import upgrade  # noqa: E402
 from outreach.settings import Settings  # noqa: E402
 
 
-
 @pytest.fixture(scope="session")
 def pg_admin_url() -> str:
     """Admin URL of the test server: OUTREACH_TEST_ADMIN_URL, else a fresh embedded pgserver."""

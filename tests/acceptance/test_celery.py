@@ -29,6 +29,7 @@ import psycopg
 import pytest
 from aiosmtpd.handlers import Mailbox
 from aiosmtpd.smtp import SMTP
+from test_deployment import accepted_once, send_tis, task_instances, trigger, wait_for, wait_run
 
 from outreach.dev import embedded
 from outreach.dev.deploy import Deployment, check_redis, sqlalchemy_url
@@ -38,7 +39,6 @@ from outreach.migrate import upgrade
 from outreach.queue import queue_due, reap
 from support import invariants
 from support.flow import rows, scalar
-from test_deployment import accepted_once, send_tis, task_instances, trigger, wait_for, wait_run
 
 pytestmark = [pytest.mark.airflow, pytest.mark.celery]
 

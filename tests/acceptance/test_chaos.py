@@ -18,8 +18,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from outreach.dev import embedded
 from outreach.airflow.tasks import smtp_connector
+from outreach.dev import embedded
 from outreach.failpoints import POINTS
 from outreach.leads import import_leads
 from outreach.migrate import upgrade

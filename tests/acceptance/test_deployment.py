@@ -14,8 +14,8 @@ import psutil
 import psycopg
 import pytest
 
-from outreach.dev import embedded
 from outreach.campaign import sync_mailboxes
+from outreach.dev import embedded
 from outreach.dev.deploy import Deployment, sqlalchemy_url
 from outreach.queue import reap
 from support import invariants

@@ -10,9 +10,18 @@ import contextlib
 import datetime as dt
 import json
 
-import pytest
-
 import httpx
+import pytest
+from test_deployment import (
+    BASE_ENV,
+    accepted_once,
+    clear_and_wait,
+    run_and_wait,
+    running_deployment,
+    send_tis,
+    task_instances,
+    wait_for,
+)
 
 from outreach import db
 from outreach.dev.devsmtp import MaildirServer
@@ -20,12 +29,9 @@ from outreach.queue import queue_due, reap
 from outreach.send import claim
 from outreach.tokens import make_token
 from support import browser
-from support.flow import hand_over, import_demo, rows
-from support.paths import ROOT
-from test_deployment import (BASE_ENV, accepted_once, clear_and_wait, run_and_wait,
-                             running_deployment, send_tis, task_instances, wait_for)
-from support.flow import outreach
 from support.alerts import OPS, subject_of
+from support.flow import hand_over, import_demo, outreach, rows
+from support.paths import ROOT
 
 ARTIFACTS = ROOT / ".test-artifacts"
 

@@ -12,9 +12,9 @@ import pytest
 from outreach.dev.localairflow import airflow_env
 from outreach.queue import queue_due
 from outreach.tokens import make_token
+from support.airflowhome import SETTINGS_ENV, fresh_home, migrated_airflow_home  # noqa: F401 - fixture
 from support.flow import import_demo, rows, scalar
 from support.paths import ROOT
-from support.airflowhome import SETTINGS_ENV, fresh_home, migrated_airflow_home  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.airflow
 

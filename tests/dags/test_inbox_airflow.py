@@ -9,10 +9,10 @@ import json
 import pytest
 
 from outreach.dev.localairflow import run_dag
+from support.airflowhome import env_for, fresh_home, migrated_airflow_home  # noqa: F401 - fixture
 from support.flow import rows
 from support.imapserver import dovecot, imap_accounts  # noqa: F401 - fixtures
 from support.inboxflow import IMAP_CONN_IDS, bounce_sample, sent_campaign
-from support.airflowhome import env_for, fresh_home, migrated_airflow_home  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.airflow
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import httpx
 import psycopg
 import pytest
+from test_transactional import app_factory, tx_url, welcome_messages  # noqa: F401 (fixtures)
 
 from outreach import db
 from outreach.addresses import normalize_address
@@ -15,7 +16,6 @@ from outreach.suppression import is_suppressed, suppress
 from outreach.transactional import send_due
 from support import invariants
 from support.flow import rows, scalar
-from test_transactional import app_factory, tx_url, welcome_messages  # noqa: F401 (fixtures)
 
 SPELLINGS = ["jo@example.com", " jo@example.com ", "jo@example.com\t", "\tJo@Example.COM\r\n",
              "\u00a0jo@EXAMPLE.com\u3000", "zoe\u0308@bu\u0308cher.example",       # NFD

@@ -7,14 +7,13 @@ import os
 import subprocess
 
 import pytest
+from airflow.sdk.exceptions import AirflowFailException
 
 from outreach.leads import ImportFileError, import_leads, import_path
 from outreach.settings import SettingsError, import_roots
 from outreach.suppression import import_suppressions
 from support.flow import cli_env, outreach_cmd, scalar
 from support.paths import CAMPAIGN, MAILBOXES, ROOT
-
-from airflow.sdk.exceptions import AirflowFailException
 
 # The Airflow task turns an unusable file into AirflowFailException (no retry: the same file
 # fails again), with the importer's message.

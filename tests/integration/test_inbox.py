@@ -12,8 +12,18 @@ from outreach import db
 from outreach.tokens import make_token
 from support.flow import rows, scalar
 from support.imapserver import dovecot, imap_accounts  # noqa: F401 - fixtures
-from support.inboxflow import (BOUNCE_SAMPLES, IMAP_CONN_IDS, UNSUBSCRIBE, arf_report, bounce_sample,
-                       inbound, mail, next_step_recipients, read_all, sent_campaign)
+from support.inboxflow import (
+    BOUNCE_SAMPLES,
+    IMAP_CONN_IDS,
+    UNSUBSCRIBE,
+    arf_report,
+    bounce_sample,
+    inbound,
+    mail,
+    next_step_recipients,
+    read_all,
+    sent_campaign,
+)
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from support.paths import CAMPAIGN
 from support.flow import rows
 from support.imapserver import dovecot, imap_accounts  # noqa: F401 - fixtures
 from support.inboxflow import IMAP_CONN_IDS, inbound, mail, next_step_recipients, read_all, sent_campaign
+from support.paths import CAMPAIGN
 
 QUOTE = "\n\nOn Tue, Anna Schmidt wrote:\n> Hi Pat,\n> a 15-minute look at your carrier data?\n"
 AUTO_FORMS = [  # (lead, headers, subject) — RFC 3834 and the forms seen in the wild

@@ -13,14 +13,15 @@ from types import SimpleNamespace
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from outreach.airflow import tasks as adapter
 from outreach import db
+from outreach.airflow import tasks as adapter
 from outreach.alerts import list_alerts, raise_alert
 from outreach.dev.devsmtp import MaildirServer
 from outreach.queue import queue_due, reap
 from outreach.send import claim
 from support.alerts import OPS, subject_of
 from support.flow import hand_over, import_demo, rows
+
 
 @pytest.fixture
 def alert_sink(tmp_path, monkeypatch, db_url):
@@ -266,8 +267,8 @@ def test_import_fails_at_once_on_what_cannot_heal(db_url, alert_sink, tmp_path):
 
 
 def test_bounce_rate_above_the_warning_level_is_alerted_once_a_day(db_url, alert_sink, sink, settings):
-    from support.flow import send_all
     from outreach.suppression import suppress
+    from support.flow import send_all
 
     import_demo(db_url)
     queue_due(db_url)

@@ -32,7 +32,6 @@ from support.faultsmtp import FaultSMTPServer
 from support.flow import leads_csv, one_mailbox, point_mailboxes_at, rows, scalar
 from support.paths import CAMPAIGN, MAILBOXES, ROOT, SMTP_CONN_IDS
 
-
 # ---------------------------------------------------------------------------------------------
 # F1: a whole-domain suppression of an IDN domain never matches (send to opted-out)
 # ---------------------------------------------------------------------------------------------
@@ -366,8 +365,8 @@ def test_queue_due_is_planned_without_a_nested_loop_over_the_table_it_fills(db_u
     database, a first run after a big import), email_queue_due was planned as a nested-loop anti
     join scanning outreach.emails once per candidate while the statement filled it: quadratic
     (100,000 leads: 116 s). queue_due plans it with hash joins (email_planner_bulk_joins)."""
-    from support.flow import import_demo
     from outreach import db
+    from support.flow import import_demo
 
     import_demo(db_url)
     with psycopg.connect(db_url, autocommit=True) as c:

@@ -74,11 +74,11 @@ def test_sql_enqueue_of_a_spelling_the_sql_normaliser_misses_is_not_sent(db_url,
     """The SQL normaliser (trim, NFC, lower) cannot apply IDNA UTS #46 mapping; the transport
     does (ascii_domain). A hard-bounced address written with a full-width domain or a soft hyphen
     through the documented SQL function must still be found suppressed before the handoff."""
-    from support.paths import MAILBOXES
     from outreach import db
     from outreach.campaign import sync_mailboxes
     from outreach.suppression import suppress
     from outreach.transactional import send_due
+    from support.paths import MAILBOXES
 
     sync_mailboxes(db_url, MAILBOXES)
     with db.connect(db_url) as conn, conn.transaction():

@@ -19,6 +19,7 @@ from support import invariants
 from support.flow import EXPECTED_LEADS, import_demo, rows, scalar, send_all
 from support.paths import CAMPAIGN, LEADS, MAILBOXES, ROOT
 
+
 def test_demo_flow_end_to_end(db_url, sink, settings):
     result = import_demo(db_url)
     assert (result.imported, result.invalid, result.duplicate, result.suppressed) == (EXPECTED_LEADS, 5, 2, 11)

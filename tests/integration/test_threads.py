@@ -20,6 +20,7 @@ from support import invariants
 from support.flow import leads_csv, rows, scalar, send_all
 from support.paths import CAMPAIGN, MAILBOXES
 
+
 def threaded_campaign(tmp_path: Path, *, third: bool = False) -> Path:
     """The demo campaign (its step 2 is threaded) and, with ``third``, a threaded step 3."""
     text = CAMPAIGN.read_text()

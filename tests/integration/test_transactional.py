@@ -23,8 +23,7 @@ from outreach.campaign import sync_mailboxes
 from outreach.dev.devsmtp import free_port
 from outreach.queue import reap
 from outreach.suppression import is_suppressed, suppress
-from outreach.transactional import (DeliveryKeyConflict, TransactionalError, enqueue, send_due,
-                                    watch)
+from outreach.transactional import DeliveryKeyConflict, TransactionalError, enqueue, send_due, watch
 from support import invariants
 from support.faultsmtp import FaultSMTPServer
 from support.flow import cli_env, outreach_cmd, rows, scalar

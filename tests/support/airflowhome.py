@@ -1,6 +1,6 @@
 """Real Airflow for the DAG tests: one SQLite metadata database migrated per session, copied into a
 fresh AIRFLOW_HOME per test (a migration takes ~30 s, a copy milliseconds), and the environment of
-an ``airflow dags test`` subprocess (:func:`outreach.localairflow.airflow_env`)."""
+an ``airflow dags test`` subprocess (:func:`outreach.dev.localairflow.airflow_env`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from outreach.localairflow import airflow_env, ensure_metadata
+from outreach.dev.localairflow import airflow_env, ensure_metadata
 from support.paths import SMTP_CONN_IDS
 
 # Pacing and the gap off: these runs send the whole sample in one outreach_send run (pacing is tested with a

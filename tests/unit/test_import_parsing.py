@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from outreach.leads import ImportFileError, LeadRow, Problem, map_headers, normalise_address, open_leads_csv
 from support.paths import LEADS
-
-from outreach.leads import (ImportFileError, LeadRow, Problem, map_headers, normalise_address,
-                            open_leads_csv)
 
 
 def write(tmp_path: Path, text: str, *, bom: bool = False, name: str = "leads.csv") -> Path:

@@ -9,13 +9,14 @@ import re
 
 import pytest
 
+from outreach.logutil import mask, mask_addresses
 from outreach.message import build_message, message_id_for, to_wire
 from outreach.render import RenderError, render
 from outreach.settings import Settings, SettingsError
 from outreach.tokens import TokenError, make_token, read_token
 from outreach.transport import dot_stuff
-from outreach.logutil import mask, mask_addresses
 from support.samples import CTX, URL, envelope
+
 
 def parse(msg) -> email.message.EmailMessage:
     return email.message_from_bytes(to_wire(msg), policy=email.policy.default)

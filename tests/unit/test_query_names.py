@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 
 from outreach.db import parse_queries
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 QUERIES = ROOT / "sql" / "queries"
 STORE = ROOT / "plugins" / "outreach" / "store"
 _RUNNERS = {"run", "one", "query", "execute", "many", "maybe_one", "values", "maybe_value",
