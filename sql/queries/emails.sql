@@ -50,39 +50,15 @@ SELECT mailbox_id, count(*)::integer AS queued FROM ins GROUP BY mailbox_id ORDE
 SET LOCAL enable_nestloop = off;
 
 -- name: email_claim_batch
--- The claim is this one statement: lock up to %(limit)s due rows of one mailbox that no other
--- sender holds (SKIP LOCKED), stamp a fresh claim token, claimed_at and attempts + 1, and return
--- everything needed to build the messages. Rows outside their send window stay queued.
--- The locking SELECT is a MATERIALIZED CTE, evaluated exactly once: written inline as
--- `e.id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)` the planner may run it as a subplan
--- rescanned per row, and each rescan skips the rows this statement already updated and returns
--- the next n — a claim of the whole queue (seen here after migration 0006 changed the plan).
--- FOR NO KEY UPDATE (the lock the UPDATE takes anyway): two claims still skip each other's rows,
--- and rows that reference a claimed email (its send_log row) are not held up by the claim.
-WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-picked AS MATERIALIZED (
-    SELECT q.id
-    FROM outreach.emails q
-    JOIN outreach.campaigns c ON c.id = q.campaign_id
-    JOIN outreach.leads l ON l.id = q.lead_id
-    CROSS JOIN n
-    WHERE q.status = 'queued'
-      AND q.mailbox_id = %(mailbox_id)s
-      AND q.scheduled_for <= n.now
-      AND c.status = 'active'
-      AND outreach.next_send_slot(n.now, coalesce(l.timezone, c.timezone), c.send_days,
-                                  c.window_start, c.window_end) = n.now
-    ORDER BY q.scheduled_for, q.id
-    LIMIT %(limit)s
-    FOR NO KEY UPDATE OF q SKIP LOCKED
-),
-claimed AS (
-    UPDATE outreach.emails e
-    SET status = 'sending', claim_token = %(claim_token)s, claimed_at = n.now,
-        claimed_by = %(claimed_by)s, attempts = e.attempts + 1, updated_at = n.now
-    FROM n
-    WHERE e.status = 'queued' AND e.id IN (SELECT id FROM picked)
-    RETURNING e.*
+-- The claim of campaign rows: outreach.claim_emails_v1 (sql/schema.sql, "The claim") locks up to
+-- %(limit)s due rows of one mailbox that no other sender holds, in their send window, stamps a
+-- fresh claim token, claimed_at and attempts + 1; this query returns with them everything needed
+-- to build the messages. The caller holds the mailbox lock and caps %(limit)s by
+-- mailbox_remaining_today.
+WITH claimed AS (
+    SELECT * FROM outreach.claim_emails_v1('marketing', %(mailbox_id)s::bigint, %(limit)s::integer,
+                                           %(claim_token)s::uuid, %(claimed_by)s::text,
+                                           %(now)s::timestamptz)
 )
 SELECT cl.id, cl.claim_token, cl.attempts, cl.idempotency_key, cl.lead_id, cl.step_id,
        cl.message_class, l.email, l.first_name, l.last_name, l.company, l.title, l.custom,
@@ -98,30 +74,14 @@ JOIN outreach.mailboxes m ON m.id = cl.mailbox_id
 ORDER BY cl.scheduled_for, cl.id;
 
 -- name: email_claim_transactional
--- The claim of transactional rows: the same one statement (FOR NO KEY UPDATE SKIP LOCKED, a fresh claim
--- token, claimed_at and attempts + 1), over due transactional rows of one active mailbox. No send
--- window, daily cap or warm-up holds them back (mail the recipient is waiting for); a paused
--- mailbox sends nothing. Returns the columns email_claim_batch returns, for the same send path.
-WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-picked AS MATERIALIZED (  -- evaluated once: see email_claim_batch
-    SELECT q.id
-    FROM outreach.emails q
-    JOIN outreach.mailboxes mb ON mb.id = q.mailbox_id
-    CROSS JOIN n
-    WHERE q.status = 'queued' AND q.message_class = 'transactional'
-      AND q.mailbox_id = %(mailbox_id)s AND q.scheduled_for <= n.now
-      AND mb.status = 'active'
-    ORDER BY q.scheduled_for, q.id
-    LIMIT %(limit)s
-    FOR NO KEY UPDATE OF q SKIP LOCKED
-),
-claimed AS (
-    UPDATE outreach.emails e
-    SET status = 'sending', claim_token = %(claim_token)s, claimed_at = n.now,
-        claimed_by = %(claimed_by)s, attempts = e.attempts + 1, updated_at = n.now
-    FROM n
-    WHERE e.status = 'queued' AND e.id IN (SELECT id FROM picked)
-    RETURNING e.*
+-- The claim of transactional rows: the same function (outreach.claim_emails_v1), over due
+-- transactional rows of one active mailbox. No send window, daily cap or warm-up holds them back
+-- (mail the recipient is waiting for); a paused mailbox sends nothing. Returns the columns
+-- email_claim_batch returns, for the same send path.
+WITH claimed AS (
+    SELECT * FROM outreach.claim_emails_v1('transactional', %(mailbox_id)s::bigint,
+                                           %(limit)s::integer, %(claim_token)s::uuid,
+                                           %(claimed_by)s::text, %(now)s::timestamptz)
 )
 SELECT cl.id, cl.claim_token, cl.attempts, cl.idempotency_key, cl.lead_id, cl.step_id,
        cl.message_class, cl.recipient AS email, cl.template, cl.context, cl.delivery_key,

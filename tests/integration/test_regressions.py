@@ -330,7 +330,8 @@ def test_a_claim_never_takes_more_than_its_limit_whatever_the_plan(db_url, messa
     run as a subplan rescanned per row; each rescan skipped the rows the statement had already
     updated and returned the next n, so one claim took a mailbox's whole queue (daily cap and
     batch size ignored). It happened while the tables had no statistics (right after an import,
-    before autovacuum's ANALYZE). The locking SELECT is now a MATERIALIZED CTE, run once."""
+    before autovacuum's ANALYZE). The locking SELECT now runs once, as its own statement in
+    outreach.claim_emails_v1 (migration 0018; before it, a MATERIALIZED CTE)."""
     from outreach import db
     from outreach.campaign import sync_mailboxes
     from outreach.send import claim
