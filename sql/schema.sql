@@ -1,0 +1,1041 @@
+-- sql/schema.sql — the outreach database as the migrations leave it: the current truth, in one
+-- file to read. It is not how a database is built: `outreach db upgrade` (plugins/outreach/
+-- migrate.py) applies sql/migrations/NNNN_*.sql, forward-only history that is never edited.
+-- The test test_schema_truth.py (under tests/) builds one database from every migration and one
+-- from this file and asserts that `pg_dump --schema-only` of both is identical, so this file cannot
+-- drift: a migration that changes the schema changes this file in the same commit.
+--
+-- Where each rule lives (one hop; search for the name):
+--   the claim ........... outreach.claim_emails_v1                  §4 "The claim"
+--                         (called by the named queries email_claim_batch, email_claim_transactional)
+--   the suppression rule  outreach.is_suppressed                    §4 "Suppression"
+--   the warm-up rule .... outreach.mailbox_daily_limit              §4 "Warm-up"
+--   the pacing rule ..... named queries mailbox_remaining_today (a run's share of the day, the
+--                         daily limit) and mailbox_reserve_handoffs (the gap) in sql/queries/,
+--                         on outreach.send_window_span and mailboxes.next_handoff_at  §4 "Pacing"
+--   the send window ..... outreach.next_send_slot                   §4 "Send windows"
+--   one email per lead and step  outreach_emails_lead_step_key      §2 outreach.emails
+--   one send-log entry per email outreach_send_log_email_key        §2 outreach.send_log
+--   the Message-ID never changes trigger outreach_emails_keep_idempotency_key  §5
+--   unconfirmed needs a person   trigger outreach_emails_guard_unconfirmed     §5
+--   transactional enqueue ....   outreach.enqueue_transactional     §4 "Transactional mail"
+--   stopping an enrolment .....  outreach.stop_enrollment           §4 "Enrolments"
+-- Every change of a row that a sender claimed is a guarded UPDATE (status = 'sending' AND
+-- claim_token = the sender's token), written in sql/queries/; each status value below names the
+-- query or function that sets it.
+--
+-- Stored functions that callers depend on by signature carry a version in their name
+-- (claim_emails_v1). A changed signature or return type is a new version created by a new
+-- migration (claim_emails_v2) while the old one stays, the named queries move to it, and a later
+-- migration drops the old version: a worker still running the previous release keeps working
+-- during a rollout. A fix that keeps the signature is CREATE OR REPLACE of the same version.
+--
+-- Sections: 1 schema and types · 2 tables with their constraints · 3 indexes · 4 functions ·
+-- 5 triggers · 6 grants (none: the application connects as the database's owner role).
+-- Constraints carry explicit names: the Python side maps errors by name (outreach.db.CONSTRAINTS).
+-- The migrations bookkeeping (outreach_schema.migrations) belongs to migrate.py, not here.
+
+-- =============================================================================================
+-- 1. Schema and types
+-- =============================================================================================
+
+CREATE SCHEMA outreach;
+
+-- The life of an email row. Final: sent, failed, suppressed, cancelled.
+CREATE TYPE outreach.email_status AS ENUM (
+    -- queued → waiting for scheduled_for; any sender may claim it. Set at insert
+    --   (email_queue_due; outreach.enqueue_transactional), and back to it by email_mark_retry (a
+    --   retryable reply), email_reap_stale (a stale claim that never reached the server),
+    --   email_release_claimed (a sender giving back rows it never handed over),
+    --   email_resolve_not_sent and email_requeue_failed (an operator).
+    'queued',
+    -- sending → claimed by exactly one sender (claim_token); the SMTP handoff may be under way.
+    --   Set only by outreach.claim_emails_v1.
+    'sending',
+    -- sent → the SMTP server accepted it (2xx to the end of DATA); send_log has its one entry,
+    --   written by the same statement: email_mark_sent, or email_resolve_was_sent (an operator
+    --   who saw it in Sent Items).
+    'sent',
+    -- failed → final; failure_kind says why. email_mark_failed ('permanent': 5xx, 'render': the
+    --   template failed, 'unconfirmed': DATA sent and no reply came), email_mark_retry
+    --   ('retries_exhausted'), email_reap_stale ('unconfirmed': a stale claim that had reached
+    --   the server). 'unconfirmed' needs a person (check Sent Items): only an operator
+    --   resolution changes it (trigger outreach_emails_guard_unconfirmed).
+    'failed',
+    -- suppressed → final; the address is suppressed (outreach.is_suppressed): at insert
+    --   (outreach.enqueue_transactional), before the handoff (email_mark_suppressed), or when a
+    --   suppression arrives for queued rows (email_cancel_suppressed).
+    'suppressed',
+    -- cancelled → final; the enrolment stopped (an operator, a reply) before the step went out:
+    --   outreach.stop_enrollment, or email_cancel_stopped before the handoff.
+    'cancelled'
+);
+
+-- =============================================================================================
+-- 2. Tables with their constraints
+-- =============================================================================================
+
+-- ---------------------------------------------------------------------------------------------
+-- Mailboxes, campaigns, sequence steps
+-- ---------------------------------------------------------------------------------------------
+
+CREATE TABLE outreach.mailboxes (
+    id               bigserial PRIMARY KEY,
+    address          text NOT NULL,
+    display_name     text NOT NULL DEFAULT '',
+    smtp_conn_id     text NOT NULL,            -- Airflow connection id: secrets never live here
+    timezone         text NOT NULL DEFAULT 'UTC',  -- the mailbox's day: caps count per local day
+    -- The warm-up rule's inputs (outreach.mailbox_daily_limit, §4 "Warm-up").
+    daily_cap        integer NOT NULL DEFAULT 50,
+    warmup_start     date,                     -- NULL: no warm-up ramp (an established mailbox)
+    warmup_initial   integer NOT NULL DEFAULT 10,
+    warmup_days      integer NOT NULL DEFAULT 7,
+    warmup_increment integer NOT NULL DEFAULT 5,
+    -- active → sends. paused → claims nothing (the claim reads it under the mailbox lock:
+    --   mailbox_lock); set by mailbox_pause (an operator, or automatically: actor 'postmaster' or
+    --   'bounce-rate'), back to active by mailbox_resume; each change writes its
+    --   outreach.mailbox_events row in the same statement. The first pause's reason is kept.
+    status           text NOT NULL DEFAULT 'active',
+    paused_reason    text,
+    paused_at        timestamptz,
+    paused_by        text,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    dkim_selector    text,                     -- DKIM: the key stays in the Airflow connection
+    dkim_key_conn_id text,
+    transactional    boolean NOT NULL DEFAULT false,  -- sends transactional mail (at most one)
+    -- The pacing gap: the earliest moment the next claimed row may be handed to the SMTP server,
+    -- moved forward one jittered gap per claimed row (mailbox_reserve_handoffs, under the mailbox
+    -- lock). NULL: never claimed since 0010 (no wait).
+    next_handoff_at  timestamptz,
+    imap_conn_id     text,                     -- the mailbox's own IMAP account
+    unsubscribe_imap_conn_id text,             -- the account receiving mailto:unsubscribe@…
+    label            text NOT NULL DEFAULT '', -- the name operators know it by (logs, UI)
+    CONSTRAINT outreach_mailboxes_address_key UNIQUE (address),
+    CONSTRAINT outreach_mailboxes_status_check CHECK (status IN ('active', 'paused')),
+    CONSTRAINT outreach_mailboxes_cap_check CHECK (daily_cap > 0 AND warmup_initial > 0
+        AND warmup_days >= 0 AND warmup_increment >= 0),
+    CONSTRAINT outreach_mailboxes_dkim_check CHECK ((dkim_selector IS NULL) = (dkim_key_conn_id IS NULL)),
+    CONSTRAINT outreach_mailboxes_label_check CHECK (length(label) <= 80 AND label !~ '[[:cntrl:]]')
+);
+
+CREATE TABLE outreach.campaigns (
+    id           bigserial PRIMARY KEY,
+    key          text NOT NULL,               -- stable slug from the campaign file
+    name         text NOT NULL,
+    timezone     text NOT NULL,
+    send_days    integer[] NOT NULL,          -- ISO weekdays, 1 = Monday … 7 = Sunday
+    window_start time NOT NULL,
+    window_end   time NOT NULL,               -- exclusive; '24:00' means end of day
+    source_file  text NOT NULL,
+    -- active → queues and sends. paused → queues nothing (email_queue_due) and its queued rows
+    --   are not claimed (outreach.claim_emails_v1 reads c.status); they go out after a resume.
+    --   Set by campaign_pause, back to active by campaign_resume, each writing its
+    --   outreach.campaign_events row in the same statement.
+    status       text NOT NULL DEFAULT 'active',
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    stop_on_auto_reply   boolean NOT NULL DEFAULT false,  -- an out-of-office stops the enrolment
+    stop_on_domain_reply boolean NOT NULL DEFAULT false,  -- a reply stops the company's leads
+    paused_reason text,
+    paused_at     timestamptz,
+    paused_by     text,
+    CONSTRAINT outreach_campaigns_key_key UNIQUE (key),
+    CONSTRAINT outreach_campaigns_status_check CHECK (status IN ('active', 'paused')),
+    CONSTRAINT outreach_campaigns_window_check CHECK (window_start < window_end)
+);
+
+CREATE TABLE outreach.campaign_mailboxes (
+    campaign_id bigint NOT NULL REFERENCES outreach.campaigns (id),
+    mailbox_id  bigint NOT NULL REFERENCES outreach.mailboxes (id),
+    CONSTRAINT outreach_campaign_mailboxes_pkey PRIMARY KEY (campaign_id, mailbox_id)
+);
+
+CREATE TABLE outreach.sequence_steps (
+    id          bigserial PRIMARY KEY,
+    campaign_id bigint NOT NULL REFERENCES outreach.campaigns (id),
+    position    integer NOT NULL,             -- 1 = first email
+    template    text NOT NULL,                -- include/templates/<template>.txt.j2 and .html.j2
+    subject     text NOT NULL,                -- a Jinja2 template string
+    delay_days  integer NOT NULL,             -- days after the previous step was sent
+    thread      boolean NOT NULL DEFAULT false,  -- sent as a reply in the first step's thread
+    requires    text[] NOT NULL DEFAULT '{}', -- lead fields it needs (outreach.lead_missing_fields)
+    CONSTRAINT outreach_sequence_steps_position_key UNIQUE (campaign_id, position),
+    CONSTRAINT outreach_sequence_steps_position_check CHECK (position >= 1),
+    CONSTRAINT outreach_sequence_steps_delay_check CHECK (delay_days >= 0),
+    CONSTRAINT outreach_sequence_steps_thread_check CHECK (NOT (thread AND position = 1)),
+    CONSTRAINT outreach_sequence_steps_requires_check
+        CHECK (requires <@ ARRAY['first_name', 'last_name', 'company', 'title']::text[])
+);
+COMMENT ON COLUMN outreach.sequence_steps.requires IS
+    'lead fields this step needs (non-blank); a lead lacking one is not queued for the step';
+
+-- ---------------------------------------------------------------------------------------------
+-- Leads and enrolments
+-- ---------------------------------------------------------------------------------------------
+
+CREATE TABLE outreach.leads (
+    id         bigserial PRIMARY KEY,
+    email      text NOT NULL,                 -- normal form: outreach.normalize_address
+    first_name text NOT NULL DEFAULT '',
+    last_name  text NOT NULL DEFAULT '',
+    company    text NOT NULL DEFAULT '',
+    title      text NOT NULL DEFAULT '',
+    timezone   text,                          -- NULL: the campaign's time zone applies
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    -- The lead file's other columns as a JSON object of text values ({{ lead.custom.city }});
+    -- size caps are checked by the import (outreach.leads), this CHECK is the backstop.
+    custom     jsonb NOT NULL DEFAULT '{}'::jsonb,
+    CONSTRAINT outreach_leads_email_key UNIQUE (email),
+    CONSTRAINT outreach_leads_custom_check
+        CHECK (jsonb_typeof(custom) = 'object' AND length(custom::text) <= 65536)
+);
+
+CREATE TABLE outreach.enrollments (
+    id          bigserial PRIMARY KEY,
+    campaign_id bigint NOT NULL REFERENCES outreach.campaigns (id),
+    lead_id     bigint NOT NULL REFERENCES outreach.leads (id),
+    mailbox_id  bigint NOT NULL REFERENCES outreach.mailboxes (id),
+    -- active → its steps are queued (email_queue_due). Set at insert (enrollment_insert_staged).
+    -- stopped → final for the campaign: an operator, or a SQL source's stop_when_missing.
+    -- replied → final: the inbox reader read a reply (an auto-reply too with stop_on_auto_reply).
+    --   Both set only by outreach.stop_enrollment, which cancels the queued steps with it.
+    status      text NOT NULL DEFAULT 'active',
+    enrolled_at timestamptz NOT NULL DEFAULT now(),
+    stopped_at  timestamptz,
+    stopped_by  text,
+    stop_reason text,
+    CONSTRAINT outreach_enrollments_campaign_lead_key UNIQUE (campaign_id, lead_id),
+    CONSTRAINT outreach_enrollments_status_check CHECK (status IN ('active', 'stopped', 'replied'))
+);
+-- Who and why for every stop. NOT VALID: enrolments stopped by hand before migration 0012 have
+-- no who/why; every new stop has them.
+ALTER TABLE outreach.enrollments
+    ADD CONSTRAINT outreach_enrollments_stop_check CHECK (
+        CASE WHEN status = 'active'
+             THEN stopped_at IS NULL AND stopped_by IS NULL AND stop_reason IS NULL
+             ELSE stopped_at IS NOT NULL AND btrim(coalesce(stopped_by, '')) <> ''
+                  AND btrim(coalesce(stop_reason, '')) <> ''
+        END) NOT VALID;
+
+-- ---------------------------------------------------------------------------------------------
+-- Suppressions (the rule: outreach.is_suppressed, §4) and their history
+-- ---------------------------------------------------------------------------------------------
+
+CREATE TABLE outreach.suppressions (
+    id         bigserial PRIMARY KEY,
+    kind       text NOT NULL,                 -- 'address' or 'domain'
+    value      text NOT NULL,                 -- normal-form address, or lower-case domain
+    -- unsubscribed, complained: marketing opt-outs (transactional mail ignores them);
+    -- bounced, manual, do-not-contact: every message class honours them.
+    reason     text NOT NULL,
+    source     text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_suppressions_value_key UNIQUE (kind, value),
+    CONSTRAINT outreach_suppressions_kind_check CHECK (kind IN ('address', 'domain')),
+    CONSTRAINT outreach_suppressions_reason_check CHECK (reason IN
+        ('unsubscribed', 'bounced', 'complained', 'manual', 'do-not-contact'))
+);
+
+-- One row per suppress / unsuppress, written by trigger outreach_suppressions_record_event (§5),
+-- so no change is missed whoever makes it. actor and note come from the settings outreach.actor
+-- and outreach.note of the transaction; an unsuppress needs both.
+CREATE TABLE outreach.suppression_events (
+    id             bigserial PRIMARY KEY,
+    action         text NOT NULL,             -- 'suppress' or 'unsuppress'
+    suppression_id bigint NOT NULL,           -- no FK: the suppression is gone after unsuppress
+    kind           text NOT NULL,
+    value          text NOT NULL,
+    reason         text NOT NULL,
+    source         text NOT NULL,
+    actor          text,
+    note           text,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_suppression_events_action_check CHECK (action IN ('suppress', 'unsuppress')),
+    CONSTRAINT outreach_suppression_events_kind_check CHECK (kind IN ('address', 'domain')),
+    CONSTRAINT outreach_suppression_events_unsuppress_check CHECK (action <> 'unsuppress'
+        OR (btrim(coalesce(actor, '')) <> '' AND btrim(coalesce(note, '')) <> ''))
+);
+
+-- ---------------------------------------------------------------------------------------------
+-- Emails: one row per (lead, sequence step), or per transactional delivery key
+-- ---------------------------------------------------------------------------------------------
+
+CREATE TABLE outreach.emails (
+    id              bigserial PRIMARY KEY,
+    lead_id         bigint REFERENCES outreach.leads (id),            -- marketing only
+    step_id         bigint REFERENCES outreach.sequence_steps (id),   -- marketing only
+    campaign_id     bigint REFERENCES outreach.campaigns (id),        -- marketing only
+    mailbox_id      bigint NOT NULL REFERENCES outreach.mailboxes (id),
+    status          outreach.email_status NOT NULL DEFAULT 'queued',  -- transitions: §1
+    -- Fixed at insert, never changed (trigger outreach_emails_keep_idempotency_key): it becomes
+    -- the Message-ID, so every attempt of this row carries the same Message-ID.
+    idempotency_key uuid NOT NULL DEFAULT gen_random_uuid(),
+    scheduled_for   timestamptz NOT NULL,     -- UTC; not claimed before this
+    attempts        integer NOT NULL DEFAULT 0,  -- + 1 per claim
+    -- A random token per claim: a timestamp is not a lock identity. Every transition of a claimed
+    -- row requires status = 'sending' AND this token, so a sender whose claim was taken away (the
+    -- reaper, an operator) can never overwrite the outcome.
+    claim_token     uuid,
+    claimed_at      timestamptz,
+    claimed_by      text,
+    -- Set exactly with status 'failed': 'permanent', 'render', 'unconfirmed' (email_mark_failed,
+    -- email_reap_stale), 'retries_exhausted' (email_mark_retry); 'operator' is allowed by the
+    -- CHECK and set by no query today.
+    failure_kind    text,
+    last_error      text,                     -- stage, reply code and text of the last problem
+    sent_at         timestamptz,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    -- 'marketing' (a lead's campaign step) or 'transactional' (outreach.enqueue_transactional).
+    message_class   text NOT NULL DEFAULT 'marketing',
+    delivery_key    text,                     -- the application's key (transactional only)
+    recipient       text,                     -- the To address (transactional only)
+    template        text,                     -- include/templates/<template>.* (transactional)
+    context         jsonb,                    -- the template's variables (transactional only)
+    -- The handoff stamp: committed by a guarded UPDATE (email_touch_claim) right before MAIL FROM
+    -- of this row. A 'sending' row without it never reached the server (the reaper requeues
+    -- it); with it, it may have gone out (the reaper fails it as unconfirmed).
+    handed_over_at  timestamptz,
+    -- Evidence of a late acceptance (2xx after the row was failed as unconfirmed under the same
+    -- claim token): email_record_late_accept. Never changes the status: a person decides.
+    late_accepted_at       timestamptz,
+    late_accept_reply      text,
+    late_accept_message_id text,
+    CONSTRAINT outreach_emails_lead_step_key UNIQUE (lead_id, step_id),
+    CONSTRAINT outreach_emails_idempotency_key_key UNIQUE (idempotency_key),
+    CONSTRAINT outreach_emails_attempts_check CHECK (attempts >= 0),
+    CONSTRAINT outreach_emails_failure_kind_check CHECK (
+        (status = 'failed') = (failure_kind IS NOT NULL)
+        AND failure_kind IN ('permanent', 'retries_exhausted', 'unconfirmed', 'render', 'operator')
+    ),
+    CONSTRAINT outreach_emails_claim_check CHECK (
+        status <> 'sending' OR (claim_token IS NOT NULL AND claimed_at IS NOT NULL)
+    ),
+    CONSTRAINT outreach_emails_message_class_check
+        CHECK (message_class IN ('marketing', 'transactional')),
+    -- A marketing row is exactly one (lead, step) of a campaign; a transactional row is exactly
+    -- one delivery key with its recipient, template and context, and no lead, step or campaign.
+    CONSTRAINT outreach_emails_class_shape_check CHECK (
+        CASE message_class
+            WHEN 'marketing' THEN lead_id IS NOT NULL AND step_id IS NOT NULL
+                                  AND campaign_id IS NOT NULL AND delivery_key IS NULL
+                                  AND recipient IS NULL AND template IS NULL AND context IS NULL
+            ELSE lead_id IS NULL AND step_id IS NULL AND campaign_id IS NULL
+                 AND delivery_key IS NOT NULL AND length(delivery_key) BETWEEN 1 AND 200
+                 AND recipient IS NOT NULL AND template ~ '^[a-z0-9][a-z0-9_]{0,62}$'
+                 AND jsonb_typeof(context) = 'object'
+        END),
+    -- A transactional Message-ID comes from its delivery key.
+    CONSTRAINT outreach_emails_delivery_key_message_id_check CHECK (
+        delivery_key IS NULL
+        OR idempotency_key = md5('outreach-transactional:' || delivery_key)::uuid),
+    -- Every path back to the queue clears the handoff stamp.
+    CONSTRAINT outreach_emails_queued_not_handed_over_check
+        CHECK (status <> 'queued' OR handed_over_at IS NULL),
+    CONSTRAINT outreach_emails_late_accept_check
+        CHECK (late_accepted_at IS NULL OR (late_accept_reply IS NOT NULL
+                                            AND late_accept_message_id IS NOT NULL))
+);
+COMMENT ON COLUMN outreach.emails.handed_over_at IS
+    'committed right before MAIL FROM of the current attempt; NULL: never reached the SMTP server';
+COMMENT ON COLUMN outreach.emails.late_accepted_at IS
+    'the server accepted (2xx to the end of DATA) after the row was failed as unconfirmed';
+
+-- Exactly one entry per email row, written only after the SMTP server accepted it, by the same
+-- statement that marks the row sent (email_mark_sent; email_resolve_was_sent for an operator).
+CREATE TABLE outreach.send_log (
+    id          bigserial PRIMARY KEY,
+    email_id    bigint NOT NULL REFERENCES outreach.emails (id),
+    mailbox_id  bigint NOT NULL REFERENCES outreach.mailboxes (id),
+    message_id  text NOT NULL,
+    smtp_reply  text NOT NULL,                -- the server's reply to the end of DATA
+    source      text NOT NULL DEFAULT 'smtp', -- 'smtp', or 'operator' when a person confirmed it
+    accepted_at timestamptz NOT NULL DEFAULT now(),
+    subject     text,                         -- as sent (a threaded follow-up replies "Re: " it)
+    CONSTRAINT outreach_send_log_email_key UNIQUE (email_id),
+    CONSTRAINT outreach_send_log_message_id_key UNIQUE (message_id),
+    CONSTRAINT outreach_send_log_source_check CHECK (source IN ('smtp', 'operator'))
+);
+
+-- Operator resolutions of unconfirmed rows (outreach resolve): was_sent → 'sent' with a send-log
+-- entry, not_sent → 'queued' (email_resolve_was_sent, email_resolve_not_sent).
+CREATE TABLE outreach.email_resolutions (
+    id          bigserial PRIMARY KEY,
+    email_id    bigint NOT NULL REFERENCES outreach.emails (id),
+    decision    text NOT NULL,
+    resolved_by text NOT NULL,
+    note        text NOT NULL DEFAULT '',
+    resolved_at timestamptz NOT NULL DEFAULT now(),
+    evidence    text,                         -- the late acceptance the operator saw, if any
+    CONSTRAINT outreach_email_resolutions_decision_check CHECK (decision IN ('was_sent', 'not_sent')),
+    CONSTRAINT outreach_email_resolutions_by_check CHECK (length(btrim(resolved_by)) > 0)
+);
+
+-- Operator requeues of not-accepted failures (outreach requeue: email_requeue_failed). Only
+-- 'retries_exhausted': nothing was accepted, so a new attempt cannot send twice.
+CREATE TABLE outreach.email_requeues (
+    id           bigserial PRIMARY KEY,
+    email_id     bigint NOT NULL REFERENCES outreach.emails (id),
+    failure_kind text NOT NULL,
+    last_error   text,                          -- the failure it was requeued from
+    attempts     integer NOT NULL,              -- attempts made before the requeue
+    requeued_by  text NOT NULL,
+    reason       text NOT NULL,
+    requeued_at  timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_email_requeues_kind_check CHECK (failure_kind = 'retries_exhausted'),
+    CONSTRAINT outreach_email_requeues_by_check CHECK (length(btrim(requeued_by)) > 0),
+    CONSTRAINT outreach_email_requeues_reason_check CHECK (length(btrim(reason)) > 0)
+);
+
+-- ---------------------------------------------------------------------------------------------
+-- Imports and lead sources
+-- ---------------------------------------------------------------------------------------------
+
+CREATE TABLE outreach.import_runs (
+    id           bigserial PRIMARY KEY,
+    kind         text NOT NULL,                -- 'leads' or 'suppressions'
+    file         text NOT NULL,
+    campaign_key text,
+    rows_total   integer NOT NULL,
+    imported     integer NOT NULL,             -- new leads (or new suppressions)
+    updated      integer NOT NULL,
+    duplicate    integer NOT NULL,
+    invalid      integer NOT NULL,
+    suppressed   integer NOT NULL,
+    enrolled     integer NOT NULL,
+    problems     jsonb NOT NULL DEFAULT '[]',  -- [{"line": 12, "field": "email", "reason": "…"}]
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    unchanged    integer NOT NULL DEFAULT 0,
+    problems_omitted integer NOT NULL DEFAULT 0,
+    CONSTRAINT outreach_import_runs_kind_check CHECK (kind IN ('leads', 'suppressions'))
+);
+COMMENT ON COLUMN outreach.import_runs.duplicate IS 'rows repeating an earlier row of the same file';
+COMMENT ON COLUMN outreach.import_runs.unchanged IS 'rows whose lead was already known, unchanged';
+COMMENT ON COLUMN outreach.import_runs.problems_omitted IS
+    'problems not stored in problems (only the first 100,000 by line are)';
+
+-- A file source imports each object once: (source, path, version) is claimed with INSERT … ON
+-- CONFLICT DO NOTHING in the import's own transaction. version: the ETag, else mtime and size.
+CREATE TABLE outreach.source_objects (
+    id            bigserial PRIMARY KEY,
+    campaign_key  text NOT NULL,
+    source        text NOT NULL,                -- the campaign's source path pattern
+    path          text NOT NULL,                -- the object's full path (URI)
+    version       text NOT NULL,
+    import_run_id bigint REFERENCES outreach.import_runs (id),
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_source_objects_key UNIQUE (source, path, version)
+);
+
+-- A SQL source's rows by stable identity: the lead a row became and the run that last saw it
+-- (stop_when_missing stops the enrolments of leads a later run no longer saw).
+CREATE TABLE outreach.source_rows (
+    campaign_id  bigint NOT NULL REFERENCES outreach.campaigns (id),
+    row_key      text NOT NULL,
+    lead_id      bigint NOT NULL REFERENCES outreach.leads (id),
+    last_run_id  bigint NOT NULL REFERENCES outreach.import_runs (id),
+    CONSTRAINT outreach_source_rows_key PRIMARY KEY (campaign_id, row_key)
+);
+
+-- ---------------------------------------------------------------------------------------------
+-- Pause / resume history, deliverability figures, alerts
+-- ---------------------------------------------------------------------------------------------
+
+-- One row per change of outreach.mailboxes.status, written by the same statement as the change
+-- (mailbox_pause, mailbox_resume), so the history cannot miss one.
+CREATE TABLE outreach.mailbox_events (
+    id         bigserial PRIMARY KEY,
+    mailbox_id bigint NOT NULL REFERENCES outreach.mailboxes (id),
+    event      text NOT NULL,   -- 'paused' or 'resumed'
+    actor      text NOT NULL,   -- the operator; 'postmaster' or 'bounce-rate' for automatic pauses
+    reason     text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_mailbox_events_event_check CHECK (event IN ('paused', 'resumed')),
+    CONSTRAINT outreach_mailbox_events_actor_check CHECK (btrim(actor) <> ''),
+    CONSTRAINT outreach_mailbox_events_reason_check CHECK (btrim(reason) <> '')
+);
+
+-- The same for outreach.campaigns.status (campaign_pause, campaign_resume).
+CREATE TABLE outreach.campaign_events (
+    id          bigserial PRIMARY KEY,
+    campaign_id bigint NOT NULL REFERENCES outreach.campaigns (id),
+    event       text NOT NULL,   -- 'paused' or 'resumed'
+    actor       text NOT NULL,
+    reason      text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_campaign_events_event_check CHECK (event IN ('paused', 'resumed')),
+    CONSTRAINT outreach_campaign_events_actor_check CHECK (btrim(actor) <> ''),
+    CONSTRAINT outreach_campaign_events_reason_check CHECK (btrim(reason) <> '')
+);
+
+-- Google Postmaster Tools figures, one row per domain, metric (and feedback-loop id) and day. A
+-- day the API did not report is unknown (value NULL, has_data false), never 0.
+CREATE TABLE outreach.postmaster_stats (
+    domain           text NOT NULL,
+    metric           text NOT NULL,
+    feedback_loop_id text NOT NULL DEFAULT '',  -- '' for the domain-wide SPAM_RATE
+    day              date NOT NULL,
+    value            double precision,          -- a fraction: 0.001 = 0.1 %; NULL = no data
+    has_data         boolean NOT NULL,
+    fetched_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_postmaster_stats_pkey PRIMARY KEY (domain, metric, feedback_loop_id, day),
+    CONSTRAINT outreach_postmaster_stats_metric_check CHECK (
+        metric IN ('SPAM_RATE', 'FEEDBACK_LOOP_SPAM_RATE')
+        AND (metric = 'FEEDBACK_LOOP_SPAM_RATE') = (feedback_loop_id <> '')),
+    CONSTRAINT outreach_postmaster_stats_value_check CHECK (
+        has_data = (value IS NOT NULL) AND (value IS NULL OR value BETWEEN 0 AND 1))
+);
+
+CREATE TABLE outreach.postmaster_compliance (
+    domain     text NOT NULL,
+    day        date NOT NULL,                -- the UTC day it was fetched
+    needs_work text[] NOT NULL DEFAULT '{}', -- requirements not COMPLIANT
+    status     jsonb NOT NULL,               -- the API's response, as returned
+    fetched_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_postmaster_compliance_pkey PRIMARY KEY (domain, day)
+);
+
+-- One row per alert event; the UNIQUE event key makes an alert go out once: the sender is whoever's
+-- INSERT … ON CONFLICT DO NOTHING RETURNING returns the row, committed after delivery.
+CREATE TABLE outreach.alerts (
+    id         bigserial PRIMARY KEY,
+    event_key  text NOT NULL,   -- e.g. 'paused:42', 'unconfirmed:288', 'run-failed:outreach_send:<run id>'
+    kind       text NOT NULL,
+    subject    text NOT NULL,
+    body       text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_alerts_event_key_key UNIQUE (event_key),
+    CONSTRAINT outreach_alerts_kind_check CHECK (
+        kind IN ('paused', 'unconfirmed', 'run_failed', 'preflight_fail', 'bounce_warning',
+                 'required_action'))
+);
+
+-- ---------------------------------------------------------------------------------------------
+-- Inbound: every message read once (UNIQUE), its effect applied in the same transaction
+-- ---------------------------------------------------------------------------------------------
+
+CREATE TABLE outreach.inbound_messages (
+    id           bigserial PRIMARY KEY,
+    account      text NOT NULL,     -- the Airflow IMAP connection id the message was read from
+    folder       text NOT NULL,
+    uidvalidity  bigint NOT NULL,   -- RFC 3501 §2.3.1.1: a new UIDVALIDITY voids every UID
+    uid          bigint NOT NULL,
+    mailbox_id   bigint REFERENCES outreach.mailboxes (id),  -- NULL: a shared unsubscribe account
+    message_id   text NOT NULL,     -- Message-ID without <>, or 'sha256:<hex>' when it has none
+    from_address text NOT NULL DEFAULT '',
+    subject      text NOT NULL DEFAULT '',
+    class        text NOT NULL,
+    evidence     text NOT NULL,     -- which header or part decided the class
+    email_id     bigint REFERENCES outreach.emails (id),
+    lead_id      bigint REFERENCES outreach.leads (id),
+    address      text,
+    dsn_status   text,
+    effect       text NOT NULL DEFAULT 'none',
+    received_at  timestamptz,
+    recorded_at  timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_inbound_messages_uid_key UNIQUE (account, folder, uidvalidity, uid),
+    CONSTRAINT outreach_inbound_messages_message_id_key UNIQUE (account, message_id),
+    CONSTRAINT outreach_inbound_messages_class_check CHECK (class IN (
+        'hard_bounce',  -- permanent failure (DSN 5.x.x): the address is suppressed 'bounced'
+        'soft_bounce',  -- transient failure or delay (4.x.x): recorded only
+        'complaint',    -- ARF feedback report (RFC 5965): suppressed 'complained'
+        'unsubscribe',  -- mail to the List-Unsubscribe mailto, or "unsubscribe" as first line
+        'auto_reply',   -- RFC 3834 and the common out-of-office forms: recorded only (by default)
+        'reply',        -- a person answered one of our emails: the enrolment stops ('replied')
+        'unmatched'))   -- anything else, or a reply we cannot tie to a lead: no effect
+);
+
+-- How far the reader got per account, folder and UIDVALIDITY; advanced only upwards, in the same
+-- transaction as each message's row. An optimisation: the UNIQUE constraints above keep a message
+-- from counting twice.
+CREATE TABLE outreach.inbound_cursors (
+    account     text NOT NULL,
+    folder      text NOT NULL,
+    uidvalidity bigint NOT NULL,
+    last_uid    bigint NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_inbound_cursors_pkey PRIMARY KEY (account, folder, uidvalidity)
+);
+
+-- =============================================================================================
+-- 3. Indexes (besides those of the PRIMARY KEY and UNIQUE constraints above)
+-- =============================================================================================
+
+-- The claim's order: due rows of a mailbox, oldest first.
+CREATE INDEX outreach_emails_queued_idx ON outreach.emails (mailbox_id, scheduled_for, id)
+    WHERE status = 'queued';
+-- The transactional claim reads only due transactional rows, however many marketing rows wait.
+CREATE INDEX outreach_emails_transactional_queued_idx
+    ON outreach.emails (mailbox_id, scheduled_for, id)
+    WHERE status = 'queued' AND message_class = 'transactional';
+-- The reaper and the daily-limit counts look at in-flight and recent rows only.
+CREATE INDEX outreach_emails_sending_idx ON outreach.emails (claimed_at) WHERE status = 'sending';
+CREATE INDEX outreach_emails_mailbox_claimed_idx ON outreach.emails (mailbox_id, claimed_at);
+-- One row per delivery key; partial, so marketing rows (no key) never touch it.
+CREATE UNIQUE INDEX outreach_emails_delivery_key_key ON outreach.emails (delivery_key)
+    WHERE delivery_key IS NOT NULL;
+-- At most one mailbox sends transactional mail when the caller names none.
+CREATE UNIQUE INDEX outreach_mailboxes_one_transactional_idx
+    ON outreach.mailboxes (transactional) WHERE transactional;
+CREATE INDEX outreach_send_log_mailbox_idx ON outreach.send_log (mailbox_id, accepted_at);
+CREATE INDEX outreach_email_resolutions_email_idx ON outreach.email_resolutions (email_id);
+CREATE INDEX outreach_email_requeues_email_idx ON outreach.email_requeues (email_id);
+CREATE INDEX outreach_suppression_events_value_idx
+    ON outreach.suppression_events (kind, value, created_at);
+CREATE INDEX outreach_source_rows_run ON outreach.source_rows (campaign_id, last_run_id);
+CREATE INDEX outreach_mailbox_events_mailbox_idx ON outreach.mailbox_events (mailbox_id, created_at);
+CREATE INDEX outreach_campaign_events_campaign_idx
+    ON outreach.campaign_events (campaign_id, created_at);
+-- Hard bounces and complaints are counted per email (the bounce- and complaint-rate rules).
+CREATE INDEX outreach_inbound_messages_email_idx ON outreach.inbound_messages (email_id, class)
+    WHERE email_id IS NOT NULL;
+CREATE INDEX outreach_alerts_created_idx ON outreach.alerts (created_at);
+
+-- =============================================================================================
+-- 4. Functions (bodies exactly as their latest migration wrote them)
+-- =============================================================================================
+
+-- ---------------------------------------------------------------------------------------------
+-- Suppression
+-- ---------------------------------------------------------------------------------------------
+
+-- The normal form of an address: trim what Python's str.strip() trims, Unicode NFC, lower case
+-- (the same rule as outreach.addresses.normalize_address, for SQL callers). IMMUTABLE so that a
+-- unique index can use it.
+CREATE FUNCTION outreach.normalize_address(address text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT lower(normalize(btrim(address,
+        U&'\0009\000A\000B\000C\000D\001C\001D\001E\001F\0020\0085\00A0\1680\2000\2001\2002\2003\2004\2005\2006\2007\2008\2009\200A\2028\2029\202F\205F\3000'),
+        NFC))
+$$;
+COMMENT ON FUNCTION outreach.normalize_address(text) IS
+    'the normal form of an address (trim, NFC, lower case), as outreach.addresses.normalize_address stores it';
+
+-- The suppression rule: the only place where "may we write to this address?" is decided. Lead
+-- import, queueing (email_queue_due, outreach.enqueue_transactional) and the pre-send check all
+-- call it. Marketing mail honours every suppression; transactional mail (a receipt, a password
+-- reset: mail the recipient asked for by acting) ignores the marketing opt-outs (unsubscribed,
+-- complained) and honours bounced, manual and do-not-contact. Addresses and domains compare in
+-- normal form.
+CREATE FUNCTION outreach.is_suppressed(address text, message_class text DEFAULT 'marketing')
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM outreach.suppressions s
+        WHERE ((s.kind = 'address' AND s.value = outreach.normalize_address(address))
+               OR (s.kind = 'domain'
+                   AND s.value = split_part(outreach.normalize_address(address), '@', 2)))
+          AND (message_class = 'marketing'
+               OR s.reason NOT IN ('unsubscribed', 'complained'))
+    )
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Send windows
+-- ---------------------------------------------------------------------------------------------
+
+-- The first moment at or after `after` inside the window [win_start, win_end) of one of `days`
+-- (ISO weekdays) in time zone `tz`. DST-safe: local times become instants by PostgreSQL's time
+-- zone rules. The claim takes a campaign row only when this equals now (the window is open).
+CREATE FUNCTION outreach.next_send_slot(after timestamptz, tz text, days integer[],
+                                        win_start time, win_end time) RETURNS timestamptz
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    local_day date := (after AT TIME ZONE tz)::date;
+    d date;
+    opens timestamptz;
+    closes timestamptz;
+BEGIN
+    FOR i IN 0..7 LOOP
+        d := local_day + i;
+        CONTINUE WHEN NOT (extract(isodow FROM d)::integer = ANY (days));
+        opens := (d + win_start) AT TIME ZONE tz;
+        closes := (d + win_end) AT TIME ZONE tz;
+        IF after < opens THEN
+            RETURN opens;
+        ELSIF after < closes THEN
+            RETURN after;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'no send slot within 8 days of % in % (days %, % to %)',
+        after, tz, days, win_start, win_end USING ERRCODE = 'data_exception';
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Warm-up
+-- ---------------------------------------------------------------------------------------------
+
+-- The warm-up rule: how many emails a mailbox may start on the local day that contains `at`:
+-- warmup_initial a day for warmup_days days, then + warmup_increment a day, capped by daily_cap
+-- (no warmup_start: daily_cap). Default ramp: at most 10 a day in the first week (Gmail and Yahoo
+-- sender guidance). Used by the pacing rule (mailbox_remaining_today) and the reports.
+CREATE FUNCTION outreach.mailbox_daily_limit(m outreach.mailboxes, at timestamptz) RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN m.warmup_start IS NULL THEN m.daily_cap
+        ELSE least(m.daily_cap, greatest(0, CASE
+            WHEN (at AT TIME ZONE m.timezone)::date < m.warmup_start THEN 0
+            WHEN (at AT TIME ZONE m.timezone)::date - m.warmup_start < m.warmup_days
+                THEN m.warmup_initial
+            ELSE m.warmup_initial + m.warmup_increment
+                 * ((at AT TIME ZONE m.timezone)::date - m.warmup_start - m.warmup_days + 1)
+        END))
+    END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Pacing
+-- ---------------------------------------------------------------------------------------------
+
+-- The pacing rule itself is the named query mailbox_remaining_today (sql/queries/): under the
+-- mailbox lock (mailbox_lock), what is left of the day's limit (outreach.mailbox_daily_limit,
+-- counted per local day from claimed_at) and this send run's share of it, the day spread evenly
+-- over the send runs of the full window; the claim takes at most that. The gap between two
+-- handoffs is mailbox_reserve_handoffs (mailboxes.next_handoff_at). This function gives the span
+-- of the day's window that pacing divides:
+-- `opens`/`closes`, the earliest and latest open moments of the window [win_start, win_end) of
+-- one of `days` in `tz` within [after, until) (clipped), both NULL when it is closed throughout.
+CREATE FUNCTION outreach.send_window_span(after timestamptz, until timestamptz, tz text,
+                                          days integer[], win_start time, win_end time,
+                                          OUT opens timestamptz, OUT closes timestamptz)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    d date;
+    o timestamptz;
+    c timestamptz;
+BEGIN
+    -- A window of the previous local day can still be open at `after` (win_end is at most 24:00).
+    d := (after AT TIME ZONE tz)::date - 1;
+    WHILE d <= (until AT TIME ZONE tz)::date LOOP
+        IF extract(isodow FROM d)::integer = ANY (days) THEN
+            o := (d + win_start) AT TIME ZONE tz;
+            c := (d + win_end) AT TIME ZONE tz;
+            IF o < until AND c > after THEN
+                opens := least(opens, greatest(o, after));
+                closes := greatest(closes, least(c, until));
+            END IF;
+        END IF;
+        d := d + 1;
+    END LOOP;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- The claim
+-- ---------------------------------------------------------------------------------------------
+
+-- Claim up to p_limit due rows of one mailbox for one sender, and return them as they now are
+-- ('sending', a fresh claim token, claimed_at = the claim's moment, attempts + 1).
+--   p_message_class  'marketing': queued campaign rows of an active campaign whose send window
+--                    (outreach.next_send_slot, in the lead's time zone, else the campaign's) is
+--                    open now; the caller holds the mailbox lock and caps p_limit by the pacing
+--                    rule (mailbox_remaining_today). 'transactional': queued transactional rows
+--                    of an active mailbox; no window, cap or warm-up holds them back.
+--   p_now            the claim's moment (NULL: now()); tests pass a fixed clock.
+-- The rows are locked FOR NO KEY UPDATE SKIP LOCKED (the lock the UPDATE takes anyway): two
+-- claims skip each other's rows, and rows that reference a claimed email (its send_log row) are
+-- not held up. The locking SELECT runs exactly once, as its own statement: written inline as
+-- `e.id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)` the planner may run it as a subplan
+-- rescanned per row, each rescan skipping the rows the statement already updated and returning
+-- the next n — one claim took a mailbox's whole queue (CI failure of 2026-11-30; until 0018 the
+-- named queries ran it once as a MATERIALIZED CTE). The UPDATE is guarded by status = 'queued'.
+-- Raises invalid_parameter_value for another message class.
+CREATE FUNCTION outreach.claim_emails_v1(p_message_class text, p_mailbox_id bigint,
+                                         p_limit integer, p_claim_token uuid, p_claimed_by text,
+                                         p_now timestamptz DEFAULT NULL)
+RETURNS SETOF outreach.emails
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+    v_picked bigint[];
+BEGIN
+    IF p_message_class = 'marketing' THEN
+        v_picked := ARRAY(
+            SELECT q.id
+            FROM outreach.emails q
+            JOIN outreach.campaigns c ON c.id = q.campaign_id
+            JOIN outreach.leads l ON l.id = q.lead_id
+            WHERE q.status = 'queued'
+              AND q.mailbox_id = p_mailbox_id
+              AND q.scheduled_for <= v_now
+              AND c.status = 'active'
+              AND outreach.next_send_slot(v_now, coalesce(l.timezone, c.timezone), c.send_days,
+                                          c.window_start, c.window_end) = v_now
+            ORDER BY q.scheduled_for, q.id
+            LIMIT p_limit
+            FOR NO KEY UPDATE OF q SKIP LOCKED);
+    ELSIF p_message_class = 'transactional' THEN
+        v_picked := ARRAY(
+            SELECT q.id
+            FROM outreach.emails q
+            JOIN outreach.mailboxes mb ON mb.id = q.mailbox_id
+            WHERE q.status = 'queued' AND q.message_class = 'transactional'
+              AND q.mailbox_id = p_mailbox_id AND q.scheduled_for <= v_now
+              AND mb.status = 'active'
+            ORDER BY q.scheduled_for, q.id
+            LIMIT p_limit
+            FOR NO KEY UPDATE OF q SKIP LOCKED);
+    ELSE
+        RAISE EXCEPTION 'message class must be marketing or transactional, got %', p_message_class
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN QUERY
+    UPDATE outreach.emails e
+    SET status = 'sending', claim_token = p_claim_token, claimed_at = v_now,
+        claimed_by = p_claimed_by, attempts = e.attempts + 1, updated_at = v_now
+    WHERE e.status = 'queued' AND e.id = ANY (v_picked)
+    RETURNING e.*;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Transactional mail
+-- ---------------------------------------------------------------------------------------------
+
+-- Enqueue one transactional email in the caller's transaction, idempotently by delivery key:
+-- the same key always returns its one row (created false on a replay); a key reused for another
+-- recipient or template raises unique_violation. The recipient is normalised once; a suppressed
+-- one gets a row too (status 'suppressed', outreach.is_suppressed(…, 'transactional')). NOTIFY
+-- outreach_transactional wakes the LISTEN worker.
+CREATE FUNCTION outreach.enqueue_transactional(
+    p_delivery_key text, p_recipient text, p_template text,
+    p_context jsonb DEFAULT '{}'::jsonb, p_mailbox text DEFAULT NULL)
+RETURNS TABLE (email_id bigint, created boolean, status text, message_key uuid)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_mailbox bigint;
+    v_existing outreach.emails%ROWTYPE;
+    v_suppressed boolean;
+    -- The one normal form (see outreach.normalize_address): " jo@example.com\t" and
+    -- "Jo@Example.COM" are one recipient, stored, compared and suppressed alike.
+    v_recipient text := outreach.normalize_address(p_recipient);
+BEGIN
+    IF p_delivery_key IS NULL OR length(p_delivery_key) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'delivery key must be 1 to 200 characters' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF v_recipient IS NULL OR v_recipient !~ '^[^@\s]+@[^@\s]+\.[^@\s]+$' THEN
+        RAISE EXCEPTION 'recipient is not an email address' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Suppressions keep internationalised domains in Unicode (as leads are stored); an ACE
+    -- (xn--) form could not match them, so it is refused rather than let through.
+    IF split_part(v_recipient, '@', 2) ~* '(^|\.)xn--' THEN
+        RAISE EXCEPTION 'recipient: write the domain in Unicode (IDNA-decoded), as outreach stores '
+                        'suppressions: % ', split_part(v_recipient, '@', 2)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_template IS NULL OR p_template !~ '^[a-z0-9][a-z0-9_]{0,62}$' THEN
+        RAISE EXCEPTION 'template is not a template name' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Replays first: the same key always returns its one row, whatever happened since.
+    SELECT * INTO v_existing FROM outreach.emails e WHERE e.delivery_key = p_delivery_key;
+    IF NOT FOUND THEN
+        IF p_mailbox IS NULL THEN
+            SELECT m.id INTO v_mailbox FROM outreach.mailboxes m WHERE m.transactional;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'no transactional mailbox: set "transactional: true" on one '
+                                'mailbox of the mailbox file and run "outreach mailbox sync"'
+                    USING ERRCODE = 'no_data_found';
+            END IF;
+        ELSE
+            SELECT m.id INTO v_mailbox FROM outreach.mailboxes m WHERE m.address = lower(p_mailbox);
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'unknown mailbox %', p_mailbox USING ERRCODE = 'no_data_found';
+            END IF;
+        END IF;
+        -- Queueing calls the one suppression function; a suppressed address gets a row too
+        -- (status 'suppressed'), so a replay of the key gives the same answer.
+        v_suppressed := outreach.is_suppressed(v_recipient, 'transactional');
+        INSERT INTO outreach.emails AS e (message_class, delivery_key, recipient, template, context,
+                                          mailbox_id, idempotency_key, status, scheduled_for)
+        VALUES ('transactional', p_delivery_key, v_recipient, p_template,
+                coalesce(p_context, '{}'::jsonb), v_mailbox,
+                md5('outreach-transactional:' || p_delivery_key)::uuid,
+                CASE WHEN v_suppressed THEN 'suppressed' ELSE 'queued' END::outreach.email_status,
+                now())
+        -- No conflict target: the delivery key and the idempotency key made from it are both
+        -- UNIQUE, and a concurrent insert of the same key may hit either index first.
+        ON CONFLICT DO NOTHING
+        RETURNING e.id, true, e.status::text, e.idempotency_key
+        INTO email_id, created, status, message_key;
+        IF FOUND THEN
+            PERFORM pg_notify('outreach_transactional', email_id::text);
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        -- A concurrent transaction inserted the same key and committed first.
+        SELECT * INTO v_existing FROM outreach.emails e WHERE e.delivery_key = p_delivery_key;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'delivery key %: its idempotency key is taken by another email', p_delivery_key
+                USING ERRCODE = 'unique_violation';
+        END IF;
+    END IF;
+    IF outreach.normalize_address(v_existing.recipient) IS DISTINCT FROM v_recipient
+       OR v_existing.template IS DISTINCT FROM p_template THEN
+        RAISE EXCEPTION 'delivery key % was already used for another message (email %)',
+                        p_delivery_key, v_existing.id
+            USING ERRCODE = 'unique_violation',
+                  HINT = 'a delivery key names one message: make a new key for a new message';
+    END IF;
+    email_id := v_existing.id; created := false; status := v_existing.status::text;
+    message_key := v_existing.idempotency_key;
+    RETURN NEXT;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Enrolments
+-- ---------------------------------------------------------------------------------------------
+
+-- Stop one enrolment and cancel every queued step of it, in the caller's transaction (one
+-- statement each, so a stop and its cancellations commit together or not at all).
+--   p_status: 'stopped' (an operator) or 'replied' (a reply was read);
+--   p_reason, p_by: why and who (both non-empty), kept on the enrolment.
+-- Returns how many queued emails it cancelled (status 'cancelled'). Only status = 'queued' rows
+-- are touched: a row 'sending' right now belongs to its sender, whose pre-send check re-reads the
+-- enrolment (named query email_cancel_stopped) and cancels it before the handoff.
+-- Stopping an enrolment that is no longer active keeps its first status, reason and time (like a
+-- mailbox pause) and still cancels any queued step of it (a queue-due run that overlapped the
+-- first stop may have inserted one). An unknown enrolment id raises no_data_found.
+CREATE FUNCTION outreach.stop_enrollment(p_enrollment_id bigint, p_status text, p_reason text,
+                                         p_by text) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_en outreach.enrollments%ROWTYPE;
+    v_cancelled integer;
+BEGIN
+    IF p_status IS NULL OR p_status NOT IN ('stopped', 'replied') THEN
+        RAISE EXCEPTION 'an enrolment stops as ''stopped'' or ''replied'', not %', p_status
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF btrim(coalesce(p_reason, '')) = '' OR btrim(coalesce(p_by, '')) = '' THEN
+        RAISE EXCEPTION 'stopping an enrolment needs who (by) and why (reason)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    UPDATE outreach.enrollments en
+    SET status = p_status, stopped_at = now(), stopped_by = btrim(p_by),
+        stop_reason = btrim(p_reason)
+    WHERE en.id = p_enrollment_id AND en.status = 'active'
+    RETURNING * INTO v_en;
+    IF NOT FOUND THEN
+        SELECT * INTO v_en FROM outreach.enrollments en WHERE en.id = p_enrollment_id;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'no enrolment %', p_enrollment_id USING ERRCODE = 'no_data_found';
+        END IF;
+    END IF;
+    UPDATE outreach.emails e
+    SET status = 'cancelled', updated_at = now(),
+        last_error = format('enrolment %s %s by %s: %s', v_en.id, v_en.status, v_en.stopped_by,
+                            v_en.stop_reason)
+    WHERE e.lead_id = v_en.lead_id AND e.campaign_id = v_en.campaign_id AND e.status = 'queued';
+    GET DIAGNOSTICS v_cancelled = ROW_COUNT;
+    RETURN v_cancelled;
+END
+$$;
+
+-- The fields of `fields` that lead `l` has blank, sorted (an empty array: it has them all). One
+-- place for the rule, used by queue-due and the report (sequence_steps.requires).
+CREATE FUNCTION outreach.lead_missing_fields(l outreach.leads, fields text[]) RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(array_agg(f ORDER BY f), '{}')
+    FROM unnest(fields) AS f
+    WHERE coalesce(btrim(CASE f WHEN 'first_name' THEN l.first_name
+                                WHEN 'last_name' THEN l.last_name
+                                WHEN 'company' THEN l.company
+                                WHEN 'title' THEN l.title END), '') = ''
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Trigger functions (their triggers: §5)
+-- ---------------------------------------------------------------------------------------------
+
+CREATE FUNCTION outreach.emails_keep_idempotency_key() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'outreach.emails.idempotency_key never changes (email %)', OLD.id
+        USING ERRCODE = 'check_violation';
+END
+$$;
+
+CREATE FUNCTION outreach.emails_keep_transactional_request() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'the delivery key, recipient, template and context of email % never change', OLD.id
+        USING ERRCODE = 'check_violation';
+END
+$$;
+
+-- Only a transaction that set outreach.resolution = 'operator' (sql/queries/resolutions.sql)
+-- may change the status or failure kind of an unconfirmed row.
+CREATE FUNCTION outreach.emails_guard_unconfirmed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF coalesce(current_setting('outreach.resolution', true), '') <> 'operator' THEN
+        RAISE EXCEPTION 'email % is unconfirmed: only an operator resolution may change it '
+                        '(outreach resolve / the outreach_resolve_unconfirmed DAG)', OLD.id
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- Writes the outreach.suppression_events row of every insert and delete of a suppression.
+CREATE FUNCTION outreach.suppressions_record_event() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO outreach.suppression_events (action, suppression_id, kind, value, reason,
+                                                 source, actor, note)
+        VALUES ('suppress', NEW.id, NEW.kind, NEW.value, NEW.reason, NEW.source,
+                nullif(current_setting('outreach.actor', true), ''),
+                nullif(current_setting('outreach.note', true), ''));
+        RETURN NEW;
+    END IF;
+    -- A removal without `outreach unsuppress` (psql, a script) still records the database role.
+    INSERT INTO outreach.suppression_events (action, suppression_id, kind, value, reason, source,
+                                             actor, note)
+    VALUES ('unsuppress', OLD.id, OLD.kind, OLD.value, OLD.reason, OLD.source,
+            coalesce(nullif(current_setting('outreach.actor', true), ''), session_user::text),
+            coalesce(nullif(current_setting('outreach.note', true), ''),
+                     '(removed without outreach unsuppress)'));
+    RETURN OLD;
+END
+$$;
+
+-- =============================================================================================
+-- 5. Triggers
+-- =============================================================================================
+
+-- The idempotency key (the Message-ID) never changes.
+CREATE TRIGGER outreach_emails_keep_idempotency_key
+    BEFORE UPDATE OF idempotency_key ON outreach.emails
+    FOR EACH ROW WHEN (OLD.idempotency_key IS DISTINCT FROM NEW.idempotency_key)
+    EXECUTE FUNCTION outreach.emails_keep_idempotency_key();
+
+-- What a transactional row was asked for (key, recipient, template, context, class) never changes.
+CREATE TRIGGER outreach_emails_keep_transactional_request
+    BEFORE UPDATE OF delivery_key, recipient, template, context, message_class ON outreach.emails
+    FOR EACH ROW
+    WHEN ((OLD.delivery_key, OLD.recipient, OLD.template, OLD.context, OLD.message_class)
+          IS DISTINCT FROM (NEW.delivery_key, NEW.recipient, NEW.template, NEW.context, NEW.message_class))
+    EXECUTE FUNCTION outreach.emails_keep_transactional_request();
+
+-- An unconfirmed row changes only by an operator resolution.
+CREATE TRIGGER outreach_emails_guard_unconfirmed
+    BEFORE UPDATE ON outreach.emails
+    FOR EACH ROW
+    WHEN (OLD.failure_kind = 'unconfirmed'
+          AND (NEW.status, NEW.failure_kind) IS DISTINCT FROM (OLD.status, OLD.failure_kind))
+    EXECUTE FUNCTION outreach.emails_guard_unconfirmed();
+
+-- Every suppress and unsuppress is recorded, whoever makes it.
+CREATE TRIGGER outreach_suppressions_record_event
+    AFTER INSERT OR DELETE ON outreach.suppressions
+    FOR EACH ROW EXECUTE FUNCTION outreach.suppressions_record_event();
+
+-- =============================================================================================
+-- 6. Grants: none (see the header).
+-- =============================================================================================
