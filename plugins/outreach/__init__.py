@@ -2,8 +2,9 @@
 
 The package is plain Python: only :mod:`outreach.airflow.tasks` imports Airflow, so the domain
 code is importable (and testable) without an Airflow environment. The promise it keeps lives in the
-database (see ``sql/migrations``): one email row per (lead, sequence step), claims by
-``FOR NO KEY UPDATE SKIP LOCKED`` with a claim token, a send log with one entry per email row written only
+database (``sql/schema.sql``, whose header says where each rule lives): one email row per (lead,
+sequence step), claims by ``FOR NO KEY UPDATE SKIP LOCKED`` with a claim token
+(``outreach.claim_emails_v1``), a send log with one entry per email row written only
 after the SMTP server accepted the message, and one suppression function consulted at import,
 queueing and right before the SMTP handoff.
 """
