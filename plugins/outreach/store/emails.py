@@ -77,7 +77,7 @@ def email_claim_batch(
     claim_token: UUID,
     claimed_by: str,
 ) -> list[ClaimedEmail]:
-    """``email_claim_batch``: The claim is this one statement."""
+    """``email_claim_batch``: the claim of campaign rows (``outreach.claim_emails_v1``)."""
     return many(
         conn,
         "email_claim_batch",
@@ -124,7 +124,7 @@ def email_claim_transactional(
     claim_token: UUID,
     claimed_by: str,
 ) -> list[ClaimedTransactional]:
-    """``email_claim_transactional``: The claim of transactional rows."""
+    """``email_claim_transactional``: the claim of transactional rows (``outreach.claim_emails_v1``)."""
     return many(
         conn,
         "email_claim_transactional",
