@@ -1,7 +1,7 @@
 -- sql/schema.sql — the outreach database as the migrations leave it: the current truth, in one
 -- file to read. It is not how a database is built: `outreach db upgrade` (plugins/outreach/
 -- migrate.py) applies sql/migrations/NNNN_*.sql, forward-only history that is never edited.
--- The test test_schema_truth.py (under tests/) builds one database from every migration and one
+-- tests/migration/test_schema_truth.py builds one database from every migration and one
 -- from this file and asserts that `pg_dump --schema-only` of both is identical, so this file cannot
 -- drift: a migration that changes the schema changes this file in the same commit.
 --
