@@ -48,6 +48,8 @@ class ImapAccount:
     password: str
     ssl: bool = True
     timeout: float = 30.0
+    oauth: Any = None
+    """An :class:`outreach.oauth.OAuthConfig`: log in with XOAUTH2 instead of the password."""
 
     def __repr__(self) -> str:  # never show the password
         return f"ImapAccount({self.conn_id!r}, {self.host}:{self.port}, ssl={self.ssl})"
@@ -81,11 +83,22 @@ class ImapSession:
     def __enter__(self) -> ImapSession:
         from imapclient import IMAPClient
 
-        try:
-            self.client = IMAPClient(self.account.host, port=self.account.port,
-                                     ssl=self.account.ssl, timeout=self.account.timeout)
-        except Exception as exc:  # noqa: BLE001 - socket, TLS, greeting: all the CONNECT stage
-            raise ImapError("CONNECT", _reason(exc)) from None
+        def connect() -> Any:
+            try:
+                return IMAPClient(self.account.host, port=self.account.port,
+                                  ssl=self.account.ssl, timeout=self.account.timeout)
+            except Exception as exc:  # noqa: BLE001 - socket, TLS, greeting: the CONNECT stage
+                raise ImapError("CONNECT", _reason(exc)) from None
+
+        if self.account.oauth is not None:  # XOAUTH2, the token refreshed once (outreach.oauth)
+            from outreach.oauth import OAuthError, imap_login
+
+            try:
+                self.client = imap_login(self.account.oauth, connect)
+            except OAuthError as exc:
+                raise ImapError("LOGIN", str(exc)) from None
+            return self
+        self.client = connect()
         try:
             self.client.login(self.account.login, self.account.password)
         except Exception as exc:  # noqa: BLE001

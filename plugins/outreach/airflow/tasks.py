@@ -115,7 +115,8 @@ def smtp_connector(smtp_conn_id: str) -> smtplib.SMTP:
     """Open a connected, authenticated SMTP client for an Airflow SMTP connection.
 
     Uses the SMTP provider's hook for the connection (host, port, implicit SSL / STARTTLS, login,
-    OAuth2, timeout). The hook's own ``send_email_smtp`` is not used: it retries the whole send on
+    timeout); extra ``auth_type: oauth2`` logs in with XOAUTH2 and a token from
+    :mod:`outreach.oauth` (Google, Microsoft or a static token). The hook's own ``send_email_smtp`` is not used: it retries the whole send on
     any error, which duplicates mail, and builds messages without Message-ID or DKIM.
 
     :raises Exception: whatever the hook raises when it cannot connect (the transport classifies
@@ -123,10 +124,16 @@ def smtp_connector(smtp_conn_id: str) -> smtplib.SMTP:
     """
     from airflow.providers.smtp.hooks.smtp import SmtpHook
 
+    from outreach import oauth
+
     if _connection(smtp_conn_id) is None:
         raise smtplib.SMTPConnectError(
             -1, f"no Airflow connection {smtp_conn_id!r} (set AIRFLOW_CONN_{smtp_conn_id.upper()} "
                 "or add it in the Airflow UI; see README: Configuration)")
+    conn = _connection(smtp_conn_id)
+    oauth2 = oauth.config(smtp_conn_id, conn.login, conn.extra_dejson)
+    if oauth2 is not None:  # extra auth_type oauth2: XOAUTH2 with a cached token (outreach.oauth)
+        return oauth.smtp_login(oauth2)
     hook = SmtpHook(smtp_conn_id=smtp_conn_id)
     hook.get_conn()
     client = hook._smtp_client  # the connected smtplib client the hook built (providers-smtp 3.2)
@@ -154,8 +161,11 @@ def imap_account(imap_conn_id: str):
     ssl = str(extra.get("ssl", extra.get("use_ssl", True))).strip().lower() not in ("false", "0", "no")
     if not conn.host or not conn.login:
         raise LookupError(f"Airflow connection {imap_conn_id!r} needs a host and a login")
+    from outreach import oauth
+
     return ImapAccount(imap_conn_id, conn.host, int(conn.port or (993 if ssl else 143)), conn.login,
-                       conn.password or "", ssl, float(extra.get("timeout", 30)))
+                       conn.password or "", ssl, float(extra.get("timeout", 30)),
+                       oauth.config(imap_conn_id, conn.login, extra))
 
 
 def optional_unsubscribe_secret() -> str | None:

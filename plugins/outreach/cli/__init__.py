@@ -378,6 +378,14 @@ def cmd_mailbox(args: argparse.Namespace) -> int:
                   f"  {e['event']} by {e['actor']}: {e['reason']}")
         if not events:
             print("no pause or resume events" + (f" for mailbox {args.mailbox}" if args.mailbox else ""))
+    elif args.mailbox_command == "check":
+        from outreach.logincheck import check_mailbox
+
+        address, checks = check_mailbox(url, args.mailbox)
+        print(f"mailbox {address}:")
+        for c in checks:
+            print("  " + c.line())
+        return 0 if all(c.ok for c in checks) else 1
     elif args.mailbox_command == "sync":
         from outreach.campaign import sync_mailboxes
 
@@ -675,6 +683,9 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--reason", required=True, help=reason_help)
     s = mbsub.add_parser("history", help="pause/resume history, newest first")
     s.add_argument("mailbox", metavar="ADDRESS_OR_ID", nargs="?")
+    s = mbsub.add_parser("check", help="try the mailbox's SMTP and IMAP logins (password or "
+                         "OAuth 2.0) and say what works")
+    s.add_argument("mailbox", metavar="ADDRESS_OR_ID")
     s = mbsub.add_parser("sync", help="write every mailbox of the mailbox file to the database")
     s.add_argument("--file", default="include/mailboxes.yaml")
     mbsub.add_parser("check-bounces", help="pause mailboxes above the hard-bounce rate threshold")

@@ -99,6 +99,23 @@ service anvil {{
 """
 
 
+def _with_oauth2(config: str, d: Path, introspection_url: str) -> str:
+    """Add SASL XOAUTH2 and OAUTHBEARER logins to ``config``: Dovecot's ``oauth2`` passdb
+    (Dovecot 2.3) posts each bearer token to ``introspection_url`` (RFC 7662: ``token=…``) and
+    accepts it when the answer says ``"active": true`` and its ``username`` is the login; the
+    password logins keep their passwd-file."""
+    (d / "oauth2.conf.ext").write_text(
+        f"introspection_mode = post\nintrospection_url = {introspection_url}\n"
+        "force_introspection = yes\nusername_attribute = username\n"
+        "active_attribute = active\nactive_value = true\n")
+    config = config.replace("auth_mechanisms = plain login",
+                            "auth_mechanisms = plain login xoauth2 oauthbearer")
+    return config.replace("passdb {\n  driver = passwd-file\n",
+                          "passdb {\n  driver = oauth2\n  mechanisms = xoauth2 oauthbearer\n"
+                          f"  args = {d}/oauth2.conf.ext\n}}\n"
+                          "passdb {\n  driver = passwd-file\n  mechanisms = plain login\n")
+
+
 class DovecotServer:
     """One Dovecot instance on ``127.0.0.1:port`` with its own files in ``directory``.
 
@@ -110,7 +127,9 @@ class DovecotServer:
         come up (its log is quoted).
     """
 
-    def __init__(self, directory: str | Path | None = None) -> None:
+    def __init__(self, directory: str | Path | None = None, *,
+                 oauth2_introspection_url: str | None = None) -> None:
+        self.oauth2_introspection_url = oauth2_introspection_url
         self.host = "127.0.0.1"
         self.port = free_port(self.host)
         self.directory = Path(directory) if directory else None
@@ -132,8 +151,11 @@ class DovecotServer:
         for sub in ("run", "state", "mail"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         group = grp.getgrgid(self.gid).gr_name
-        (d / "dovecot.conf").write_text(_CONFIG.format(dir=d, port=self.port, user=self.user,
-                                                       group=group, uid=self.uid, gid=self.gid))
+        config = _CONFIG.format(dir=d, port=self.port, user=self.user, group=group,
+                                uid=self.uid, gid=self.gid)
+        if self.oauth2_introspection_url:
+            config = _with_oauth2(config, d, self.oauth2_introspection_url)
+        (d / "dovecot.conf").write_text(config)
         self._write_users()
         if os.geteuid() == 0:
             for path in [d, *d.rglob("*")]:

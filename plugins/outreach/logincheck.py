@@ -1,0 +1,101 @@
+"""``outreach mailbox check ADDRESS``: try a mailbox's SMTP and IMAP logins and say what works.
+
+Each login is tried the way the sender and the inbox reader log in (password, or XOAUTH2 with a
+token of :mod:`outreach.oauth`, refreshed once when refused); nothing is sent, nothing is read
+(SMTP: connect, EHLO, AUTH, QUIT; IMAP: LOGIN or AUTHENTICATE, LOGOUT). The lines name the
+connection, the method and, on failure, the reason and what to fix; never a token or password.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from outreach import db
+from outreach.logutil import mask, mask_addresses
+
+
+@dataclass(frozen=True)
+class LoginCheck:
+    """One login tried: ``protocol`` (``SMTP``/``IMAP``), ``conn_id``, ``method`` (``basic``,
+    ``oauth2 google`` …), ``ok`` and ``detail`` (the failure, one line)."""
+
+    protocol: str
+    conn_id: str
+    method: str
+    ok: bool
+    detail: str = ""
+
+    def line(self) -> str:
+        head = f"{self.protocol} {self.conn_id} ({self.method}): "
+        return head + ("login OK" if self.ok else f"FAILED: {self.detail}")
+
+
+def _method(conn_id: str) -> str:
+    from outreach import oauth
+    from outreach.airflow_adapter import _connection
+
+    conn = _connection(conn_id)
+    if conn is None:
+        return "no connection"
+    try:
+        cfg = oauth.config(conn_id, conn.login, conn.extra_dejson)
+    except oauth.OAuthError:
+        return "oauth2 ?"
+    return cfg.describe() if cfg else "basic"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join((str(exc) or type(exc).__name__).split())
+    return mask_addresses(text)[:600]
+
+
+def check_smtp(conn_id: str) -> LoginCheck:
+    """Connect and log in to the SMTP server of ``conn_id``, then QUIT."""
+    from outreach.airflow_adapter import smtp_connector
+
+    method = _method(conn_id)
+    try:
+        client = smtp_connector(conn_id)
+    except Exception as exc:  # noqa: BLE001 - refused, TLS, AUTH 535, OAuthError: all reported
+        return LoginCheck("SMTP", conn_id, method, False, _one_line(exc))
+    try:
+        client.quit()
+    except Exception:  # noqa: BLE001 - the login worked; a rude hang-up after QUIT is fine
+        pass
+    return LoginCheck("SMTP", conn_id, method, True)
+
+
+def check_imap(conn_id: str) -> LoginCheck:
+    """Connect and log in to the IMAP server of ``conn_id``, then LOGOUT."""
+    from outreach.airflow_adapter import imap_account
+    from outreach.imap import ImapSession
+
+    method = _method(conn_id)
+    try:
+        with ImapSession(imap_account(conn_id)):
+            pass
+    except Exception as exc:  # noqa: BLE001 - ImapError, LookupError, OAuthError: all reported
+        return LoginCheck("IMAP", conn_id, method, False, _one_line(exc))
+    return LoginCheck("IMAP", conn_id, method, True)
+
+
+def check_mailbox(url: str, mailbox: str | int) -> tuple[str, list[LoginCheck]]:
+    """Try the SMTP login and (when the mailbox has one) the IMAP login of a mailbox by id or
+    address; return its masked address and the checks.
+
+    :raises outreach.mailboxes.MailboxNotFound: no such mailbox.
+    """
+    from outreach.mailboxes import MailboxNotFound
+
+    text = str(mailbox).strip()
+    params: dict[str, Any] = ({"mailbox_id": int(text), "address": None} if text.isdigit()
+                              else {"mailbox_id": None, "address": text})
+    with db.connect(url, autocommit=True) as conn:
+        row = db.one(conn, "mailbox_connections", params)
+    if row is None:
+        raise MailboxNotFound(f"no mailbox {mask(text) if '@' in text else text!r}")
+    checks = [check_smtp(row["smtp_conn_id"])]
+    if row["imap_conn_id"]:
+        checks.append(check_imap(row["imap_conn_id"]))
+    return mask(row["address"]), checks

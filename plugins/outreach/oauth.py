@@ -1,0 +1,424 @@
+"""OAuth 2.0 access tokens for SMTP and IMAP logins (SASL ``XOAUTH2``), one place for both.
+
+Google Workspace and Microsoft 365 refuse password logins for third-party SMTP/IMAP clients, so a
+mailbox's Airflow connection (conn type ``smtp`` or ``imap``) can say in its extra::
+
+    {"auth_type": "oauth2", "oauth2_provider": "google" | "microsoft" | "token", ...}
+
+``auth_type`` is the SMTP provider hook's own field (``basic``, the default, or ``oauth2``); the
+hook's XOAUTH2 exchange (``SmtpHook.get_conn``) is used for SMTP with the token this module fills
+in, IMAPClient's ``oauth2_login`` for IMAP. The XOAUTH2 user is the connection's login (the
+mailbox address). Providers (README: OAuth 2.0 mailboxes):
+
+- ``google``: a service account with domain-wide delegation; its JSON key in the extra
+  ``keyfile_dict`` (an object or its text) or a file path in ``key_path``; google-auth signs a
+  JWT bearer grant (RFC 7523) for the scope :data:`GOOGLE_SCOPE` with ``sub`` = the login and
+  posts it to the key's ``token_uri``.
+- ``microsoft``: an Entra application's client credentials through MSAL (``tenant_id``,
+  ``client_id``, and ``client_secret`` or ``client_certificate`` ``{"private_key": PEM,
+  "thumbprint": hex}``); scope :data:`MICROSOFT_SCOPE` (Exchange Online's ``.default``: the app's
+  ``SMTP.SendAsApp`` / ``IMAP.AccessAsApp`` permissions); ``authority`` overrides
+  ``https://login.microsoftonline.com/<tenant_id>`` (sovereign clouds; the tests' loopback
+  endpoint, where instance discovery is turned off).
+- ``token``: a static ``access_token`` (tests, short jobs); it cannot be refreshed.
+
+Tokens are cached per process (:data:`CACHE`) until :data:`EARLY_REFRESH` before they expire,
+refreshed once when the server refuses one (:func:`with_token`), and never logged, stored in the
+database or returned from a task: only this module and the login call see them. Every failure is
+an :class:`OAuthError` whose one line names the connection and what to fix.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+GOOGLE_SCOPE = "https://mail.google.com/"
+"""The only Google scope that covers IMAP, POP and SMTP (Gmail's XOAUTH2)."""
+MICROSOFT_SCOPE = "https://outlook.office365.com/.default"
+"""Exchange Online's resource for SMTP AUTH and IMAP with client credentials (the granted
+application permissions ``SMTP.SendAsApp`` and ``IMAP.AccessAsApp`` come with ``.default``)."""
+EARLY_REFRESH = 300.0
+"""Seconds before its expiry a cached token is no longer used (a session opened with it must
+still log in; Google's and Microsoft's tokens last 3600 s)."""
+PROVIDERS = ("google", "microsoft", "token")
+
+T = TypeVar("T")
+
+
+class OAuthError(RuntimeError):
+    """No token, or the server refused the token: a configuration problem of the connection,
+    never of a message. ``conn_id``, ``reason`` (what happened, the provider's error code) and
+    ``fix`` (what to do); ``str()`` is the one line ``Airflow connection 'x': reason; fix``.
+    Never carries a token or a key."""
+
+    def __init__(self, conn_id: str, reason: str, fix: str) -> None:
+        self.conn_id, self.reason, self.fix = conn_id, reason, fix
+        super().__init__(f"Airflow connection {conn_id!r}: {reason}; {fix}")
+
+
+@dataclass(frozen=True)
+class OAuthConfig:
+    """How one connection gets its token: ``conn_id``, ``provider`` (:data:`PROVIDERS`),
+    ``user`` (the XOAUTH2 user and Google's ``sub``: the connection's login) and ``extra`` (the
+    connection's extra: the key or the client secret; never shown by ``repr``)."""
+
+    conn_id: str
+    provider: str
+    user: str
+    extra: dict[str, Any] = field(repr=False, compare=False, hash=False)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.conn_id, self.provider, self.user)
+
+    @property
+    def scope(self) -> str:
+        if self.provider == "microsoft":
+            return str(self.extra.get("scope") or MICROSOFT_SCOPE)
+        return GOOGLE_SCOPE
+
+    def describe(self) -> str:
+        """``oauth2 google`` style text for ``outreach mailbox check``."""
+        return f"oauth2 {self.provider}"
+
+
+def config(conn_id: str, login: str | None, extra: dict[str, Any] | None) -> OAuthConfig | None:
+    """Return the OAuth settings of a connection, or ``None`` for a password (basic) login.
+
+    ``oauth2_provider`` may be left out when the extra says it unambiguously: a key
+    (``keyfile_dict``/``key_path``) is Google, ``client_id`` Microsoft, ``access_token`` a token.
+
+    :raises OAuthError: ``auth_type`` is neither ``basic`` nor ``oauth2``, the provider is
+        unknown, or the login is missing.
+    """
+    extra = dict(extra or {})
+    kind = str(extra.get("auth_type") or "basic").strip().lower()
+    if kind == "basic":
+        return None
+    if kind != "oauth2":
+        raise OAuthError(conn_id, f"extra auth_type {kind!r} is not known",
+                         "set auth_type to 'basic' or 'oauth2'")
+    provider = str(extra.get("oauth2_provider") or "").strip().lower()
+    if not provider:
+        provider = ("google" if ("keyfile_dict" in extra or "key_path" in extra)
+                    else "microsoft" if "client_id" in extra
+                    else "token" if "access_token" in extra else "")
+    if provider not in PROVIDERS:
+        raise OAuthError(conn_id, f"extra oauth2_provider {provider!r} is not known",
+                         "set oauth2_provider to google, microsoft or token (README: OAuth 2.0 "
+                         "mailboxes)")
+    if not login:
+        raise OAuthError(conn_id, "no login", "set the connection's login to the mailbox address "
+                         "(the XOAUTH2 user)")
+    return OAuthConfig(conn_id, provider, login.strip(), extra)
+
+
+# --- fetching a token --------------------------------------------------------------------------
+
+_GOOGLE_FIXES = {
+    "unauthorized_client": (
+        f"domain-wide delegation for scope {GOOGLE_SCOPE} not granted: in the Admin console, "
+        "Security > Access and data control > API controls > Domain-wide delegation, add the "
+        "service account's client ID {client_id} with that scope"),
+    "access_denied": (
+        f"domain-wide delegation for scope {GOOGLE_SCOPE} not granted to client ID {{client_id}}"
+        " (Admin console > API controls > Domain-wide delegation)"),
+    "invalid_scope": f"grant exactly the scope {GOOGLE_SCOPE} to client ID {{client_id}}",
+}
+
+
+def _google_key(cfg: OAuthConfig) -> dict[str, Any]:
+    raw = cfg.extra.get("keyfile_dict")
+    try:
+        if raw is None and cfg.extra.get("key_path"):
+            with open(str(cfg.extra["key_path"]), encoding="utf-8") as fh:
+                raw = fh.read()
+        info = json.loads(raw) if isinstance(raw, str) else raw
+    except (OSError, ValueError) as exc:
+        raise OAuthError(cfg.conn_id, f"the service-account key cannot be read "
+                         f"({type(exc).__name__})", "put the JSON key in the extra keyfile_dict "
+                         "or a readable file path in key_path") from None
+    if not isinstance(info, dict) or info.get("type") != "service_account":
+        raise OAuthError(cfg.conn_id, "no service-account JSON key in the extra",
+                         "put the key (IAM > Service accounts > Keys > JSON) in keyfile_dict")
+    return info
+
+
+def _google_token(cfg: OAuthConfig) -> tuple[str, float]:
+    import google.auth.exceptions
+    import google.auth.transport.requests
+    from google.oauth2 import service_account
+
+    info = _google_key(cfg)
+    client_id = info.get("client_id", "?")
+    try:
+        creds = service_account.Credentials.from_service_account_info(
+            info, scopes=[GOOGLE_SCOPE], subject=cfg.user)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise OAuthError(cfg.conn_id, f"the service-account key is not usable "
+                         f"({type(exc).__name__})", "download a new JSON key of the service "
+                         "account into keyfile_dict") from None
+    try:
+        creds.refresh(google.auth.transport.requests.Request())
+    except google.auth.exceptions.RefreshError as exc:
+        data = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], dict) else {}
+        code = str(data.get("error") or "refused")
+        text = str(data.get("error_description") or "")[:200]
+        fix = _GOOGLE_FIXES.get(code)
+        if fix is None and "signature" in text.lower():
+            fix = ("the service-account key was deleted, disabled or is not this account's: "
+                   "create a new key and put it in keyfile_dict")
+        elif fix is None:
+            fix = (f"check that {_masked(cfg.user)} is an active user of the Workspace domain and "
+                   "the service account and its key are enabled")
+        raise OAuthError(cfg.conn_id, f"Google refused the token request ({code}: {text})",
+                         fix.format(client_id=client_id)) from None
+    except google.auth.exceptions.TransportError as exc:
+        raise OAuthError(cfg.conn_id, f"Google's token endpoint could not be reached "
+                         f"({type(exc).__name__})", "check the network path to the key's "
+                         "token_uri; the run is tried again") from None
+    expiry = creds.expiry  # naive UTC (google-auth)
+    expires = (expiry.replace(tzinfo=dt.timezone.utc).timestamp() if expiry
+               else time.time() + 3600)
+    return creds.token, expires
+
+
+_MICROSOFT_FIXES = {
+    "AADSTS7000215": "the client secret is wrong: create a new one (Entra admin center > App "
+                     "registrations > Certificates & secrets) and put it in client_secret",
+    "AADSTS7000222": "the client secret has expired: create a new one and put it in client_secret",
+    "AADSTS700016": "no such application in the tenant: check tenant_id and client_id",
+    "AADSTS90002": "no such tenant: check tenant_id",
+    "AADSTS700027": "the certificate is not registered with the application or its thumbprint "
+                    "is wrong",
+    "AADSTS65001": "admin consent not granted: grant admin consent for the application's "
+                   "Office 365 Exchange Online permissions",
+    "AADSTS1002012": f"ask for the scope {MICROSOFT_SCOPE}",
+}
+
+
+def _microsoft_token(cfg: OAuthConfig) -> tuple[str, float]:
+    import msal
+
+    extra = cfg.extra
+    tenant = str(extra.get("tenant_id") or "").strip()
+    client_id = str(extra.get("client_id") or "").strip()
+    credential: Any = extra.get("client_secret") or extra.get("client_certificate")
+    if isinstance(credential, str) and credential.lstrip().startswith("{"):
+        credential = json.loads(credential)
+    if not client_id or not credential or not (tenant or extra.get("authority")):
+        raise OAuthError(cfg.conn_id, "incomplete Microsoft client credentials",
+                         "set tenant_id, client_id and client_secret (or client_certificate) "
+                         "in the extra")
+    authority = str(extra.get("authority") or f"https://login.microsoftonline.com/{tenant}")
+    try:
+        app = msal.ConfidentialClientApplication(
+            client_id, client_credential=credential, authority=authority,
+            # A custom authority (sovereign cloud, the tests' loopback endpoint) is not known to
+            # Microsoft's instance discovery: its own OpenID configuration is read instead.
+            instance_discovery=False if extra.get("authority") else None,
+            token_cache=msal.TokenCache())
+        result = app.acquire_token_for_client(scopes=[cfg.scope])
+    except ValueError as exc:  # discovery failed: bad tenant or authority
+        raise OAuthError(cfg.conn_id, f"Microsoft's authority {authority} is not usable "
+                         f"({str(exc)[:160]})", "check tenant_id (or authority)") from None
+    except OSError as exc:  # requests' ConnectionError and friends
+        raise OAuthError(cfg.conn_id, f"Microsoft's token endpoint could not be reached "
+                         f"({type(exc).__name__})", "check the network path; the run is "
+                         "tried again") from None
+    if "access_token" not in result:
+        code = str(result.get("error") or "refused")
+        text = str(result.get("error_description") or "").splitlines()[0][:200] if result.get(
+            "error_description") else ""
+        aadsts = text.split(":", 1)[0].strip()
+        fix = _MICROSOFT_FIXES.get(aadsts, "check the application's client credentials and its "
+                                   "admin consent")
+        raise OAuthError(cfg.conn_id, f"Microsoft refused the token request ({code}: {text})", fix)
+    return str(result["access_token"]), time.time() + float(result.get("expires_in") or 3600)
+
+
+def _static_token(cfg: OAuthConfig) -> tuple[str, float]:
+    token = str(cfg.extra.get("access_token") or "")
+    if not token:
+        raise OAuthError(cfg.conn_id, "no access_token in the extra", "put a token there, or use "
+                         "oauth2_provider google or microsoft")
+    return token, float("inf")
+
+
+_FETCH: dict[str, Callable[[OAuthConfig], tuple[str, float]]] = {
+    "google": _google_token, "microsoft": _microsoft_token, "token": _static_token}
+
+
+class TokenCache:
+    """Access tokens per ``(conn_id, provider, user)`` in this process, each used until
+    :data:`EARLY_REFRESH` seconds before it expires. Thread-safe; one fetch at a time per key.
+    Holds tokens in memory only."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tokens: dict[tuple[str, str, str], tuple[str, float]] = {}
+        self.fetches = 0  # how many tokens were fetched (tests count refreshes with it)
+
+    def get(self, cfg: OAuthConfig) -> str:
+        """Return a cached token, or fetch one.
+
+        :raises OAuthError: the provider refused or could not be reached.
+        """
+        with self._lock:
+            held = self._tokens.get(cfg.key)
+            if held is not None and held[1] - EARLY_REFRESH > time.time():
+                return held[0]
+            token, expires = _FETCH[cfg.provider](cfg)
+            self.fetches += 1
+            self._tokens[cfg.key] = (token, expires)
+            return token
+
+    def invalidate(self, cfg: OAuthConfig) -> None:
+        """Forget the token of ``cfg`` (the server refused it)."""
+        with self._lock:
+            self._tokens.pop(cfg.key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tokens.clear()
+
+
+CACHE = TokenCache()
+"""The process's token cache (a send task, an inbox task, the CLI)."""
+
+
+class AuthRefused(Exception):
+    """Raised by a ``login`` callable of :func:`with_token` when the server refused the token
+    (SMTP 535, IMAP ``AUTHENTICATIONFAILED``); ``reply`` is the server's text."""
+
+    def __init__(self, reply: str) -> None:
+        super().__init__(reply)
+        self.reply = reply
+
+
+_SERVER_FIXES = {
+    "google": (f"the server refused a fresh token: check that {{user}} is an active mailbox with "
+               f"IMAP access on, and delegation for scope {GOOGLE_SCOPE} is granted"),
+    "microsoft": ("the server refused a fresh token: register the application's service principal "
+                  "in Exchange Online (New-ServicePrincipal) and give it FullAccess to {user} "
+                  "(Add-MailboxPermission); for SMTP, SMTP AUTH must be on for the mailbox "
+                  "(Set-CASMailbox -SmtpClientAuthenticationDisabled $false)"),
+    "token": "the static access_token was refused (expired or revoked): put a new one in the "
+             "extra",
+}
+
+
+def with_token(cfg: OAuthConfig, login: Callable[[str], T], protocol: str) -> T:
+    """Log in with the cached token; when the server refuses it, fetch a fresh one and try once
+    more (a token revoked or expired early). Both tokens stay inside this call.
+
+    :param login: logs in with a token, raising :class:`AuthRefused` when the server refuses it.
+    :param protocol: ``SMTP`` or ``IMAP`` (for the message).
+    :raises OAuthError: no token could be had, or the fresh one was refused too.
+    """
+    for attempt in (1, 2):
+        token = CACHE.get(cfg)
+        try:
+            return login(token)
+        except AuthRefused as exc:
+            CACHE.invalidate(cfg)
+            if attempt == 2 or cfg.provider == "token":
+                raise OAuthError(cfg.conn_id, f"{protocol} login of {_masked(cfg.user)} refused "
+                                 f"({_scrub(exc.reply, token)})",
+                                 _SERVER_FIXES[cfg.provider].format(user=_masked(cfg.user))
+                                 ) from None
+    raise AssertionError("unreachable")
+
+
+def xoauth2(user: str, token: str) -> str:
+    """The SASL XOAUTH2 initial response (before base64): ``user=…^Aauth=Bearer …^A^A``."""
+    return f"user={user}\x01auth=Bearer {token}\x01\x01"
+
+
+def _masked(address: str) -> str:
+    from outreach.logutil import mask
+
+    return mask(address) if "@" in address else address
+
+
+def _scrub(text: str, token: str) -> str:
+    text = " ".join(str(text).split())[:200]
+    return text.replace(token, "[token]") if token else text
+
+
+# --- the logins ------------------------------------------------------------------------------
+
+def smtp_login(cfg: OAuthConfig) -> Any:
+    """Return a connected ``smtplib.SMTP`` logged in with ``AUTH XOAUTH2``, the token from
+    :data:`CACHE` and refreshed once on a refusal (:func:`with_token`).
+
+    The SMTP provider's hook builds the client from the connection (host, port, implicit SSL,
+    ``ssl_context``, timeout) and says whether to STARTTLS; the EHLO and AUTH are done here: the
+    hook's own XOAUTH2 path (``get_conn``) sends AUTH before any EHLO when there is no STARTTLS,
+    and smtplib takes the server's ``503`` to that for a success.
+
+    :raises OAuthError: no token, or the server refused a fresh one.
+    :raises Exception: whatever smtplib or the hook raises when it cannot connect.
+    """
+    import smtplib
+
+    from airflow.providers.smtp.hooks.smtp import SmtpHook
+
+    def login(token: str) -> Any:
+        hook = SmtpHook(smtp_conn_id=cfg.conn_id, auth_type="oauth2")
+        hook.smtp_connection = hook.get_connection(cfg.conn_id)
+        client = hook._build_client()
+        try:
+            client.ehlo_or_helo_if_needed()
+            if hook.smtp_starttls and not hook.use_ssl:
+                client.starttls(context=hook._build_ssl_context())
+                client.ehlo()
+            if not client.has_extn("auth"):
+                raise smtplib.SMTPNotSupportedError(
+                    f"the server of {cfg.conn_id!r} offers no AUTH (STARTTLS first?)")
+            try:
+                code, resp = client.auth("XOAUTH2", lambda _=None: xoauth2(cfg.user, token))
+            except smtplib.SMTPAuthenticationError as exc:
+                code, resp = exc.smtp_code, exc.smtp_error
+            if code != 235:
+                text = resp.decode("utf-8", "replace") if isinstance(resp, bytes) else str(resp)
+                raise AuthRefused(f"{code} {text}")
+        except BaseException:
+            client.close()
+            raise
+        return client
+
+    return with_token(cfg, login, "SMTP")
+
+
+def imap_login(cfg: OAuthConfig, connect: Callable[[], Any]) -> Any:
+    """Return an IMAPClient logged in with ``AUTHENTICATE XOAUTH2`` (``oauth2_login``), the
+    token from :data:`CACHE`, refreshed once on ``AUTHENTICATIONFAILED`` (a new connection for
+    the second try).
+
+    :param connect: returns a connected, not logged-in IMAPClient.
+    :raises OAuthError: no token, or the server refused a fresh one.
+    """
+    import imaplib
+
+    from imapclient.exceptions import LoginError
+
+    def login(token: str) -> Any:
+        client = connect()
+        try:
+            client.oauth2_login(cfg.user, token)
+        except (LoginError, imaplib.IMAP4.error) as exc:
+            try:
+                client.shutdown()
+            except Exception:  # noqa: BLE001 - the server may have hung up
+                pass
+            raise AuthRefused(str(exc).replace(token, "[token]")) from None
+        return client
+
+    return with_token(cfg, login, "IMAP")

@@ -1,0 +1,259 @@
+"""OAuth 2.0 (XOAUTH2) logins, end to end on loopback: the product sends through an aiosmtpd
+server that requires ``AUTH XOAUTH2`` and reads a real Dovecot whose oauth2 passdb introspects
+each token, both accepting only tokens of a local identity provider that plays Google's (JWT
+bearer grant of a service-account key generated here) and Microsoft's (client credentials through
+MSAL) token endpoints (tests/oauthserver.py). No mock: real PostgreSQL, real send and inbox runs."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import uuid
+
+import psycopg
+import pytest
+
+from conftest import SMTP_CONN_IDS
+from flow import rows
+from inboxflow import ANNA, IMAP_CONN_IDS, mail, read_all, sent_campaign
+from oauthserver import IdentityProvider, XOAuth2Sink
+from outreach import oauth
+from outreach.devimap import DovecotServer, DovecotUnavailable
+from outreach.inbox import InboxError
+from outreach.send import MailboxUnreachable
+
+DELEGATION = "domain-wide delegation for scope https://mail.google.com/ not granted"
+
+
+@pytest.fixture(scope="module")
+def idp(tmp_path_factory) -> IdentityProvider:
+    server = IdentityProvider(tmp_path_factory.mktemp("idp")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def oauth_dovecot(idp) -> DovecotServer:
+    """A Dovecot of its own whose XOAUTH2 logins are checked against the IdP's introspection."""
+    server = DovecotServer(oauth2_introspection_url=idp.introspection_url)
+    try:
+        server.start()
+    except DovecotUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def env(idp, monkeypatch, caplog):
+    """Trust the IdP's certificate (requests: REQUESTS_CA_BUNDLE), an empty token cache, every
+    log record captured at DEBUG."""
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(idp.cert))
+    oauth.CACHE.clear()
+    caplog.set_level(logging.DEBUG)
+    yield
+    oauth.CACHE.clear()
+
+
+@pytest.fixture
+def xsink(tmp_path, idp):
+    server = XOAuth2Sink(tmp_path / "maildir", idp).start()
+    yield server
+    server.stop()
+
+
+def smtp_oauth(monkeypatch, xsink, extra: dict) -> None:
+    """Every demo mailbox's SMTP connection: the XOAUTH2 sink, logging in as anna."""
+    for conn_id in SMTP_CONN_IDS:
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", xsink.connection_json(ANNA, extra))
+
+
+def imap_oauth(monkeypatch, dovecot: DovecotServer, extra_for) -> str:
+    """Anna's inbox on the OAuth Dovecot with ``extra_for(login)``; the other inboxes there with
+    passwords. Return anna's IMAP login."""
+    import json
+
+    login = ""
+    for conn_id in IMAP_CONN_IDS:
+        user = dovecot.add_user(f"{conn_id}-{uuid.uuid4().hex[:8]}@imap.test")
+        conn = json.loads(dovecot.connection_json(user))
+        if conn_id == "outreach_imap_anna":
+            login = user
+            conn.pop("password")
+            conn["extra"].update(extra_for(user))
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(conn))
+    return login
+
+
+def google_extra(key: dict) -> dict:
+    return {"auth_type": "oauth2", "oauth2_provider": "google", "keyfile_dict": key}
+
+
+def assert_no_token(db_url: str, idp: IdentityProvider, caplog, *texts: str) -> None:
+    """No token the IdP issued (nor its XOAUTH2 form) is in any outreach table, any log record
+    of the product or its libraries, or ``texts`` (error messages, CLI output)."""
+    with psycopg.connect(db_url) as c:
+        tables = [r[0] for r in c.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'outreach'")]
+        dump = "\n".join(str(r[0]) for t in tables
+                         for r in c.execute(f'SELECT t::text FROM outreach."{t}" t'))
+    # aiosmtpd's own logger (mail.log) is the test server's, not the product's.
+    logged = "\n".join(r.getMessage() for r in caplog.records if not r.name.startswith("mail.log"))
+    assert idp.issued and len(dump) > 100 and logged
+    for token in idp.issued:
+        forms = [token, base64.b64encode(oauth.xoauth2(ANNA, token).encode()).decode()]
+        for where, text in [("database", dump), ("logs", logged)] + [("text", t) for t in texts]:
+            assert not any(f in text for f in forms), f"a token is in the {where}"
+
+
+def test_google_service_account_sends_and_reads(db_url, tmp_path, settings, idp, oauth_dovecot,
+                                                xsink, env, monkeypatch, caplog):
+    key = idp.google_key()
+    smtp_oauth(monkeypatch, xsink, google_extra(key))
+    login = imap_oauth(monkeypatch, oauth_dovecot, lambda _user: google_extra(key))
+    grants = len(idp.grants)
+
+    sent = sent_campaign(db_url, tmp_path, settings, ["p1@lead.example", "p2@lead.example",
+                                                      "p3@lead.example"])
+    assert {m["X-RcptTo"] for m in xsink.messages()} == set(sent)
+    assert xsink.handler.accepted == [ANNA] and xsink.handler.refused == []
+    assert {r["status"] for r in rows(db_url, "SELECT status::text FROM outreach.emails")} == {"sent"}
+
+    oauth_dovecot.append(login, mail("p1@lead.example", "Re: hello", "Sounds good, call me."))
+    anna = {s.conn_id: s for s in read_all(db_url)}["outreach_imap_anna"]
+    assert anna.fetched == 1 and not anna.error, anna.line()
+    # One token per subject (the SMTP login, the IMAP login), each fetched once: the SMTP
+    # sessions of later batches and the IMAP session share the process's cache.
+    assert idp.grants[grants:] == [("google", ANNA), ("google", login)]
+    assert_no_token(db_url, idp, caplog)
+
+
+def test_microsoft_client_credentials_send_and_read(db_url, tmp_path, settings, idp,
+                                                    oauth_dovecot, xsink, env, monkeypatch,
+                                                    caplog):
+    smtp_oauth(monkeypatch, xsink, idp.microsoft_app(ANNA, client_id="app-smtp"))
+    login = imap_oauth(monkeypatch, oauth_dovecot,
+                       lambda user: idp.microsoft_app(user, client_id="app-imap"))
+    grants = len(idp.grants)
+
+    sent = sent_campaign(db_url, tmp_path, settings, ["m1@lead.example", "m2@lead.example"])
+    assert {m["X-RcptTo"] for m in xsink.messages()} == set(sent)
+    oauth_dovecot.append(login, mail("m2@lead.example", "Re: hello", "Yes please."))
+    anna = {s.conn_id: s for s in read_all(db_url)}["outreach_imap_anna"]
+    assert anna.fetched == 1, anna.line()
+    assert idp.grants[grants:] == [("microsoft", ANNA), ("microsoft", login)]
+    assert_no_token(db_url, idp, caplog)
+
+
+def test_a_token_expired_early_is_refreshed_once(db_url, tmp_path, settings, idp, oauth_dovecot,
+                                                 xsink, env, monkeypatch, caplog):
+    from flow import send_all
+    from outreach.leads import import_leads
+    from outreach.queue import queue_due
+    from conftest import CAMPAIGN, MAILBOXES
+    from flow import leads_csv
+
+    key = idp.google_key("refresh@proj.iam.gserviceaccount.com")
+    smtp_oauth(monkeypatch, xsink, google_extra(key))
+    login = imap_oauth(monkeypatch, oauth_dovecot, lambda _user: google_extra(key))
+    sent_campaign(db_url, tmp_path, settings, ["e1@lead.example"])
+    read_all(db_url)
+    grants = len(idp.grants)
+
+    idp.expire_all()  # the cache still holds both tokens, the servers no longer accept them
+    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, ["e2@lead.example"], "more.csv"))
+    queue_due(db_url)
+    send_all(db_url, settings)
+    oauth_dovecot.append(login, mail("e1@lead.example", "Re: hi", "ok"))
+    anna = {s.conn_id: s for s in read_all(db_url)}["outreach_imap_anna"]
+
+    assert len(xsink.messages()) == 2 and anna.fetched == 1
+    assert xsink.handler.refused == [ANNA]  # the stale token once, then the fresh one
+    assert idp.grants[grants:] == [("google", ANNA), ("google", login)]  # one refresh each
+    assert {(r["status"], r["attempts"]) for r in rows(
+        db_url, "SELECT status::text, attempts FROM outreach.emails")} == {("sent", 1)}
+    assert_no_token(db_url, idp, caplog)
+
+
+@pytest.mark.parametrize("break_it, reason, fix", [
+    ("delegation", "Google refused the token request (unauthorized_client", DELEGATION),
+    ("key", "Google refused the token request (invalid_grant: Invalid JWT Signature.)",
+     "the service-account key was deleted, disabled or is not this account's"),
+    ("secret", "Microsoft refused the token request (invalid_client: AADSTS7000215",
+     "the client secret is wrong"),
+])
+def test_a_revoked_credential_fails_the_run_red_and_consumes_no_attempt(
+        db_url, tmp_path, settings, idp, oauth_dovecot, xsink, env, monkeypatch, caplog,
+        break_it, reason, fix):
+    from flow import send_run
+    from outreach.leads import import_leads
+    from outreach.queue import queue_due
+    from conftest import CAMPAIGN, MAILBOXES
+    from flow import leads_csv, one_mailbox
+
+    email = f"{break_it}@proj.iam.gserviceaccount.com"
+    if break_it == "secret":
+        extra_for = lambda user: idp.microsoft_app(user, client_id=f"app-{user}")  # noqa: E731
+        smtp_oauth(monkeypatch, xsink, extra_for(ANNA))
+        login = imap_oauth(monkeypatch, oauth_dovecot, extra_for)
+    else:
+        key = idp.google_key(email)
+        smtp_oauth(monkeypatch, xsink, google_extra(key))
+        imap_oauth(monkeypatch, oauth_dovecot, lambda _user: google_extra(key))
+    # It worked yesterday: a send and a read, tokens issued and cached.
+    sent_campaign(db_url, tmp_path, settings, ["r0@lead.example"])
+    read_all(db_url)
+    if break_it == "secret":
+        idp.rotate_secret("contoso-tenant-id", f"app-{ANNA}")
+        idp.rotate_secret("contoso-tenant-id", f"app-{login}")
+    elif break_it == "delegation":
+        idp.revoke_delegation(email)
+    else:
+        idp.delete_google_key(email)
+    idp.expire_all()  # the servers refuse the cached tokens: the refresh meets the revocation
+    import_leads(db_url, CAMPAIGN, MAILBOXES,
+                 leads_csv(tmp_path, ["r1@lead.example", "r2@lead.example"], "more.csv"))
+    one_mailbox(db_url)
+    queue_due(db_url)
+
+    with pytest.raises(MailboxUnreachable) as failed:  # the send task fails red
+        send_run(db_url, settings)
+    line = str(failed.value)
+    assert "\n" not in line and "'outreach_smtp_anna'" in line, line
+    assert reason in line and fix in line, line
+    assert "no attempt counted" in line
+    assert len(xsink.messages()) == 1 and xsink.handler.accepted == [ANNA]  # yesterday's only
+    assert xsink.handler.refused == [ANNA]  # the stale token; the fresh one was never issued
+    state = rows(db_url, "SELECT status::text, attempts, last_error FROM outreach.emails "
+                         "WHERE status <> 'sent'")
+    assert {(r["status"], r["attempts"]) for r in state} == {("queued", 0)} and len(state) == 2
+    assert all(fix in r["last_error"] for r in state)
+
+    with pytest.raises(InboxError) as unread:
+        read_all(db_url)
+    assert "outreach_imap_anna" in str(unread.value) and fix in str(unread.value), unread.value
+    assert_no_token(db_url, idp, caplog, line, str(unread.value))
+
+
+def test_mailbox_check_says_which_logins_work(db_url, tmp_path, settings, idp, oauth_dovecot,
+                                              xsink, env, monkeypatch, capsys, caplog):
+    from outreach.campaign import sync_mailboxes
+    from outreach.cli import main
+    from conftest import MAILBOXES
+
+    sync_mailboxes(db_url, MAILBOXES)
+    monkeypatch.setenv("OUTREACH_DATABASE_URL", db_url)
+    key = idp.google_key("check@proj.iam.gserviceaccount.com")
+    smtp_oauth(monkeypatch, xsink, google_extra(key))
+    imap_oauth(monkeypatch, oauth_dovecot, lambda _user: google_extra(key))
+    assert main(["mailbox", "check", ANNA]) == 0
+    out = capsys.readouterr().out
+    assert "SMTP outreach_smtp_anna (oauth2 google): login OK" in out, out
+    assert "IMAP outreach_imap_anna (oauth2 google): login OK" in out, out
+
+    oauth.CACHE.clear()
+    idp.revoke_delegation("check@proj.iam.gserviceaccount.com")
+    assert main(["mailbox", "check", ANNA]) == 1
+    out = capsys.readouterr().out
+    assert out.count("FAILED") == 2 and out.count(DELEGATION) == 2, out
+    assert_no_token(db_url, idp, caplog, out)
