@@ -51,6 +51,7 @@ def env(idp, monkeypatch, caplog):
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(idp.cert))
     oauth.CACHE.clear()
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="outreach")  # the product's logger has its own level
     yield
     oauth.CACHE.clear()
 
@@ -89,9 +90,10 @@ def google_extra(key: dict) -> dict:
     return {"auth_type": "oauth2", "oauth2_provider": "google", "keyfile_dict": key}
 
 
-def assert_no_token(db_url: str, idp: IdentityProvider, caplog, *texts: str) -> None:
+def assert_no_token(db_url: str, idp: IdentityProvider, caplog, capfd, *texts: str) -> None:
     """No token the IdP issued (nor its XOAUTH2 form) is in any outreach table, any log record
-    of the product or its libraries, or ``texts`` (error messages, CLI output)."""
+    of the product or its libraries (caplog; and the process's stdout/stderr, where Airflow's
+    log set-up sends them once it is configured), or ``texts`` (error messages, CLI output)."""
     with psycopg.connect(db_url) as c:
         tables = [r[0] for r in c.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'outreach'")]
@@ -99,6 +101,8 @@ def assert_no_token(db_url: str, idp: IdentityProvider, caplog, *texts: str) -> 
                          for r in c.execute(f'SELECT t::text FROM outreach."{t}" t'))
     # aiosmtpd's own logger (mail.log) is the test server's, not the product's.
     logged = "\n".join(r.getMessage() for r in caplog.records if not r.name.startswith("mail.log"))
+    out, err = capfd.readouterr()
+    logged += "\n" + "\n".join(line for line in (out + err).splitlines() if "[mail.log]" not in line)
     assert idp.issued and len(dump) > 100 and logged
     for token in idp.issued:
         forms = [token, base64.b64encode(oauth.xoauth2(ANNA, token).encode()).decode()]
@@ -107,7 +111,7 @@ def assert_no_token(db_url: str, idp: IdentityProvider, caplog, *texts: str) -> 
 
 
 def test_google_service_account_sends_and_reads(db_url, tmp_path, settings, idp, oauth_dovecot,
-                                                xsink, env, monkeypatch, caplog):
+                                                xsink, env, monkeypatch, caplog, capfd):
     key = idp.google_key()
     smtp_oauth(monkeypatch, xsink, google_extra(key))
     login = imap_oauth(monkeypatch, oauth_dovecot, lambda _user: google_extra(key))
@@ -125,12 +129,12 @@ def test_google_service_account_sends_and_reads(db_url, tmp_path, settings, idp,
     # One token per subject (the SMTP login, the IMAP login), each fetched once: the SMTP
     # sessions of later batches and the IMAP session share the process's cache.
     assert idp.grants[grants:] == [("google", ANNA), ("google", login)]
-    assert_no_token(db_url, idp, caplog)
+    assert_no_token(db_url, idp, caplog, capfd)
 
 
 def test_microsoft_client_credentials_send_and_read(db_url, tmp_path, settings, idp,
                                                     oauth_dovecot, xsink, env, monkeypatch,
-                                                    caplog):
+                                                    caplog, capfd):
     smtp_oauth(monkeypatch, xsink, idp.microsoft_app(ANNA, client_id="app-smtp"))
     login = imap_oauth(monkeypatch, oauth_dovecot,
                        lambda user: idp.microsoft_app(user, client_id="app-imap"))
@@ -142,11 +146,11 @@ def test_microsoft_client_credentials_send_and_read(db_url, tmp_path, settings, 
     anna = {s.conn_id: s for s in read_all(db_url)}["outreach_imap_anna"]
     assert anna.fetched == 1, anna.line()
     assert idp.grants[grants:] == [("microsoft", ANNA), ("microsoft", login)]
-    assert_no_token(db_url, idp, caplog)
+    assert_no_token(db_url, idp, caplog, capfd)
 
 
 def test_a_token_expired_early_is_refreshed_once(db_url, tmp_path, settings, idp, oauth_dovecot,
-                                                 xsink, env, monkeypatch, caplog):
+                                                 xsink, env, monkeypatch, caplog, capfd):
     from flow import send_all
     from outreach.leads import import_leads
     from outreach.queue import queue_due
@@ -172,7 +176,7 @@ def test_a_token_expired_early_is_refreshed_once(db_url, tmp_path, settings, idp
     assert idp.grants[grants:] == [("google", ANNA), ("google", login)]  # one refresh each
     assert {(r["status"], r["attempts"]) for r in rows(
         db_url, "SELECT status::text, attempts FROM outreach.emails")} == {("sent", 1)}
-    assert_no_token(db_url, idp, caplog)
+    assert_no_token(db_url, idp, caplog, capfd)
 
 
 @pytest.mark.parametrize("break_it, reason, fix", [
@@ -183,7 +187,7 @@ def test_a_token_expired_early_is_refreshed_once(db_url, tmp_path, settings, idp
      "the client secret is wrong"),
 ])
 def test_a_revoked_credential_fails_the_run_red_and_consumes_no_attempt(
-        db_url, tmp_path, settings, idp, oauth_dovecot, xsink, env, monkeypatch, caplog,
+        db_url, tmp_path, settings, idp, oauth_dovecot, xsink, env, monkeypatch, caplog, capfd,
         break_it, reason, fix):
     from flow import send_run
     from outreach.leads import import_leads
@@ -232,11 +236,11 @@ def test_a_revoked_credential_fails_the_run_red_and_consumes_no_attempt(
     with pytest.raises(InboxError) as unread:
         read_all(db_url)
     assert "outreach_imap_anna" in str(unread.value) and fix in str(unread.value), unread.value
-    assert_no_token(db_url, idp, caplog, line, str(unread.value))
+    assert_no_token(db_url, idp, caplog, capfd, line, str(unread.value))
 
 
 def test_mailbox_check_says_which_logins_work(db_url, tmp_path, settings, idp, oauth_dovecot,
-                                              xsink, env, monkeypatch, capsys, caplog):
+                                              xsink, env, monkeypatch, caplog, capfd):
     from outreach.campaign import sync_mailboxes
     from outreach.cli import main
     from conftest import MAILBOXES
@@ -247,13 +251,13 @@ def test_mailbox_check_says_which_logins_work(db_url, tmp_path, settings, idp, o
     smtp_oauth(monkeypatch, xsink, google_extra(key))
     imap_oauth(monkeypatch, oauth_dovecot, lambda _user: google_extra(key))
     assert main(["mailbox", "check", ANNA]) == 0
-    out = capsys.readouterr().out
+    first = out = capfd.readouterr().out
     assert "SMTP outreach_smtp_anna (oauth2 google): login OK" in out, out
     assert "IMAP outreach_imap_anna (oauth2 google): login OK" in out, out
 
     oauth.CACHE.clear()
     idp.revoke_delegation("check@proj.iam.gserviceaccount.com")
     assert main(["mailbox", "check", ANNA]) == 1
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out
     assert out.count("FAILED") == 2 and out.count(DELEGATION) == 2, out
-    assert_no_token(db_url, idp, caplog, out)
+    assert_no_token(db_url, idp, caplog, capfd, first, out)
