@@ -27,13 +27,14 @@ class LoginCheck:
     detail: str = ""
 
     def line(self) -> str:
+        """``SMTP conn (method): login OK`` or ``… FAILED: reason; fix``."""
         head = f"{self.protocol} {self.conn_id} ({self.method}): "
         return head + ("login OK" if self.ok else f"FAILED: {self.detail}")
 
 
 def _method(conn_id: str) -> str:
     from outreach import oauth
-    from outreach.airflow_adapter import _connection
+    from outreach.airflow.tasks import _connection
 
     conn = _connection(conn_id)
     if conn is None:
@@ -52,7 +53,7 @@ def _one_line(exc: BaseException) -> str:
 
 def check_smtp(conn_id: str) -> LoginCheck:
     """Connect and log in to the SMTP server of ``conn_id``, then QUIT."""
-    from outreach.airflow_adapter import smtp_connector
+    from outreach.airflow.tasks import smtp_connector
 
     method = _method(conn_id)
     try:
@@ -68,7 +69,7 @@ def check_smtp(conn_id: str) -> LoginCheck:
 
 def check_imap(conn_id: str) -> LoginCheck:
     """Connect and log in to the IMAP server of ``conn_id``, then LOGOUT."""
-    from outreach.airflow_adapter import imap_account
+    from outreach.airflow.tasks import imap_account
     from outreach.imap import ImapSession
 
     method = _method(conn_id)

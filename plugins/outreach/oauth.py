@@ -75,10 +75,13 @@ class OAuthConfig:
 
     @property
     def key(self) -> tuple[str, str, str]:
+        """The cache key: ``(conn_id, provider, user)``."""
         return (self.conn_id, self.provider, self.user)
 
     @property
     def scope(self) -> str:
+        """The one scope asked for: :data:`GOOGLE_SCOPE`, or :data:`MICROSOFT_SCOPE` (extra
+        ``scope`` may override it for Microsoft's sovereign clouds)."""
         if self.provider == "microsoft":
             return str(self.extra.get("scope") or MICROSOFT_SCOPE)
         return GOOGLE_SCOPE
@@ -184,7 +187,7 @@ def _google_token(cfg: OAuthConfig) -> tuple[str, float]:
                          f"({type(exc).__name__})", "check the network path to the key's "
                          "token_uri; the run is tried again") from None
     expiry = creds.expiry  # naive UTC (google-auth)
-    expires = (expiry.replace(tzinfo=dt.timezone.utc).timestamp() if expiry
+    expires = (expiry.replace(tzinfo=dt.UTC).timestamp() if expiry
                else time.time() + 3600)
     return creds.token, expires
 
@@ -285,6 +288,7 @@ class TokenCache:
             self._tokens.pop(cfg.key, None)
 
     def clear(self) -> None:
+        """Forget every token (tests; a process that was told its credentials changed)."""
         with self._lock:
             self._tokens.clear()
 

@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from outreach.devsmtp import free_port, read_maildir
+from outreach.dev.devsmtp import free_port, read_maildir
 from outreach.oauth import GOOGLE_SCOPE, MICROSOFT_SCOPE
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
@@ -56,7 +56,7 @@ def loopback_certificate(directory: Path) -> tuple[Path, Path]:
     """Write a self-signed certificate for 127.0.0.1 and its key; return (cert, key) paths."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))

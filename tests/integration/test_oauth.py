@@ -13,14 +13,14 @@ import uuid
 import psycopg
 import pytest
 
-from conftest import SMTP_CONN_IDS
-from flow import rows
-from inboxflow import ANNA, IMAP_CONN_IDS, mail, read_all, sent_campaign
-from oauthserver import IdentityProvider, XOAuth2Sink
 from outreach import oauth
-from outreach.devimap import DovecotServer, DovecotUnavailable
+from outreach.dev.devimap import DovecotServer, DovecotUnavailable
 from outreach.inbox import InboxError
 from outreach.send import MailboxUnreachable
+from support.flow import leads_csv, one_mailbox, rows, send_all, send_run
+from support.inboxflow import ANNA, IMAP_CONN_IDS, mail, read_all, sent_campaign
+from support.oauthserver import IdentityProvider, XOAuth2Sink
+from support.paths import CAMPAIGN, MAILBOXES, SMTP_CONN_IDS
 
 DELEGATION = "domain-wide delegation for scope https://mail.google.com/ not granted"
 
@@ -151,11 +151,8 @@ def test_microsoft_client_credentials_send_and_read(db_url, tmp_path, settings, 
 
 def test_a_token_expired_early_is_refreshed_once(db_url, tmp_path, settings, idp, oauth_dovecot,
                                                  xsink, env, monkeypatch, caplog, capfd):
-    from flow import send_all
     from outreach.leads import import_leads
     from outreach.queue import queue_due
-    from conftest import CAMPAIGN, MAILBOXES
-    from flow import leads_csv
 
     key = idp.google_key("refresh@proj.iam.gserviceaccount.com")
     smtp_oauth(monkeypatch, xsink, google_extra(key))
@@ -189,11 +186,8 @@ def test_a_token_expired_early_is_refreshed_once(db_url, tmp_path, settings, idp
 def test_a_revoked_credential_fails_the_run_red_and_consumes_no_attempt(
         db_url, tmp_path, settings, idp, oauth_dovecot, xsink, env, monkeypatch, caplog, capfd,
         break_it, reason, fix):
-    from flow import send_run
     from outreach.leads import import_leads
     from outreach.queue import queue_due
-    from conftest import CAMPAIGN, MAILBOXES
-    from flow import leads_csv, one_mailbox
 
     email = f"{break_it}@proj.iam.gserviceaccount.com"
     if break_it == "secret":
@@ -243,7 +237,6 @@ def test_mailbox_check_says_which_logins_work(db_url, tmp_path, settings, idp, o
                                               xsink, env, monkeypatch, caplog, capfd):
     from outreach.campaign import sync_mailboxes
     from outreach.cli import main
-    from conftest import MAILBOXES
 
     sync_mailboxes(db_url, MAILBOXES)
     monkeypatch.setenv("OUTREACH_DATABASE_URL", db_url)
