@@ -510,7 +510,7 @@ CREATE TABLE outreach.alerts (
     CONSTRAINT outreach_alerts_event_key_key UNIQUE (event_key),
     CONSTRAINT outreach_alerts_kind_check CHECK (
         kind IN ('paused', 'unconfirmed', 'run_failed', 'preflight_fail', 'bounce_warning',
-                 'required_action'))
+                 'required_action', 'login_failed'))
 );
 
 -- ---------------------------------------------------------------------------------------------

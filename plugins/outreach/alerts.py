@@ -2,7 +2,8 @@
 
 An alert is about an *event* with a stable key (``paused:<mailbox event id>``,
 ``unconfirmed:<email id>``, ``run-failed:<dag id>:<run id>``,
-``preflight:<domain>:<failed checks>:<UTC day>``, ``bounce-warning:<mailbox id>:<UTC day>``).
+``preflight:<domain>:<failed checks>:<UTC day>``, ``bounce-warning:<mailbox id>:<UTC day>``,
+``login-failed:<conn id>:<UTC day>``).
 :func:`raise_alert` inserts the key into ``outreach.alerts`` (UNIQUE, ``INSERT … ON CONFLICT DO
 NOTHING RETURNING``) and delivers the alert inside the same transaction: whoever's insert returns
 the row sends; a concurrent task, a retry or the next run sees the key and sends nothing; a
@@ -20,7 +21,7 @@ from outreach.logutil import log
 Deliver = Callable[[str, str], None]
 """Given ``(subject, body)`` (plain text), deliver the alert; raise when it could not."""
 
-KINDS = ("paused", "unconfirmed", "run_failed", "preflight_fail", "bounce_warning")
+KINDS = ("paused", "unconfirmed", "run_failed", "preflight_fail", "bounce_warning", "login_failed")
 """Alert kinds (``outreach_alerts_kind_check`` also allows ``required_action``: an unconfirmed
 email listed in a Required Action, recorded the same way so each is listed once)."""
 

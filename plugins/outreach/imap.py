@@ -91,11 +91,11 @@ class ImapSession:
                 raise ImapError("CONNECT", _reason(exc)) from None
 
         if self.account.oauth is not None:  # XOAUTH2, the token refreshed once (outreach.oauth)
-            from outreach.oauth import OAuthError, imap_login
+            from outreach.oauth import LoginProblem, imap_login
 
             try:
                 self.client = imap_login(self.account.oauth, connect)
-            except OAuthError as exc:
+            except LoginProblem as exc:
                 raise ImapError("LOGIN", str(exc)) from None
             return self
         self.client = connect()
@@ -103,6 +103,14 @@ class ImapSession:
             self.client.login(self.account.login, self.account.password)
         except Exception as exc:  # noqa: BLE001
             self.close()
+            from imapclient.exceptions import LoginError
+
+            if isinstance(exc, LoginError):  # NO [AUTHENTICATIONFAILED]: a person must fix it
+                from outreach import oauth
+
+                raise ImapError("LOGIN", str(oauth.note(oauth.LoginRefused(
+                    self.account.conn_id, f"IMAP login refused ({_reason(exc)})",
+                    oauth.BASIC_FIX)))) from None
             raise ImapError("LOGIN", _reason(exc)) from None
         return self
 

@@ -51,15 +51,52 @@ PROVIDERS = ("google", "microsoft", "token")
 T = TypeVar("T")
 
 
-class OAuthError(RuntimeError):
-    """No token, or the server refused the token: a configuration problem of the connection,
-    never of a message. ``conn_id``, ``reason`` (what happened, the provider's error code) and
-    ``fix`` (what to do); ``str()`` is the one line ``Airflow connection 'x': reason; fix``.
-    Never carries a token or a key."""
+class LoginProblem(RuntimeError):
+    """A login could not be made: ``conn_id``, ``reason``, ``fix``; ``str()`` is the one line
+    ``Airflow connection 'x': reason; fix``. Never carries a token, a key or a password."""
 
     def __init__(self, conn_id: str, reason: str, fix: str) -> None:
         self.conn_id, self.reason, self.fix = conn_id, reason, fix
         super().__init__(f"Airflow connection {conn_id!r}: {reason}; {fix}")
+
+
+class TokenUnavailable(LoginProblem):
+    """The token endpoint could not be reached (network, DNS, TLS): transient, so the tasks
+    retry as for an unreachable relay; no alert of its own."""
+
+
+class LoginRefused(LoginProblem):
+    """A login failed for a reason only a person can fix (refused credentials, a revoked key or
+    consent, missing delegation): a configuration problem of the connection, never of a
+    message. ``conn_id``, ``reason`` (what happened, the server's or provider's error code) and
+    ``fix`` (what to do); ``str()`` is the one line ``Airflow connection 'x': reason; fix``.
+    Never carries a token, a key or a password.
+
+    Every one raised is noted for the process (:func:`take_refusals`): the Airflow tasks fail
+    without retry and alert once per connection and day (:mod:`outreach.airflow.tasks`)."""
+
+
+class OAuthError(LoginRefused):
+    """No OAuth 2.0 token could be had, or the server refused a fresh one (see
+    :class:`LoginRefused`)."""
+
+
+_refusals: dict[str, LoginRefused] = {}
+_refusals_lock = threading.Lock()
+
+
+def note(exc: LoginRefused) -> LoginRefused:
+    """Remember ``exc`` as the latest login refusal of its connection in this process; return
+    it (``raise note(LoginRefused(…))``)."""
+    with _refusals_lock:
+        _refusals[exc.conn_id] = exc
+    return exc
+
+
+def take_refusals(conn_ids: list[str] | set[str]) -> list[LoginRefused]:
+    """Return (and forget) the noted login refusals of ``conn_ids``, in the order given."""
+    with _refusals_lock:
+        return [r for c in dict.fromkeys(conn_ids) if (r := _refusals.pop(c, None)) is not None]
 
 
 @dataclass(frozen=True)
@@ -105,20 +142,20 @@ def config(conn_id: str, login: str | None, extra: dict[str, Any] | None) -> OAu
     if kind == "basic":
         return None
     if kind != "oauth2":
-        raise OAuthError(conn_id, f"extra auth_type {kind!r} is not known",
-                         "set auth_type to 'basic' or 'oauth2'")
+        raise note(OAuthError(conn_id, f"extra auth_type {kind!r} is not known",
+                         "set auth_type to 'basic' or 'oauth2'"))
     provider = str(extra.get("oauth2_provider") or "").strip().lower()
     if not provider:
         provider = ("google" if ("keyfile_dict" in extra or "key_path" in extra)
                     else "microsoft" if "client_id" in extra
                     else "token" if "access_token" in extra else "")
     if provider not in PROVIDERS:
-        raise OAuthError(conn_id, f"extra oauth2_provider {provider!r} is not known",
+        raise note(OAuthError(conn_id, f"extra oauth2_provider {provider!r} is not known",
                          "set oauth2_provider to google, microsoft or token (README: OAuth 2.0 "
-                         "mailboxes)")
+                         "mailboxes)"))
     if not login:
-        raise OAuthError(conn_id, "no login", "set the connection's login to the mailbox address "
-                         "(the XOAUTH2 user)")
+        raise note(OAuthError(conn_id, "no login", "set the connection's login to the mailbox "
+                              "address (the XOAUTH2 user)"))
     return OAuthConfig(conn_id, provider, login.strip(), extra)
 
 
@@ -183,7 +220,7 @@ def _google_token(cfg: OAuthConfig) -> tuple[str, float]:
         raise OAuthError(cfg.conn_id, f"Google refused the token request ({code}: {text})",
                          fix.format(client_id=client_id)) from None
     except google.auth.exceptions.TransportError as exc:
-        raise OAuthError(cfg.conn_id, f"Google's token endpoint could not be reached "
+        raise TokenUnavailable(cfg.conn_id, f"Google's token endpoint could not be reached "
                          f"({type(exc).__name__})", "check the network path to the key's "
                          "token_uri; the run is tried again") from None
     expiry = creds.expiry  # naive UTC (google-auth)
@@ -232,7 +269,7 @@ def _microsoft_token(cfg: OAuthConfig) -> tuple[str, float]:
         raise OAuthError(cfg.conn_id, f"Microsoft's authority {authority} is not usable "
                          f"({str(exc)[:160]})", "check tenant_id (or authority)") from None
     except OSError as exc:  # requests' ConnectionError and friends
-        raise OAuthError(cfg.conn_id, f"Microsoft's token endpoint could not be reached "
+        raise TokenUnavailable(cfg.conn_id, f"Microsoft's token endpoint could not be reached "
                          f"({type(exc).__name__})", "check the network path; the run is "
                          "tried again") from None
     if "access_token" not in result:
@@ -327,17 +364,31 @@ def with_token(cfg: OAuthConfig, login: Callable[[str], T], protocol: str) -> T:
     :raises OAuthError: no token could be had, or the fresh one was refused too.
     """
     for attempt in (1, 2):
-        token = CACHE.get(cfg)
+        try:
+            token = CACHE.get(cfg)
+        except OAuthError as exc:
+            raise note(exc) from None
         try:
             return login(token)
         except AuthRefused as exc:
             CACHE.invalidate(cfg)
             if attempt == 2 or cfg.provider == "token":
-                raise OAuthError(cfg.conn_id, f"{protocol} login of {_masked(cfg.user)} refused "
-                                 f"({_scrub(exc.reply, token)})",
-                                 _SERVER_FIXES[cfg.provider].format(user=_masked(cfg.user))
-                                 ) from None
+                raise note(OAuthError(
+                    cfg.conn_id, f"{protocol} login of {_masked(cfg.user)} refused "
+                    f"({_scrub(exc.reply, token)})",
+                    _SERVER_FIXES[cfg.provider].format(user=_masked(cfg.user)))) from None
     raise AssertionError("unreachable")
+
+
+BASIC_FIX = ("check the connection's login and password (an app password where the provider "
+             "requires one); Google Workspace and Microsoft 365 need OAuth 2.0: README, OAuth 2.0 "
+             "mailboxes")
+
+
+def reply_text(reply: bytes | str) -> str:
+    """A server reply as one line of text (at most 200 characters)."""
+    text = reply.decode("utf-8", "replace") if isinstance(reply, bytes) else str(reply)
+    return " ".join(text.split())[:200]
 
 
 def xoauth2(user: str, token: str) -> str:

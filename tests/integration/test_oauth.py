@@ -15,8 +15,6 @@ import pytest
 
 from outreach import oauth
 from outreach.dev.devimap import DovecotServer, DovecotUnavailable
-from outreach.inbox import InboxError
-from outreach.send import MailboxUnreachable
 from support.flow import leads_csv, one_mailbox, rows, send_all, send_run
 from support.inboxflow import ANNA, IMAP_CONN_IDS, mail, read_all, sent_campaign
 from support.oauthserver import IdentityProvider, XOAuth2Sink
@@ -214,8 +212,23 @@ def test_a_revoked_credential_fails_the_run_red_and_consumes_no_attempt(
     one_mailbox(db_url)
     queue_due(db_url)
 
-    with pytest.raises(MailboxUnreachable) as failed:  # the send task fails red
-        send_run(db_url, settings)
+    # The Airflow send task of the run: it fails red at once (no retry can fix a credential).
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from outreach.airflow import tasks
+    from outreach.queue import plan_batches
+
+    for name, value in {"OUTREACH_DATABASE_URL": db_url, "OUTREACH_SEND_INTERVAL_MINUTES": "0",
+                        "OUTREACH_PUBLIC_URL": settings.public_url,
+                        "OUTREACH_UNSUBSCRIBE_SECRET": settings.unsubscribe_secret}.items():
+        monkeypatch.setenv(name, value)
+    [batch] = plan_batches(db_url, 50, parallelism=1, interval=settings.send_interval)
+    ti = SimpleNamespace(dag_id="outreach_send", run_id="manual__1", task_id="send_batch",
+                         map_index=0, try_number=1)
+    with pytest.raises(AirflowFailException) as failed:
+        tasks.send_task(batch, {"ti": ti})
     line = str(failed.value)
     assert "\n" not in line and "'outreach_smtp_anna'" in line, line
     assert reason in line and fix in line, line
@@ -227,9 +240,20 @@ def test_a_revoked_credential_fails_the_run_red_and_consumes_no_attempt(
     assert {(r["status"], r["attempts"]) for r in state} == {("queued", 0)} and len(state) == 2
     assert all(fix in r["last_error"] for r in state)
 
-    with pytest.raises(InboxError) as unread:
-        read_all(db_url)
+    from outreach.inbox import plan_targets
+
+    [anna] = [t for t in plan_targets(db_url) if t["conn_id"] == "outreach_imap_anna"]
+    with pytest.raises(AirflowFailException) as unread:
+        tasks.inbox_read_task(anna)
     assert "outreach_imap_anna" in str(unread.value) and fix in str(unread.value), unread.value
+    # One alert per refused connection and day, naming it and the fix; again the same day: none.
+    alerts = rows(db_url, "SELECT kind, event_key, body FROM outreach.alerts ORDER BY id")
+    assert [a["event_key"].rsplit(":", 1)[0] for a in alerts] == [
+        "login-failed:outreach_smtp_anna", "login-failed:outreach_imap_anna"], alerts
+    assert all(a["kind"] == "login_failed" and fix in a["body"] for a in alerts)
+    with pytest.raises(AirflowFailException):
+        tasks.inbox_read_task(anna)
+    assert len(rows(db_url, "SELECT id FROM outreach.alerts")) == 2
     assert_no_token(db_url, idp, caplog, capfd, line, str(unread.value))
 
 

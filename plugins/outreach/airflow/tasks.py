@@ -116,9 +116,12 @@ def smtp_connector(smtp_conn_id: str) -> smtplib.SMTP:
 
     Uses the SMTP provider's hook for the connection (host, port, implicit SSL / STARTTLS, login,
     timeout); extra ``auth_type: oauth2`` logs in with XOAUTH2 and a token from
-    :mod:`outreach.oauth` (Google, Microsoft or a static token). The hook's own ``send_email_smtp`` is not used: it retries the whole send on
-    any error, which duplicates mail, and builds messages without Message-ID or DKIM.
+    :mod:`outreach.oauth` (Google, Microsoft or a static token). The hook's own
+    ``send_email_smtp`` is not used: it retries the whole send on any error, which duplicates
+    mail, and builds messages without Message-ID or DKIM.
 
+    :raises outreach.oauth.LoginRefused: the login was refused (a 535 to the password, a
+        revoked OAuth credential): noted for :func:`refused_logins`.
     :raises Exception: whatever the hook raises when it cannot connect (the transport classifies
         it as not accepted at stage CONNECT).
     """
@@ -135,7 +138,14 @@ def smtp_connector(smtp_conn_id: str) -> smtplib.SMTP:
     if oauth2 is not None:  # extra auth_type oauth2: XOAUTH2 with a cached token (outreach.oauth)
         return oauth.smtp_login(oauth2)
     hook = SmtpHook(smtp_conn_id=smtp_conn_id)
-    hook.get_conn()
+    try:
+        hook.get_conn()
+    except smtplib.SMTPAuthenticationError as exc:  # 535: a person must fix the credentials
+        if hook._smtp_client is not None:
+            hook._smtp_client.close()
+        raise oauth.note(oauth.LoginRefused(smtp_conn_id, f"SMTP login refused ({exc.smtp_code} "
+                                            f"{oauth.reply_text(exc.smtp_error)})",
+                                            oauth.BASIC_FIX)) from None
     client = hook._smtp_client  # the connected smtplib client the hook built (providers-smtp 3.2)
     if client is None:
         raise smtplib.SMTPConnectError(-1, f"SMTP hook for {smtp_conn_id!r} gave no client")
@@ -542,7 +552,7 @@ def send_task(batch: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     """
     from airflow.sdk.exceptions import AirflowFailException
 
-    from outreach.send import send_planned
+    from outreach.send import MailboxUnreachable, send_planned
 
     context["batch_label"] = batch["label"]
     if batch.get("blocked"):
@@ -557,6 +567,9 @@ def send_task(batch: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     try:
         summary = send_planned(url, batch["quotas"], smtp_connector, settings(),
                                label=batch["label"], worker=worker, dkim_keys=dkim_private_key)
+    except MailboxUnreachable as exc:
+        refused_logins([f["conn_id"] for f in exc.failures], exc)
+        raise
     finally:
         outcomes = run_outcomes(url, worker)
         if outcomes:
@@ -901,10 +914,15 @@ def transactional_enqueue_task(params: dict[str, Any],
 def transactional_send_task() -> dict[str, Any]:
     """One transactional send cycle (see :func:`outreach.transactional.send_due`); return its
     summary (one summary line per mailbox is logged)."""
+    from outreach.send import MailboxUnreachable
     from outreach.transactional import send_due
 
-    return send_due(database_url(), smtp_connector, settings(unsubscribe=False), worker=None,
-                    dkim_keys=dkim_private_key).to_dict()
+    try:
+        return send_due(database_url(), smtp_connector, settings(unsubscribe=False), worker=None,
+                        dkim_keys=dkim_private_key).to_dict()
+    except MailboxUnreachable as exc:
+        refused_logins([f["conn_id"] for f in exc.failures], exc)
+        raise
 
 
 def transactional_schedule() -> str:
@@ -1031,10 +1049,14 @@ def inbox_read_task(target: dict[str, Any]) -> dict[str, Any]:
     :raises outreach.inbox.InboxError: the mailbox could not be read; the one-line message names
         the mailbox, the connection and the IMAP stage, and the task fails (clearing it is safe).
     """
-    from outreach.inbox import read_target
+    from outreach.inbox import InboxError, read_target
 
-    return read_target(database_url(), target, imap_account,
-                       unsubscribe_secret=optional_unsubscribe_secret()).to_dict()
+    try:
+        return read_target(database_url(), target, imap_account,
+                           unsubscribe_secret=optional_unsubscribe_secret()).to_dict()
+    except InboxError as exc:
+        refused_logins([target["conn_id"]], exc)
+        raise
 
 
 def inbox_summary_task(results: list[dict[str, Any]] | None) -> dict[str, int]:
@@ -1160,6 +1182,34 @@ class RunFailedNotifier:
                     "claims fresh rows or none.")
 
         alert("run_failed", key, compose)
+
+
+def refused_logins(conn_ids: list[str], exc: BaseException) -> None:
+    """When a login of ``conn_ids`` was refused in this task (:class:`outreach.oauth.LoginRefused`:
+    a 535 or ``AUTHENTICATIONFAILED``, a revoked key or consent, missing delegation), alert once
+    per connection and UTC day (key ``login-failed:<conn id>:<day>``) and fail the task without
+    retry: a retry cannot fix credentials. Otherwise return (the caller re-raises ``exc``).
+
+    :raises airflow.sdk.exceptions.AirflowFailException: with ``exc``'s one line.
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from outreach import oauth
+
+    refused = oauth.take_refusals(conn_ids)
+    if not refused:
+        return
+    lines = {r.conn_id: str(r) for r in refused}
+
+    def compose(new: list[str]) -> tuple[str, str]:
+        names = [k.split(":")[1] for k in new]
+        return (f"outreach: login refused for {', '.join(names)}",
+                "Nothing was handed over and no attempt was counted; the mailbox sends (or its "
+                "inbox is read) again once the login works (outreach mailbox check ADDRESS).\n\n"
+                + "\n".join(lines[n] for n in names))
+
+    alert("login_failed", [f"login-failed:{c}:{_utc_day()}" for c in lines], compose)
+    raise AirflowFailException(str(exc)) from None
 
 
 def alert_preflight(report: dict[str, Any]) -> None:
