@@ -278,3 +278,20 @@ def test_mailbox_check_says_which_logins_work(db_url, tmp_path, settings, idp, o
     out = capfd.readouterr().out
     assert out.count("FAILED") == 2 and out.count(DELEGATION) == 2, out
     assert_no_token(db_url, idp, caplog, capfd, first, out)
+
+
+def test_a_static_token_logs_in_and_is_not_refreshed(db_url, tmp_path, settings, idp, xsink, env,
+                                                    monkeypatch, caplog, capfd):
+    from outreach.logincheck import check_smtp
+
+    token = idp._issue("google", ANNA)["access_token"]  # handed out by someone, for a short job
+    smtp_oauth(monkeypatch, xsink, {"auth_type": "oauth2", "oauth2_provider": "token",
+                                    "access_token": token})
+    sent = sent_campaign(db_url, tmp_path, settings, ["s1@lead.example"])
+    assert {m["X-RcptTo"] for m in xsink.messages()} == set(sent)
+
+    idp.expire_all()
+    refused = check_smtp("outreach_smtp_anna")
+    assert not refused.ok and "the static access_token was refused" in refused.detail, refused
+    assert xsink.handler.refused == [ANNA]  # tried once: a static token has no refresh
+    assert_no_token(db_url, idp, caplog, capfd, refused.line())
