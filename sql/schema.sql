@@ -31,8 +31,10 @@
 -- during a rollout. A fix that keeps the signature is CREATE OR REPLACE of the same version.
 --
 -- Sections: 1 schema and types · 2 tables with their constraints · 3 indexes · 4 functions ·
--- 5 triggers · 6 grants (none: the application connects as the database's owner role).
--- Constraints carry explicit names: the Python side maps errors by name (outreach.db.CONSTRAINTS).
+-- 5 triggers · 6 grants (none: the application connects as the role that owns the database and
+-- runs the migrations, deploy/postgres-init.sh).
+-- UNIQUE and CHECK constraints carry explicit names: errors name them (outreach.db.run raises
+-- OutreachDBError with .constraint); primary and foreign keys have PostgreSQL's default names.
 -- The migrations bookkeeping (outreach_schema.migrations) belongs to migrate.py, not here.
 
 -- =============================================================================================
