@@ -11,9 +11,8 @@ Transactional mail (a signup welcome email…) with a durable **delivery key**.
   application enqueued in its own transaction (`outreach.transactional.enqueue` or the SQL
   function `outreach.enqueue_transactional`).
 
-Same send path as campaigns: one claim function (`outreach.claim_emails_v1`: `FOR NO KEY UPDATE SKIP
-LOCKED`, a claim token), the
-send log written only after the server accepted, the same fault classes (retry after 30 minutes,
+Same send path as campaigns: one claim function (`outreach.claim_emails_v1`: `FOR NO KEY UPDATE
+SKIP LOCKED`, a claim token), the send log written only after the server accepted, the same fault classes (retry after 30 minutes,
 at most 3 attempts; unconfirmed never retried) and the same suppression function, asked for the
 transactional class (marketing unsubscribes do not stop a welcome email; hard bounces and manual
 blocks do). No warm-up, cap or send window; no List-Unsubscribe headers.
