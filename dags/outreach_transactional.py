@@ -15,7 +15,8 @@ Same send path as campaigns: one claim function (`outreach.claim_emails_v1`: `FO
 SKIP LOCKED`, a claim token), the send log written only after the server accepted, the same
 fault classes (retry after 30 minutes, at most 3 attempts; unconfirmed never retried) and the same
 suppression function, asked for the transactional class (marketing unsubscribes do not stop a
-welcome email; hard bounces and manual blocks do). No warm-up, cap or send window; no List-Unsubscribe headers.
+welcome email; hard bounces and manual blocks do). No warm-up, cap or send window; no
+List-Unsubscribe headers.
 
 **Clearing is safe**: a cleared *enqueue* finds its key; a cleared *send* claims only rows
 still queued.
