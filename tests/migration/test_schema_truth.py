@@ -1,4 +1,4 @@
-"""sql/schema.sql is the database the migrations build (real PostgreSQL, real pg_dump).
+r"""sql/schema.sql is the database the migrations build (real PostgreSQL, real pg_dump).
 
 One database is built by ``outreach.migrate.upgrade`` from every file of sql/migrations, one by
 running sql/schema.sql; ``pg_dump --schema-only`` of both must be identical, so a reader of
@@ -7,7 +7,7 @@ schema.sql reads what production runs. Normalised, and why:
 * the schema ``outreach_schema`` (the migrations bookkeeping table) is left out of both dumps: it
   belongs to the migration runner (migrate.py creates it, not a migration), and schema.sql is never
   used to build a database that migrate.py would then upgrade;
-* pg_dump's ``\\restrict``/``\\unrestrict`` lines (PostgreSQL 13.22+/…/17.6+) carry a random key
+* pg_dump's ``\restrict``/``\unrestrict`` lines (PostgreSQL 13.22+/…/17.6+) carry a random key
   per run, so they are dropped.
 Nothing else is normalised: names, column order, constraint text, defaults, comments, function
 bodies and owners must match exactly.
