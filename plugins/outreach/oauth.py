@@ -316,6 +316,7 @@ class TokenCache:
                 return held[0]
             token, expires = _FETCH[cfg.provider](cfg)
             self.fetches += 1
+            _mask(token)
             self._tokens[cfg.key] = (token, expires)
             return token
 
@@ -328,6 +329,17 @@ class TokenCache:
         """Forget every token (tests; a process that was told its credentials changed)."""
         with self._lock:
             self._tokens.clear()
+
+
+def _mask(token: str) -> None:
+    """Register ``token`` with Airflow's secrets masker (task and supervisor logs show ``***``
+    instead), a second line of defence: this module never logs a token in the first place."""
+    try:
+        from airflow.sdk.log import mask_secret
+
+        mask_secret(token)
+    except Exception:  # noqa: BLE001 - outside Airflow (the CLI) there is nothing to register
+        pass
 
 
 CACHE = TokenCache()

@@ -15,7 +15,7 @@ import pytest
 
 from outreach import oauth
 from outreach.dev.devimap import DovecotServer, DovecotUnavailable
-from support.flow import leads_csv, one_mailbox, rows, send_all, send_run
+from support.flow import leads_csv, one_mailbox, rows, send_all
 from support.inboxflow import ANNA, IMAP_CONN_IDS, mail, read_all, sent_campaign
 from support.oauthserver import IdentityProvider, XOAuth2Sink
 from support.paths import CAMPAIGN, MAILBOXES, SMTP_CONN_IDS
