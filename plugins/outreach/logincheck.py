@@ -9,9 +9,9 @@ connection, the method and, on failure, the reason and what to fix; never a toke
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from outreach import db
+from outreach.store import mailboxes as store
 from outreach.logutil import mask, mask_addresses
 
 
@@ -90,13 +90,13 @@ def check_mailbox(url: str, mailbox: str | int) -> tuple[str, list[LoginCheck]]:
     from outreach.mailboxes import MailboxNotFound
 
     text = str(mailbox).strip()
-    params: dict[str, Any] = ({"mailbox_id": int(text), "address": None} if text.isdigit()
-                              else {"mailbox_id": None, "address": text})
+    by_id = text.isdigit()
     with db.connect(url, autocommit=True) as conn:
-        row = db.one(conn, "mailbox_connections", params)
+        row = store.mailbox_connections(conn, mailbox_id=int(text) if by_id else None,
+                                        address=None if by_id else text)
     if row is None:
         raise MailboxNotFound(f"no mailbox {mask(text) if '@' in text else text!r}")
-    checks = [check_smtp(row["smtp_conn_id"])]
-    if row["imap_conn_id"]:
-        checks.append(check_imap(row["imap_conn_id"]))
-    return mask(row["address"]), checks
+    checks = [check_smtp(row.smtp_conn_id)]
+    if row.imap_conn_id:
+        checks.append(check_imap(row.imap_conn_id))
+    return mask(row.address), checks

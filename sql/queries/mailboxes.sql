@@ -188,6 +188,12 @@ SELECT id, address, status, paused_reason, paused_at, paused_by, timezone, daily
 FROM outreach.mailboxes
 WHERE id = %(mailbox_id)s::bigint OR address = lower(%(address)s::text);
 
+-- name: mailbox_connections
+-- A mailbox's Airflow connections (outreach mailbox check: outreach.logincheck), by id (%(mailbox_id)s) or address (case-insensitive).
+SELECT id, address, smtp_conn_id, imap_conn_id
+FROM outreach.mailboxes
+WHERE id = %(mailbox_id)s::bigint OR address = lower(%(address)s::text);
+
 -- name: mailbox_pause
 -- Pause an active mailbox: claims refuse a paused mailbox (mailbox_lock + the status check in
 -- outreach.send.claim), so it sends nothing until an operator resumes it. Guarded by

@@ -228,6 +228,31 @@ def mailbox_find(conn: Conn, *, mailbox_id: int, address: str) -> Mailbox | None
 
 
 @dataclass(frozen=True, slots=True)
+class MailboxConnections:
+    """A row of ``mailbox_connections`` (columns as the query names them)."""
+
+    id: int
+    address: str
+    smtp_conn_id: str
+    imap_conn_id: str | None
+
+
+def mailbox_connections(
+    conn: Conn, *, mailbox_id: int | None, address: str | None
+) -> MailboxConnections | None:
+    """``mailbox_connections``: A mailbox's Airflow connections, by id or address
+    (case-insensitive).
+
+    ``None`` when no row matched."""
+    return maybe_one(
+        conn,
+        "mailbox_connections",
+        {"mailbox_id": mailbox_id, "address": address},
+        MailboxConnections,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class MailboxEvent:
     """A row of ``mailbox_pause`` (columns as the query names them)."""
 
