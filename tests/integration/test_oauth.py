@@ -295,3 +295,86 @@ def test_a_static_token_logs_in_and_is_not_refreshed(db_url, tmp_path, settings,
     assert not refused.ok and "the static access_token was refused" in refused.detail, refused
     assert xsink.handler.refused == [ANNA]  # tried once: a static token has no refresh
     assert_no_token(db_url, idp, caplog, capfd, refused.line())
+
+
+def _task_env(monkeypatch, db_url: str, settings) -> None:
+    for name, value in {"OUTREACH_DATABASE_URL": db_url, "OUTREACH_SEND_INTERVAL_MINUTES": "0",
+                        "OUTREACH_PUBLIC_URL": settings.public_url,
+                        "OUTREACH_UNSUBSCRIBE_SECRET": settings.unsubscribe_secret}.items():
+        monkeypatch.setenv(name, value)
+
+
+def _queued(db_url: str, tmp_path, addresses: list[str]) -> None:
+    from outreach.leads import import_leads
+    from outreach.queue import queue_due
+
+    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, addresses))
+    one_mailbox(db_url)
+    queue_due(db_url)
+
+
+def test_the_airflow_tasks_return_no_token(db_url, tmp_path, settings, idp, oauth_dovecot, xsink,
+                                           env, monkeypatch, caplog, capfd):
+    """What the send and inbox tasks return is what Airflow stores as their XCom."""
+    import json
+    from types import SimpleNamespace
+
+    from outreach.airflow import tasks
+    from outreach.inbox import plan_targets
+    from outreach.queue import plan_batches
+
+    key = idp.google_key("xcom@proj.iam.gserviceaccount.com")
+    smtp_oauth(monkeypatch, xsink, google_extra(key))
+    login = imap_oauth(monkeypatch, oauth_dovecot, lambda _user: google_extra(key))
+    _task_env(monkeypatch, db_url, settings)
+    _queued(db_url, tmp_path, ["x1@lead.example", "x2@lead.example"])
+    [batch] = plan_batches(db_url, 50, parallelism=1, interval=settings.send_interval)
+    ti = SimpleNamespace(dag_id="outreach_send", run_id="manual__x", task_id="send_batch",
+                         map_index=0, try_number=1)
+    sent = tasks.send_task(batch, {"ti": ti})
+    oauth_dovecot.append(login, mail("x1@lead.example", "Re: hi", "thanks"))
+    read = [tasks.inbox_read_task(t) for t in plan_targets(db_url)]
+    assert len(xsink.messages()) == 2 and sum(r["fetched"] for r in read) == 1, (sent, read)
+    assert_no_token(db_url, idp, caplog, capfd, json.dumps(sent, default=str),
+                    json.dumps(read, default=str))
+
+
+def test_a_refused_password_is_a_login_failure_too(db_url, tmp_path, settings, idp, oauth_dovecot,
+                                                   xsink, env, monkeypatch):
+    """Basic logins refused (SMTP 535, IMAP AUTHENTICATIONFAILED): the same red, unretried task,
+    no attempt counted, one alert per connection."""
+    import json
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from outreach.airflow import tasks
+    from outreach.inbox import plan_targets
+    from outreach.oauth import BASIC_FIX
+    from outreach.queue import plan_batches
+
+    basic = json.loads(xsink.connection_json(ANNA, {}))  # the sink refuses every password
+    basic["password"] = "wrong"
+    for conn_id in SMTP_CONN_IDS:
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(basic))
+    imap_oauth(monkeypatch, oauth_dovecot, lambda _user: {})
+    imap = json.loads(__import__("os").environ["AIRFLOW_CONN_OUTREACH_IMAP_ANNA"])
+    imap["password"] = "not-the-password"
+    monkeypatch.setenv("AIRFLOW_CONN_OUTREACH_IMAP_ANNA", json.dumps(imap))
+    _task_env(monkeypatch, db_url, settings)
+    _queued(db_url, tmp_path, ["b1@lead.example"])
+    [batch] = plan_batches(db_url, 50, parallelism=1, interval=settings.send_interval)
+    ti = SimpleNamespace(dag_id="outreach_send", run_id="manual__b", task_id="send_batch",
+                         map_index=0, try_number=1)
+    with pytest.raises(AirflowFailException) as failed:
+        tasks.send_task(batch, {"ti": ti})
+    assert "SMTP login refused (535" in str(failed.value) and BASIC_FIX in str(failed.value)
+    [anna] = [t for t in plan_targets(db_url) if t["conn_id"] == "outreach_imap_anna"]
+    with pytest.raises(AirflowFailException) as unread:
+        tasks.inbox_read_task(anna)
+    assert "IMAP login refused" in str(unread.value) and BASIC_FIX in str(unread.value)
+    assert {(r["status"], r["attempts"]) for r in rows(
+        db_url, "SELECT status::text, attempts FROM outreach.emails")} == {("queued", 0)}
+    assert sorted(a["event_key"].rsplit(":", 1)[0] for a in rows(
+        db_url, "SELECT event_key FROM outreach.alerts")) == [
+        "login-failed:outreach_imap_anna", "login-failed:outreach_smtp_anna"]
