@@ -83,6 +83,10 @@ class ImapSession:
     def __enter__(self) -> ImapSession:
         from imapclient import IMAPClient
 
+        from outreach import oauth
+
+        oauth.forget(self.account.conn_id)  # a refusal noted by an earlier try is not this one's
+
         def connect() -> Any:
             try:
                 return IMAPClient(self.account.host, port=self.account.port,

@@ -93,6 +93,13 @@ def note(exc: LoginRefused) -> LoginRefused:
     return exc
 
 
+def forget(conn_id: str) -> None:
+    """Drop the noted refusal of ``conn_id``: called when a login of it starts, so a note only
+    ever describes the latest try (a long-lived process, a transient failure after a fix)."""
+    with _refusals_lock:
+        _refusals.pop(conn_id, None)
+
+
 def take_refusals(conn_ids: list[str] | set[str]) -> list[LoginRefused]:
     """Return (and forget) the noted login refusals of ``conn_ids``, in the order given."""
     with _refusals_lock:

@@ -129,6 +129,7 @@ def smtp_connector(smtp_conn_id: str) -> smtplib.SMTP:
 
     from outreach import oauth
 
+    oauth.forget(smtp_conn_id)  # a refusal noted by an earlier try is not this one's
     if _connection(smtp_conn_id) is None:
         raise smtplib.SMTPConnectError(
             -1, f"no Airflow connection {smtp_conn_id!r} (set AIRFLOW_CONN_{smtp_conn_id.upper()} "
