@@ -161,7 +161,7 @@ def _claim_all(url: str, mailboxes: list[int]) -> list[dict[str, Any]]:
 
 def ours(url: str, mailboxes: list[int], pem: bytes) -> float:
     """Send everything queued with :func:`outreach.send.send_batch`; return seconds."""
-    from outreach.airflow.tasks import smtp_connector
+    from outreach.airflow.connections import smtp_connector
     from outreach.send import send_batch
 
     start = time.perf_counter()
@@ -174,7 +174,7 @@ def ours(url: str, mailboxes: list[int], pem: bytes) -> float:
 
 def render_sign_send(rows: list[dict[str, Any]], pem: bytes | None) -> float:
     """Baseline (a): render, sign and send every row over one SMTP session; return seconds."""
-    from outreach.airflow.tasks import smtp_connector
+    from outreach.airflow.connections import smtp_connector
     from outreach.send import prepare
 
     now = dt.datetime.now(dt.timezone.utc)

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import tasks
+from outreach.airflow import defaults, tasks
 
 
 @dag(
     dag_id="outreach_campaign_pause",
     doc_md=__doc__,
-    **tasks.dag_kwargs(operator=True),
+    **defaults.dag_kwargs(operator=True),
     params={
         "campaign": Param(type="string", minLength=1, title="Campaign key",
                           description="The campaign's key (as in its campaign file)."),

@@ -18,22 +18,22 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import tasks
+from outreach.airflow import defaults, tasks
 
 
 @dag(
     dag_id="outreach_import_leads",
     doc_md=__doc__,
-    **tasks.dag_kwargs(),
+    **defaults.dag_kwargs(),
     params={
         "campaign_file": Param("include/campaigns/demo.yaml", type="string", title="Campaign file",
                                description="Campaign YAML, relative to the project root.",
-                               examples=tasks.project_files("include/campaigns", "*.yaml")),
+                               examples=defaults.project_files("include/campaigns", "*.yaml")),
         "mailbox_file": Param("include/mailboxes.yaml", type="string", title="Mailbox file"),
         "leads_file": Param("include/data/sample_leads.csv", type="string", title="Leads CSV",
                             description="A CRM or prospecting export (UTF-8, header row), "
                             "inside OUTREACH_IMPORT_ROOTS (default include/data).",
-                            examples=tasks.project_files("include/data", "*.csv")),
+                            examples=defaults.project_files("include/data", "*.csv")),
         "suppressions_file": Param("include/data/do_not_contact.csv", type=["null", "string"],
                                    title="Do-not-contact CSV (optional)"),
     },

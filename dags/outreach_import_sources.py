@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from airflow.sdk import Asset, dag, task
 
-from outreach.airflow import tasks
+from outreach.airflow import defaults, tasks
 from outreach.sources import lead_asset_uri
 
 
 def _build(spec: dict) -> None:
     @dag(dag_id=spec["dag_id"], doc_md=__doc__,
-         **tasks.dag_kwargs(schedule=tasks.dag_schedule(spec["schedule"]),
+         **defaults.dag_kwargs(schedule=defaults.dag_schedule(spec["schedule"]),
                                       retries=2, max_active_runs=1))
     def import_sources():
         for campaign_file, key in spec["campaigns"]:
@@ -43,5 +43,5 @@ def _build(spec: dict) -> None:
     import_sources()
 
 
-for _spec in tasks.source_dags():
+for _spec in defaults.source_dags():
     _build(_spec)

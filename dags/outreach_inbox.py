@@ -28,13 +28,13 @@ from __future__ import annotations
 
 from airflow.sdk import TriggerRule, dag, get_current_context, task
 
-from outreach.airflow import tasks
+from outreach.airflow import defaults, tasks
 
 
 @dag(
     dag_id="outreach_inbox",
     doc_md=__doc__,
-    **tasks.dag_kwargs(schedule="*/10 * * * *", retries=1, max_active_runs=1),
+    **defaults.dag_kwargs(schedule="*/10 * * * *", retries=1, max_active_runs=1),
 )
 def outreach_inbox():
     @task

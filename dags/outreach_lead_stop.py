@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import tasks
+from outreach.airflow import defaults, tasks
 
 
 @dag(
     dag_id="outreach_lead_stop",
     doc_md=__doc__,
-    **tasks.dag_kwargs(operator=True),
+    **defaults.dag_kwargs(operator=True),
     params={
         "address": Param(type="string", minLength=3, title="Lead address",
                          description="The lead's email address."),

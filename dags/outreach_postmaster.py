@@ -25,14 +25,14 @@ from __future__ import annotations
 
 from airflow.sdk import dag, task
 
-from outreach.airflow import tasks
+from outreach.airflow import defaults, tasks
 
 
 @dag(
     dag_id="outreach_postmaster",
     doc_md=__doc__,
     # Daily at 07:00 UTC: Postmaster data lags 1–2 days anyway.
-    **tasks.dag_kwargs(schedule="0 7 * * *", retries=2, max_active_runs=1),
+    **defaults.dag_kwargs(schedule="0 7 * * *", retries=2, max_active_runs=1),
 )
 def outreach_postmaster():
     @task

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from airflow.sdk import dag, task
 
-from outreach.airflow import tasks
+from outreach.airflow import defaults, tasks
 
 
 @dag(
     dag_id="outreach_queue_due",
     doc_md=__doc__,
-    **tasks.dag_kwargs(schedule=tasks.queue_due_schedule(), retries=2,
+    **defaults.dag_kwargs(schedule=defaults.queue_due_schedule(), retries=2,
                                  max_active_runs=1),
 )
 def outreach_queue_due():

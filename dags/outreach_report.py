@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from airflow.sdk import dag, task
 
-from outreach.airflow import tasks
+from outreach.airflow import defaults, tasks
 
 
 @dag(
     dag_id="outreach_report",
     doc_md=__doc__,
-    **tasks.dag_kwargs(schedule="0 7 * * *"),
+    **defaults.dag_kwargs(schedule="0 7 * * *"),
 )
 def outreach_report():
     @task

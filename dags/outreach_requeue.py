@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import tasks
+from outreach.airflow import defaults, tasks
 
 
 @dag(
     dag_id="outreach_requeue",
     doc_md=__doc__,
-    **tasks.dag_kwargs(operator=True),
+    **defaults.dag_kwargs(operator=True),
     params={
         "failed_kind": Param("retries_exhausted", type="string", enum=["retries_exhausted"],
                              title="Failure kind",
@@ -36,7 +36,7 @@ from outreach.airflow import tasks
                            description="Leave empty to select by campaign and/or mailbox."),
         "campaign_key": Param(None, type=["null", "string"], title="Campaign key"),
         "mailbox": Param(None, type=["null", "string"], title="Mailbox address or id",
-                         examples=tasks.mailbox_addresses()),
+                         examples=defaults.mailbox_addresses()),
         "requested_by": Param("", type="string", minLength=1, title="Your name",
                               description="Recorded with the requeue."),
         "reason": Param("", type="string", minLength=1, title="Why",

@@ -31,13 +31,13 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import tasks
+from outreach.airflow import defaults, tasks
 
 
 @dag(
     dag_id="outreach_resolve_unconfirmed",
     doc_md=__doc__,
-    **tasks.dag_kwargs(operator=True),
+    **defaults.dag_kwargs(operator=True),
     params={
         "decision": Param(type="string",
                           enum=["was_sent", "not_sent", "was_sent_if_found"], title="Decision",
@@ -52,7 +52,7 @@ from outreach.airflow import tasks
                                        "by campaign and/or mailbox."),
         "campaign_key": Param(None, type=["null", "string"], title="Campaign key"),
         "mailbox": Param(None, type=["null", "string"], title="Mailbox address or id",
-                         examples=tasks.mailbox_addresses()),
+                         examples=defaults.mailbox_addresses()),
         "resolved_by": Param("", type="string", minLength=1, title="Your name",
                              description="Recorded with the decision."),
         "note": Param("", type="string", title="Note"),

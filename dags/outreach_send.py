@@ -47,14 +47,14 @@ from __future__ import annotations
 
 from airflow.sdk import TriggerRule, dag, get_current_context, task
 
-from outreach.airflow import tasks
+from outreach.airflow import alerts, defaults, tasks
 
 
 @dag(
     dag_id="outreach_send",
     doc_md=__doc__,
-    **tasks.dag_kwargs(schedule="*/10 * * * *", retries=2, max_active_runs=2,
-                                 on_failure_callback=tasks.RunFailedNotifier()),
+    **defaults.dag_kwargs(schedule="*/10 * * * *", retries=2, max_active_runs=2,
+                                 on_failure_callback=alerts.RunFailedNotifier()),
 )
 def outreach_send():
     @task
@@ -65,7 +65,7 @@ def outreach_send():
     def plan(checked: dict) -> list[dict]:
         return tasks.plan_task(checked)
 
-    @task(map_index_template="{{ batch_label }}", pool=tasks.SMTP_POOL)
+    @task(map_index_template="{{ batch_label }}", pool=defaults.SMTP_POOL)
     def send_batch(batch: dict) -> dict:
         # The task's own context (not a copy): the label set in it is what the UI shows.
         return tasks.send_task(batch, get_current_context())
@@ -75,7 +75,7 @@ def outreach_send():
         return tasks.summary_task(list(batches or []), list(results or []),
                                             context["dag"].dag_id, context["run_id"])
 
-    @task(trigger_rule=TriggerRule.ALL_DONE, outlets=[tasks.unconfirmed_asset()])
+    @task(trigger_rule=TriggerRule.ALL_DONE, outlets=[defaults.unconfirmed_asset()])
     def flag_unconfirmed() -> dict:
         return tasks.flag_unconfirmed_task()
 

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import tasks
+from outreach.airflow import defaults, tasks
 
 
 @dag(
     dag_id="outreach_transactional",
     doc_md=__doc__,
-    **tasks.dag_kwargs(schedule=tasks.transactional_schedule(), retries=2,
+    **defaults.dag_kwargs(schedule=defaults.transactional_schedule(), retries=2,
                                  max_active_runs=8),
     params={
         "delivery_key": Param(None, type=["null", "string"], maxLength=200, title="Delivery key",
@@ -53,7 +53,7 @@ def outreach_transactional():
         return tasks.transactional_enqueue_task(ctx["params"], ctx["dag_run"].conf)
 
     # In the SMTP pool like the campaigns' send_batch, and ahead of them when slots are scarce.
-    @task(pool=tasks.SMTP_POOL, priority_weight=100)
+    @task(pool=defaults.SMTP_POOL, priority_weight=100)
     def send(enqueued: dict | None) -> dict:
         return tasks.transactional_send_task()
 

@@ -23,15 +23,15 @@ from __future__ import annotations
 from airflow.providers.standard.operators.hitl import HITLOperator
 from airflow.sdk import dag, task
 
-from outreach.airflow import tasks
+from outreach.airflow import defaults, tasks
 
 
 @dag(
     dag_id="outreach_unconfirmed_review",
     doc_md=__doc__,
-    **{**tasks.dag_kwargs(operator=True),
+    **{**defaults.dag_kwargs(operator=True),
        # An asset, not a clock: OUTREACH_SCHEDULES leaves it on.
-       "schedule": [tasks.unconfirmed_asset()]},
+       "schedule": [defaults.unconfirmed_asset()]},
 )
 def outreach_unconfirmed_review():
     @task
@@ -42,7 +42,7 @@ def outreach_unconfirmed_review():
         task_id="decide",
         subject="{{ ti.xcom_pull(task_ids='collect')['subject'] }}",
         body="{{ ti.xcom_pull(task_ids='collect')['body'] }}",
-        options=list(tasks.REVIEW_OPTIONS),
+        options=list(defaults.REVIEW_OPTIONS),
         defaults=None,
         multiple=False,
     )

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import tasks
+from outreach.airflow import defaults, tasks
 
 
 @dag(
     dag_id="outreach_unsuppress",
     doc_md=__doc__,
-    **tasks.dag_kwargs(operator=True),
+    **defaults.dag_kwargs(operator=True),
     params={
         "value": Param("", type="string", minLength=3, title="Address or @domain"),
         "why": Param("", type="string", minLength=3, title="Why",

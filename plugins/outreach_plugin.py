@@ -25,7 +25,7 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends
 
-from outreach.airflow import tasks as airflow_tasks
+from outreach.airflow import connections
 from outreach.web import campaign_page
 from outreach.web.unsubscribe_app import create_app
 
@@ -46,9 +46,9 @@ class OutreachPlugin(AirflowPlugin):
 
     name = "outreach"
     fastapi_apps = [
-        {"app": create_app(airflow_tasks.database_url, airflow_tasks.unsubscribe_secret),
+        {"app": create_app(connections.database_url, connections.unsubscribe_secret),
          "url_prefix": URL_PREFIX, "name": "outreach-unsubscribe"},
-        {"app": campaign_page.create_app(airflow_tasks.database_url,
+        {"app": campaign_page.create_app(connections.database_url,
                                          dependencies=_airflow_login()),
          "url_prefix": CAMPAIGNS_PREFIX, "name": "outreach-campaigns"},
     ]

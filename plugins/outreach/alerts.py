@@ -8,7 +8,7 @@ An alert is about an *event* with a stable key (``paused:<mailbox event id>``,
 NOTHING RETURNING``) and delivers the alert inside the same transaction: whoever's insert returns
 the row sends; a concurrent task, a retry or the next run sees the key and sends nothing; a
 failed delivery rolls the insert back so the next run tries again. The delivery itself is a
-callable (in Airflow: the configured notifier, see :func:`outreach.airflow.tasks.deliver_alert`).
+callable (in Airflow: the configured notifier, see :func:`outreach.airflow.alerts.deliver_alert`).
 """
 
 from __future__ import annotations

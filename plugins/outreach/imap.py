@@ -8,7 +8,7 @@ people also read). IMAPClient parses every response, works on UIDs throughout, f
 special-use folders (``find_special_folder``) and has ``oauth2_login`` (XOAUTH2) for Gmail and
 Microsoft 365. The Airflow connection is still where the account lives (conn type ``imap``:
 host, port, login, password, extra ``{"ssl": false}`` for plain IMAP, ``"timeout": seconds``);
-:func:`outreach.airflow.tasks.imap_account` reads it.
+:func:`outreach.airflow.connections.imap_account` reads it.
 
 Every failure is an :class:`ImapError` naming the stage (CONNECT, LOGIN, SELECT, SEARCH, FETCH,
 LIST) — the IMAP counterpart of the SMTP stages in :mod:`outreach.transport`.

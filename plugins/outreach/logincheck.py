@@ -34,7 +34,7 @@ class LoginCheck:
 
 def _method(conn_id: str) -> str:
     from outreach import oauth
-    from outreach.airflow.tasks import _connection
+    from outreach.airflow.connections import _connection
 
     conn = _connection(conn_id)
     if conn is None:
@@ -53,7 +53,7 @@ def _one_line(exc: BaseException) -> str:
 
 def check_smtp(conn_id: str) -> LoginCheck:
     """Connect and log in to the SMTP server of ``conn_id``, then QUIT."""
-    from outreach.airflow.tasks import smtp_connector
+    from outreach.airflow.connections import smtp_connector
 
     method = _method(conn_id)
     try:
@@ -69,7 +69,7 @@ def check_smtp(conn_id: str) -> LoginCheck:
 
 def check_imap(conn_id: str) -> LoginCheck:
     """Connect and log in to the IMAP server of ``conn_id``, then LOGOUT."""
-    from outreach.airflow.tasks import imap_account
+    from outreach.airflow.connections import imap_account
     from outreach.imap import ImapSession
 
     method = _method(conn_id)

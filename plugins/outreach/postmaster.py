@@ -16,7 +16,7 @@ The pause rule that reads these rows is in :mod:`outreach.health`.
 
 Authentication is google-auth's: any ``google.auth.credentials.Credentials`` (in Airflow, a
 service account from the connection ``outreach_postmaster``, see
-:func:`outreach.airflow.tasks.postmaster_credentials`), used through
+:func:`outreach.airflow.connections.postmaster_credentials`), used through
 ``google.auth.transport.requests.AuthorizedSession``. Tokens are never logged.
 """
 

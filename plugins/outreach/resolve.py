@@ -206,7 +206,7 @@ def sent_evidence(rows: list[dict[str, Any]], accounts: Callable[[str], Any],
 
     :param rows: from :func:`list_unconfirmed` (they carry ``imap_conn_id``).
     :param accounts: turns an Airflow IMAP connection id into an
-        :class:`outreach.imap.ImapAccount` (:func:`outreach.airflow.tasks.imap_account`).
+        :class:`outreach.imap.ImapAccount` (:func:`outreach.airflow.connections.imap_account`).
     :returns: ``{email_id: SentEvidence}`` for every row; an account that cannot be read makes
         its rows ``unreadable``, never an exception.
     """

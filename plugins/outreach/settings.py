@@ -271,7 +271,7 @@ class PreflightSettings(OutreachSettings):
 
 
 class AlertSettings(OutreachSettings):
-    """Where operator alerts go (:func:`outreach.airflow.tasks.alert_notifier`): the SMTP
+    """Where operator alerts go (:func:`outreach.airflow.alerts.alert_notifier`): the SMTP
     provider's notifier to ``alert_to`` through the Airflow SMTP connection ``alert_smtp_conn_id``,
     or any notifier class named by ``alert_notifier`` built with ``alert_notifier_kwargs``."""
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from outreach.airflow.tasks import smtp_connector
+from outreach.airflow.connections import smtp_connector
 from outreach.dev import embedded
 from outreach.failpoints import POINTS
 from outreach.leads import import_leads

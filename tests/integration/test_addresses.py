@@ -11,7 +11,7 @@ from test_transactional import app_factory, tx_url, welcome_messages  # noqa: F4
 
 from outreach import db
 from outreach.addresses import normalize_address
-from outreach.airflow.tasks import smtp_connector
+from outreach.airflow.connections import smtp_connector
 from outreach.suppression import is_suppressed, suppress
 from outreach.transactional import send_due
 from support import invariants

@@ -10,9 +10,7 @@ from pathlib import Path
 import dkim
 import pytest
 from dkim.util import parse_tag_value
-
-from outreach.airflow import tasks as airflow_adapter
-from outreach.airflow.tasks import smtp_connector
+from outreach.airflow.connections import dkim_private_key, smtp_connector
 from outreach.leads import import_leads
 from outreach.message import build_message, to_wire
 from outreach.queue import queue_due
@@ -171,7 +169,7 @@ def test_messages_received_by_the_smtp_server_verify(db_url, sink, settings, tmp
     import_leads(db_url, CAMPAIGN, dkim_mailboxes(tmp_path), LEADS)
     queue_due(db_url)
     summary = send_batch(db_url, 1, 25, smtp_connector, settings,
-                         dkim_keys=airflow_adapter.dkim_private_key)
+                         dkim_keys=dkim_private_key)
     assert summary.sent == 25
     received = raw_messages(sink)
     assert len(received) == 25
@@ -193,7 +191,7 @@ def test_missing_dkim_key_sends_nothing_requeues_and_fails_the_mailbox(db_url, s
     queue_due(db_url)
     now = dt.datetime.now(dt.timezone.utc)
     summary = send_batch(db_url, 1, 5, smtp_connector, settings, now=now,
-                         dkim_keys=airflow_adapter.dkim_private_key)
+                         dkim_keys=dkim_private_key)
     assert (summary.sent, summary.retried, summary.released) == (0, 0, 5)
     assert summary.unreachable["stage"] == "SIGN"
     assert summary.unreachable["conn_id"] == "outreach_dkim_test"

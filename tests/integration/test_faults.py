@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from outreach import db
-from outreach.airflow.tasks import smtp_connector
+from outreach.airflow.connections import smtp_connector
 from outreach.dev.devsmtp import free_port
 from outreach.leads import import_leads
 from outreach.queue import Reaped, queue_due, reap

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from outreach.airflow.tasks import smtp_connector
+from outreach.airflow.connections import smtp_connector
 from outreach.leads import import_leads
 from outreach.queue import queue_due, reap
 from outreach.send import send_batch

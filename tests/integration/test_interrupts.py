@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import outreach.send as send_mod
-from outreach.airflow.tasks import smtp_connector
+from outreach.airflow.connections import smtp_connector
 from outreach.leads import import_leads
 from outreach.queue import queue_due, reap
 from support.faultsmtp import FaultSMTPServer

@@ -14,6 +14,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from outreach import db
+from outreach.airflow import alerts as airflow_alerts
 from outreach.airflow import tasks as adapter
 from outreach.alerts import list_alerts, raise_alert
 from outreach.dev.devsmtp import MaildirServer
@@ -69,7 +70,7 @@ def test_an_event_is_alerted_once_however_many_race_for_it(db_url, alert_sink):
         barrier.wait()
         results.append(raise_alert(db_url, "run_failed", "run-failed:outreach_send:r1",
                                    lambda keys: ("outreach: run r1 failed", "body of r1"),
-                                   adapter.deliver_alert))
+                                   airflow_alerts.deliver_alert))
 
     threads = [threading.Thread(target=one) for _ in range(6)]
     for t in threads:
@@ -90,9 +91,9 @@ def test_a_failed_delivery_is_tried_again_next_time(db_url, alert_sink):
         raise_alert(db_url, "paused", "paused:7", lambda k: ("s", "b"), broken)
     assert list_alerts(db_url) == []  # rolled back: not recorded as sent
     assert raise_alert(db_url, "paused", "paused:7", lambda k: ("outreach: s", "b"),
-                       adapter.deliver_alert) == ["paused:7"]
+                       airflow_alerts.deliver_alert) == ["paused:7"]
     assert raise_alert(db_url, "paused", "paused:7", lambda k: ("again", "b"),
-                       adapter.deliver_alert) == []
+                       airflow_alerts.deliver_alert) == []
     assert [subject_of(m) for m in alert_sink.messages()] == ["outreach: s"]
 
 
@@ -121,8 +122,8 @@ def test_automatic_pause_and_bounce_warning_are_alerted_once(db_url, alert_sink)
     with db.transaction(db_url) as conn:
         pause(conn, 1, "hard-bounce rate 8 % (2 of 25 sends), above 3 %", "bounce-rate")
         pause(conn, 2, "complaints from a customer", "alice")  # an operator's pause: no alert
-    assert len(adapter.alert_pauses(db_url)) == 1
-    assert adapter.alert_pauses(db_url) == []
+    assert len(airflow_alerts.alert_pauses(db_url)) == 1
+    assert airflow_alerts.alert_pauses(db_url) == []
     [m] = alert_sink.messages()
     assert subject_of(m) == "outreach: mailbox anna — sales paused by bounce-rate"
     assert "hard-bounce rate 8 % (2 of 25 sends), above 3 %" in body_of(m)
@@ -130,8 +131,8 @@ def test_automatic_pause_and_bounce_warning_are_alerted_once(db_url, alert_sink)
 
 def test_preflight_fail_is_alerted_once_a_day(db_url, alert_sink):
     report = {"mode": "block", "failed": {"mail.example.com": ["SPF", "DMARC"]}}
-    adapter.alert_preflight(report)
-    adapter.alert_preflight(report)
+    airflow_alerts.alert_preflight(report)
+    airflow_alerts.alert_preflight(report)
     [m] = alert_sink.messages()
     assert subject_of(m) == "outreach: DNS preflight FAIL for mail.example.com: SPF, DMARC"
 
@@ -281,8 +282,8 @@ def test_bounce_rate_above_the_warning_level_is_alerted_once_a_day(db_url, alert
     with db.transaction(db_url) as conn:
         for r in sent[:bounced]:
             suppress(conn, r["email"], "bounced", "test:late-bounce")
-    assert len(adapter.alert_bounce_warnings(db_url)) == 1
-    assert adapter.alert_bounce_warnings(db_url) == []
+    assert len(airflow_alerts.alert_bounce_warnings(db_url)) == 1
+    assert airflow_alerts.alert_bounce_warnings(db_url) == []
     [m] = alert_sink.messages()
     assert subject_of(m) == "outreach: mailbox anna — sales bounce rate warning"
     assert f"({bounced} of {n} sends), above the warning level 2 %" in body_of(m)

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from outreach import db
-from outreach.airflow.tasks import smtp_connector
+from outreach.airflow.connections import smtp_connector
 from outreach.mailboxes import pause_mailbox, resume_mailbox
 from outreach.queue import plan_batches, queue_due, split_work
 from outreach.send import claim, send_planned

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from outreach import db
-from outreach.airflow.tasks import smtp_connector
+from outreach.airflow.connections import smtp_connector
 from outreach.mailboxes import pause_mailbox, resume_mailbox
 from outreach.send import Clock, claim, send_batch
 from support.scenario import ADDRESS, one_mailbox_campaign

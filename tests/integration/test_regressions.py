@@ -21,7 +21,7 @@ import time
 import psycopg
 import pytest
 
-from outreach.airflow.tasks import smtp_connector
+from outreach.airflow.connections import smtp_connector
 from outreach.dev.devsmtp import LoopbackSMTPServer
 from outreach.leads import import_leads
 from outreach.queue import queue_due, reap

@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import uuid
 
-from outreach.airflow.tasks import smtp_connector
+from outreach.airflow.connections import smtp_connector
 from outreach.queue import queue_due
 from outreach.send import send_batch
 from support import invariants

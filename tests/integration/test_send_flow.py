@@ -10,7 +10,7 @@ from collections import Counter
 import psycopg
 
 from outreach import db
-from outreach.airflow.tasks import smtp_connector
+from outreach.airflow.connections import smtp_connector
 from outreach.leads import import_leads
 from outreach.queue import queue_due
 from outreach.send import claim, send_batch

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from outreach import db
-from outreach.airflow.tasks import smtp_connector
+from outreach.airflow.connections import smtp_connector
 from outreach.queue import queue_due
 from outreach.send import claim, send_batch
 from support import invariants

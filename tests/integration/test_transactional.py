@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from outreach import db
-from outreach.airflow.tasks import smtp_connector
+from outreach.airflow.connections import smtp_connector
 from outreach.campaign import sync_mailboxes
 from outreach.dev.devsmtp import free_port
 from outreach.queue import reap

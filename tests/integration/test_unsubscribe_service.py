@@ -228,19 +228,19 @@ def test_outreach_serve_unsubscribe_command(db_url, settings):
 def test_secret_from_the_environment_or_the_airflow_connection(monkeypatch):
     import json
 
-    from outreach.airflow import tasks as airflow_adapter
+    from outreach.airflow import connections
     from outreach.settings import SettingsError
 
     monkeypatch.delenv("OUTREACH_UNSUBSCRIBE_SECRET", raising=False)
     monkeypatch.delenv("AIRFLOW_CONN_OUTREACH_UNSUBSCRIBE", raising=False)
     with pytest.raises(SettingsError, match="outreach_unsubscribe"):
-        airflow_adapter.unsubscribe_secret()
+        connections.unsubscribe_secret()
     monkeypatch.setenv("AIRFLOW_CONN_OUTREACH_UNSUBSCRIBE",
                        json.dumps({"conn_type": "generic", "password": "from-connection-0123456789"}))
     monkeypatch.setenv("OUTREACH_PUBLIC_URL", "https://u.example/outreach")
-    assert airflow_adapter.unsubscribe_secret() == "from-connection-0123456789"
+    assert connections.unsubscribe_secret() == "from-connection-0123456789"
     # The sender signs with the same secret the service checks.
-    assert airflow_adapter.settings().unsubscribe_secret == "from-connection-0123456789"
-    assert airflow_adapter.settings().unsubscribe_base == "https://u.example/outreach/unsubscribe/"
+    assert connections.settings().unsubscribe_secret == "from-connection-0123456789"
+    assert connections.settings().unsubscribe_base == "https://u.example/outreach/unsubscribe/"
     monkeypatch.setenv("OUTREACH_UNSUBSCRIBE_SECRET", "from-environment-0123456789")
-    assert airflow_adapter.unsubscribe_secret() == "from-environment-0123456789"
+    assert connections.unsubscribe_secret() == "from-environment-0123456789"

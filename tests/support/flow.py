@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 from psycopg.rows import dict_row
 
-from outreach.airflow.tasks import smtp_connector
+from outreach.airflow.connections import smtp_connector
 from outreach.leads import import_leads
 from outreach.queue import plan_batches
 from outreach.send import send_planned

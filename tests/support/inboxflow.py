@@ -8,7 +8,7 @@ import email.utils
 import uuid
 from pathlib import Path
 
-from outreach.airflow.tasks import imap_account
+from outreach.airflow.connections import imap_account
 from outreach.inbox import InboxError, plan_targets, read_target
 from outreach.leads import import_leads
 from outreach.queue import queue_due

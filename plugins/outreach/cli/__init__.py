@@ -1,6 +1,6 @@
 """The ``outreach`` command line. The DAGs and the CLI call the same functions.
 
-The database is the one the DAGs use (:func:`outreach.airflow.tasks.database_url`): the Airflow
+The database is the one the DAGs use (:func:`outreach.airflow.connections.database_url`): the Airflow
 connection ``outreach_db``, else ``OUTREACH_DATABASE_URL``, else — with ``OUTREACH_EMBEDDED_DB=1``
 only, for development — the embedded PostgreSQL in ``.outreach/pgdata``; with none, every command
 that needs the database fails with one line saying what to set. ``outreach demo`` and ``outreach
@@ -20,7 +20,7 @@ from outreach.dev import embedded
 
 
 def _url() -> str:
-    from outreach.airflow.tasks import database_url
+    from outreach.airflow.connections import database_url
 
     return database_url()
 
@@ -172,7 +172,7 @@ def cmd_unsuppress(args: argparse.Namespace) -> int:
 def cmd_serve_unsubscribe(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from outreach.airflow.tasks import unsubscribe_secret
+    from outreach.airflow.connections import unsubscribe_secret
     from outreach.web.unsubscribe_app import create_app
 
     unsubscribe_secret()  # refuse to start without a secret rather than answer 503 later
@@ -188,7 +188,7 @@ def _dkim_key(conn_id: str | None, key_file: str | None) -> bytes | None:
 
         return Path(key_file).read_bytes()
     if conn_id:
-        from outreach.airflow.tasks import dkim_private_key
+        from outreach.airflow.connections import dkim_private_key
 
         return dkim_private_key(conn_id)
     return None
@@ -238,7 +238,7 @@ def cmd_queue_due(args: argparse.Namespace) -> int:
 
 
 def cmd_send(args: argparse.Namespace) -> int:
-    from outreach.airflow.tasks import dkim_private_key, settings as load_settings, smtp_connector
+    from outreach.airflow.connections import dkim_private_key, settings as load_settings, smtp_connector
     from outreach.queue import plan_batches
     import psycopg
 
@@ -278,7 +278,7 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 def cmd_inbox(args: argparse.Namespace) -> int:
     from outreach import db
-    from outreach.airflow.tasks import optional_unsubscribe_secret, imap_account
+    from outreach.airflow.connections import optional_unsubscribe_secret, imap_account
     from outreach.inbox import InboxError, plan_targets, read_target
     from outreach.mailboxes import find_mailbox
 
@@ -306,7 +306,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
 
 
 def cmd_unconfirmed(args: argparse.Namespace) -> int:
-    from outreach.airflow.tasks import imap_account
+    from outreach.airflow.connections import imap_account
     from outreach.resolve import describe_unconfirmed, list_unconfirmed, row_message_id, sent_evidence
 
     rows = list_unconfirmed(_url(), campaign_key=args.campaign, mailbox=args.mailbox)
@@ -328,7 +328,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     from outreach.resolve import resolve, resolve_found
 
     if args.auto_found:
-        from outreach.airflow.tasks import imap_account
+        from outreach.airflow.connections import imap_account
 
         if args.decision or args.ids:
             raise ValueError("--auto-found decides by itself: give no --decision or --ids")
@@ -441,7 +441,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
 def cmd_transactional(args: argparse.Namespace) -> int:
     from outreach import db, transactional
-    from outreach.airflow.tasks import dkim_private_key, settings as load_settings, smtp_connector
+    from outreach.airflow.connections import dkim_private_key, settings as load_settings, smtp_connector
 
     url = _url()
     if args.tx_command == "enqueue":
@@ -494,7 +494,7 @@ def cmd_transactional(args: argparse.Namespace) -> int:
 
 
 def cmd_postmaster(args: argparse.Namespace) -> int:
-    from outreach.airflow.tasks import postmaster_credentials
+    from outreach.airflow.connections import postmaster_credentials
     from outreach.health import HealthSettings
     from outreach.postmaster import PostmasterClient, fetch_and_store
 
@@ -510,7 +510,7 @@ def cmd_postmaster(args: argparse.Namespace) -> int:
 
 
 def cmd_reap(args: argparse.Namespace) -> int:
-    from outreach.airflow.tasks import settings as load_settings
+    from outreach.airflow.connections import settings as load_settings
     from outreach.queue import reap
 
     reaped = reap(_url(), load_settings().reaper_threshold)

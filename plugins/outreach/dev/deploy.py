@@ -68,7 +68,7 @@ def pool_slots() -> int:
 def init_commands(slots: int) -> list[tuple[str, ...]]:
     """Return what a deployment runs once before its services (compose: ``airflow-init``):
     migrate Airflow's metadata, create or resize the SMTP pool, migrate the outreach database."""
-    from outreach.airflow.tasks import SMTP_POOL, SMTP_POOL_DESCRIPTION
+    from outreach.airflow.defaults import SMTP_POOL, SMTP_POOL_DESCRIPTION
 
     return [("airflow", "db", "migrate"),
             ("airflow", "pools", "set", SMTP_POOL, str(slots), SMTP_POOL_DESCRIPTION),
@@ -383,7 +383,7 @@ def check_redis(url: str) -> None:
 def celery_databases() -> tuple[str, str]:
     """Return the outreach database URL and the metadata SQLAlchemy URL of a Celery deployment.
 
-    The outreach database is :func:`outreach.airflow.tasks.database_url` without the embedded
+    The outreach database is :func:`outreach.airflow.connections.database_url` without the embedded
     fallback; the metadata is ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``, else a database ``airflow``
     on the same server (created when missing, like docker-compose.yaml's postgres service).
 
@@ -391,7 +391,7 @@ def celery_databases() -> tuple[str, str]:
         database cannot be created there.
     """
     from outreach.dev import embedded
-    from outreach.airflow.tasks import database_url
+    from outreach.airflow.connections import database_url
     from outreach.settings import SettingsError
 
     os.environ[embedded.OPT_IN] = "0"  # workers on other machines could never reach it

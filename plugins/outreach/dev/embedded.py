@@ -135,7 +135,7 @@ def database_url(*, stop_at_exit: bool = False) -> str:
     """Return the outreach database URL: ``OUTREACH_DATABASE_URL``, else — only when
     ``OUTREACH_EMBEDDED_DB=1`` (:func:`opted_in`) — the embedded server's.
 
-    (:func:`outreach.airflow.tasks.database_url` asks the Airflow connection ``outreach_db``
+    (:func:`outreach.airflow.connections.database_url` asks the Airflow connection ``outreach_db``
     first, then this.)
 
     :param stop_at_exit: passed to :func:`start` when the embedded server is used.

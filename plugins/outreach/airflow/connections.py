@@ -1,0 +1,227 @@
+"""Connections and secrets, read from Airflow at task time: the outreach database, each mailbox's
+SMTP and IMAP connection, DKIM keys, the unsubscribe secret and the Postmaster credentials.
+
+The outreach database is the Airflow connection ``outreach_db``, else ``OUTREACH_DATABASE_URL``;
+with neither, every task fails with one line saying what to set
+(:data:`outreach.settings.NO_DATABASE`): a worker never falls back to an embedded database. Each
+mailbox's SMTP server is the Airflow connection named in the mailbox file, opened with the SMTP
+provider's hook. The unsubscribe secret is ``OUTREACH_UNSUBSCRIBE_SECRET``, else the password of
+the Airflow connection ``outreach_unsubscribe``; a mailbox's DKIM private key is the password (or
+extra ``private_key``) of the connection its ``dkim_key_conn_id`` names; Google Postmaster Tools
+through the service account in the Airflow connection ``outreach_postmaster``. Nothing here runs
+at import time.
+"""
+
+from __future__ import annotations
+
+import os
+import smtplib
+from typing import Any
+
+
+DB_CONN_ID = "outreach_db"
+
+
+UNSUBSCRIBE_CONN_ID = "outreach_unsubscribe"
+
+
+POSTMASTER_CONN_ID = "outreach_postmaster"
+
+
+def database_url(conn_id: str = DB_CONN_ID) -> str:
+    """Return the outreach database URL: the Airflow connection ``conn_id``, else
+    ``OUTREACH_DATABASE_URL``, else the embedded server when ``OUTREACH_EMBEDDED_DB=1``.
+
+    The DAG tasks, the API server's unsubscribe app and the ``outreach`` command all ask this.
+
+    :raises outreach.settings.SettingsError: nothing is configured
+        (:data:`outreach.dev.embedded.NO_DATABASE`: a worker never gets a fresh empty database).
+    """
+    conn = _connection(conn_id)
+    if conn is None:
+        from outreach.dev.embedded import database_url as fallback
+
+        return fallback()
+    uri = conn.get_uri()
+    return "postgresql://" + uri.split("://", 1)[1] if "://" in uri else uri
+
+
+def _connection(conn_id: str):
+    """Return the Airflow connection ``conn_id``, or ``None`` when it does not exist."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        return BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return None
+
+
+def unsubscribe_secret(conn_id: str = UNSUBSCRIBE_CONN_ID) -> str:
+    """Return the HMAC secret of unsubscribe tokens: ``OUTREACH_UNSUBSCRIBE_SECRET``, else the
+    password of the Airflow connection ``outreach_unsubscribe``. The sender and the unsubscribe
+    service both call this, so they always agree.
+
+    :raises outreach.settings.SettingsError: neither is set.
+    """
+    from outreach.settings import SettingsError
+
+    secret = os.environ.get("OUTREACH_UNSUBSCRIBE_SECRET")
+    if not secret:
+        conn = _connection(conn_id)
+        secret = conn.password if conn is not None else None
+    if not secret:
+        raise SettingsError(f"set OUTREACH_UNSUBSCRIBE_SECRET or the password of the Airflow "
+                            f"connection {conn_id!r} (see README: Configuration)")
+    return secret
+
+
+def settings(*, unsubscribe: bool = True):
+    """Return :class:`outreach.settings.Settings` from the environment, with the unsubscribe
+    secret from :func:`unsubscribe_secret`.
+
+    :param unsubscribe: ``False`` for transactional sends only: no unsubscribe URL or secret
+        is needed (see :meth:`outreach.settings.Settings.from_env`).
+    :raises outreach.settings.SettingsError: a setting is missing or invalid.
+    """
+    from outreach.settings import Settings
+
+    if not unsubscribe:
+        return Settings.from_env(unsubscribe=False)
+    return Settings.from_env(unsubscribe_secret=unsubscribe_secret())
+
+
+def dkim_private_key(conn_id: str) -> bytes:
+    """Return the PEM private key kept in an Airflow connection: its password, else its extra
+    ``private_key`` (``\\n`` escapes are turned into line breaks).
+
+    :raises LookupError: no such connection, or it holds no key (the key is never in a message).
+    """
+    conn = _connection(conn_id)
+    if conn is None:
+        raise LookupError(f"no Airflow connection {conn_id!r} (DKIM key)")
+    pem = conn.password or (conn.extra_dejson or {}).get("private_key") or ""
+    pem = pem.replace("\\n", "\n").strip()
+    if "PRIVATE KEY" not in pem:
+        raise LookupError(f"Airflow connection {conn_id!r} holds no PEM private key "
+                          "(password or extra private_key)")
+    return pem.encode("ascii") + b"\n"
+
+
+def smtp_connector(smtp_conn_id: str) -> smtplib.SMTP:
+    """Open a connected, authenticated SMTP client for an Airflow SMTP connection.
+
+    Uses the SMTP provider's hook for the connection (host, port, implicit SSL / STARTTLS, login,
+    timeout); extra ``auth_type: oauth2`` logs in with XOAUTH2 and a token from
+    :mod:`outreach.oauth` (Google, Microsoft or a static token). The hook's own
+    ``send_email_smtp`` is not used: it retries the whole send on any error, which duplicates
+    mail, and builds messages without Message-ID or DKIM.
+
+    :raises outreach.oauth.LoginRefused: the login was refused (a 535 to the password, a
+        revoked OAuth credential): noted for :func:`refused_logins`.
+    :raises Exception: whatever the hook raises when it cannot connect (the transport classifies
+        it as not accepted at stage CONNECT).
+    """
+    from airflow.providers.smtp.hooks.smtp import SmtpHook
+
+    from outreach import oauth
+
+    oauth.forget(smtp_conn_id)  # a refusal noted by an earlier try is not this one's
+    if _connection(smtp_conn_id) is None:
+        raise smtplib.SMTPConnectError(
+            -1, f"no Airflow connection {smtp_conn_id!r} (set AIRFLOW_CONN_{smtp_conn_id.upper()} "
+                "or add it in the Airflow UI; see README: Configuration)")
+    conn = _connection(smtp_conn_id)
+    oauth2 = oauth.config(smtp_conn_id, conn.login, conn.extra_dejson)
+    if oauth2 is not None:  # extra auth_type oauth2: XOAUTH2 with a cached token (outreach.oauth)
+        return oauth.smtp_login(oauth2)
+    hook = SmtpHook(smtp_conn_id=smtp_conn_id)
+    try:
+        hook.get_conn()
+    except smtplib.SMTPAuthenticationError as exc:  # 535: a person must fix the credentials
+        if hook._smtp_client is not None:
+            hook._smtp_client.close()
+        raise oauth.note(oauth.LoginRefused(smtp_conn_id, f"SMTP login refused ({exc.smtp_code} "
+                                            f"{oauth.reply_text(exc.smtp_error)})",
+                                            oauth.BASIC_FIX)) from None
+    client = hook._smtp_client  # the connected smtplib client the hook built (providers-smtp 3.2)
+    if client is None:
+        raise smtplib.SMTPConnectError(-1, f"SMTP hook for {smtp_conn_id!r} gave no client")
+    return client
+
+
+def imap_account(imap_conn_id: str):
+    """Return the :class:`outreach.imap.ImapAccount` of an Airflow IMAP connection: host, port
+    (default 993, or 143 with extra ``ssl: false``), login, password, extra ``ssl`` (default
+    true: implicit TLS) and ``timeout`` (seconds, default 30).
+
+    :raises LookupError: no such connection, or it has no host or login (the message names the
+        connection and how to add it; never the password).
+    """
+    from outreach.imap import ImapAccount
+
+    conn = _connection(imap_conn_id)
+    if conn is None:
+        raise LookupError(f"no Airflow connection {imap_conn_id!r} (set "
+                          f"AIRFLOW_CONN_{imap_conn_id.upper()} or add it in the Airflow UI; "
+                          "README: Inbound mail)")
+    extra = conn.extra_dejson or {}
+    ssl = str(extra.get("ssl", extra.get("use_ssl", True))).strip().lower() not in ("false", "0", "no")
+    if not conn.host or not conn.login:
+        raise LookupError(f"Airflow connection {imap_conn_id!r} needs a host and a login")
+    from outreach import oauth
+
+    return ImapAccount(imap_conn_id, conn.host, int(conn.port or (993 if ssl else 143)), conn.login,
+                       conn.password or "", ssl, float(extra.get("timeout", 30)),
+                       oauth.config(imap_conn_id, conn.login, extra))
+
+
+def optional_unsubscribe_secret() -> str | None:
+    """Return the unsubscribe secret (:func:`unsubscribe_secret`), or ``None`` when none is set
+    (the inbox reader then handles a mailto unsubscribe by its sender's address)."""
+    from outreach.settings import SettingsError
+
+    try:
+        return unsubscribe_secret()
+    except SettingsError:
+        return None
+
+
+def postmaster_credentials(conn_id: str = POSTMASTER_CONN_ID) -> Any:
+    """Return google-auth service-account credentials for the Postmaster Tools API.
+
+    The Airflow connection (any conn type; ``google_cloud_platform`` works) holds the service
+    account's JSON key in its extra ``keyfile_dict`` (a JSON object or its text; the Google
+    provider's ``extra__google_cloud_platform__keyfile_dict`` is read too) or a file path in
+    ``key_path``. The scope is ``postmaster.traffic.readonly``; the service account must be added
+    as a user of each domain in Postmaster Tools. The key is never logged.
+
+    :raises outreach.postmaster.PostmasterError: the connection is missing or holds no usable key.
+    """
+    import json
+
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+    from google.oauth2 import service_account
+
+    from outreach.postmaster import SCOPE, PostmasterError
+
+    try:
+        extra = BaseHook.get_connection(conn_id).extra_dejson
+    except AirflowNotFoundException:
+        raise PostmasterError(f"Airflow connection {conn_id!r} is not defined (it holds the "
+                              "Postmaster service account key)") from None
+    info = extra.get("keyfile_dict") or extra.get("extra__google_cloud_platform__keyfile_dict")
+    try:
+        if isinstance(info, str):
+            info = json.loads(info)
+        if info:
+            return service_account.Credentials.from_service_account_info(info, scopes=[SCOPE])
+        if extra.get("key_path"):
+            return service_account.Credentials.from_service_account_file(extra["key_path"],
+                                                                         scopes=[SCOPE])
+    except (ValueError, KeyError, OSError) as exc:
+        # The message of a key-parsing error names the problem, never the key's content.
+        raise PostmasterError(f"connection {conn_id!r}: unusable service account key "
+                              f"({type(exc).__name__})") from None
+    raise PostmasterError(f"connection {conn_id!r} has neither extra keyfile_dict nor key_path")

@@ -1,0 +1,169 @@
+"""What the DAG files share at parse time: ``@dag`` arguments, schedules, assets, the SMTP pool
+and trigger-form choices. Files and settings only: DAG parsing never touches the database or the
+network.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+SMTP_POOL = "outreach_smtp"
+"""The Airflow pool every task that opens SMTP sessions runs in (one slot = one session at a time):
+its size bounds concurrent SMTP sessions across the whole deployment, whatever the number of
+workers. The launchers and docker-compose.yaml's airflow-init create it
+(``airflow pools set outreach_smtp N``; N is ``OUTREACH_SMTP_POOL_SLOTS``, default 4). A task in a
+pool that does not exist is never scheduled (the scheduler logs "Tasks using non-existent pool")."""
+
+
+SMTP_POOL_DESCRIPTION = "outreach: concurrent SMTP sessions of the send tasks"
+
+
+def dag_kwargs(*, schedule: Any = None, retries: int = 1, operator: bool = False,
+               on_failure_callback: Any = None, **extra: Any) -> dict[str, Any]:
+    """Return the ``@dag`` arguments every outreach DAG shares: ``schedule`` (cron or ``None`` for
+    manual DAGs), a fixed start date (UTC), no catch-up, tag ``outreach`` (and ``operator`` for
+    operator actions), owner ``outreach``, ``retries`` and ``on_failure_callback`` (after the last
+    retry; e.g. :class:`RunFailedNotifier`) per task; ``extra`` is passed through.
+
+    ``OUTREACH_SCHEDULES=off`` in the environment of the DAG processor turns every schedule off:
+    DAGs then run only when triggered (a staging deployment, a maintenance window, tests that
+    must count what one triggered run sent). Any other value but ``on`` (default) is refused.
+
+    :raises outreach.settings.SettingsError: ``OUTREACH_SCHEDULES`` is neither ``on`` nor ``off``
+        (a ValueError).
+    """
+    import datetime as dt
+
+    from outreach.settings import ScheduleSettings
+
+    switch = ScheduleSettings().schedules
+    from airflow.configuration import conf
+
+    # retry_delay is passed explicitly, as Airflow's own [core] default_task_retry_delay: a mapped
+    # task (send_batch) serialises only the partial kwargs it was given and is read back with the
+    # schema's 300 s, whatever that setting says (seen with Airflow 3.3.2).
+    default_args: dict[str, Any] = {
+        "owner": "outreach", "retries": retries,
+        "retry_delay": dt.timedelta(seconds=conf.getint("core", "default_task_retry_delay",
+                                                        fallback=300))}
+    if on_failure_callback is not None:
+        default_args["on_failure_callback"] = on_failure_callback
+    return {"schedule": schedule if switch == "on" else None, "start_date": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+            "catchup": False, "tags": ["outreach"] + (["operator"] if operator else []),
+            "default_args": default_args, **extra}
+
+
+def project_files(folder: str, pattern: str) -> list[str]:
+    """Return project-relative paths under ``folder`` matching ``pattern`` (for Param examples)."""
+    from outreach.paths import project_root
+
+    root = project_root()
+    return sorted(str(p.relative_to(root)) for p in (root / folder).glob(pattern))
+
+
+def mailbox_addresses(mailbox_file: str = "include/mailboxes.yaml") -> list[str]:
+    """Return the mailbox addresses of the mailbox file (``[]`` if it cannot be read)."""
+    from outreach.campaign import ConfigError, load_mailboxes
+
+    try:
+        return [m.address.lower() for m in load_mailboxes(mailbox_file)]
+    except ConfigError:
+        return []
+
+
+def transactional_schedule() -> str:
+    """Return the ``outreach_transactional`` schedule: ``OUTREACH_TRANSACTIONAL_SCHEDULE`` (a cron
+    expression), default ``* * * * *`` (every minute: the longest a row waits when nobody runs
+    ``outreach transactional worker``).
+
+    :raises outreach.settings.SettingsError: not a five-field cron expression.
+    """
+    from outreach.settings import ScheduleSettings
+
+    return ScheduleSettings().transactional_schedule
+
+
+SOURCES_SCHEDULE = "@hourly"
+"""The schedule of ``outreach_import_sources``: campaigns whose source declares no other."""
+
+
+def source_dags() -> list[dict[str, Any]]:
+    """Return the import DAGs the campaign files ask for, for ``dags/outreach_import_sources.py``:
+    ``[{"dag_id", "schedule" (cron, preset or Asset URI), "campaigns": [(file, key)]}]``.
+    ``outreach_import_sources`` (always, hourly) holds every campaign with a source and no
+    schedule of its own (or ``@hourly``); a campaign with another cron or an Asset URI gets
+    ``outreach_import_source_<key>`` on it. Reads files only (DAG parsing).
+
+    :raises outreach.campaign.ConfigError: a campaign file with a source is invalid.
+    """
+    from outreach.sources import source_campaigns
+
+    main: dict[str, Any] = {"dag_id": "outreach_import_sources", "schedule": SOURCES_SCHEDULE,
+                            "campaigns": []}
+    out = [main]
+    for path, c in source_campaigns():
+        if c.schedule in (None, SOURCES_SCHEDULE):
+            main["campaigns"].append((path, c.key))
+        else:
+            out.append({"dag_id": f"outreach_import_source_{c.key.replace('-', '_')}",
+                        "schedule": c.schedule, "campaigns": [(path, c.key)]})
+    return out
+
+
+def dag_schedule(schedule: str) -> Any:
+    """Return ``schedule`` as ``@dag`` takes it: an Asset for an Asset URI, else the string."""
+    from outreach.sources import is_asset_uri
+
+    if is_asset_uri(schedule):
+        from airflow.sdk import Asset
+
+        return Asset(schedule)
+    return schedule
+
+
+def lead_assets() -> list[Any]:
+    """Return the Asset of every source campaign's leads (``outreach://leads/<key>``), which the
+    import tasks update and ``outreach_queue_due`` is scheduled on."""
+    from airflow.sdk import Asset
+
+    from outreach.sources import lead_asset_uri, source_campaigns
+
+    return [Asset(lead_asset_uri(c.key)) for _, c in source_campaigns()]
+
+
+def queue_due_schedule() -> Any:
+    """Return the schedule of ``outreach_queue_due``: its cron ``OUTREACH_QUEUE_DUE_SCHEDULE``
+    (default every 15 minutes, UTC), *or* as soon as an import updated a campaign's leads Asset
+    (Airflow 3 ``AssetOrTimeSchedule``), so leads from a source are queued minutes after they
+    land; the plain cron when no campaign has a source.
+
+    :raises outreach.settings.SettingsError: the cron is not a five-field expression.
+    """
+    from outreach.settings import ScheduleSettings
+
+    cron = ScheduleSettings().queue_due_schedule
+    assets = lead_assets()
+    if not assets:
+        return cron
+    from airflow.sdk import AssetAny, AssetOrTimeSchedule, CronTriggerTimetable
+
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"),
+                               assets=AssetAny(*assets))
+
+
+UNCONFIRMED_ASSET_NAME = "outreach_unconfirmed"
+
+
+UNCONFIRMED_ASSET_URI = "outreach://unconfirmed"
+
+
+REVIEW_OPTIONS = ("was sent", "not sent, requeue", "leave for later")
+
+
+def unconfirmed_asset() -> Any:
+    """Return the asset the send DAG updates when new unconfirmed emails appear; it schedules
+    ``outreach_unconfirmed_review``."""
+    from airflow.sdk import Asset
+
+    return Asset(name=UNCONFIRMED_ASSET_NAME, uri=UNCONFIRMED_ASSET_URI)
