@@ -243,6 +243,21 @@ class Settings(OutreachSettings):
         return cls(**overrides)
 
 
+NO_DATABASE = ("no outreach database: set the Airflow connection outreach_db or "
+               "OUTREACH_DATABASE_URL (OUTREACH_EMBEDDED_DB=1 allows the local embedded "
+               "PostgreSQL, for development only)")
+"""The one line a process without a configured database fails with
+(:func:`outreach.airflow.connections.database_url`)."""
+
+
+class DatabaseSettings(OutreachSettings):
+    """The outreach database when the Airflow connection ``outreach_db`` does not exist
+    (:func:`outreach.airflow.connections.database_url`)."""
+
+    SECRET_FIELDS: ClassVar[frozenset[str]] = frozenset({"database_url"})
+    database_url: str | None = Field(None, description="a libpq URL of the outreach database")
+
+
 class PreflightSettings(OutreachSettings):
     """The DNS preflight of the send DAG (see :func:`outreach.airflow.tasks.preflight_task`)."""
 

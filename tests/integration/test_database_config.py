@@ -16,8 +16,8 @@ import subprocess
 import psycopg
 import pytest
 
-from outreach.dev.embedded import NO_DATABASE
 from outreach.dev.localairflow import airflow_env, ensure_metadata, run_dag
+from outreach.settings import NO_DATABASE
 from support.flow import outreach_cmd
 from support.paths import ROOT
 
@@ -69,6 +69,21 @@ def test_cli_uses_the_outreach_db_connection_first(db_url, tmp_path):
                        timeout=300)
     assert p.returncode == 0, p.stderr
     assert "database is up to date" in p.stdout
+
+
+def test_the_airflow_wing_never_falls_back_to_the_embedded_server(tmp_path, monkeypatch):
+    # Even with the developer's opt-in set: only the CLI's dev path may use the embedded server.
+    from outreach.airflow.connections import database_url
+    from outreach.settings import SettingsError
+
+    for k in ("OUTREACH_DATABASE_URL", "AIRFLOW_CONN_OUTREACH_DB"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("OUTREACH_EMBEDDED_DB", "1")
+    monkeypatch.setenv("OUTREACH_STATE_DIR", str(tmp_path / "state"))
+    with pytest.raises(SettingsError) as err:
+        database_url()
+    assert str(err.value) == NO_DATABASE
+    assert no_embedded_server_started(tmp_path)
 
 
 @pytest.mark.airflow

@@ -30,18 +30,24 @@ POSTMASTER_CONN_ID = "outreach_postmaster"
 
 def database_url(conn_id: str = DB_CONN_ID) -> str:
     """Return the outreach database URL: the Airflow connection ``conn_id``, else
-    ``OUTREACH_DATABASE_URL``, else the embedded server when ``OUTREACH_EMBEDDED_DB=1``.
+    ``OUTREACH_DATABASE_URL`` (:class:`outreach.settings.DatabaseSettings`).
 
-    The DAG tasks, the API server's unsubscribe app and the ``outreach`` command all ask this.
+    The DAG tasks, the API server's apps and the ``outreach`` command all ask this. There is no
+    embedded fallback here: only the CLI's dev path (:func:`outreach.cli.common.database_url`,
+    ``OUTREACH_EMBEDDED_DB=1``) and the local launchers use the embedded server, and they hand the
+    processes they start ``OUTREACH_DATABASE_URL``.
 
-    :raises outreach.settings.SettingsError: nothing is configured
-        (:data:`outreach.dev.embedded.NO_DATABASE`: a worker never gets a fresh empty database).
+    :raises outreach.settings.SettingsError: neither is configured
+        (:data:`outreach.settings.NO_DATABASE`: a worker never gets a fresh empty database).
     """
+    from outreach.settings import NO_DATABASE, DatabaseSettings, SettingsError
+
     conn = _connection(conn_id)
     if conn is None:
-        from outreach.dev.embedded import database_url as fallback
-
-        return fallback()
+        url = DatabaseSettings().database_url
+        if not url:
+            raise SettingsError(NO_DATABASE)
+        return url
     uri = conn.get_uri()
     return "postgresql://" + uri.split("://", 1)[1] if "://" in uri else uri
 

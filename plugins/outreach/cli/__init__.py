@@ -20,9 +20,23 @@ from outreach.dev import embedded
 
 
 def _url() -> str:
-    from outreach.airflow.connections import database_url
+    """The outreach database: the DAGs' (:func:`outreach.airflow.connections.database_url`: the
+    Airflow connection ``outreach_db``, else ``OUTREACH_DATABASE_URL``), else — only with the
+    developer's opt-in ``OUTREACH_EMBEDDED_DB=1`` — the embedded server
+    (:func:`outreach.dev.embedded.database_url`).
 
-    return database_url()
+    :raises outreach.settings.SettingsError: none of them (:data:`outreach.settings.NO_DATABASE`),
+        or ``OUTREACH_EMBEDDED_DB`` is neither 1 nor 0.
+    """
+    from outreach.airflow.connections import database_url
+    from outreach.settings import SettingsError
+
+    try:
+        return database_url()
+    except SettingsError:
+        if not embedded.opted_in():
+            raise
+        return embedded.database_url()
 
 
 def _user_path(path: str | None, default: str | None = None) -> str | None:

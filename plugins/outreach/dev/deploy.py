@@ -383,18 +383,17 @@ def check_redis(url: str) -> None:
 def celery_databases() -> tuple[str, str]:
     """Return the outreach database URL and the metadata SQLAlchemy URL of a Celery deployment.
 
-    The outreach database is :func:`outreach.airflow.connections.database_url` without the embedded
-    fallback; the metadata is ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``, else a database ``airflow``
+    The outreach database is :func:`outreach.airflow.connections.database_url` (which never falls
+    back to the embedded server: workers on other machines could never reach it); the metadata is ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``, else a database ``airflow``
     on the same server (created when missing, like docker-compose.yaml's postgres service).
 
     :raises outreach.settings.SettingsError: no outreach database is configured, or the metadata
         database cannot be created there.
     """
-    from outreach.dev import embedded
     from outreach.airflow.connections import database_url
+    from outreach.dev import embedded
     from outreach.settings import SettingsError
 
-    os.environ[embedded.OPT_IN] = "0"  # workers on other machines could never reach it
     outreach_url = database_url()
     metadata = os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")
     if not metadata:

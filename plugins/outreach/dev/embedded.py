@@ -19,15 +19,15 @@ from pathlib import Path
 
 import psycopg
 
+from outreach import settings
 from outreach.paths import state_dir
 
 DATABASE_NAME = "outreach"
 OPT_IN = "OUTREACH_EMBEDDED_DB"
 """``1``: a process may fall back to the embedded server when no database is configured."""
-NO_DATABASE = ("no outreach database: set the Airflow connection outreach_db or "
-               "OUTREACH_DATABASE_URL (OUTREACH_EMBEDDED_DB=1 allows the local embedded "
-               "PostgreSQL, for development only)")
-"""The one line a process without a configured database fails with."""
+NO_DATABASE = settings.NO_DATABASE
+"""The one line a process without a configured database fails with (defined in
+:mod:`outreach.settings`, where the Airflow wing reads it too)."""
 
 
 def start(data_dir: Path | None = None, *, stop_at_exit: bool = False) -> str:
