@@ -282,7 +282,7 @@ def test_mailbox_check_says_which_logins_work(db_url, tmp_path, settings, idp, o
 
 def test_a_static_token_logs_in_and_is_not_refreshed(db_url, tmp_path, settings, idp, xsink, env,
                                                     monkeypatch, caplog, capfd):
-    from outreach.logincheck import check_smtp
+    from outreach.cli.logincheck import check_smtp
 
     token = idp._issue("google", ANNA)["access_token"]  # handed out by someone, for a short job
     smtp_oauth(monkeypatch, xsink, {"auth_type": "oauth2", "oauth2_provider": "token",

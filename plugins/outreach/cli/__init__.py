@@ -393,7 +393,7 @@ def cmd_mailbox(args: argparse.Namespace) -> int:
         if not events:
             print("no pause or resume events" + (f" for mailbox {args.mailbox}" if args.mailbox else ""))
     elif args.mailbox_command == "check":
-        from outreach.logincheck import check_mailbox
+        from outreach.cli.logincheck import check_mailbox
 
         address, checks = check_mailbox(url, args.mailbox)
         print(f"mailbox {address}:")
