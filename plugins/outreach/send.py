@@ -28,6 +28,7 @@ from outreach.feedback import feedback_id
 from outreach.logutil import log, mailbox_name, mask
 from outreach.message import (Envelope, MessageError, ascii_domain, build_message, envelope_address,
                               message_id_for, to_wire)
+from outreach.queue import Reaped, plan_batches, reap
 from outreach.render import RenderError, render
 from outreach.settings import Settings
 from outreach.signing import DkimKey, SigningError, sign
@@ -884,3 +885,63 @@ def send_planned(url: str, quotas: Sequence[Sequence[int]], connector: SmtpConne
     log.info(summary.line())
     raise_if_unreachable(summary.batches)
     return summary
+
+
+@dataclass
+class SendRun:
+    """What one send run (:func:`send_run`) did: the rows it reaped, the plan, and one
+    :class:`PlannedSummary` per planned batch (in plan order)."""
+
+    reaped: Reaped
+    plan: list[dict[str, Any]]
+    batches: list[PlannedSummary] = field(default_factory=list)
+
+    @property
+    def claimed(self) -> int:
+        """Rows claimed by the whole run (0: nothing was due or allowed)."""
+        return sum(b.claimed for b in self.batches)
+
+
+def send_run(url: str, connector: SmtpConnector, settings: Settings, *,
+             mailbox_id: int | None = None, worker: str | None = None,
+             now: dt.datetime | None = None, dkim_keys: DkimKeyLoader | None = None,
+             clock: Clock | None = None) -> SendRun:
+    """One send run, in the send DAG's order: reap stale 'sending' rows
+    (:func:`outreach.queue.reap`, ``settings.reaper_threshold``), plan the run's batches
+    (:func:`outreach.queue.plan_batches`: cap, warm-up, pacing, paused mailboxes), then send every
+    planned batch (:func:`send_planned`) one after the other.
+
+    The send DAG runs the same pieces as tasks (``plan`` reaps and plans, one mapped ``send_batch``
+    per planned batch, see :mod:`outreach.airflow.tasks`); the ``outreach send`` command and the
+    tests run them here, in one process.
+
+    :param mailbox_id: plan for this mailbox only.
+    :param worker: the ``claimed_by`` of every claim (default :func:`worker_name`).
+    :param now: a fixed clock (UTC) for reap, plan and send; default the database clock.
+    :raises BatchAborted: the database connection was lost while planning (nothing was claimed).
+    :raises outreach.db.OutreachDBError: see :func:`send_batch`.
+    :raises MailboxUnreachable: after every planned batch was sent, when a mailbox could not
+        connect, log in or load its DKIM key (its rows were released; ``summaries`` holds every
+        mailbox processed in the run).
+    """
+    reaped = reap(url, settings.reaper_threshold, now=now)
+    try:
+        plan = plan_batches(url, settings.batch_size, parallelism=settings.send_parallelism,
+                            interval=settings.send_interval, now=now, mailbox_id=mailbox_id)
+    except psycopg.OperationalError as exc:  # nothing claimed yet
+        raise BatchAborted(f"database connection lost at stage PLAN: nothing was claimed "
+                           f"or released; ({str(exc).strip().splitlines()[0]})",
+                           stage="PLAN") from exc
+    run = SendRun(reaped, plan)
+    failures: list[dict[str, Any]] = []
+    for b in plan:
+        try:
+            run.batches.append(send_planned(url, b["quotas"], connector, settings, label=b["label"],
+                                            worker=worker, now=now, dkim_keys=dkim_keys,
+                                            clock=clock))
+        except MailboxUnreachable as exc:  # the other planned batches still go out
+            run.batches.append(PlannedSummary(label=b["label"], batches=list(exc.summaries)))
+            failures += exc.failures
+    if failures:
+        raise MailboxUnreachable(failures, [s for b in run.batches for s in b.batches])
+    return run

@@ -13,8 +13,7 @@ from psycopg.rows import dict_row
 
 from outreach.airflow.connections import smtp_connector
 from outreach.leads import import_leads
-from outreach.queue import plan_batches
-from outreach.send import send_planned
+from outreach.send import send_run as domain_send_run
 from outreach.suppression import import_suppressions
 from support.paths import CAMPAIGN, DNC, LEADS, MAILBOXES, ROOT, SMTP_CONN_IDS
 
@@ -28,12 +27,9 @@ def import_demo(url: str, now: dt.datetime | None = None):
 
 
 def send_run(url: str, settings, *, now: dt.datetime | None = None, worker: str = "test") -> list:
-    """One send run as the DAG does it: plan, then send every planned batch; return the
-    planned batches' summaries."""
-    return [send_planned(url, b["quotas"], smtp_connector, settings, label=b["label"],
-                         worker=worker, now=now)
-            for b in plan_batches(url, settings.batch_size, parallelism=settings.send_parallelism,
-                                  interval=settings.send_interval, now=now)]
+    """One send run as the DAG does it (:func:`outreach.send.send_run`: reap, plan, then send
+    every planned batch); return the planned batches' summaries."""
+    return domain_send_run(url, smtp_connector, settings, worker=worker, now=now).batches
 
 
 def send_all(url: str, settings, *, now: dt.datetime | None = None, worker: str = "test") -> list:

@@ -252,41 +252,27 @@ def cmd_queue_due(args: argparse.Namespace) -> int:
 
 
 def cmd_send(args: argparse.Namespace) -> int:
-    from outreach.airflow.connections import dkim_private_key, settings as load_settings, smtp_connector
-    from outreach.queue import plan_batches
-    import psycopg
-
-    from outreach.send import BatchAborted, MailboxUnreachable, send_planned
+    from outreach.airflow.connections import dkim_private_key, smtp_connector
+    from outreach.airflow.connections import settings as load_settings
+    from outreach.send import MailboxUnreachable, send_run
 
     settings = load_settings()
     if args.limit:  # validated like OUTREACH_BATCH_SIZE
         settings = settings.replace(batch_size=args.limit)
     url = _url()
-    limit = settings.batch_size
     while True:
         try:
-            batches = plan_batches(url, limit, parallelism=settings.send_parallelism,
-                                   interval=settings.send_interval, mailbox_id=args.mailbox)
-        except psycopg.OperationalError as exc:  # nothing claimed yet
-            raise BatchAborted(f"database connection lost at stage PLAN: nothing was claimed "
-                               f"or released; ({str(exc).strip().splitlines()[0]})",
-                               stage="PLAN") from exc
-        if not batches:
-            print("nothing due, or nothing more allowed in this run (daily cap, pacing, paused)")
-        claimed = 0
-        unreachable: list[dict] = []
-        for b in batches:
-            try:
-                parts = send_planned(url, b["quotas"], smtp_connector, settings,
-                                     label=b["label"], dkim_keys=dkim_private_key).batches
-            except MailboxUnreachable as exc:  # the other batches of the plan still go out
-                parts, unreachable = exc.summaries, unreachable + exc.failures
-            for part in parts:
-                claimed += part.claimed
+            run = send_run(url, smtp_connector, settings, mailbox_id=args.mailbox,
+                           dkim_keys=dkim_private_key)
+        except MailboxUnreachable as exc:  # its rows were released: --until-empty would only claim them again
+            for part in exc.summaries:
                 print(part.line(), flush=True)
-        if unreachable:  # its rows were released: --until-empty would only claim them again
-            raise MailboxUnreachable(unreachable, [])
-        if not args.until_empty or claimed == 0:
+            raise
+        if not run.plan:
+            print("nothing due, or nothing more allowed in this run (daily cap, pacing, paused)")
+        for part in (p for b in run.batches for p in b.batches):
+            print(part.line(), flush=True)
+        if not args.until_empty or run.claimed == 0:
             return 0
 
 
