@@ -217,6 +217,9 @@ def _google_token(cfg: OAuthConfig) -> tuple[str, float]:
         data = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], dict) else {}
         code = str(data.get("error") or "refused")
         text = str(data.get("error_description") or "")[:200]
+        if getattr(exc, "retryable", False):  # 5xx, internal_failure: Google's, not ours
+            raise TokenUnavailable(cfg.conn_id, f"Google's token endpoint failed ({code}: {text})",
+                                   "nothing to fix here; the run is tried again") from None
         fix = _GOOGLE_FIXES.get(code)
         if fix is None and "signature" in text.lower():
             fix = ("the service-account key was deleted, disabled or is not this account's: "
