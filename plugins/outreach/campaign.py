@@ -240,6 +240,11 @@ class Mailbox(_Model):
     unsubscribe_imap_conn_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_\-]+$")
     """The Airflow IMAP connection of the account that receives ``unsubscribe@<domain>`` (the
     List-Unsubscribe mailto) when that address is not delivered into this mailbox's inbox."""
+    auth: Literal["basic", "oauth2"] | None = None
+    """How this mailbox's SMTP and IMAP connections log in, as reviewed in this file: ``basic``
+    (password) or ``oauth2`` (XOAUTH2; README: OAuth 2.0 mailboxes). The connections' extra
+    ``auth_type`` (with the credential next to it) is what logs in; ``outreach mailbox check``
+    fails a connection that disagrees with this. ``None``: not declared."""
 
     @model_validator(mode="after")
     def _dkim_pair(self) -> Mailbox:

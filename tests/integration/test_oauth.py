@@ -272,6 +272,18 @@ def test_mailbox_check_says_which_logins_work(db_url, tmp_path, settings, idp, o
     assert "SMTP outreach_smtp_anna (oauth2 google): login OK" in out, out
     assert "IMAP outreach_imap_anna (oauth2 google): login OK" in out, out
 
+    # The mailbox file's declaration is checked against what the connections do.
+    shipped = MAILBOXES.read_text()
+    anna_line = f"  - address: {ANNA}\n"
+    for declared, code in (("oauth2", 0), ("basic", 1)):
+        declaring = tmp_path / f"mailboxes-{declared}.yaml"
+        declaring.write_text(shipped.replace(anna_line, anna_line + f"    auth: {declared}\n"))
+        assert main(["mailbox", "check", ANNA, "--file", str(declaring)]) == code
+        out = capfd.readouterr().out
+        assert (out.count("login OK"), out.count("declares auth basic but the connection logs "
+                                                 "in with oauth2 google")) == (
+            (2, 0) if code == 0 else (0, 2)), out
+
     oauth.CACHE.clear()
     idp.revoke_delegation("check@proj.iam.gserviceaccount.com")
     assert main(["mailbox", "check", ANNA]) == 1

@@ -381,7 +381,8 @@ def cmd_mailbox(args: argparse.Namespace) -> int:
     elif args.mailbox_command == "check":
         from outreach.cli.logincheck import check_mailbox
 
-        address, checks = check_mailbox(url, args.mailbox)
+        address, checks = check_mailbox(url, args.mailbox,
+                                        _user_path(args.file, "include/mailboxes.yaml"))
         print(f"mailbox {address}:")
         for c in checks:
             print("  " + c.line())
@@ -686,6 +687,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = mbsub.add_parser("check", help="try the mailbox's SMTP and IMAP logins (password or "
                          "OAuth 2.0) and say what works")
     s.add_argument("mailbox", metavar="ADDRESS_OR_ID")
+    s.add_argument("--file", help="mailbox YAML whose 'auth' the logins must match (default: "
+                   "the project's include/mailboxes.yaml)")
     s = mbsub.add_parser("sync", help="write every mailbox of the mailbox file to the database")
     s.add_argument("--file", default="include/mailboxes.yaml")
     mbsub.add_parser("check-bounces", help="pause mailboxes above the hard-bounce rate threshold")

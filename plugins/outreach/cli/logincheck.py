@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from outreach import db
-from outreach.store import mailboxes as store
 from outreach.logutil import mask, mask_addresses
+from outreach.store import mailboxes as store
 
 
 @dataclass(frozen=True)
@@ -81,11 +81,41 @@ def check_imap(conn_id: str) -> LoginCheck:
     return LoginCheck("IMAP", conn_id, method, True)
 
 
-def check_mailbox(url: str, mailbox: str | int) -> tuple[str, list[LoginCheck]]:
+def declared_auth(mailbox_file: str | None, address: str) -> str | None:
+    """Return the ``auth`` the mailbox file declares for ``address`` (``basic``/``oauth2``), or
+    ``None`` (not declared, no such mailbox in the file, no file).
+
+    :raises outreach.campaign.ConfigError: the file is invalid.
+    """
+    from pathlib import Path
+
+    from outreach.campaign import load_mailboxes
+
+    if not mailbox_file or not Path(mailbox_file).exists():
+        return None
+    return next((m.auth for m in load_mailboxes(mailbox_file)
+                 if m.address.lower() == address.lower()), None)
+
+
+def _against(check: LoginCheck, declared: str | None) -> LoginCheck:
+    """A working login that disagrees with the mailbox file's ``auth`` still fails the check."""
+    if declared is None or check.method.split()[0] == declared:
+        return check
+    detail = (f"include/mailboxes.yaml declares auth {declared} but the connection logs in with "
+              f"{check.method}: set its extra auth_type to {declared!r} (README: OAuth 2.0 "
+              "mailboxes) or change the declaration")
+    return LoginCheck(check.protocol, check.conn_id, check.method, False,
+                      detail + ("" if check.ok else f"; and: {check.detail}"))
+
+
+def check_mailbox(url: str, mailbox: str | int,
+                  mailbox_file: str | None = None) -> tuple[str, list[LoginCheck]]:
     """Try the SMTP login and (when the mailbox has one) the IMAP login of a mailbox by id or
-    address; return its masked address and the checks.
+    address; return its masked address and the checks. A login whose method is not the ``auth``
+    the mailbox file declares for the mailbox fails too (:func:`declared_auth`).
 
     :raises outreach.mailboxes.MailboxNotFound: no such mailbox.
+    :raises outreach.campaign.ConfigError: the mailbox file is invalid.
     """
     from outreach.mailboxes import MailboxNotFound
 
@@ -96,7 +126,8 @@ def check_mailbox(url: str, mailbox: str | int) -> tuple[str, list[LoginCheck]]:
                                         address=None if by_id else text)
     if row is None:
         raise MailboxNotFound(f"no mailbox {mask(text) if '@' in text else text!r}")
-    checks = [check_smtp(row.smtp_conn_id)]
+    declared = declared_auth(mailbox_file, row.address)
+    checks = [_against(check_smtp(row.smtp_conn_id), declared)]
     if row.imap_conn_id:
-        checks.append(check_imap(row.imap_conn_id))
+        checks.append(_against(check_imap(row.imap_conn_id), declared))
     return mask(row.address), checks
