@@ -8,7 +8,7 @@ idempotency key, so the next attempt carries the same Message-ID. Nothing else m
 unconfirmed row: a trigger (migration 0002) refuses it outside an operator resolution.
 
 Sent-folder evidence: when the mailbox has an IMAP account (``imap_conn_id``) with a Sent folder
-(the one flagged ``\Sent``, RFC 6154), :func:`sent_evidence` searches it for the row's Message-ID
+(the one flagged ``\\Sent``, RFC 6154), :func:`sent_evidence` searches it for the row's Message-ID
 (``SEARCH HEADER Message-ID``, RFC 3501 §6.4.4): *found* (with the message's date) is evidence
 that it went out — many relays (Gmail's SMTP among them) file every message they accept there —
 and :func:`resolve_found` resolves such rows ``was_sent`` with the evidence in the note. *Not
