@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint chaos bench bench-venv airflow venv clean stop browser imap-server
+.PHONY: demo test test-fast lint chaos bench bench-venv airflow venv clean stop browser imap-server
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
@@ -75,6 +75,11 @@ browser:
 ## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow, real Dovecot, real chromium).
 test: venv bench-venv imap-server browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## The inner loop: tests/unit, tests/integration and tests/migration without real Airflow (real
+## PostgreSQL, aiosmtpd and Dovecot still); no DAG run, deployment, Celery, browser or chaos.
+test-fast: venv imap-server
+	$(BIN)/python -m pytest -m "not airflow" tests/unit tests/integration tests/migration $(PYTEST_ARGS)
 
 ## Lint and types: ruff with pyproject.toml's [tool.ruff] rules, mypy on its [tool.mypy] files;
 ## what .ci/run runs before the tests.

@@ -25,7 +25,7 @@ os.environ.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
 os.environ.setdefault("OUTREACH_IMPORT_ROOTS", os.pathsep.join(
     [str(ROOT / "include" / "data"), os.path.realpath(tempfile.gettempdir())]))
 # No gap between a mailbox's handoffs unless a test asks for one (the gap is tested with an
-# injected clock, tests/test_pacing_days.py): a real 60-second wait per message would only slow
+# injected clock, tests/integration/test_pacing_days.py): a real 60-second wait per message would only slow
 # the suite. CLI and Airflow subprocesses inherit it.
 os.environ.setdefault("OUTREACH_SEND_GAP_SECONDS", "0")
 
@@ -36,6 +36,23 @@ from outreach.dev import embedded  # noqa: E402
 from outreach.dev.devsmtp import MaildirServer  # noqa: E402
 from outreach.migrate import upgrade  # noqa: E402
 from outreach.settings import Settings  # noqa: E402
+
+# Fixtures some tests need, kept with their helpers in tests/support (pytest plugins: no import in
+# the test module, which would shadow the fixture's name with an unused import).
+pytest_plugins = ["support.airflowhome", "support.imapserver", "support.signupapp", "support.sources"]
+
+# The folder a test lives in says what it needs (README, "Tests"); its marker is the folder's name,
+# so `-m "not acceptance"` or `-m unit` select by it from anywhere.
+FOLDER_MARKERS = ("unit", "integration", "dags", "acceptance", "migration")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its folder under tests/ (one of FOLDER_MARKERS)."""
+    tests = Path(__file__).parent
+    for item in items:
+        folder = item.path.relative_to(tests).parts[0]
+        if folder in FOLDER_MARKERS:
+            item.add_marker(folder)
 
 
 @pytest.fixture(scope="session")
@@ -92,7 +109,7 @@ def db_url(pg_admin_url: str, template_db: str) -> str:
 def settings() -> Settings:
     """Sender settings for tests (a test-only secret). Pacing and the gap are off: these tests
     send a whole day's work at once; pacing has its own tests with a fixed clock
-    (tests/test_pacing.py, tests/test_pacing_days.py)."""
+    (tests/integration/test_pacing.py, tests/integration/test_pacing_days.py)."""
     return Settings(public_url="https://unsubscribe.test.example",
                     unsubscribe_secret="test-secret-0123456789", batch_size=50, smtp_timeout=5,
                     send_interval_minutes=0, send_gap_seconds=0)

@@ -13,7 +13,7 @@ dkimpy has no parameter for a signer, so :func:`_install_openssl_signer` replace
 functions of ``dkim.crypto`` that ``dkim.DKIM.sign`` calls by name — ``parse_pem_private_key``
 and ``RSASSA_PKCS1_v1_5_sign``, both public (``dkim.crypto.__all__``) — with versions that handle
 keys of :class:`_OpenSSLKey` and hand anything else to dkimpy's own. That seam is pinned with
-dkimpy (requirements.txt) and tests/test_dkim.py fails when it moves: it checks the seam and that
+dkimpy (requirements.txt) and tests/integration/test_dkim.py fails when it moves: it checks the seam and that
 our signature equals dkimpy's pure-Python one byte for byte. PKCS#1 v1.5 signatures are
 deterministic, so the two are the same bytes.
 """
@@ -117,7 +117,7 @@ def _install_openssl_signer() -> bool:
     only, by a function that treats an :class:`_OpenSSLKey` itself and gives any other argument
     to dkimpy's own function unchanged, so other users of dkimpy in the process see no
     difference. When those names are not dkimpy's functions (dkimpy changed), nothing is replaced
-    and signing stays correct, only slower; tests/test_dkim.py fails in that case. Idempotent.
+    and signing stays correct, only slower; tests/integration/test_dkim.py fails in that case. Idempotent.
     """
     if (dkim.parse_pem_private_key is _parse_pem_private_key
             and dkim.RSASSA_PKCS1_v1_5_sign is _rsassa_pkcs1_v1_5_sign):

@@ -29,7 +29,7 @@ def test_every_benchmark_runs_at_a_tiny_size(tmp_path):
          "--claimers", "1,2,8", "--send-emails", "10", "--import-rows", "2000",
          "--fanout-tasks", "2", "--fanout-batch", "5", "--latency-delay", "0.01",
          "--latency-parallelism", "1,2", "--latency-batch", "4", "--repeats", "1", "--out", str(out),
-         # the scale-out row starts three Airflow deployments: tests/test_celery.py runs those
+         # the scale-out row starts three Airflow deployments: tests/acceptance/test_celery.py runs those
          "--only", "claim,send,latency,import,fanout"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]

@@ -1,5 +1,6 @@
-"""Chaos: real `outreach send` processes, SIGKILLed at failpoints, many at once, and a database
-restart in the middle of a batch. The invariant checker runs after each scenario.
+"""Chaos: real `outreach send` processes, SIGKILLed at failpoints, many at once, killed (SIGKILL or
+SIGTERM) at random moments while queue-due runs alongside, and a database restart in the middle
+of a batch. The invariant checker runs after each scenario.
 
 CI runs a bounded number of kill iterations (OUTREACH_CHAOS_ITERATIONS, default 10);
 `make chaos N=…` runs as many as asked and prints the checker's totals.
@@ -11,7 +12,10 @@ import atexit
 import datetime as dt
 import os
 import random
+import signal
 import subprocess
+import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -28,7 +32,7 @@ from outreach.send import BatchAborted, send_batch
 from support import invariants
 from support.faultsmtp import FaultSMTPServer
 from support.flow import cli_env, leads_csv, outreach_cmd, rows, scalar
-from support.paths import CAMPAIGN, MAILBOXES, SMTP_CONN_IDS
+from support.paths import CAMPAIGN, MAILBOXES, ROOT, SMTP_CONN_IDS
 
 ITERATIONS = int(os.environ.get("OUTREACH_CHAOS_ITERATIONS", "10"))
 
@@ -130,3 +134,44 @@ def test_postgres_restarted_mid_batch_loses_nothing_and_sends_nothing_twice(own_
         messages = smtp.messages()
     totals = invariants.assert_ok(url, messages)
     assert len(messages) == totals.sent_rows == 40 and totals.unconfirmed == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Held (expected to pass): external SIGKILL/SIGTERM at random moments of two concurrent
+# `outreach send --until-empty` processes, with queue-due running alongside
+# ---------------------------------------------------------------------------------------------
+
+def test_random_external_kills_never_duplicate_or_lose(db_url, tmp_path):
+    import random
+
+    rng = random.Random(int(os.environ.get("ATK_SEED", "7")))
+    n = 240
+    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"k{i}@ex.example,K,Kill" for i in range(n)]))
+    with psycopg.connect(db_url) as c:
+        c.execute("UPDATE outreach.mailboxes SET daily_cap = 100000, warmup_start = NULL")
+    with FaultSMTPServer() as smtp:
+        env = dict(os.environ, OUTREACH_DATABASE_URL=db_url, OUTREACH_HOME=str(ROOT),
+                   AIRFLOW_HOME=str(tmp_path / "af"), OUTREACH_PUBLIC_URL="https://unsubscribe.test.example",
+                   OUTREACH_UNSUBSCRIBE_SECRET="test-secret-0123456789")
+        for conn_id in SMTP_CONN_IDS:
+            env[f"AIRFLOW_CONN_{conn_id.upper()}"] = smtp.connection_json(timeout=5)
+        env.pop("OUTREACH_FAILPOINTS", None)
+        cmd = [sys.executable, "-m", "outreach.cli"]
+        for i in range(8):
+            procs = [subprocess.Popen(cmd + ["send", "--until-empty", "--limit", "5"], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
+            q = subprocess.Popen(cmd + ["queue-due"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(rng.uniform(1.5, 4.0))
+            procs[0].send_signal(signal.SIGKILL)
+            time.sleep(rng.uniform(0, 0.5))
+            procs[1].send_signal(signal.SIGTERM)
+            for p in procs + [q]:
+                p.wait(timeout=120)
+            reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31))
+        subprocess.run(cmd + ["queue-due"], env=env, check=True, capture_output=True)
+        p = subprocess.run(cmd + ["send", "--until-empty", "--limit", "50"], env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        messages = smtp.messages()
+    t = invariants.assert_ok(db_url, messages)
+    assert t.sent_rows + t.unconfirmed == n, t
+    print(f"\nkills: accepted={t.accepted} sent={t.sent_rows} unconfirmed={t.unconfirmed}")

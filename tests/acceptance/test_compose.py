@@ -1,6 +1,6 @@
 """docker-compose.yaml validates (Debian's ``docker-compose config``: no Docker engine needed) and
 runs what the process deployment runs (``outreach.dev.deploy``: SERVICES, WORKER, init_commands,
-shared_settings), which tests/test_celery.py runs for real; the image extends the Airflow that
+shared_settings), which tests/acceptance/test_celery.py runs for real; the image extends the Airflow that
 requirements.txt pins."""
 
 from __future__ import annotations

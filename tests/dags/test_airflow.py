@@ -12,7 +12,7 @@ import pytest
 from outreach.dev.localairflow import airflow_env, run_dag
 from outreach.queue import queue_due
 from support import invariants
-from support.airflowhome import env_for, fresh_home, migrated_airflow_home  # noqa: F401 - fixture
+from support.airflowhome import env_for, fresh_home
 from support.flow import EXPECTED_LEADS, hand_over, import_demo, rows
 from support.paths import MAILBOXES, ROOT
 

@@ -12,7 +12,7 @@ import pytest
 from outreach.dev.localairflow import airflow_env
 from outreach.queue import queue_due
 from outreach.tokens import make_token
-from support.airflowhome import SETTINGS_ENV, fresh_home, migrated_airflow_home  # noqa: F401 - fixture
+from support.airflowhome import SETTINGS_ENV, fresh_home
 from support.flow import import_demo, rows, scalar
 from support.paths import ROOT
 
@@ -55,7 +55,7 @@ print("RESULT " + json.dumps({
 """
 
 
-def test_plugin_mounts_the_unsubscribe_service_in_the_api_server(db_url, migrated_airflow_home,  # noqa: F811
+def test_plugin_mounts_the_unsubscribe_service_in_the_api_server(db_url, migrated_airflow_home,
                                                                   tmp_path):
     import_demo(db_url)
     queue_due(db_url)

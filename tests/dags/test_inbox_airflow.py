@@ -9,9 +9,8 @@ import json
 import pytest
 
 from outreach.dev.localairflow import run_dag
-from support.airflowhome import env_for, fresh_home, migrated_airflow_home  # noqa: F401 - fixture
+from support.airflowhome import env_for, fresh_home
 from support.flow import rows
-from support.imapserver import dovecot, imap_accounts  # noqa: F401 - fixtures
 from support.inboxflow import IMAP_CONN_IDS, bounce_sample, sent_campaign
 
 pytestmark = pytest.mark.airflow

@@ -13,10 +13,10 @@ import psycopg
 import pytest
 
 from outreach.dev.localairflow import airflow_env, run_dag
-from support.airflowhome import SETTINGS_ENV, fresh_home, migrated_airflow_home  # noqa: F401 - fixture
+from support.airflowhome import SETTINGS_ENV, fresh_home
 from support.flow import rows, scalar
 from support.paths import ROOT
-from support.sources import WAREHOUSE_ROWS, sql_campaign, warehouse  # noqa: F401 - fixture
+from support.sources import WAREHOUSE_ROWS, sql_campaign
 
 PROBE = r"""
 import json, sys

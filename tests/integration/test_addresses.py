@@ -7,7 +7,6 @@ from __future__ import annotations
 import httpx
 import psycopg
 import pytest
-from test_transactional import app_factory, tx_url, welcome_messages  # noqa: F401 (fixtures)
 
 from outreach import db
 from outreach.addresses import normalize_address
@@ -16,6 +15,7 @@ from outreach.suppression import is_suppressed, suppress
 from outreach.transactional import send_due
 from support import invariants
 from support.flow import rows, scalar
+from support.signupapp import welcome_messages
 
 SPELLINGS = ["jo@example.com", " jo@example.com ", "jo@example.com\t", "\tJo@Example.COM\r\n",
              "\u00a0jo@EXAMPLE.com\u3000", "zoe\u0308@bu\u0308cher.example",       # NFD
@@ -48,7 +48,7 @@ def test_the_sql_functions_normalise_what_they_are_given(tx_url):
 
 
 def test_three_spellings_of_one_address_are_one_user_and_one_welcome_email(tx_url, sink, settings,
-                                                                        app_factory):  # noqa: F811
+                                                                        app_factory):
     app = app_factory()
 
     def post(key: str, email: str) -> httpx.Response:
@@ -71,3 +71,30 @@ def test_three_spellings_of_one_address_are_one_user_and_one_welcome_email(tx_ur
     with pytest.raises(psycopg.errors.UniqueViolation), psycopg.connect(tx_url) as conn:
         conn.execute("INSERT INTO signup_example.users (email, name, signup_key, verification_token)"
                      " VALUES ('JO@example.com ', 'x', 'k9', 't')")
+
+
+def test_sql_enqueue_of_a_spelling_the_sql_normaliser_misses_is_not_sent(db_url, sink, settings):
+    """The SQL normaliser (trim, NFC, lower) cannot apply IDNA UTS #46 mapping; the transport
+    does (ascii_domain). A hard-bounced address written with a full-width domain or a soft hyphen
+    through the documented SQL function must still be found suppressed before the handoff."""
+    from outreach import db
+    from outreach.campaign import sync_mailboxes
+    from outreach.suppression import suppress
+    from outreach.transactional import send_due
+    from support.paths import MAILBOXES
+
+    sync_mailboxes(db_url, MAILBOXES)
+    with db.connect(db_url) as conn, conn.transaction():
+        suppress(conn, "bounced@example.com", "bounced", "test")
+    spellings = ["bounced@\uff45xample.com", "bounced@exam\u00adple.com"]
+    with db.connect(db_url) as conn, conn.transaction():
+        for n, to in enumerate(spellings):
+            conn.execute("SELECT * FROM outreach.enqueue_transactional(%s, %s, 'welcome', %s::jsonb)",
+                         (f"k{n}", to, '{"user": {"name": "Jo"}, "verify_url": "https://a.example/v"}'))
+    send_due(db_url, smtp_connector, settings)
+    assert [m["X-RcptTo"] for m in sink.messages()] == []
+    # The full-width spelling is the suppressed address; the soft hyphen, which email-validator
+    # refuses (and the transport would silently drop), is no address outreach sends to.
+    assert [(r["s"], r["k"]) for r in rows(db_url, "SELECT status::text AS s, failure_kind AS k"
+                                                   " FROM outreach.emails ORDER BY id")] == [
+        ("suppressed", None), ("failed", "render")]

@@ -8,10 +8,12 @@ import email.policy
 
 import psycopg
 
+from outreach.airflow.connections import smtp_connector
 from outreach.leads import import_leads
 from outreach.queue import queue_due
+from outreach.send import send_batch
 from support import invariants
-from support.flow import rows, send_all
+from support.flow import leads_csv, rows, send_all
 from support.paths import CAMPAIGN, MAILBOXES
 
 CSV = (
@@ -63,3 +65,31 @@ def test_injection_attempts_and_international_addresses_through_a_full_send(db_u
     assert utf8["To"].addresses[0].username == "jörg"
     assert all(r["s"] == "sent" for r in rows(db_url, "SELECT status::text AS s FROM outreach.emails"))
     invariants.assert_ok(db_url, sink.messages())
+
+
+# ---------------------------------------------------------------------------------------------
+# F7: a typo in a step's subject passes campaign validation; every due email of the step then
+#     fails permanently ('render'), and fixing the file never brings them back
+# ---------------------------------------------------------------------------------------------
+
+def test_subject_typo_is_refused_or_recoverable(db_url, sink, settings, tmp_path):
+    text = CAMPAIGN.read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace('"{{ lead.company }} and late deliveries"', '"{{ lead.compnay }} and late deliveries"'))
+    good = tmp_path / "good.yaml"
+    good.write_text(text)
+    leads = leads_csv(tmp_path, [f"t{i}@ex.example,T,Typo" for i in range(4)])
+    try:
+        import_leads(db_url, bad, MAILBOXES, leads)
+    except Exception:  # noqa: BLE001 - refusing the file is a fine outcome
+        return
+    queue_due(db_url)
+    for mb in (1, 2):
+        send_batch(db_url, mb, 50, smtp_connector, settings, worker="atk")
+    # the operator fixes the campaign file and re-runs everything
+    import_leads(db_url, good, MAILBOXES, leads)
+    queue_due(db_url)
+    for mb in (1, 2):
+        send_batch(db_url, mb, 50, smtp_connector, settings, worker="atk")
+    st = rows(db_url, "SELECT status::text AS s, failure_kind, last_error FROM outreach.emails")
+    assert len(sink.messages()) == 4, st

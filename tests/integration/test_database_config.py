@@ -3,20 +3,19 @@
 An Airflow worker, the unsubscribe app and an ``outreach`` command on a server never get a fresh,
 empty embedded PostgreSQL: without the connection ``outreach_db`` or ``OUTREACH_DATABASE_URL``
 they fail with one line saying what to set. The embedded server is the launchers' (``make demo``,
-``make airflow``) and the explicit opt-in ``OUTREACH_EMBEDDED_DB=1``'s.
+``make airflow``) and the explicit opt-in ``OUTREACH_EMBEDDED_DB=1``'s. The Airflow task's
+failure, under real Airflow: tests/dags/test_task_database.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 
 import psycopg
 import pytest
 
-from outreach.dev.localairflow import airflow_env, ensure_metadata, run_dag
 from outreach.settings import NO_DATABASE
 from support.flow import outreach_cmd
 from support.paths import ROOT
@@ -83,27 +82,4 @@ def test_the_airflow_wing_never_falls_back_to_the_embedded_server(tmp_path, monk
     with pytest.raises(SettingsError) as err:
         database_url()
     assert str(err.value) == NO_DATABASE
-    assert no_embedded_server_started(tmp_path)
-
-
-@pytest.mark.airflow
-def test_airflow_task_without_a_database_fails_loudly(tmp_path):
-    env = airflow_env(tmp_path / "airflow-home", "unused", {})
-    for k in ("OUTREACH_DATABASE_URL", "AIRFLOW_CONN_OUTREACH_DB", "OUTREACH_EMBEDDED_DB"):
-        env.pop(k, None)
-    env["OUTREACH_STATE_DIR"] = str(tmp_path / "state")
-    env["AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY"] = "0"  # its one retry, without waiting 5 min
-    env.update({k: v for k, v in bare_env(tmp_path).items() if k.startswith("OUTREACH_PUBLIC")
-                or k == "OUTREACH_UNSUBSCRIBE_SECRET"})
-    ensure_metadata(env)
-    try:
-        result = run_dag(env, "outreach_queue_due", tmp_path / "queue.log")
-    finally:
-        if not no_embedded_server_started(tmp_path):  # the old behaviour: stop what it started
-            pg_ctl = shutil.which("pg_ctl") or str(
-                __import__("pgserver").__path__[0] + "/pginstall/bin/pg_ctl")
-            subprocess.run([pg_ctl, "-D", str(tmp_path / "state" / "pgdata"), "stop", "-m", "fast"],
-                           capture_output=True)
-    assert not result.ok
-    assert NO_DATABASE in result.log.read_text()
     assert no_embedded_server_started(tmp_path)

@@ -10,6 +10,7 @@ from pathlib import Path
 import dkim
 import pytest
 from dkim.util import parse_tag_value
+
 from outreach.airflow.connections import dkim_private_key, smtp_connector
 from outreach.leads import import_leads
 from outreach.message import build_message, to_wire

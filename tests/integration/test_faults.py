@@ -4,6 +4,8 @@ resolution, a database restart mid-batch. Real PostgreSQL, a real (fault-injecti
 from __future__ import annotations
 
 import datetime as dt
+import email
+import email.policy
 import json
 import threading
 
@@ -12,7 +14,7 @@ import pytest
 
 from outreach import db
 from outreach.airflow.connections import smtp_connector
-from outreach.dev.devsmtp import free_port
+from outreach.dev.devsmtp import LoopbackSMTPServer, free_port
 from outreach.leads import import_leads
 from outreach.queue import Reaped, queue_due, reap
 from outreach.resolve import resolve
@@ -267,3 +269,34 @@ def test_operator_requeues_only_not_accepted_failures_and_each_is_sent_once(db_u
     assert [m["X-RcptTo"] for m in messages].count("full@faults.example") == 1
     assert state(db_url)["full@faults.example"]["status"] == "sent"
     invariants.assert_ok(db_url, messages)
+
+
+# ---------------------------------------------------------------------------------------------
+# F6: an unparseable reply to the end of DATA is classified RETRY (smtplib code -1), so a message
+#     the server may have accepted is sent again 30 minutes later
+# ---------------------------------------------------------------------------------------------
+
+class _GarbledAfterData:
+    def __init__(self) -> None:
+        self.accepted: list[email.message.Message] = []
+
+    async def handle_DATA(self, server, session, envelope):
+        msg = email.message_from_bytes(envelope.content, policy=email.policy.compat32)
+        msg["X-RcptTo"] = envelope.rcpt_tos[0]
+        self.accepted.append(msg)
+        return "Ok: queued as 4ZxK2b1qzz" if len(self.accepted) == 1 else "250 OK"
+
+
+def test_unparseable_reply_after_end_of_data_is_not_retried(db_url, settings, tmp_path, monkeypatch):
+    handler = _GarbledAfterData()
+    t0 = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    with LoopbackSMTPServer(handler) as smtp:
+        point_mailboxes_at(monkeypatch, smtp.connection_json(timeout=5))
+        import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, ["g@ex.example,G,Garbled"]), now=t0)
+        queue_due(db_url, now=t0)
+        for now in (t0, t0 + dt.timedelta(minutes=31)):
+            for mb in (1, 2):
+                send_batch(db_url, mb, 50, smtp_connector, settings, worker="atk", now=now)
+    st = rows(db_url, "SELECT status::text AS s, failure_kind, last_error FROM outreach.emails")
+    t = invariants.check(db_url, handler.accepted)
+    assert not t.problems, (st, t.problems)

@@ -4,7 +4,10 @@ Real `outreach` processes, a real PostgreSQL, the fault-injecting SMTP server.""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import email
+import email.policy
 import subprocess
 from collections import Counter
 
@@ -145,3 +148,68 @@ def test_database_lost_mid_batch_is_one_error_line_naming_the_stage_and_the_rele
         messages = smtp.messages()
     assert Counter(m["X-RcptTo"] for m in messages) == Counter(addresses)
     invariants.assert_ok(db_url, messages)
+
+
+# ---------------------------------------------------------------------------------------------
+# F4: a live sender slower than the reaper threshold (settings accepted as valid) still hands off
+#     rows the reaper took; an operator who follows "check Sent Items" requeues it; it goes out twice
+# ---------------------------------------------------------------------------------------------
+
+class _SlowReplies:
+    """Answers MAIL, RCPT and the end of DATA each after `delay` s (inside the client timeout)."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.accepted: list[email.message.Message] = []
+
+    async def handle_MAIL(self, server, session, envelope, address, mail_options):
+        await asyncio.sleep(self.delay)
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return "250 OK"
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        await asyncio.sleep(self.delay)
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server, session, envelope):
+        await asyncio.sleep(self.delay)
+        msg = email.message_from_bytes(envelope.content, policy=email.policy.compat32)
+        msg["X-RcptTo"] = envelope.rcpt_tos[0]
+        self.accepted.append(msg)
+        return "250 2.0.0 OK queued"
+
+
+def test_sender_never_hands_off_a_row_the_reaper_took_meanwhile(db_url, sink, settings, tmp_path):
+    """The claim is taken, then (before the handoff) the reaper takes the rows back — never
+    handed over, so straight back to the queue: the original sender must not send them; the next
+    run sends each once."""
+    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"h{i}@ex.example,H,Heart" for i in range(5)]))
+    one_mailbox(db_url)
+    queue_due(db_url)
+    taken: list[int] = []
+    import outreach.send as send_mod
+
+    real_check = send_mod.is_suppressed
+
+    def stalled_sender(conn, address, *args):
+        # The sender stalls after its claim, before its first handoff (a GC pause, a slow DNS
+        # lookup…): meanwhile the reaper takes the rows back to the queue.
+        if not taken:
+            later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31)
+            reaped = reap(db_url, settings.reaper_threshold, now=later)
+            assert reaped.unconfirmed == []
+            taken.extend(reaped.requeued)
+        return real_check(conn, address, *args)
+
+    send_mod.is_suppressed = stalled_sender
+    try:
+        first = send_batch(db_url, 1, 10, smtp_connector, settings, worker="slow")
+    finally:
+        send_mod.is_suppressed = real_check
+    assert len(taken) == 5 and first.claimed == 5
+    assert (first.sent, first.lost_claims) == (0, 5) and sink.messages() == []
+    second = send_batch(db_url, 1, 10, smtp_connector, settings, worker="next-run")
+    assert second.sent == 5
+    invariants.assert_ok(db_url, sink.messages())

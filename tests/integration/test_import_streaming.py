@@ -215,3 +215,18 @@ def test_an_import_checked_in_worker_processes_stores_what_one_checked_here_stor
     assert [str(p) for p in parallel.problems] == [str(p) for p in again.problems]
     assert (again.imported, again.unchanged, again.rows_total) == (0, 43, 49)
     assert scalar(db_url, "SELECT count(*) FROM outreach.leads") == 43
+
+
+# ---------------------------------------------------------------------------------------------
+# F2: one NUL byte in one row makes the whole leads import fail (nothing imported)
+# ---------------------------------------------------------------------------------------------
+
+def test_nul_in_one_row_does_not_stop_the_rest(db_url, tmp_path):
+    p = tmp_path / "nul.csv"
+    p.write_bytes(b"Email,First Name,Company\ngood1@ex.example,Ann,A\n"
+                  b"nul@ex.example,B\x00ob,B\ngood2@ex.example,Cy,C\n")
+    try:
+        r = import_leads(db_url, CAMPAIGN, MAILBOXES, p)
+    except Exception as exc:  # noqa: BLE001
+        pytest.fail(f"import of a file with one NUL byte failed as a whole: {type(exc).__name__}: {exc}")
+    assert r.imported >= 2

@@ -11,7 +11,6 @@ import pytest
 from outreach import db
 from outreach.tokens import make_token
 from support.flow import rows, scalar
-from support.imapserver import dovecot, imap_accounts  # noqa: F401 - fixtures
 from support.inboxflow import (
     BOUNCE_SAMPLES,
     IMAP_CONN_IDS,
@@ -110,3 +109,24 @@ def test_late_bounce_and_complaint_count_toward_the_rates(db_url, tmp_path, sink
     assert "complaint rate 5 % (1 of 20" in verdicts[0].reason
     events = rows(db_url, "SELECT actor, reason FROM outreach.mailbox_events WHERE mailbox_id = 1")
     assert events == [{"actor": "complaint-rate", "reason": verdicts[0].reason}]
+
+
+def test_a_bounce_naming_the_ace_form_of_an_idn_lead_suppresses_it(db_url, tmp_path, sink, settings,
+                                                                    imap_accounts):
+    """A DSN names the recipient as RCPT TO had it: the domain IDNA-encoded (ascii_domain). The
+    lead is stored with its domain in Unicode; a bounce without our Message-ID enclosed is
+    matched by address, so the reader must compare normal forms, or the hard-bounced lead keeps
+    getting the next steps."""
+    from support.inboxflow import IMAP_CONN_IDS, bounce_sample, next_step_recipients, read_all, sent_campaign
+
+    for conn_id in IMAP_CONN_IDS:
+        imap_accounts.add(conn_id)
+    lead, ace = "jo@bücher.example", "jo@xn--bcher-kva.example"
+    sent_campaign(db_url, tmp_path, settings, [lead, "keep@quiet.example"])
+    assert ace in {m["X-RcptTo"] for m in sink.messages()}
+    imap_accounts.append("outreach_imap_anna", bounce_sample("postfix_01.txt", "xxxxx@local.ie", ace))
+    (anna,) = [s for s in read_all(db_url, settings.unsubscribe_secret) if s.fetched]
+    assert anna.hard_bounce == 1, anna.line()
+    assert rows(db_url, "SELECT value, reason FROM outreach.suppressions") == [
+        {"value": lead, "reason": "bounced"}]
+    assert next_step_recipients(db_url, settings, sink) == {"keep@quiet.example"}

@@ -5,11 +5,11 @@ UIDVALIDITY change — every effect applied exactly once, checked in SQL."""
 from __future__ import annotations
 
 import subprocess
+import uuid
 
 import pytest
 
 from support.flow import cli_env, outreach_cmd, rows, scalar
-from support.imapserver import dovecot, imap_accounts  # noqa: F401 - fixtures
 from support.inboxflow import IMAP_CONN_IDS, bounce_sample, mail, read_all, sent_campaign
 from support.scenario import concurrently
 
@@ -107,3 +107,28 @@ def test_uidvalidity_change_rereads_by_message_id_without_double_effects(db_url,
     assert (again.fetched, again.already_seen, again.hard_bounce) == (4, 3, 1), again.line()
     assert_each_effect_once(db_url, leads)
     assert scalar(db_url, "SELECT count(DISTINCT uidvalidity) FROM outreach.inbound_messages") == 2
+
+
+def test_a_nul_in_an_inbound_header_does_not_block_the_inbox(db_url, tmp_path, sink, settings,
+                                                             imap_accounts):
+    """PostgreSQL text cannot hold NUL. A stranger's mail whose Subject is an encoded word
+    decoding to NUL failed the whole read at the same UID on every run (nothing after it —
+    unsubscribes, replies, bounces — was ever processed): a poison message anyone can send."""
+    from support.inboxflow import ANNA, IMAP_CONN_IDS, mail, next_step_recipients, read_all, sent_campaign
+
+    for conn_id in IMAP_CONN_IDS:
+        imap_accounts.add(conn_id)
+    sent_campaign(db_url, tmp_path, settings, ["u@firstline.example", "keep@quiet.example"])
+    imap_accounts.append("outreach_imap_anna", mail("x@stranger.example", "=?utf-8?q?hi=00there?=",
+                                                    "hello", to=ANNA))
+    # A Message-ID beyond what a btree index entry can hold (random: no compression helps).
+    long_id = "<" + "".join(uuid.uuid4().hex for _ in range(200)) + "@stranger.example>"
+    imap_accounts.append("outreach_imap_anna", mail("y@stranger.example", "hello", "hello",
+                                                    to=ANNA, message_id=long_id))
+    imap_accounts.append("outreach_imap_anna", mail("u@firstline.example", "Re: hi",
+                                                    "Unsubscribe\n", to=ANNA))
+    (anna,) = [s for s in read_all(db_url, settings.unsubscribe_secret) if s.fetched]
+    assert (anna.fetched, anna.unmatched, anna.unsubscribe) == (3, 2, 1), anna.line()
+    assert rows(db_url, "SELECT value, reason FROM outreach.suppressions") == [
+        {"value": "u@firstline.example", "reason": "unsubscribed"}]
+    assert next_step_recipients(db_url, settings, sink) == {"keep@quiet.example"}

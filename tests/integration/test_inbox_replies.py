@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from support.flow import rows
-from support.imapserver import dovecot, imap_accounts  # noqa: F401 - fixtures
 from support.inboxflow import IMAP_CONN_IDS, inbound, mail, next_step_recipients, read_all, sent_campaign
 from support.paths import CAMPAIGN
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
+import os
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -14,9 +18,10 @@ import outreach.send as send_mod
 from outreach.airflow.connections import smtp_connector
 from outreach.leads import import_leads
 from outreach.queue import queue_due, reap
+from support import invariants
 from support.faultsmtp import FaultSMTPServer
 from support.flow import leads_csv, one_mailbox, point_mailboxes_at, rows
-from support.paths import CAMPAIGN, MAILBOXES
+from support.paths import CAMPAIGN, MAILBOXES, ROOT, SMTP_CONN_IDS
 
 
 def queued_on_mailbox_1(db_url: str, tmp_path, lines: list[str]) -> None:
@@ -92,3 +97,35 @@ def test_interrupt_while_connecting(db_url, settings, tmp_path):
         send_mod.send_batch(db_url, 1, 10, connector, settings, worker="w")
     st = rows(db_url, "SELECT status::text AS s, failure_kind FROM outreach.emails")
     assert st == [{"s": "queued", "failure_kind": None}], st
+
+
+# ---------------------------------------------------------------------------------------------
+# F5: Ctrl-C (SIGINT) of `outreach send` while waiting for the reply to the end of DATA releases
+#     the row back to the queue; the next run sends it again although the server had taken it
+# ---------------------------------------------------------------------------------------------
+
+def test_sigint_while_waiting_for_end_of_data_reply_never_resends(db_url, tmp_path):
+    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, ["int@ex.example,I,Int"]))
+    queue_due(db_url)
+    with FaultSMTPServer({"int@ex.example": ["slow", "accept"]}, slow_seconds=5) as smtp:
+        env = dict(os.environ, OUTREACH_DATABASE_URL=db_url, OUTREACH_HOME=str(ROOT),
+                   AIRFLOW_HOME=str(tmp_path / "af"), OUTREACH_PUBLIC_URL="https://unsubscribe.test.example",
+                   OUTREACH_UNSUBSCRIBE_SECRET="test-secret-0123456789")
+        for conn_id in SMTP_CONN_IDS:
+            env[f"AIRFLOW_CONN_{conn_id.upper()}"] = smtp.connection_json(timeout=20)
+        env.pop("OUTREACH_FAILPOINTS", None)
+        p = subprocess.Popen([sys.executable, "-m", "outreach.cli", "send"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        while not smtp.accepted and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)  # the operator presses Ctrl-C
+        out = p.communicate(timeout=60)[0]
+        state_after_kill = rows(db_url, "SELECT status::text AS s, failure_kind, attempts FROM outreach.emails")
+        # the next scheduled run
+        p2 = subprocess.run([sys.executable, "-m", "outreach.cli", "send"], env=env,
+                            capture_output=True, text=True, timeout=120)
+        messages = smtp.messages()
+    t = invariants.check(db_url, messages)
+    assert not t.problems, (state_after_kill, out[-1500:], p2.stdout[-500:], t.problems)

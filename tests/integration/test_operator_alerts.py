@@ -2,7 +2,7 @@
 provider's notifier to a real SMTP sink, send tasks that fail instead of staying green, the
 summary read from the ledger, and the resolve paths (the Params DAG's checks, the Required
 Action's record step). Real PostgreSQL and aiosmtpd; the Airflow side runs in
-tests/test_deployment.py."""
+tests/acceptance/test_deployment.py."""
 
 from __future__ import annotations
 

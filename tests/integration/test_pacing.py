@@ -3,7 +3,7 @@
 Pacing (the rule: mailbox_remaining_today in sql/queries/mailboxes.sql): a day's sends are spread
 evenly over the full send window — no run gives a mailbox more than ceil(daily limit / runs in the
 full window), however late it is — and the number of send batches follows the configured
-parallelism. Whole simulated days: tests/test_pacing_days.py.
+parallelism. Whole simulated days: tests/integration/test_pacing_days.py.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from outreach.queue import queue_due
 from outreach.send import claim, send_batch
 from outreach.suppression import suppress
 from support import invariants
-from support.flow import EXPECTED_LEADS, import_demo, rows, scalar, send_all
+from support.flow import EXPECTED_LEADS, import_demo, leads_csv, one_mailbox, rows, scalar, send_all
 from support.paths import CAMPAIGN, LEADS, MAILBOXES, ROOT
 
 
@@ -182,6 +182,65 @@ def test_template_error_fails_one_email_and_the_batch_goes_on(db_url, sink, sett
     assert sent == EXPECTED_LEADS + 11 - len(failed)  # no do-not-contact list imported here
     assert len(sink.messages()) == sent
     invariants.assert_ok(db_url, sink.messages())
+
+
+# ---------------------------------------------------------------------------------------------
+# F3: a template raising a non-Jinja exception for one lead aborts the batch, and the row is
+#     released (attempts reset) so every later batch dies on it again: a poison row.
+# ---------------------------------------------------------------------------------------------
+
+def test_template_raising_for_one_lead_does_not_stop_the_batch(db_url, sink, settings, tmp_path, monkeypatch):
+    tdir = tmp_path / "templates"
+    shutil.copytree(ROOT / "include" / "templates", tdir)
+    # 100 // len(company): fine for every lead except the one with an empty Company.
+    for suffix in ("txt.j2", "html.j2"):
+        src = (tdir / f"ops_intro.{suffix}").read_text()
+        (tdir / f"ops_intro.{suffix}").write_text(
+            "{% set n = lead.company|length %}Score {{ 100 // n }}\n" + src)
+    monkeypatch.setenv("OUTREACH_TEMPLATES", str(tdir))
+    import_leads(db_url, CAMPAIGN, MAILBOXES,
+                 leads_csv(tmp_path, ["a1@ex.example,A,Acme", "a2@ex.example,B,", "a3@ex.example,C,Acme",
+                                   "a4@ex.example,D,Acme"]))
+    one_mailbox(db_url)
+    queue_due(db_url)
+    errors = []
+    for _ in range(3):  # three scheduled runs of outreach_send
+        try:
+            send_batch(db_url, 1, 50, smtp_connector, settings, worker="atk")
+        except Exception as exc:  # noqa: BLE001
+            errors.append(f"{type(exc).__name__}: {exc}")
+    state = rows(db_url, "SELECT l.email, e.status::text AS s, e.failure_kind, e.attempts"
+                         " FROM outreach.emails e JOIN outreach.leads l ON l.id = e.lead_id ORDER BY e.id")
+    assert not errors and {r["email"]: r["s"] for r in state}["a3@ex.example"] == "sent", (errors, state)
+
+
+# ---------------------------------------------------------------------------------------------
+# Held: the daily cap under 12 concurrent claimers (expected to pass)
+# ---------------------------------------------------------------------------------------------
+
+def test_daily_cap_holds_under_concurrent_claims(db_url, tmp_path):
+    from outreach import db
+    from outreach.send import claim
+
+    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"cap{i}@ex.example,C,Cap" for i in range(300)]))
+    one_mailbox(db_url)
+    with psycopg.connect(db_url) as c:
+        c.execute("UPDATE outreach.mailboxes SET daily_cap = 37")
+    queue_due(db_url)
+    barrier = threading.Barrier(12)
+    got: list[int] = []
+
+    def worker() -> None:
+        conn = db.connect(db_url, autocommit=True)
+        barrier.wait()
+        for _ in range(10):
+            got.append(len(claim(conn, 1, 3, worker="cap")[0]))
+        conn.close()
+
+    ts = [threading.Thread(target=worker) for _ in range(12)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert sum(got) == 37
 
 
 def test_the_send_command_reaps_before_it_plans_like_a_dag_run(db_url, sink, tmp_path):

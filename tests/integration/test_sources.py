@@ -16,7 +16,7 @@ from outreach.leads import ImportFileError
 from outreach.sources import import_source
 from support.flow import rows, scalar
 from support.paths import MAILBOXES
-from support.sources import WAREHOUSE_ROWS, drop, file_campaign, sql_campaign, warehouse  # noqa: F401 - fixture
+from support.sources import WAREHOUSE_ROWS, drop, file_campaign, sql_campaign
 
 
 def test_a_warehouse_table_twice_then_ten_changed_rows(db_url, warehouse, tmp_path):

@@ -6,10 +6,14 @@ import psycopg
 import pytest
 
 from outreach import cli, db
+from outreach.airflow.connections import smtp_connector
+from outreach.leads import import_leads
 from outreach.queue import queue_due
-from outreach.suppression import suppress, unsuppress
+from outreach.send import send_batch
+from outreach.suppression import import_suppressions, suppress, unsuppress
 from support import invariants
-from support.flow import import_demo, rows, scalar, send_all
+from support.flow import import_demo, leads_csv, rows, scalar, send_all
+from support.paths import CAMPAIGN, MAILBOXES
 
 # is_suppressed() as migration 0001 defines it, plus: "or the address is in test_blocked".
 # Nothing but the function knows about test_blocked, so whatever reacts to it asks the function.
@@ -144,3 +148,23 @@ def test_idn_domain_suppression_matches_leads_however_it_is_written(db_url):
         from outreach.suppression import parse_entry
 
         parse_entry("@no-dot")
+
+
+# ---------------------------------------------------------------------------------------------
+# F1: a whole-domain suppression of an IDN domain never matches (send to opted-out)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dnc_entry", ["@bücher.de", "@xn--bcher-kva.de"])
+def test_idn_domain_suppression_is_honoured(db_url, sink, settings, tmp_path, dnc_entry):
+    dnc = tmp_path / "dnc.csv"
+    dnc.write_text(f"email\n{dnc_entry}\n", encoding="utf-8")
+    assert import_suppressions(db_url, dnc).added == 1
+    r = import_leads(db_url, CAMPAIGN, MAILBOXES,
+                     leads_csv(tmp_path, ["jane@bücher.de,Jane,Bücher", "max@xn--bcher-kva.de,Max,Bücher"]))
+    queue_due(db_url)
+    for mb in (1, 2):
+        send_batch(db_url, mb, 50, smtp_connector, settings, worker="atk")
+    got = [m["X-RcptTo"] for m in sink.messages()]
+    stored = rows(db_url, "SELECT kind, value FROM outreach.suppressions")
+    assert got == [], (f"suppressed domain {dnc_entry!r} (stored {stored}) still received {got}; "
+                       f"import said suppressed={r.suppressed}")

@@ -8,7 +8,6 @@ import datetime as dt
 import hashlib
 import os
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -19,34 +18,21 @@ import pytest
 
 from outreach import db
 from outreach.airflow.connections import smtp_connector
-from outreach.campaign import sync_mailboxes
-from outreach.dev.devsmtp import free_port
 from outreach.queue import reap
 from outreach.suppression import is_suppressed, suppress
 from outreach.transactional import DeliveryKeyConflict, TransactionalError, enqueue, send_due, watch
 from support import invariants
 from support.faultsmtp import FaultSMTPServer
 from support.flow import cli_env, outreach_cmd, rows, scalar
-from support.paths import MAILBOXES, ROOT
+from support.signupapp import welcome_messages
 
 HELLO = "hello@mail.outreach-demo.example"
 WELCOME_CONTEXT = {"user": {"name": "Jo"}, "verify_url": "https://app.example/verify?token=t0k3n"}
 
 
-@pytest.fixture
-def tx_url(db_url: str) -> str:
-    """A database with every mailbox of the demo mailbox file (hello@ marked transactional)."""
-    sync_mailboxes(db_url, MAILBOXES)
-    return db_url
-
-
 def enqueue_one(url: str, key: str, to: str = "jo@example.com", **kw):
     with db.connect(url) as conn, conn.transaction():
         return enqueue(conn, key, to, "welcome", kw.pop("context", WELCOME_CONTEXT), **kw)
-
-
-def welcome_messages(server, to: str = "jo@example.com") -> list:
-    return [m for m in server.messages() if (m["X-RcptTo"] or m["To"] or "").lower().endswith(to)]
 
 
 def plain_text(msg) -> str:
@@ -183,53 +169,6 @@ def test_worker_sends_as_soon_as_a_row_is_committed(tx_url, sink, settings):
 
 
 # --- the example application, in its own process, with a client that retries ------------------
-
-class App:
-    """examples/signup_app run by uvicorn in a subprocess."""
-
-    def __init__(self, url: str, tmp_path, **env: str) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        full_env = {**os.environ, "OUTREACH_DATABASE_URL": url, "OUTREACH_HOME": str(ROOT),
-                    "AIRFLOW_HOME": str(tmp_path / "airflow-home"), **env}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--app-dir", str(ROOT / "examples" / "signup_app"),
-             "app:app", "--port", str(self.port), "--log-level", "warning"],
-            env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the example app exited: {self.proc.stdout.read()}")
-            try:
-                httpx.get(self.base + "/docs", timeout=1)
-                return
-            except httpx.TransportError:
-                time.sleep(0.2)
-        raise AssertionError("the example app did not start")
-
-    def output(self) -> str:
-        """Stop the app and return what it printed (for a failing assertion)."""
-        self.stop()
-        return self.proc.stdout.read()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-
-
-@pytest.fixture
-def app_factory(tx_url, tmp_path):
-    apps: list[App] = []
-
-    def start(**env: str) -> App:
-        apps.append(App(tx_url, tmp_path, **env))
-        return apps[-1]
-
-    yield start
-    for a in apps:
-        a.stop()
-
 
 def post_with_retries(base: str, key: str, body: dict, *, timeout: float, tries: int = 5) -> tuple[httpx.Response, int]:
     """A client as people write it: the same Idempotency-Key on every retry, retry on a timeout

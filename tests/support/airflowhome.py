@@ -13,7 +13,7 @@ from outreach.dev.localairflow import airflow_env, ensure_metadata
 from support.paths import SMTP_CONN_IDS
 
 # Pacing and the gap off: these runs send the whole sample in one outreach_send run (pacing is tested with a
-# fixed clock in tests/test_pacing.py).
+# fixed clock in tests/integration/test_pacing.py).
 SETTINGS_ENV = {"OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
                 "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
                 "OUTREACH_SEND_INTERVAL_MINUTES": "0", "OUTREACH_SEND_GAP_SECONDS": "0"}

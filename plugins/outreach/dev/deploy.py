@@ -13,7 +13,7 @@ API. Connections and settings come from the environment or a ``.env`` file in th
 (never committed).
 
 :data:`SERVICES`, :data:`WORKER`, :func:`init_commands` and :func:`shared_settings` are the one
-definition of what runs: the launcher starts it, and ``tests/test_compose.py`` checks that
+definition of what runs: the launcher starts it, and ``tests/acceptance/test_compose.py`` checks that
 ``docker-compose.yaml`` runs the same commands with the same settings.
 """
 

@@ -6,7 +6,7 @@ first, keyword parameters typed as the statement takes them. A function returns 
 dataclass per row (``store.emails.ClaimedEmail``, ``store.mailboxes.MailboxQuota``, …), one
 column's value, or nothing. A row that must exist raises :class:`RowMissing`; a row that may be
 missing is ``None`` (the function's return type says which). The SQL stays in the ``.sql`` files
-(loaded by :mod:`outreach.db`); tests/test_query_names.py checks that every query is used and
+(loaded by :mod:`outreach.db`); tests/unit/test_query_names.py checks that every query is used and
 every name used exists.
 """
 

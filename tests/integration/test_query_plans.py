@@ -1,0 +1,71 @@
+"""Statements that must hold whatever plan PostgreSQL picks: the claim never takes more rows than
+its limit (a locking subquery rescanned per row once took a mailbox's whole queue), and
+queue_due is planned with hash joins, never a nested loop over the table it fills. Each runs
+with statistics that mislead the planner (none yet, or a table analyzed empty)."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from outreach.queue import queue_due
+from support.flow import scalar
+from support.paths import MAILBOXES
+
+
+@pytest.mark.parametrize("message_class", ["marketing", "transactional"])
+def test_a_claim_never_takes_more_than_its_limit_whatever_the_plan(db_url, message_class):
+    """CI failure of 2026-11-30 (one send run sent 196 rows where its plan allowed 100): written
+    as ``e.id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)``, the claim's locking subquery could
+    run as a subplan rescanned per row; each rescan skipped the rows the statement had already
+    updated and returned the next n, so one claim took a mailbox's whole queue (daily cap and
+    batch size ignored). It happened while the tables had no statistics (right after an import,
+    before autovacuum's ANALYZE). The locking SELECT now runs once, as its own statement in
+    outreach.claim_emails_v1 (migration 0018; before it, a MATERIALIZED CTE)."""
+    from outreach import db
+    from outreach.campaign import sync_mailboxes
+    from outreach.send import claim
+    from outreach.transactional import enqueue
+
+    with psycopg.connect(db_url, autocommit=True) as c:
+        for table in ("emails", "leads", "campaigns", "mailboxes", "enrollments"):
+            c.execute(f"ALTER TABLE outreach.{table} SET (autovacuum_enabled = false)")
+    if message_class == "marketing":
+        from support.flow import import_demo
+
+        import_demo(db_url)
+        queue_due(db_url)
+        mailbox = 1
+    else:
+        sync_mailboxes(db_url, MAILBOXES)
+        with db.connect(db_url) as conn, conn.transaction():
+            for i in range(60):
+                enqueue(conn, f"k{i}", f"user{i}@example.com", "welcome",
+                        {"user": {"name": "U"}, "verify_url": "https://app.example/v"})
+        mailbox = scalar(db_url, "SELECT id FROM outreach.mailboxes WHERE transactional")
+    with db.connect(db_url, autocommit=True) as conn:
+        for analyzed in (False, True):
+            if analyzed:
+                conn.execute("ANALYZE")
+            taken, _ = claim(conn, mailbox, 5, worker="t", message_class=message_class)
+            assert len(taken) == 5, (analyzed, len(taken))
+
+
+def test_queue_due_is_planned_without_a_nested_loop_over_the_table_it_fills(db_url):
+    """Benchmark finding (issue 8): with statistics that say outreach.emails is empty (a fresh
+    database, a first run after a big import), email_queue_due was planned as a nested-loop anti
+    join scanning outreach.emails once per candidate while the statement filled it: quadratic
+    (100,000 leads: 116 s). queue_due plans it with hash joins (email_planner_bulk_joins)."""
+    from outreach import db
+    from support.flow import import_demo
+
+    import_demo(db_url)
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("VACUUM ANALYZE")  # outreach.emails is analyzed empty
+    with db.connect(db_url) as conn, conn.transaction():
+        db.run(conn, "email_planner_bulk_joins")
+        plan = "\n".join(r["QUERY PLAN"] for r in conn.execute(
+            "EXPLAIN " + db.query("email_queue_due"), {"now": None, "campaign_key": None}).fetchall())
+    assert "Anti Join" in plan and "Nested Loop Anti Join" not in plan, plan
+    assert queue_due(db_url) == {"queued": 196, "per_mailbox": {1: 98, 2: 98}, "held": []}
+    assert queue_due(db_url) == {"queued": 0, "per_mailbox": {}, "held": []}
