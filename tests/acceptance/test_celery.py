@@ -29,7 +29,6 @@ import psycopg
 import pytest
 from aiosmtpd.handlers import Mailbox
 from aiosmtpd.smtp import SMTP
-from test_deployment import accepted_once, send_tis, task_instances, trigger, wait_for, wait_run
 
 from outreach.dev import embedded
 from outreach.dev.deploy import Deployment, check_redis, sqlalchemy_url
@@ -38,6 +37,7 @@ from outreach.leads import import_leads
 from outreach.migrate import upgrade
 from outreach.queue import queue_due, reap
 from support import invariants
+from support.deployment import accepted_once, send_tis, trigger, wait_for, wait_run
 from support.flow import rows, scalar
 
 pytestmark = [pytest.mark.airflow, pytest.mark.celery]

@@ -5,20 +5,26 @@ lost, and no process is left behind."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import time
-import uuid
 
-import psutil
 import psycopg
 import pytest
 
 from outreach.campaign import sync_mailboxes
-from outreach.dev import embedded
-from outreach.dev.deploy import Deployment, sqlalchemy_url
 from outreach.queue import reap
 from support import invariants
+from support.deployment import (
+    BASE_ENV,
+    FINAL,
+    accepted_once,
+    clear_and_wait,
+    run_and_wait,
+    running_deployment,
+    send_tis,
+    trigger,
+    wait_for,
+    wait_run,
+)
 from support.flow import rows, scalar
 from support.paths import MAILBOXES
 from support.sources import drop, file_campaign
@@ -26,7 +32,6 @@ from support.sources import drop, file_campaign
 pytestmark = pytest.mark.airflow
 
 DAGS = ("outreach_import_leads", "outreach_queue_due", "outreach_send", "outreach_transactional")
-FINAL = {"success", "failed"}
 
 # While this trigger exists, recording a sent email of mailbox 2 fails: the SMTP server has taken
 # the message but the send log cannot be written, so the task fails (and is retried, and fails).
@@ -39,43 +44,6 @@ FOR EACH ROW WHEN (NEW.mailbox_id = 2) EXECUTE FUNCTION outreach.test_break_ledg
 MEND_LEDGER = "DROP TRIGGER test_break_ledger ON outreach.send_log; DROP FUNCTION outreach.test_break_ledger();"
 
 
-@contextlib.contextmanager
-def running_deployment(pg_admin_url: str, db_url: str, tmp_path, env: dict[str, str]):
-    """Start the real deployment (own metadata database) with ``env``; stop it after, and check
-    that no process is left behind."""
-    meta = f"airflow_meta_{uuid.uuid4().hex[:8]}"
-    meta_url = embedded.ensure_database(pg_admin_url, meta)
-    dep = Deployment(home=tmp_path / "airflow", metadata_url=sqlalchemy_url(meta_url), outreach_url=db_url,
-                     env_extra=env)
-    dep.migrate()
-    dep.start()
-    try:
-        dep.wait_ready()
-        yield dep
-    finally:
-        pids = [p.pid for p in dep.procs.values()]
-        dep.stop()
-        time.sleep(1)
-        left = [p for p in psutil.process_iter(["pid", "cmdline", "environ"])
-                if p.info["environ"] and p.info["environ"].get("AIRFLOW_HOME") == str(dep.home)]
-        assert not left, f"processes left behind: {[p.info['cmdline'] for p in left]} (started {pids})"
-        with psycopg.connect(pg_admin_url, autocommit=True) as c:
-            c.execute(f'DROP DATABASE IF EXISTS "{meta}" WITH (FORCE)')
-
-
-# Only the runs a test triggers: a scheduled outreach_send firing at a 10-minute boundary would
-# send rows the counts expect to be still queued.
-BASE_ENV = {"OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
-            "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
-            "OUTREACH_BATCH_SIZE": "25",
-            "OUTREACH_SEND_INTERVAL_MINUTES": "0",
-            "OUTREACH_SEND_GAP_SECONDS": "0",
-            "OUTREACH_SEND_PARALLELISM": "4",
-            "OUTREACH_SCHEDULES": "off",
-            "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
-            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1"}
-
-
 @pytest.fixture
 def deployment(pg_admin_url, db_url, sink, tmp_path):
     conn_json = sink.connection_json()
@@ -84,62 +52,6 @@ def deployment(pg_admin_url, db_url, sink, tmp_path):
             "AIRFLOW_CONN_OUTREACH_SMTP_BEN": conn_json,
             "AIRFLOW_CONN_OUTREACH_SMTP_HELLO": conn_json}) as dep:
         yield dep
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def trigger(dep: Deployment, token: str, dag_id: str, conf: dict | None = None) -> str:
-    """Trigger a run through the REST API; return its run id."""
-    return dep.api("POST", f"/dags/{dag_id}/dagRuns", token,
-                   json={"logical_date": None, "conf": conf or {}})["dag_run_id"]
-
-
-def wait_run(dep: Deployment, token: str, dag_id: str, run_id: str, timeout: float = 300) -> dict:
-    return wait_for(lambda: (r := dep.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}", token))["state"] in FINAL and r,
-                    timeout, f"{dag_id} run {run_id}")
-
-
-def run_and_wait(dep: Deployment, token: str, dag_id: str, timeout: float = 300) -> dict:
-    return wait_run(dep, token, dag_id, trigger(dep, token, dag_id), timeout)
-
-
-def task_instances(dep, token, dag_id, run_id) -> list[dict]:
-    return dep.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", token)["task_instances"]
-
-
-def clear_and_wait(dep, token, run_id: str, tis: list[dict], *, only_failed: bool) -> dict:
-    """Clear send_batch task instances (and what follows them) through the REST API; wait for the
-    run to finish again; return the run."""
-    dep.api("POST", "/dags/outreach_send/clearTaskInstances", token, json={
-        "dag_run_id": run_id, "task_ids": [["send_batch", t["map_index"]] for t in tis],
-        "only_failed": only_failed, "dry_run": False, "reset_dag_runs": True, "include_downstream": True})
-
-    def rerun_done():
-        now = {(t["map_index"]): t for t in task_instances(dep, token, "outreach_send", run_id)
-               if t["task_id"] == "send_batch"}
-        if not all(now[t["map_index"]]["try_number"] > t["try_number"] for t in tis):
-            return None
-        run = dep.api("GET", f"/dags/outreach_send/dagRuns/{run_id}", token)
-        return run if run["state"] in FINAL else None
-
-    return wait_for(rerun_done, 300, "the cleared task instances to run again")
-
-
-def send_tis(dep, token, run_id: str) -> list[dict]:
-    return [t for t in task_instances(dep, token, "outreach_send", run_id) if t["task_id"] == "send_batch"]
-
-
-def accepted_once(messages) -> None:
-    ids = [m["Message-ID"] for m in messages]
-    assert len(ids) == len(set(ids)), "a Message-ID was accepted twice"
 
 
 def test_scheduler_runs_the_main_job_and_clearing_sends_nothing_twice(deployment, db_url, sink, tmp_path):

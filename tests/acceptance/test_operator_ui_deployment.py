@@ -12,7 +12,15 @@ import json
 
 import httpx
 import pytest
-from test_deployment import (
+
+from outreach import db
+from outreach.dev.devsmtp import MaildirServer
+from outreach.queue import queue_due, reap
+from outreach.send import claim
+from outreach.tokens import make_token
+from support import browser
+from support.alerts import OPS, subject_of
+from support.deployment import (
     BASE_ENV,
     accepted_once,
     clear_and_wait,
@@ -22,14 +30,6 @@ from test_deployment import (
     task_instances,
     wait_for,
 )
-
-from outreach import db
-from outreach.dev.devsmtp import MaildirServer
-from outreach.queue import queue_due, reap
-from outreach.send import claim
-from outreach.tokens import make_token
-from support import browser
-from support.alerts import OPS, subject_of
 from support.flow import hand_over, import_demo, outreach, rows
 from support.paths import ROOT
 
