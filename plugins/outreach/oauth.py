@@ -275,9 +275,10 @@ def _microsoft_token(cfg: OAuthConfig) -> tuple[str, float]:
             instance_discovery=False if extra.get("authority") else None,
             token_cache=msal.TokenCache())
         result = app.acquire_token_for_client(scopes=[cfg.scope])
-    except ValueError as exc:  # discovery failed: bad tenant or authority
-        raise OAuthError(cfg.conn_id, f"Microsoft's authority {authority} is not usable "
-                         f"({str(exc)[:160]})", "check tenant_id (or authority)") from None
+    except ValueError as exc:  # discovery failed (bad tenant or authority), or a bad credential
+        raise OAuthError(cfg.conn_id, f"MSAL refused the configuration ({str(exc)[:160]})",
+                         "check tenant_id (or authority), and client_certificate's private_key "
+                         "and thumbprint") from None
     except OSError as exc:  # requests' ConnectionError and friends
         raise TokenUnavailable(cfg.conn_id, f"Microsoft's token endpoint could not be reached "
                          f"({type(exc).__name__})", "check the network path; the run is "

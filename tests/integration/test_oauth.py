@@ -147,6 +147,16 @@ def test_microsoft_client_credentials_send_and_read(db_url, tmp_path, settings, 
     assert_no_token(db_url, idp, caplog, capfd)
 
 
+def test_microsoft_certificate_credential_sends(db_url, tmp_path, settings, idp, xsink, env,
+                                               monkeypatch, caplog, capfd):
+    smtp_oauth(monkeypatch, xsink, idp.microsoft_app(ANNA, client_id="app-cert", certificate=True))
+    refusals = len(idp.refusals)
+    sent = sent_campaign(db_url, tmp_path, settings, ["c1@lead.example"])
+    assert {m["X-RcptTo"] for m in xsink.messages()} == set(sent)
+    assert idp.grants[-1] == ("microsoft", ANNA) and len(idp.refusals) == refusals
+    assert_no_token(db_url, idp, caplog, capfd)
+
+
 def test_a_token_expired_early_is_refreshed_once(db_url, tmp_path, settings, idp, oauth_dovecot,
                                                  xsink, env, monkeypatch, caplog, capfd):
     from outreach.leads import import_leads

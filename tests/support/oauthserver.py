@@ -117,14 +117,31 @@ class IdentityProvider:
         self._google[client_email]["scopes"] = set()
 
     def microsoft_app(self, mailbox: str, tenant: str = "contoso-tenant-id",
-                      client_id: str = "11111111-2222-3333-4444-555555555555") -> dict[str, Any]:
-        """Register an Entra application allowed to use ``mailbox``; return the connection
-        extra of the microsoft provider (its ``authority`` pointing here)."""
+                      client_id: str = "11111111-2222-3333-4444-555555555555", *,
+                      certificate: bool = False) -> dict[str, Any]:
+        """Register an Entra application allowed to use ``mailbox``, with a client secret or
+        (``certificate``) a certificate generated here; return the connection extra of the
+        microsoft provider (its ``authority`` pointing here)."""
         secret = secrets.token_urlsafe(24)
-        self._apps[(tenant, client_id)] = {"secret": secret, "mailbox": mailbox}
-        return {"auth_type": "oauth2", "oauth2_provider": "microsoft", "tenant_id": tenant,
-                "client_id": client_id, "client_secret": secret,
-                "authority": f"{self.base}/{tenant}"}
+        app: dict[str, Any] = {"secret": secret, "mailbox": mailbox}
+        extra: dict[str, Any] = {"auth_type": "oauth2", "oauth2_provider": "microsoft",
+                                 "tenant_id": tenant, "client_id": client_id,
+                                 "authority": f"{self.base}/{tenant}"}
+        if certificate:
+            key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, client_id)])
+            now = dt.datetime.now(dt.UTC)
+            cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                    .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                    .not_valid_before(now - dt.timedelta(minutes=5))
+                    .not_valid_after(now + dt.timedelta(days=1)).sign(key, hashes.SHA256()))
+            app["public"], app["x5t"] = key.public_key(), cert.fingerprint(hashes.SHA1())
+            extra["client_certificate"] = {"private_key": _pem(key),
+                                           "thumbprint": app["x5t"].hex()}
+        else:
+            extra["client_secret"] = secret
+        self._apps[(tenant, client_id)] = app
+        return extra
 
     def rotate_secret(self, tenant: str, client_id: str) -> None:
         """The app's secret is replaced: the one the connection holds no longer works."""
@@ -178,7 +195,21 @@ class IdentityProvider:
             return 400, {"error": "unauthorized_client", "error_description":
                          f"AADSTS700016: Application with identifier '{form.get('client_id')}' "
                          "was not found in the directory."}
-        if form.get("grant_type") != "client_credentials" or not secrets.compare_digest(
+        endpoint = f"{self.base}/{tenant}/oauth2/v2.0/token"
+        if form.get("client_assertion") and "public" in app:  # a certificate credential
+            try:
+                header = jwt.get_unverified_header(form["client_assertion"])
+                claims = jwt.decode(form["client_assertion"], app["public"],
+                                    algorithms=["RS256", "PS256"], audience=endpoint)
+                x5t = base64.urlsafe_b64decode(header["x5t"] + "==")
+                ok = x5t == app["x5t"] and claims["iss"] == claims["sub"] == form["client_id"]
+            except (KeyError, ValueError, jwt.PyJWTError):
+                ok = False
+            if not ok:
+                return 401, {"error": "invalid_client", "error_description":
+                             "AADSTS700027: The certificate with identifier used to sign the "
+                             "client assertion is not registered on application."}
+        elif form.get("grant_type") != "client_credentials" or not secrets.compare_digest(
                 form.get("client_secret", ""), app["secret"]):
             return 401, {"error": "invalid_client", "error_description":
                          "AADSTS7000215: Invalid client secret provided. Ensure the secret being "
