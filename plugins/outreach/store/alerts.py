@@ -15,7 +15,11 @@ from outreach.store._run import Conn, execute, many, values
 def alert_claim_many(
     conn: Conn, *, kind: str, subject: str, body: str, event_keys: list[str]
 ) -> list[str]:
-    """``alert_claim_many``: Whoever inserts an event key sends its alert."""
+    """``alert_claim_many``: Whoever inserts an event key sends its alert; everyone else gets no
+    row. One alert may cover many events (a run's new unconfirmed emails: one key each); returns
+    the keys that were new. Run inside the transaction that delivers the alert: a concurrent
+    claim of the same key waits on the unique index until that transaction ends (then gets
+    nothing), and a failed delivery rolls back so the next run tries again."""
     return cast(
         "list[str]",
         values(
@@ -45,5 +49,5 @@ class Alert:
 
 
 def alert_list(conn: Conn) -> list[Alert]:
-    """``alert_list``: Run alert_list."""
+    """``alert_list``: runs alert_list."""
     return many(conn, "alert_list", {}, Alert)

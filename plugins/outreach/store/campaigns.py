@@ -19,13 +19,13 @@ def campaign_upsert(
     name: str,
     timezone: str,
     send_days: list[int],
-    window_start: dt.time,
-    window_end: dt.time,
+    window_start: dt.time | str,
+    window_end: dt.time | str,
     source_file: str,
     stop_on_auto_reply: bool,
     stop_on_domain_reply: bool,
 ) -> int:
-    """``campaign_upsert``: Run campaign_upsert.
+    """``campaign_upsert``: runs campaign_upsert.
 
     :raises RowMissing: the statement returned no row."""
     return cast(
@@ -50,13 +50,13 @@ def campaign_upsert(
 
 
 def campaign_mailbox_link(conn: Conn, *, campaign_id: int, mailbox_id: int) -> None:
-    """``campaign_mailbox_link``: Run campaign_mailbox_link."""
+    """``campaign_mailbox_link``: runs campaign_mailbox_link."""
     execute(conn, "campaign_mailbox_link", {"campaign_id": campaign_id, "mailbox_id": mailbox_id})
 
 
 def campaign_mailbox_unlink_others(conn: Conn, *, campaign_id: int, mailbox_ids: list[int]) -> None:
     """``campaign_mailbox_unlink_others``: A mailbox removed from the campaign file gets no new
-    enrolments."""
+    enrolments; existing rows keep theirs."""
     execute(
         conn,
         "campaign_mailbox_unlink_others",
@@ -75,7 +75,8 @@ def campaign_step_upsert(
     requires: list[str],
     thread: bool,
 ) -> int:
-    """``campaign_step_upsert``: Steps are matched by position.
+    """``campaign_step_upsert``: Steps are matched by position; editing a step's copy affects
+    emails not yet sent.
 
     :raises RowMissing: the statement returned no row."""
     return cast(
@@ -111,7 +112,7 @@ class Campaign:
 
 
 def campaign_find(conn: Conn, *, key: str) -> Campaign | None:
-    """``campaign_find``: Run campaign_find.
+    """``campaign_find``: runs campaign_find.
 
     ``None`` when no row matched."""
     return maybe_one(conn, "campaign_find", {"key": key}, Campaign)
@@ -128,7 +129,10 @@ class CampaignEventStamp:
 def campaign_pause(
     conn: Conn, *, now: dt.datetime | None, reason: str, by: str, campaign_id: int
 ) -> list[CampaignEventStamp]:
-    """``campaign_pause``: Pause an active campaign."""
+    """``campaign_pause``: Pause an active campaign: queue-due queues nothing for it and the claim
+    takes none of its queued steps (both check c.status = 'active'); they stay queued. Guarded
+    by status = 'active' and written with its history row in one statement (like mailbox_pause):
+    pausing a paused campaign changes nothing and keeps the first reason."""
     return many(
         conn,
         "campaign_pause",
@@ -140,7 +144,8 @@ def campaign_pause(
 def campaign_resume(
     conn: Conn, *, now: dt.datetime | None, campaign_id: int, by: str, why: str
 ) -> list[CampaignEventStamp]:
-    """``campaign_resume``: Resume a paused campaign."""
+    """``campaign_resume``: Resume a paused campaign: its queued steps may be claimed again, within
+    each mailbox's cap and pacing (mailbox_remaining_today). Guarded by status = 'paused'."""
     return many(
         conn,
         "campaign_resume",

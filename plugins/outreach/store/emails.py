@@ -21,19 +21,32 @@ class QueuedCount:
     """A row of ``email_queue_due`` (columns as the query names them)."""
 
     mailbox_id: int
-    queued: int | None
+    queued: int
 
 
 def email_queue_due(
     conn: Conn, *, now: dt.datetime | None, campaign_key: str | None
 ) -> list[QueuedCount]:
-    """``email_queue_due``: One set-based statement queues the due step of every eligible lead."""
+    """``email_queue_due``: One set-based statement queues the due step of every eligible lead:
+    step 1 once the lead is enrolled (plus its delay), step n once step n-1 was sent delay_days
+    ago. ON CONFLICT on (lead, step) makes a second run, or a concurrent one, insert nothing.
+    Suppressed addresses are skipped by the one suppression function. scheduled_for is the next
+    open slot of the campaign's send window in the lead's time zone (falling back to the
+    campaign's). Returns one row per mailbox with how many were queued (never one row per
+    email). Run it after email_planner_bulk_joins (see there): planned with nested loops on a
+    fresh database, the NOT EXISTS rescans outreach.emails once per candidate while the same
+    statement fills it."""
     return many(conn, "email_queue_due", {"now": now, "campaign_key": campaign_key}, QueuedCount)
 
 
 def email_planner_bulk_joins(conn: Conn) -> None:
     """``email_planner_bulk_joins``: For the rest of this transaction, plan joins as hash or merge
-    joins."""
+    joins. email_queue_due is one bulk INSERT … SELECT whose NOT EXISTS reads the table it
+    inserts into: when the statistics say outreach.emails is empty (a fresh database, the first
+    run after a big import), the planner picks a nested-loop anti join that scans
+    outreach.emails once per candidate row, and that table grows as the statement inserts —
+    quadratic (EXPLAIN ANALYZE, 20,000 leads: 2.8 s with it, 0.6 s without; 100,000 leads: 116
+    s). A hash anti join reads outreach.emails once."""
     execute(conn, "email_planner_bulk_joins", {})
 
 
@@ -146,7 +159,7 @@ class MailboxPlan:
     mailbox_id: int
     address: str
     status: str
-    due: int | None
+    due: int
 
 
 def email_plan_transactional(conn: Conn, *, now: dt.datetime | None) -> list[MailboxPlan]:
@@ -162,9 +175,12 @@ def email_mark_sent(
     claim_token: UUID,
     message_id: str,
     smtp_reply: str,
-    subject: str,
+    subject: str | None,
 ) -> list[int]:
-    """``email_mark_sent``: Only after the server accepted the message (2xx to the end of DATA)."""
+    """``email_mark_sent``: Only after the server accepted the message (2xx to the end of DATA):
+    mark the row sent and write its one send-log entry in the same statement. The guard (sending
+    + our claim token) means a row the reaper or an operator took over is never overwritten. The
+    Subject as sent is kept (a threaded follow-up replies with "Re: " + it, see email_thread)."""
     return cast(
         "list[int]",
         values(
@@ -202,7 +218,8 @@ def email_mark_retry(
     email_id: int,
     claim_token: UUID,
 ) -> list[RetryState]:
-    """``email_mark_retry``: Not accepted, retryable."""
+    """``email_mark_retry``: Not accepted, retryable: back to the queue %(retry_after)s later,
+    unless this was the last allowed attempt, in which case the row fails with the last reply."""
     return many(
         conn,
         "email_mark_retry",
@@ -221,7 +238,9 @@ def email_mark_retry(
 def email_mark_failed(
     conn: Conn, *, failure_kind: str, error: str, email_id: int, claim_token: UUID
 ) -> list[int]:
-    """``email_mark_failed``: Final failure of a claimed row."""
+    """``email_mark_failed``: Final failure of a claimed row: 'permanent' (5xx), 'render' (the
+    template failed) or 'unconfirmed' (the end of DATA was sent and no reply came: check Sent
+    Items, never retried)."""
     return cast(
         "list[int]",
         values(
@@ -239,7 +258,8 @@ def email_mark_failed(
 
 
 def email_mark_suppressed(conn: Conn, *, email_id: int, claim_token: UUID) -> list[int]:
-    """``email_mark_suppressed``: The pre-send check found the address suppressed."""
+    """``email_mark_suppressed``: The pre-send check found the address suppressed: the row ends
+    without a handoff."""
     return cast(
         "list[int]",
         values(
@@ -257,21 +277,29 @@ class ReapedEmail:
     claimed_by: str | None
     claimed_at: dt.datetime | None
     handed_over_at: dt.datetime | None
-    unconfirmed: bool | None
+    unconfirmed: bool
 
 
 def email_reap_stale(
     conn: Conn, *, now: dt.datetime | None, threshold: dt.timedelta
 ) -> list[ReapedEmail]:
     """``email_reap_stale``: Rows left 'sending' longer than the threshold (a killed worker, a lost
-    connection)."""
+    connection). The handoff stamp (handed_over_at, committed right before MAIL FROM of the row,
+    see email_touch_claim) says what they may be: * never handed over: the server never saw
+    them. Back to the queue, the attempt not counted (the claim counted it), due as before. *
+    handed over: they may or may not have gone out. Failed as unconfirmed, for a person. One
+    statement, guarded by status and the claim age. Under READ COMMITTED an UPDATE that meets a
+    row a sender changed concurrently re-checks the WHERE and recomputes SET on the newest row
+    version, so a row that finished, or was stamped or touched meanwhile (the stamp also
+    restarts claimed_at), is judged on what it is now, never on this statement's snapshot."""
     return many(conn, "email_reap_stale", {"now": now, "threshold": threshold}, ReapedEmail)
 
 
 def email_plan_mailboxes(
     conn: Conn, *, now: dt.datetime | None, mailbox_id: int | None
 ) -> list[MailboxPlan]:
-    """``email_plan_mailboxes``: Mailboxes with due rows, for the send plan."""
+    """``email_plan_mailboxes``: Mailboxes with due rows, for the send plan: how many are due now
+    (all mailboxes, or one)."""
     return many(conn, "email_plan_mailboxes", {"now": now, "mailbox_id": mailbox_id}, MailboxPlan)
 
 
@@ -279,7 +307,7 @@ def email_plan_mailboxes(
 class ClaimState:
     """A row of ``email_claim_state`` (columns as the query names them)."""
 
-    status: str | None
+    status: str
     claim_token: UUID | None
 
 
@@ -295,8 +323,11 @@ def email_release_claimed(
     conn: Conn, *, error: str | None, ids: list[int], claim_token: UUID
 ) -> list[int]:
     """``email_release_claimed``: Rows claimed but never handed off (the batch stopped early, the
-    SMTP server could not be reached or logged into, the DKIM key could not be loaded) go
-    back to the queue."""
+    SMTP server could not be reached or logged into, the DKIM key could not be loaded) go back
+    to the queue; the attempt did not happen, so it is not counted. Guarded by our claim token
+    like every transition. The sender alone knows how far a stamped row got (the stamp comes
+    before MAIL FROM, the body only after the 354 go-ahead): it releases a stamped row only when
+    its body never went out. %(error)s (optional) says why, for last_error."""
     return cast(
         "list[int]",
         values(
@@ -312,7 +343,17 @@ def email_touch_claim(
     conn: Conn, *, address: str, now: dt.datetime | None, email_id: int, claim_token: UUID
 ) -> list[int]:
     """``email_touch_claim``: The handoff stamp and heartbeat, committed right before MAIL FROM of
-    the row (the SMTP session is already connected)."""
+    the row (the SMTP session is already connected): proves the row is still ours (status and
+    claim token), records that it is being handed over (handed_over_at: from now on the reaper
+    treats it as possibly sent), and restarts the reaper's clock, so the reaper threshold only
+    has to outlast one handoff (see outreach.settings). The stamp is also where the pre-send
+    checks are decided: it matches only while the recipient is not suppressed and (marketing)
+    the enrolment is still active, so an opt-out or a stop that commits after the sender's first
+    look (while the SMTP session was being opened, the message built) is still seen; one that
+    commits after the stamp meets a handoff already under way. %(address)s: the recipient in the
+    Python normal form (outreach.addresses.normalize_address; the SQL normaliser cannot map IDNA
+    spellings). No row back: an opt-out, a stop, or someone took the row; the sender looks
+    which, and does not send."""
     return cast(
         "list[int]",
         values(
@@ -334,7 +375,11 @@ def email_record_late_accept(
     claim_token: UUID,
 ) -> list[int]:
     """``email_record_late_accept``: The server accepted (2xx to the end of DATA) a row that is no
-    longer ours to mark sent."""
+    longer ours to mark sent: the reaper failed it as unconfirmed while we waited for the reply.
+    Add the acceptance as evidence (when, the reply, the Message-ID) to that unconfirmed row of
+    the same claim token, never changing its status (the unconfirmed guard trigger would refuse
+    that anyway): a person decides, and `outreach unconfirmed` shows it. The first evidence is
+    kept."""
     return cast(
         "list[int]",
         values(
@@ -363,7 +408,11 @@ class EmailCancelStoppedRow:
 def email_cancel_stopped(
     conn: Conn, *, email_id: int, claim_token: UUID
 ) -> EmailCancelStoppedRow | None:
-    """``email_cancel_stopped``: The pre-send check's second half (next to the suppression check).
+    """``email_cancel_stopped``: The pre-send check's second half (next to the suppression check):
+    a claimed row whose enrolment is no longer active ends 'cancelled' without a handoff.
+    Guarded by our claim token like every transition of a claimed row; no row back: the
+    enrolment is active (or the claim was taken, which the heartbeat right before the handoff
+    finds). Transactional rows have no enrolment.
 
     ``None`` when no row matched."""
     return maybe_one(
@@ -384,12 +433,13 @@ class SentEmail:
     mailbox_id: int
     message_id: str
     message_class: str
-    email: str | None
+    email: str
 
 
 def email_by_message_ids(conn: Conn, *, ids: list[str]) -> list[SentEmail]:
     """``email_by_message_ids``: Our sent emails whose Message-ID (send_log, without <>) is one of
-    %(ids)s (lower-cased by the caller."""
+    %(ids)s (lower-cased by the caller: ours are lower-case), with what a reply or bounce needs
+    to act on."""
     return many(conn, "email_by_message_ids", {"ids": ids}, SentEmail)
 
 
@@ -407,7 +457,7 @@ class LatestSent:
 
 def email_latest_sent_to(conn: Conn, *, mailbox_id: int | None, address: str) -> LatestSent | None:
     """``email_latest_sent_to``: The latest email a mailbox (or any, %(mailbox_id)s NULL) sent to a
-    lead's address.
+    lead's address: what a bounce or complaint without our Message-ID is about.
 
     ``None`` when no row matched."""
     return maybe_one(
@@ -445,18 +495,19 @@ class UnconfirmedEmail:
     late_accepted_at: dt.datetime | None
     late_accept_reply: str | None
     late_accept_message_id: str | None
-    email: str | None
+    email: str
     mailbox_address: str
     mailbox_id: int
     imap_conn_id: str | None
-    campaign_key: str
+    campaign_key: str | None
     message_class: str
 
 
 def email_list_unconfirmed(
     conn: Conn, *, ids: list[int] | None, campaign_key: str | None, mailbox: str | None
 ) -> list[UnconfirmedEmail]:
-    """``email_list_unconfirmed``: Unconfirmed emails, by ids or by campaign and/or mailbox (NULL."""
+    """``email_list_unconfirmed``: Unconfirmed emails, by ids or by campaign and/or mailbox (NULL:
+    any)."""
     return many(
         conn,
         "email_list_unconfirmed",
@@ -467,7 +518,9 @@ def email_list_unconfirmed(
 
 def email_resolve_was_sent(conn: Conn, *, email_id: int, message_id: str, note: str) -> list[int]:
     """``email_resolve_was_sent``: A person saw it in Sent Items (or the server's late acceptance
-    is evidence enough)."""
+    is evidence enough): record it in the send log as operator-confirmed and mark the row sent,
+    in one statement. The send log's acceptance time is the server's late acceptance when there
+    was one, else the claim time."""
     return cast(
         "list[int]",
         values(
@@ -480,7 +533,8 @@ def email_resolve_was_sent(conn: Conn, *, email_id: int, message_id: str, note: 
 
 
 def email_resolve_not_sent(conn: Conn, *, note: str, email_id: int) -> list[int]:
-    """``email_resolve_not_sent``: A person checked."""
+    """``email_resolve_not_sent``: A person checked: it did not go out. Back to the queue with the
+    same idempotency key, so the next attempt carries the same Message-ID."""
     return cast(
         "list[int]",
         values(conn, "email_resolve_not_sent", {"note": note, "email_id": email_id}, "id"),
@@ -507,8 +561,14 @@ def email_requeue_failed(
     reason: str,
 ) -> list[RequeuedEmail]:
     """``email_requeue_failed``: An operator puts not-accepted failures back in the queue (outreach
-    requeue / the outreach_requeue DAG), after fixing what made every attempt fail (a relay
-    down for an hour, a full mailbox since emptied)."""
+    requeue / the outreach_requeue DAG), after fixing what made every attempt fail (a relay down
+    for an hour, a full mailbox since emptied). Only failure_kind 'retries_exhausted': nothing
+    of those was ever accepted, so another attempt cannot send twice. Never 'unconfirmed' (may
+    have gone out: its own resolution) nor 'permanent'/'render' (they would fail the same way).
+    Guarded by status and failure kind in one statement, so requeuing twice changes nothing; the
+    row gets its full attempts again (same idempotency key, so the same Message-ID), and the
+    requeue is recorded with who, why and the failure it came from. %(ids)s, %(campaign_key)s,
+    %(mailbox)s: NULL = any."""
     return many(
         conn,
         "email_requeue_failed",
@@ -529,7 +589,7 @@ class FailureState:
     """A row of ``email_failure_state`` (columns as the query names them)."""
 
     id: int
-    status: str | None
+    status: str
     failure_kind: str | None
 
 
@@ -547,19 +607,20 @@ class RunOutcome:
     label: str
     display_name: str
     address: str
-    claimed: int | None
-    sent: int | None
-    unconfirmed: int | None
+    claimed: int
+    sent: int
+    unconfirmed: int
     failed: int | None
-    requeued: int | None
-    sending: int | None
-    suppressed: int | None
+    requeued: int
+    sending: int
+    suppressed: int
     unconfirmed_ids: list[int] | None
 
 
 def email_run_outcomes(conn: Conn, *, worker_prefix: str) -> list[RunOutcome]:
-    """``email_run_outcomes``: What a send run did, read back from the ledger (not from its plan),
-    and the operator alerts."""
+    """``email_run_outcomes``: Per mailbox, what the rows a run (or one task try: a full worker
+    name) claimed are now; a run's rows are those whose claimed_by starts with '<dag id>/<run
+    id>/'."""
     return many(conn, "email_run_outcomes", {"worker_prefix": worker_prefix}, RunOutcome)
 
 
@@ -578,9 +639,9 @@ class UnconfirmedDetail:
     late_accepted_at: dt.datetime | None
     late_accept_reply: str | None
     late_accept_message_id: str | None
-    email: str | None
-    campaign_key: str
-    step: int
+    email: str
+    campaign_key: str | None
+    step: int | None
     mailbox_id: int
     mailbox_address: str
     label: str
@@ -590,13 +651,16 @@ class UnconfirmedDetail:
 
 def email_unconfirmed_details(conn: Conn, *, ids: list[int] | None) -> list[UnconfirmedDetail]:
     """``email_unconfirmed_details``: Unconfirmed emails (all, or %(ids)s) with what a person needs
-    to decide."""
+    to decide: campaign and step, mailbox name, claim and handoff, the last error, a late
+    acceptance, the IMAP account whose Sent folder may hold it
+    (outreach.resolve.unconfirmed_details)."""
     return many(conn, "email_unconfirmed_details", {"ids": ids}, UnconfirmedDetail)
 
 
 def email_cancel_suppressed(conn: Conn) -> list[int]:
     """``email_cancel_suppressed``: Queued emails of addresses that are now suppressed (for their
-    message class) are cancelled in the same transaction as the suppression."""
+    message class) are cancelled in the same transaction as the suppression. Rows already
+    'sending' are left alone: the pre-send check stops them."""
     return cast("list[int]", values(conn, "email_cancel_suppressed", {}, "id"))
 
 
@@ -605,8 +669,8 @@ class UnsubscribeTarget:
     """A row of ``email_unsubscribe_target`` (columns as the query names them)."""
 
     id: int
-    status: str | None
-    email: str | None
+    status: str
+    email: str
     message_class: str
 
 
@@ -630,5 +694,7 @@ class ThreadMember:
 
 
 def email_thread(conn: Conn, *, email_id: int) -> list[ThreadMember]:
-    """``email_thread``: Threaded follow-ups (migration 0012)."""
+    """``email_thread``: The thread a claimed email of a threaded step replies in: the lead's
+    messages in the same campaign that went out for step 1 and every earlier threaded step,
+    oldest first; no row for position 1 when step 1 was not sent to this lead."""
     return many(conn, "email_thread", {"email_id": email_id}, ThreadMember)

@@ -40,15 +40,13 @@ def enrollment_find(conn: Conn, *, email: str, campaign_key: str) -> Enrollment 
     )
 
 
-def enrollment_stop(
-    conn: Conn, *, enrollment_id: int, status: str, reason: str, by: str
-) -> int | None:
+def enrollment_stop(conn: Conn, *, enrollment_id: int, status: str, reason: str, by: str) -> int:
     """``enrollment_stop``: Stop one enrolment ('stopped' or 'replied') and cancel its queued
-    steps.
+    steps; returns how many.
 
     :raises RowMissing: the statement returned no row."""
     return cast(
-        "int | None",
+        "int",
         one_value(
             conn,
             "enrollment_stop",
@@ -75,8 +73,8 @@ def enrollment_active_for_lead(
     conn: Conn, *, campaign_id: int | None, mailbox_id: int | None, lead_id: int
 ) -> list[ActiveEnrollment]:
     """``enrollment_active_for_lead``: A lead's active enrolments, in one campaign
-    (%(campaign_id)s) or in those a mailbox sends (%(mailbox_id)s), or all (both NULL), with
-    the campaign's inbound rules."""
+    (%(campaign_id)s) or in those a mailbox sends (%(mailbox_id)s), or all (both NULL), with the
+    campaign's inbound rules."""
     return many(
         conn,
         "enrollment_active_for_lead",
@@ -98,7 +96,7 @@ def enrollment_active_same_domain(
     conn: Conn, *, domain: str, campaign_id: int, lead_id: int
 ) -> list[DomainEnrollment]:
     """``enrollment_active_same_domain``: Every other active enrolment of a campaign whose lead has
-    an address at %(domain)s (stop_on_domain_reply."""
+    an address at %(domain)s (stop_on_domain_reply: a colleague answered)."""
     return many(
         conn,
         "enrollment_active_same_domain",
@@ -107,14 +105,14 @@ def enrollment_active_same_domain(
     )
 
 
-def enrollment_insert_staged(
-    conn: Conn, *, campaign_id: int, now: dt.datetime | None
-) -> int | None:
-    """``enrollment_insert_staged``: Enrol every staged, unsuppressed lead.
+def enrollment_insert_staged(conn: Conn, *, campaign_id: int, now: dt.datetime | None) -> int:
+    """``enrollment_insert_staged``: Enrol every staged, unsuppressed lead; a lead already enrolled
+    keeps its enrolment (and its mailbox, so follow-ups come from the same sender). Mailboxes
+    are assigned round-robin by lead id. Returns the count of new enrolments.
 
     :raises RowMissing: the statement returned no row."""
     return cast(
-        "int | None",
+        "int",
         one_value(
             conn, "enrollment_insert_staged", {"campaign_id": campaign_id, "now": now}, "enrolled"
         ),

@@ -29,7 +29,10 @@ def import_run_insert_staged(
     suppressed: int,
     enrolled: int,
 ) -> int:
-    """``import_run_insert_staged``: The run's row, with the problems built from the stage table.
+    """``import_run_insert_staged``: The run's row, with the problems built from the stage table:
+    the file's problems by line (as lead_stage_problems), then the suppressed lines; at most
+    %(stored)s of them (a jsonb value is capped at 256 MiB), field and reason cut to 200
+    characters, the rest counted.
 
     :raises RowMissing: the statement returned no row."""
     return cast(
@@ -130,7 +133,7 @@ class ImportRunSummary:
 
 
 def import_run_latest(conn: Conn, *, kind: str) -> ImportRunSummary | None:
-    """``import_run_latest``: Run import_run_latest.
+    """``import_run_latest``: runs import_run_latest.
 
     ``None`` when no row matched."""
     return maybe_one(conn, "import_run_latest", {"kind": kind}, ImportRunSummary)

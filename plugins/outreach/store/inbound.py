@@ -31,7 +31,7 @@ def inbound_targets(conn: Conn) -> list[InboundTarget]:
 
 
 def inbound_cursor_get(conn: Conn, *, account: str, folder: str, uidvalidity: int) -> int | None:
-    """``inbound_cursor_get``: Run inbound_cursor_get.
+    """``inbound_cursor_get``: runs inbound_cursor_get.
 
     ``None`` when no row matched."""
     return cast(
@@ -48,7 +48,8 @@ def inbound_cursor_get(conn: Conn, *, account: str, folder: str, uidvalidity: in
 def inbound_cursor_advance(
     conn: Conn, *, account: str, folder: str, uidvalidity: int, uid: int
 ) -> list[int]:
-    """``inbound_cursor_advance``: Only upwards."""
+    """``inbound_cursor_advance``: Only upwards: a reader that finishes late never moves the cursor
+    back."""
     return cast(
         "list[int]",
         values(
@@ -61,7 +62,9 @@ def inbound_cursor_advance(
 
 
 def inbound_first_send(conn: Conn, *, mailbox_ids: list[int] | None) -> dt.datetime | None:
-    """``inbound_first_send``: When the mailboxes read from an account first sent anything.
+    """``inbound_first_send``: When the mailboxes read from an account first sent anything: with no
+    cursor for the folder's UIDVALIDITY, the reader asks only for messages since the day before
+    (older mail cannot answer us, and a lead's earlier mail must not stop a sequence).
 
     :raises RowMissing: the statement returned no row."""
     return cast(
@@ -77,19 +80,22 @@ def inbound_insert(
     folder: str,
     uidvalidity: int,
     uid: int,
-    mailbox_id: int,
+    mailbox_id: int | None,
     message_id: str,
     from_address: str,
     subject: str,
     class_: str,
     evidence: str,
-    email_id: int,
-    lead_id: int,
-    address: str,
-    dsn_status: str,
-    received_at: dt.datetime,
+    email_id: int | None,
+    lead_id: int | None,
+    address: str | None,
+    dsn_status: str | None,
+    received_at: dt.datetime | None,
 ) -> int | None:
-    """``inbound_insert``: The record that decides who applies the effect.
+    """``inbound_insert``: The record that decides who applies the effect: a conflict on either
+    UNIQUE constraint (the same UID, or the same Message-ID after a UIDVALIDITY change) returns
+    no row, and the caller applies nothing. A second reader inserting the same message waits for
+    the first's commit.
 
     ``None`` when no row matched."""
     return cast(
@@ -120,7 +126,7 @@ def inbound_insert(
 
 
 def inbound_set_effect(conn: Conn, *, effect: str, id: int) -> list[int]:
-    """``inbound_set_effect``: Run inbound_set_effect."""
+    """``inbound_set_effect``: runs inbound_set_effect."""
     return cast("list[int]", values(conn, "inbound_set_effect", {"effect": effect, "id": id}, "id"))
 
 
@@ -133,7 +139,7 @@ class InboundEffect:
     evidence: str
     effect: str
     account: str
-    address: str | None
+    address: str
 
 
 def inbound_effect_list(conn: Conn) -> list[InboundEffect]:

@@ -26,7 +26,7 @@ class LeadByAddressRow:
 
 
 def lead_by_address(conn: Conn, *, address: str) -> LeadByAddressRow | None:
-    """``lead_by_address``: Run lead_by_address.
+    """``lead_by_address``: runs lead_by_address.
 
     ``None`` when no row matched."""
     return maybe_one(conn, "lead_by_address", {"address": address}, LeadByAddressRow)
@@ -34,19 +34,22 @@ def lead_by_address(conn: Conn, *, address: str) -> LeadByAddressRow | None:
 
 def lead_stage_create(conn: Conn) -> None:
     """``lead_stage_create``: One row per data row of the file, written by one COPY as the file is
-    read."""
+    read: a good row has an email (and, if a field was dropped, problem_* with action
+    'ignored'); a skipped row has no email and problem_* say why. duplicate_of and suppressed
+    are decided afterwards, set-based."""
     execute(conn, "lead_stage_create", {})
 
 
 def lead_stage_copy(conn: Conn) -> AbstractContextManager[psycopg.Copy]:
-    """``lead_stage_copy``: Run lead_stage_copy.
+    """``lead_stage_copy``: runs lead_stage_copy.
 
     A COPY ... FROM STDIN: use as ``with lead_stage_copy(conn) as copy: copy.write_row(...)``."""
     return conn.cursor().copy(db.query("lead_stage_copy"))
 
 
 def lead_stage_copy_keyed(conn: Conn) -> AbstractContextManager[psycopg.Copy]:
-    """``lead_stage_copy_keyed``: A source's rows (outreach.sources).
+    """``lead_stage_copy_keyed``: A source's rows (outreach.sources): the same columns and the
+    row's identity.
 
     A COPY ... FROM STDIN: use as ``with lead_stage_copy_keyed(conn) as copy: copy.write_row(...)``."""
     return conn.cursor().copy(db.query("lead_stage_copy_keyed"))
@@ -54,17 +57,22 @@ def lead_stage_copy_keyed(conn: Conn) -> AbstractContextManager[psycopg.Copy]:
 
 def lead_stage_analyze(conn: Conn) -> None:
     """``lead_stage_analyze``: Statistics for the filled stage table (autovacuum never analyses a
-    temporary table)."""
+    temporary table): without them the planner takes a million staged rows for a few dozen and
+    joins them to outreach.leads by one index probe each (enrollment_insert_staged)."""
     execute(conn, "lead_stage_analyze", {})
 
 
 def lead_stage_mark_duplicates(conn: Conn) -> None:
-    """``lead_stage_mark_duplicates``: In-file duplicates."""
+    """``lead_stage_mark_duplicates``: In-file duplicates: the first line of each normalised
+    address wins; later lines repeat it and become the row's problem (an ignored field of a
+    duplicate row is not reported: the row is skipped). Only addresses that occur more than once
+    are joined back, so the update touches only them."""
     execute(conn, "lead_stage_mark_duplicates", {})
 
 
 def lead_stage_mark_suppressed(conn: Conn) -> None:
-    """``lead_stage_mark_suppressed``: Suppression at import."""
+    """``lead_stage_mark_suppressed``: Suppression at import: the one function decides. Only
+    suppressed rows are written."""
     execute(conn, "lead_stage_mark_suppressed", {})
 
 
@@ -72,14 +80,16 @@ def lead_stage_mark_suppressed(conn: Conn) -> None:
 class StageCounts:
     """A row of ``lead_stage_counts`` (columns as the query names them)."""
 
-    duplicate: int | None
-    suppressed: int | None
+    duplicate: int
+    suppressed: int
     accepted: int | None
-    problems: int | None
+    problems: int
 
 
 def lead_stage_counts(conn: Conn) -> StageCounts:
-    """``lead_stage_counts``: accepted.
+    """``lead_stage_counts``: accepted: rows that go on to the upsert (good, first of their
+    address, not suppressed); problems: rows reported in ImportResult.problems (skipped, ignored
+    field, or duplicate).
 
     :raises RowMissing: the statement returned no row."""
     return one(conn, "lead_stage_counts", {}, StageCounts)
@@ -89,12 +99,15 @@ def lead_stage_counts(conn: Conn) -> StageCounts:
 class UpsertCounts:
     """A row of ``lead_upsert_staged`` (columns as the query names them)."""
 
-    imported: int | None
-    updated: int | None
+    imported: int
+    updated: int
 
 
 def lead_upsert_staged(conn: Conn) -> UpsertCounts:
-    """``lead_upsert_staged``: New leads are inserted.
+    """``lead_upsert_staged``: New leads are inserted; known leads are updated only when a field
+    really changed, so importing the same file twice changes nothing. Suppressed addresses are
+    not stored at all. Returns counts, not rows: a million-row file must not come back to
+    Python.
 
     :raises RowMissing: the statement returned no row."""
     return one(conn, "lead_upsert_staged", {}, UpsertCounts)
@@ -112,7 +125,7 @@ class ImportProblem:
 
 def lead_stage_problems(conn: Conn, *, limit: int) -> list[ImportProblem]:
     """``lead_stage_problems``: The first %(limit)s problems by line, as ImportResult.problems
-    shows them (duplicates included."""
+    shows them (duplicates included: lead_stage_mark_duplicates made them the row's problem)."""
     return many(conn, "lead_stage_problems", {"limit": limit}, ImportProblem)
 
 

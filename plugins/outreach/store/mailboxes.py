@@ -11,7 +11,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import cast
 
-from outreach.store._run import Conn, many, maybe_one, one_value, values
+from outreach.store._run import Conn, many, maybe_one, one, one_value, values
 
 
 def mailbox_clear_transactional(conn: Conn, *, address: str) -> list[int]:
@@ -31,17 +31,18 @@ def mailbox_upsert(
     smtp_conn_id: str,
     timezone: str,
     daily_cap: int,
-    warmup_start: dt.date,
+    warmup_start: dt.date | None,
     warmup_initial: int,
     warmup_days: int,
     warmup_increment: int,
-    dkim_selector: str,
-    dkim_key_conn_id: str,
+    dkim_selector: str | None,
+    dkim_key_conn_id: str | None,
     transactional: bool,
-    imap_conn_id: str,
-    unsubscribe_imap_conn_id: str,
+    imap_conn_id: str | None,
+    unsubscribe_imap_conn_id: str | None,
 ) -> int:
-    """``mailbox_upsert``: Create or update a mailbox from the mailbox file.
+    """``mailbox_upsert``: Create or update a mailbox from the mailbox file; its pause status is
+    never touched here.
 
     :raises RowMissing: the statement returned no row."""
     return cast(
@@ -77,13 +78,15 @@ class PreflightTarget:
 
     id: int
     address: str
-    domain: str | None
+    domain: str
     dkim_selector: str | None
     dkim_key_conn_id: str | None
 
 
 def mailbox_preflight_targets(conn: Conn) -> list[PreflightTarget]:
-    """``mailbox_preflight_targets``: Deliverability."""
+    """``mailbox_preflight_targets``: Active mailboxes with their DKIM settings: the preflight
+    checks each sending domain once per selector. Paused mailboxes send nothing, so they are not
+    checked."""
     return many(conn, "mailbox_preflight_targets", {}, PreflightTarget)
 
 
@@ -98,8 +101,11 @@ class LockedMailbox:
 
 def mailbox_lock(conn: Conn, *, mailbox_id: int) -> LockedMailbox | None:
     """``mailbox_lock``: Serialises claims per mailbox for the rest of the transaction, so that the
-    daily cap, counted by the next statement (with a fresh snapshot), holds however many
-    senders claim at once.
+    daily cap, counted by the next statement (with a fresh snapshot), holds however many senders
+    claim at once. FOR NO KEY UPDATE, not FOR UPDATE: it conflicts with another claim's lock and
+    with any UPDATE of the mailbox (pause, resume), but not with the KEY SHARE lock that the
+    foreign key of a new send_log row takes on its mailbox, so other senders' ledger writes
+    (email_mark_sent) do not wait for this claim to commit.
 
     ``None`` when no row matched."""
     return maybe_one(conn, "mailbox_lock", {"mailbox_id": mailbox_id}, LockedMailbox)
@@ -107,40 +113,49 @@ def mailbox_lock(conn: Conn, *, mailbox_id: int) -> LockedMailbox | None:
 
 @dataclass(frozen=True, slots=True)
 class MailboxQuota:
-    """A row of ``mailbox_remaining_today`` (columns as the query names them)."""
+    """A mailbox's quota now (``mailbox_remaining_today``): what it may still start today (its
+    local calendar day: cap and warm-up), and in this send run (pacing, the gap).
+
+    Counts are rows; ``run_left`` is what this run may claim (``remaining`` without pacing);
+    ``handoff_fit`` is ``None`` without a gap; the window and run figures are ``None`` without
+    pacing or when nothing of the mailbox is queued for today.
+    """
 
     id: int
     status: str
-    daily_limit: int | None
-    used: int | None
-    remaining: int | None
+    daily_limit: int
+    used: int
+    remaining: int
     window_start: dt.datetime | None
     window_end: dt.datetime | None
-    window_runs: int | None
-    runs_left: int | None
+    window_runs: int
+    runs_left: int
     run_number: int | None
     run_share: int | None
     due_by_now: int | None
-    slot_used: int | None
-    run_left: int | None
+    slot_used: int
+    run_left: int
     handoff_fit: int | None
 
 
 def mailbox_remaining_today(
     conn: Conn,
     *,
-    interval: dt.timedelta,
+    interval: dt.timedelta | None,
     gap_seconds: float | None,
-    horizon: dt.timedelta,
+    horizon: dt.timedelta | None,
     now: dt.datetime | None,
     mailbox_id: int,
-    gap_jitter: float,
-) -> MailboxQuota | None:
-    """``mailbox_remaining_today``: What the mailbox may still start today (its local calendar
-    day), and in this send run.
+    gap_jitter: float | None,
+) -> MailboxQuota:
+    """``mailbox_remaining_today``: the pacing rule, once (sql/queries/mailboxes.sql).
 
-    ``None`` when no row matched."""
-    return maybe_one(
+    :param interval: the send runs' interval (pacing), ``None`` = no pacing.
+    :param gap_seconds: the least gap between two handoffs, ``None`` or 0 = no gap.
+    :param horizon: how far ahead handoffs are counted (``handoff_fit``).
+    :param gap_jitter: the gap's random share (0…1).
+    :raises RowMissing: no mailbox has that id."""
+    return one(
         conn,
         "mailbox_remaining_today",
         {
@@ -159,7 +174,7 @@ def mailbox_remaining_today(
 class Handoff:
     """A row of ``mailbox_reserve_handoffs`` (columns as the query names them)."""
 
-    k: int | None
+    k: int
     not_before: dt.datetime | None
 
 
@@ -173,7 +188,12 @@ def mailbox_reserve_handoffs(
     mailbox_id: int,
 ) -> list[Handoff]:
     """``mailbox_reserve_handoffs``: Reserve the handoff moments of the %(rows)s rows a claim just
-    took, in claim order, and move the mailbox's next_handoff_at past them."""
+    took, in claim order, and move the mailbox's next_handoff_at past them. Run in the claim's
+    transaction, under its mailbox lock, so every claimer of the mailbox extends one chain. The
+    first row may go at max(now, next_handoff_at); each next one a gap later, the gap being
+    %(gap_seconds)s × (1 + %(gap_jitter)s × random()) — a minimum gap with jitter, so a
+    mailbox's sends never come at a machine's even beat (the commercial tools space them by
+    minutes)."""
     return many(
         conn,
         "mailbox_reserve_handoffs",
@@ -200,7 +220,7 @@ class MailboxName:
 
 
 def mailbox_by_id(conn: Conn, *, mailbox_id: int) -> MailboxName | None:
-    """``mailbox_by_id``: Run mailbox_by_id.
+    """``mailbox_by_id``: runs mailbox_by_id.
 
     ``None`` when no row matched."""
     return maybe_one(conn, "mailbox_by_id", {"mailbox_id": mailbox_id}, MailboxName)
@@ -220,7 +240,7 @@ class Mailbox:
     daily_cap: int
 
 
-def mailbox_find(conn: Conn, *, mailbox_id: int, address: str) -> Mailbox | None:
+def mailbox_find(conn: Conn, *, mailbox_id: int | None, address: str | None) -> Mailbox | None:
     """``mailbox_find``: A mailbox by id (%(mailbox_id)s) or by address (case-insensitive).
 
     ``None`` when no row matched."""
@@ -263,7 +283,10 @@ class MailboxEvent:
 def mailbox_pause(
     conn: Conn, *, now: dt.datetime | None, reason: str, by: str, mailbox_id: int
 ) -> list[MailboxEvent]:
-    """``mailbox_pause``: Pause an active mailbox."""
+    """``mailbox_pause``: Pause an active mailbox: claims refuse a paused mailbox (mailbox_lock +
+    the status check in outreach.send.claim), so it sends nothing until an operator resumes it.
+    Guarded by status = 'active': pausing a paused mailbox changes nothing and keeps the first
+    reason."""
     return many(
         conn,
         "mailbox_pause",
@@ -275,7 +298,9 @@ def mailbox_pause(
 def mailbox_resume(
     conn: Conn, *, now: dt.datetime | None, mailbox_id: int, by: str, why: str
 ) -> list[MailboxEvent]:
-    """``mailbox_resume``: Resume a paused mailbox."""
+    """``mailbox_resume``: Resume a paused mailbox. Guarded by status = 'paused'. Its backlog is
+    not released at once: the daily cap and the pacing of each send run still apply
+    (mailbox_remaining_today)."""
     return many(
         conn,
         "mailbox_resume",
@@ -310,13 +335,14 @@ class MailboxHealth:
     id: int
     address: str
     status: str
-    domain: str | None
+    domain: str
     resumed_at: dt.datetime | None
 
 
 def mailbox_health_list(conn: Conn) -> list[MailboxHealth]:
     """``mailbox_health_list``: Every mailbox with its sending domain and the last time an operator
-    resumed it."""
+    resumed it. Automatic rules ignore evidence that was already known at that moment: the
+    operator decided on it."""
     return many(conn, "mailbox_health_list", {}, MailboxHealth)
 
 
@@ -328,16 +354,22 @@ class BounceCounts:
     address: str
     status: str
     since: dt.datetime | None
-    sends: int | None
-    hard_bounces: int | None
-    complaints: int | None
+    sends: int
+    hard_bounces: int
+    complaints: int
 
 
 def mailbox_bounce_counts(
     conn: Conn, *, window: dt.timedelta, now: dt.datetime | None
 ) -> list[BounceCounts]:
     """``mailbox_bounce_counts``: Per mailbox, over the last %(window)s (28 days) or since the last
-    operator resume if later."""
+    operator resume if later: sends = emails handed off with a final verdict (sent, or failed
+    permanently), and hard bounces among them = a permanent failure at RCPT with a 5.1.x reply
+    (outreach.send stores last_error as 'RCPT 550 5.1.1 …'), a hard bounce the inbox reader
+    recorded against the email (a DSN that arrived after the server accepted it), or the address
+    now suppressed with reason 'bounced'; complaints among them = an ARF complaint recorded
+    against the email, or the address now suppressed with reason 'complained' (the complaint-
+    rate rule)."""
     return many(conn, "mailbox_bounce_counts", {"window": window, "now": now}, BounceCounts)
 
 

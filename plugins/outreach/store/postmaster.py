@@ -16,8 +16,8 @@ from outreach.store._run import Conn, many
 class SendingDomain:
     """A row of ``postmaster_domain_list`` (columns as the query names them)."""
 
-    domain: str | None
-    mailbox_ids: list[int] | None
+    domain: str
+    mailbox_ids: list[int]
 
 
 def postmaster_domain_list(conn: Conn) -> list[SendingDomain]:
@@ -44,9 +44,13 @@ def postmaster_stat_upsert(
     metrics: list[str],
     feedback_loop_ids: list[str],
     days: list[dt.date],
-    values: list[float],
+    values: list[float | None],
 ) -> list[StoredStat]:
-    """``postmaster_stat_upsert``: Store one query's days in one statement."""
+    """``postmaster_stat_upsert``: Store one query's days in one statement: a day with a figure is
+    known, a day the API left out is unknown (value NULL, has_data false) — never 0 percent. Re-
+    runs change nothing; late data turns an unknown day into a known one; an unknown day never
+    overwrites a known figure. updated_at moves only when the figure changes, so "known before
+    the operator resumed" stays true on re-runs."""
     return many(
         conn,
         "postmaster_stat_upsert",
@@ -76,7 +80,7 @@ class LatestStat:
 
 def postmaster_stat_latest_known(conn: Conn) -> list[LatestStat]:
     """``postmaster_stat_latest_known``: The latest day WITH data of every domain / metric /
-    feedback loop."""
+    feedback loop: unknown days are skipped, not read as 0 percent."""
     return many(conn, "postmaster_stat_latest_known", {}, LatestStat)
 
 
@@ -91,7 +95,7 @@ class StoredCompliance:
 def postmaster_compliance_upsert(
     conn: Conn, *, now: dt.datetime | None, domain: str, needs_work: list[str], status: Any
 ) -> list[StoredCompliance]:
-    """``postmaster_compliance_upsert``: Run postmaster_compliance_upsert."""
+    """``postmaster_compliance_upsert``: runs postmaster_compliance_upsert."""
     return many(
         conn,
         "postmaster_compliance_upsert",

@@ -15,22 +15,23 @@ from outreach.store._run import Conn, many, one
 class StepReport:
     """A row of ``report_by_step`` (columns as the query names them)."""
 
-    campaign: str | None
-    step: int
+    campaign: str
+    step: int | None
     template: str | None
     mailbox_id: int
-    queued: int | None
-    sending: int | None
-    sent: int | None
+    queued: int
+    sending: int
+    sent: int
     failed: int | None
-    unconfirmed: int | None
-    suppressed: int | None
-    cancelled: int | None
+    unconfirmed: int
+    suppressed: int
+    cancelled: int
     failed_reasons: str | None
 
 
 def report_by_step(conn: Conn) -> list[StepReport]:
-    """``report_by_step``: Per campaign, step and mailbox."""
+    """``report_by_step``: Per campaign, step and mailbox; transactional mail as campaign
+    'transactional', per template (step NULL)."""
     return many(conn, "report_by_step", {}, StepReport)
 
 
@@ -43,13 +44,13 @@ class MailboxReport:
     status: str
     paused_reason: str | None
     transactional: bool
-    daily_limit: int | None
-    used_today: int | None
-    sent_total: int | None
+    daily_limit: int
+    used_today: int
+    sent_total: int
 
 
 def report_mailboxes(conn: Conn, *, now: dt.datetime | None) -> list[MailboxReport]:
-    """``report_mailboxes``: Run report_mailboxes."""
+    """``report_mailboxes``: runs report_mailboxes."""
     return many(conn, "report_mailboxes", {"now": now}, MailboxReport)
 
 
@@ -57,14 +58,14 @@ def report_mailboxes(conn: Conn, *, now: dt.datetime | None) -> list[MailboxRepo
 class Totals:
     """A row of ``report_totals`` (columns as the query names them)."""
 
-    send_log: int | None
-    emails: int | None
-    sent: int | None
-    leads: int | None
+    send_log: int
+    emails: int
+    sent: int
+    leads: int
 
 
 def report_totals(conn: Conn) -> Totals:
-    """``report_totals``: Run report_totals.
+    """``report_totals``: runs report_totals.
 
     :raises RowMissing: the statement returned no row."""
     return one(conn, "report_totals", {}, Totals)
@@ -75,7 +76,7 @@ class MailboxCount:
     """A row of ``report_sent_per_mailbox`` (columns as the query names them)."""
 
     address: str
-    n: int | None
+    n: int
 
 
 def report_sent_per_mailbox(conn: Conn) -> list[MailboxCount]:
@@ -88,12 +89,12 @@ def report_sent_per_mailbox(conn: Conn) -> list[MailboxCount]:
 class StatusCount:
     """A row of ``report_email_status_counts`` (columns as the query names them)."""
 
-    status: str | None
-    n: int | None
+    status: str
+    n: int
 
 
 def report_email_status_counts(conn: Conn) -> list[StatusCount]:
-    """``report_email_status_counts``: Run report_email_status_counts."""
+    """``report_email_status_counts``: runs report_email_status_counts."""
     return many(conn, "report_email_status_counts", {}, StatusCount)
 
 
@@ -104,12 +105,15 @@ class MissingFields:
     campaign: str
     step: int
     missing: str | None
-    leads: int | None
+    leads: int
 
 
 def report_missing_fields(conn: Conn, *, campaign_key: str | None) -> list[MissingFields]:
     """``report_missing_fields``: Leads a step is not queued for because they lack a field the step
-    requires (sequence_steps."""
+    requires (sequence_steps. requires; the rule is outreach.lead_missing_fields, the one
+    email_queue_due applies): active enrolments of active campaigns without an email for the
+    step, per campaign, step and the fields they lack. A lead whose field is filled in (a re-
+    import) is queued by the next run."""
     return many(conn, "report_missing_fields", {"campaign_key": campaign_key}, MissingFields)
 
 
@@ -119,18 +123,23 @@ class FunnelStep:
 
     campaign: str
     step: int
-    enrolled: int | None
-    queued: int | None
-    sent: int | None
-    replied: int | None
-    bounced: int | None
-    unsubscribed: int | None
-    unconfirmed: int | None
-    failed: int | None
+    enrolled: int
+    queued: int
+    sent: int
+    replied: int
+    bounced: int
+    unsubscribed: int
+    unconfirmed: int
+    failed: int
 
 
 def report_funnel(conn: Conn) -> list[FunnelStep]:
-    """``report_funnel``: Per campaign and step, the funnel the campaign page draws."""
+    """``report_funnel``: Per campaign and step, the funnel the campaign page draws. enrolled: the
+    campaign's enrolments (the top, the same on every step); queued: waiting or being sent;
+    sent: accepted (or confirmed by an operator); replied: sent, the lead's enrolment stopped as
+    'replied', and no later step was sent; bounced: a hard bounce (as the bounce-rate rule
+    counts one: mailbox_bounce_counts); unsubscribed: a one-click unsubscribe from this very
+    email; unconfirmed; failed: any other failure."""
     return many(conn, "report_funnel", {}, FunnelStep)
 
 
@@ -139,16 +148,18 @@ class MailboxDay:
     """A row of ``report_mailbox_days`` (columns as the query names them)."""
 
     mailbox_id: int
-    day: dt.date | None
+    day: dt.date
     daily_cap: int
-    daily_limit: int | None
-    sent: int | None
+    daily_limit: int
+    sent: int
     spam_rate: float | None
 
 
 def report_mailbox_days(conn: Conn, *, days: int, now: dt.datetime | None) -> list[MailboxDay]:
     """``report_mailbox_days``: Per mailbox and local calendar day of the last %(days)s days (today
-    included)."""
+    included): emails accepted (send log), the daily cap, and the day's limit (warm-up ramp and
+    cap: outreach.mailbox_daily_limit at the day's noon); and the domain's Postmaster spam rate
+    that day — NULL when Postmaster had no figure (an unknown day, never 0)."""
     return many(conn, "report_mailbox_days", {"days": days, "now": now}, MailboxDay)
 
 
@@ -164,13 +175,15 @@ class MailboxHealthReport:
     paused_by: str | None
     paused_at: dt.datetime | None
     paused_reason: str | None
-    sends: int | None
-    hard_bounces: int | None
-    complaints: int | None
+    sends: int
+    hard_bounces: int
+    complaints: int
 
 
 def report_mailbox_health(
     conn: Conn, *, window: dt.timedelta, now: dt.datetime | None
 ) -> list[MailboxHealthReport]:
-    """``report_mailbox_health``: Per mailbox over the last %(window)s."""
+    """``report_mailbox_health``: Per mailbox over the last %(window)s: sends (handed off with a
+    final verdict, as the bounce-rate rule counts them), hard bounces (the same rule) and
+    complaints (recipients suppressed as 'complained'); paused state with who, when and why."""
     return many(conn, "report_mailbox_health", {"window": window, "now": now}, MailboxHealthReport)

@@ -15,14 +15,15 @@ from outreach.store._run import Conn, execute, values
 
 def resolution_begin(conn: Conn) -> None:
     """``resolution_begin``: Declares this transaction an operator resolution (checked by the
-    emails_guard_unconfirmed trigger)."""
+    emails_guard_unconfirmed trigger); SET LOCAL ends with the transaction."""
     execute(conn, "resolution_begin", {})
 
 
 def resolution_insert(
-    conn: Conn, *, evidence: str, email_id: int, decision: str, resolved_by: str, note: str
+    conn: Conn, *, evidence: str | None, email_id: int, decision: str, resolved_by: str, note: str
 ) -> list[int]:
-    """``resolution_insert``: %(evidence)s."""
+    """``resolution_insert``: %(evidence)s: what the operator was shown besides Sent Items (a late
+    acceptance), or NULL."""
     return cast(
         "list[int]",
         values(

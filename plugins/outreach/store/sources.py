@@ -13,23 +13,28 @@ from outreach.store._run import Conn, execute, maybe_value, one_value
 
 
 def source_rows_record(conn: Conn, *, campaign_id: int, run_id: int) -> None:
-    """``source_rows_record``: A source's run saw these rows."""
+    """``source_rows_record``: A source's run saw these rows: each valid row's identity now names
+    its lead (then source_rows_seen)."""
     execute(conn, "source_rows_record", {"campaign_id": campaign_id, "run_id": run_id})
 
 
 def source_rows_seen(conn: Conn, *, run_id: int, campaign_id: int) -> None:
-    """``source_rows_seen``: Every row the run returned (valid or not."""
+    """``source_rows_seen``: Every row the run returned (valid or not: a row that turned invalid
+    has not left the source) is marked seen by this run, so only rows that left the source are
+    older (source_rows_stop_missing)."""
     execute(conn, "source_rows_seen", {"run_id": run_id, "campaign_id": campaign_id})
 
 
 def source_rows_stop_missing(
     conn: Conn, *, reason: str, by: str, campaign_id: int, run_id: int
-) -> int | None:
-    """``source_rows_stop_missing``: stop_when_missing.
+) -> int:
+    """``source_rows_stop_missing``: stop_when_missing: the active enrolments of leads whose row
+    this run did not return are stopped by the one stop function (queued steps cancelled in the
+    same transaction).
 
     :raises RowMissing: the statement returned no row."""
     return cast(
-        "int | None",
+        "int",
         one_value(
             conn,
             "source_rows_stop_missing",
@@ -42,7 +47,9 @@ def source_rows_stop_missing(
 def source_object_claim(
     conn: Conn, *, campaign_key: str, source: str, path: str, version: str
 ) -> int | None:
-    """``source_object_claim``: A file source's object is imported once.
+    """``source_object_claim``: A file source's object is imported once: the claim is taken in the
+    import's transaction; a concurrent run's insert waits for that commit and then claims
+    nothing (a rollback frees it).
 
     ``None`` when no row matched."""
     return cast(
@@ -57,5 +64,5 @@ def source_object_claim(
 
 
 def source_object_done(conn: Conn, *, run_id: int, id: int) -> None:
-    """``source_object_done``: Run source_object_done."""
+    """``source_object_done``: runs source_object_done."""
     execute(conn, "source_object_done", {"run_id": run_id, "id": id})

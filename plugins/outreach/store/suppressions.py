@@ -15,7 +15,7 @@ from outreach.store._run import Conn, execute, maybe_one, one_value, values
 
 
 def suppression_insert(conn: Conn, *, kind: str, value: str, reason: str, source: str) -> list[int]:
-    """``suppression_insert``: Run suppression_insert."""
+    """``suppression_insert``: runs suppression_insert."""
     return cast(
         "list[int]",
         values(
@@ -27,12 +27,12 @@ def suppression_insert(conn: Conn, *, kind: str, value: str, reason: str, source
     )
 
 
-def suppression_check(conn: Conn, *, address: str, message_class: str) -> bool | None:
-    """``suppression_check``: Run suppression_check.
+def suppression_check(conn: Conn, *, address: str, message_class: str) -> bool:
+    """``suppression_check``: runs suppression_check.
 
     :raises RowMissing: the statement returned no row."""
     return cast(
-        "bool | None",
+        "bool",
         one_value(
             conn,
             "suppression_check",
@@ -44,7 +44,7 @@ def suppression_check(conn: Conn, *, address: str, message_class: str) -> bool |
 
 def suppression_actor_set(conn: Conn, *, actor: str, note: str) -> None:
     """``suppression_actor_set``: Who is acting and why, for the history rows the trigger writes in
-    this transaction (transaction-local settings."""
+    this transaction (transaction-local settings: they vanish at commit or rollback)."""
     execute(conn, "suppression_actor_set", {"actor": actor, "note": note})
 
 
@@ -61,7 +61,8 @@ class Suppression:
 
 
 def suppression_remove(conn: Conn, *, kind: str, value: str) -> Suppression | None:
-    """``suppression_remove``: Unsuppress.
+    """``suppression_remove``: Unsuppress: remove the active suppression; the trigger records the
+    'unsuppress' event.
 
     ``None`` when no row matched."""
     return maybe_one(conn, "suppression_remove", {"kind": kind, "value": value}, Suppression)
