@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from outreach import db
 from outreach.logutil import log, mask
+from outreach.store import emails, mailboxes, reports
 
 
 def queue_due(url: str, *, campaign_key: str | None = None, now: dt.datetime | None = None,
@@ -28,10 +29,10 @@ def queue_due(url: str, *, campaign_key: str | None = None, now: dt.datetime | N
     :param now: a fixed clock (UTC); default the database clock.
     """
     with db.transaction(url) as conn:
-        db.run(conn, "email_planner_bulk_joins")
-        rows = db.run(conn, "email_queue_due", {"now": now, "campaign_key": campaign_key})
-        held = db.run(conn, "report_missing_fields", {"campaign_key": campaign_key})
-    per_mailbox = {r["mailbox_id"]: r["queued"] for r in rows}
+        emails.email_planner_bulk_joins(conn)
+        rows = emails.email_queue_due(conn, now=now, campaign_key=campaign_key)
+        held = [asdict(h) for h in reports.report_missing_fields(conn, campaign_key=campaign_key)]
+    per_mailbox = {r.mailbox_id: r.queued for r in rows}
     queued = sum(per_mailbox.values())
     log.info("queue-due: queued=%s per_mailbox=%s", queued, per_mailbox)
     for h in held:
@@ -70,14 +71,14 @@ def reap(url: str, threshold: dt.timedelta, *, now: dt.datetime | None = None) -
     :param now: a fixed clock (UTC); default the database clock.
     """
     with db.transaction(url) as conn:
-        rows = db.run(conn, "email_reap_stale", {"threshold": threshold, "now": now})
-    result = Reaped([r["id"] for r in rows if r["unconfirmed"]],
-                    [r["id"] for r in rows if not r["unconfirmed"]])
+        rows = emails.email_reap_stale(conn, threshold=threshold, now=now)
+    result = Reaped([r.id for r in rows if r.unconfirmed],
+                    [r.id for r in rows if not r.unconfirmed])
     for r in rows:
-        if r["unconfirmed"]:
+        if r.unconfirmed:
             log.error("email %s unconfirmed: left sending since %s by %s, handed over to the SMTP "
-                      "server at %s; check Sent Items before doing anything", r["id"],
-                      r["claimed_at"], r["claimed_by"], r["handed_over_at"])
+                      "server at %s; check Sent Items before doing anything", r.id,
+                      r.claimed_at, r.claimed_by, r.handed_over_at)
     if result.requeued:
         log.warning("reaper: %s row(s) left sending by a stopped sender were never handed over: "
                     "back in the queue, attempts not counted: ids %s", len(result.requeued),
@@ -108,21 +109,21 @@ def plan_batches(url: str, batch_size: int, *, parallelism: int = 4,
     """
     work: dict[int, int] = {}
     with db.connect(url, autocommit=True) as conn:
-        for mb in db.run(conn, "email_plan_mailboxes", {"now": now, "mailbox_id": mailbox_id}):
-            if mb["status"] != "active":
-                log.info("plan: mailbox %s (%s) is paused; %s due rows wait", mb["mailbox_id"],
-                         mask(mb["address"]), mb["due"])
+        for mb in emails.email_plan_mailboxes(conn, now=now, mailbox_id=mailbox_id):
+            if mb.status != "active":
+                log.info("plan: mailbox %s (%s) is paused; %s due rows wait", mb.mailbox_id,
+                         mask(mb.address), mb.due)
                 continue
-            quota = db.one(conn, "mailbox_remaining_today",
-                           {"mailbox_id": mb["mailbox_id"], "now": now, "interval": interval,
-                            "gap_seconds": None, "gap_jitter": None, "horizon": None})
-            n = min(mb["due"], quota["run_left"])
+            quota = mailboxes.mailbox_remaining_today(
+                conn, mailbox_id=mb.mailbox_id, now=now, interval=interval, gap_seconds=None,
+                gap_jitter=None, horizon=None)
+            n = min(mb.due, quota.run_left)
             log.info("plan: mailbox %s (%s): due=%s remaining_today=%s run=%s/%s run_share=%s "
-                     "due_by_now=%s -> %s this run", mb["mailbox_id"], mask(mb["address"]),
-                     mb["due"], quota["remaining"], quota["run_number"], quota["window_runs"],
-                     quota["run_share"], quota["due_by_now"], n)
+                     "due_by_now=%s -> %s this run", mb.mailbox_id, mask(mb.address),
+                     mb.due, quota.remaining, quota.run_number, quota.window_runs,
+                     quota.run_share, quota.due_by_now, n)
             if n > 0:
-                work[mb["mailbox_id"]] = n
+                work[mb.mailbox_id] = n
     return split_work(work, batch_size, parallelism)
 
 
@@ -159,7 +160,7 @@ def split_work(work: dict[int, int], batch_size: int, parallelism: int) -> list[
             if k:
                 quotas[i][m] = k
         offset = (offset + extra) % parts
-    out = []
+    out: list[dict[str, Any]] = []
     for i, q in enumerate(quotas):
         ids = sorted(q)
         order = ids[i % len(ids):] + ids[:i % len(ids)] if ids else []

@@ -32,6 +32,7 @@ from outreach.queue import Reaped, plan_batches, reap
 from outreach.render import RenderError, render
 from outreach.settings import Settings
 from outreach.signing import DkimKey, SigningError, sign
+from outreach.store import Conn, RowMissing, emails, mailboxes
 from outreach.suppression import is_suppressed, suppress
 from outreach.tokens import make_token
 from outreach.transport import Delivery, Outcome, SmtpSession, Stage
@@ -118,7 +119,7 @@ class Clock:
         return seconds
 
 
-def claim(conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datetime | None = None,
+def claim(conn: Conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datetime | None = None,
           interval: dt.timedelta | None = None, message_class: str = "marketing",
           gap_seconds: float = 0.0, gap_jitter: float = 0.0,
           gap_horizon: dt.timedelta = dt.timedelta(minutes=15),
@@ -154,31 +155,32 @@ def claim(conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datetime | 
     if message_class != "marketing":
         raise ValueError(f"message_class must be one of {MESSAGE_CLASSES}, got {message_class!r}")
     with conn.transaction():
-        locked = db.one(conn, "mailbox_lock", {"mailbox_id": mailbox_id})
+        locked = mailboxes.mailbox_lock(conn, mailbox_id=mailbox_id)
         if locked is None:
             return [], "unknown mailbox"
-        if locked["status"] != "active":
+        if locked.status != "active":
             return [], "mailbox paused"
-        gap = {"gap_seconds": gap_seconds, "gap_jitter": gap_jitter, "horizon": gap_horizon}
-        quota = db.one(conn, "mailbox_remaining_today", {"mailbox_id": mailbox_id, "now": now,
-                                                         "interval": interval, **gap})
-        remaining = quota["daily_limit"] - quota["used"]
+        quota = mailboxes.mailbox_remaining_today(
+            conn, mailbox_id=mailbox_id, now=now, interval=interval, gap_seconds=gap_seconds,
+            gap_jitter=gap_jitter, horizon=gap_horizon)
+        remaining = quota.daily_limit - quota.used
         if remaining <= 0:
-            return [], f"daily limit reached ({quota['used']}/{quota['daily_limit']})"
-        if quota["run_left"] <= 0:
-            return [], (f"paced: {quota['slot_used']}/{quota['run_share']} this run, "
-                        f"{quota['used']}/{quota['due_by_now']} of the day by this run")
-        fit = quota["handoff_fit"]
+            return [], f"daily limit reached ({quota.used}/{quota.daily_limit})"
+        if quota.run_left <= 0:
+            return [], (f"paced: {quota.slot_used}/{quota.run_share} this run, "
+                        f"{quota.used}/{quota.due_by_now} of the day by this run")
+        fit = quota.handoff_fit
         if fit is not None and fit <= 0:
             return [], "gap: the mailbox's next handoff is reserved beyond the claim horizon"
         rows = db.run(conn, "email_claim_batch", {
-            "mailbox_id": mailbox_id, "limit": min(limit, quota["run_left"], fit or limit),
+            "mailbox_id": mailbox_id, "limit": min(limit, quota.run_left, fit or limit),
             "now": now, "claim_token": uuid.uuid4(), "claimed_by": worker})
         if rows and fit is not None:
-            moments = db.run(conn, "mailbox_reserve_handoffs", {
-                "mailbox_id": mailbox_id, "rows": len(rows), "now": now, **gap})
+            moments = mailboxes.mailbox_reserve_handoffs(
+                conn, mailbox_id=mailbox_id, rows=len(rows), now=now, gap_seconds=gap_seconds,
+                gap_jitter=gap_jitter)
             for row, moment in zip(rows, moments, strict=True):
-                row["not_before"] = moment["not_before"]
+                row["not_before"] = moment.not_before
         if rows:
             failpoints.hit("claim_before_commit")
     if rows:
@@ -205,10 +207,16 @@ def transactional_context(context: dict[str, Any] | None, recipient: str, sender
             "sender": {"name": sender_name, "address": sender_address}}
 
 
+def message_class(row: dict[str, Any]) -> str:
+    """Return a claimed row's message class: ``marketing`` unless the row says otherwise (both
+    claim queries return it; a row built by hand, as the benchmarks do, may leave it out)."""
+    return str(row.get("message_class", "marketing"))
+
+
 def describe(row: dict[str, Any]) -> str:
     """Return how logs name a claimed row: its id, the masked recipient and its step (marketing)
     or template (transactional); never the full address."""
-    what = (f"step {row['step_position']}" if row.get("message_class", "marketing") == "marketing"
+    what = (f"step {row['step_position']}" if message_class(row) == "marketing"
             else f"transactional {row['template']}")
     return f"email {row['id']} ({mask(row['email'])}, {what})"
 
@@ -237,7 +245,7 @@ def reply_subject(subject: str) -> str:
     return subject if _REPLY_PREFIX.match(subject) else f"Re: {subject}"
 
 
-def thread_of(conn, row: dict[str, Any]) -> Thread | None:
+def thread_of(conn: Conn, row: dict[str, Any]) -> Thread | None:
     """Return the thread a claimed row replies in, or ``None`` to send it as a new message.
 
     ``None`` when the row's step is not ``thread: true``, and when step 1 never went out to this
@@ -248,14 +256,14 @@ def thread_of(conn, row: dict[str, Any]) -> Thread | None:
     """
     if not row.get("step_thread"):
         return None
-    members = db.run(conn, "email_thread", {"email_id": row["id"]})
-    if not members or members[0]["position"] != 1:
+    members = emails.email_thread(conn, email_id=row["id"])
+    if not members or members[0].position != 1:
         log.warning("%s: thread: true, but step 1 was never sent to this lead; sent as a new "
                     "message with its own subject", describe(row))
         return None
     first = members[0]
-    return Thread(tuple(m["message_id"].strip().strip("<>") for m in members), first["subject"],
-                  first["template"], first["subject_template"])
+    return Thread(tuple(m.message_id.strip().strip("<>") for m in members), first.subject,
+                  first.template, first.subject_template)
 
 
 def prepare(row: dict[str, Any], settings: Settings, now: dt.datetime,
@@ -290,7 +298,7 @@ def _build(row: dict[str, Any], settings: Settings, now: dt.datetime,
     """:func:`prepare`, also returning the Subject as built (kept in the send log)."""
     domain = ascii_domain(row["mailbox_address"].rpartition("@")[2])
     message_id = message_id_for(str(row["idempotency_key"]), row["mailbox_address"])
-    if row.get("message_class", "marketing") == "transactional":
+    if message_class(row) == "transactional":
         rendered = render(row["template"], None,
                           transactional_context(row["context"], row["email"], row["mailbox_name"],
                                                 row["mailbox_address"]),
@@ -330,9 +338,11 @@ def _build(row: dict[str, Any], settings: Settings, now: dt.datetime,
     return message_id, wire, rendered.subject
 
 
-def _guarded(conn, name: str, params: dict[str, Any], summary: BatchSummary, what: str) -> bool:
-    """Run one guarded transition; log it when it matched no row (our claim was taken away)."""
-    if db.run(conn, name, params):
+def _guarded(conn: Conn, transition: Callable[..., list[int]], params: dict[str, Any],
+             summary: BatchSummary, what: str) -> bool:
+    """Run one guarded transition (a store function of :mod:`outreach.store.emails` that returns
+    the ids it changed); log it when it matched no row (our claim was taken away)."""
+    if transition(conn, **params):
         return True
     _lost_claim(summary, params["email_id"], what)
     return False
@@ -344,23 +354,23 @@ def _lost_claim(summary: BatchSummary, email_id: int, what: str) -> None:
               "(the reaper or an operator took it over); nothing changed", email_id, what)
 
 
-def _pre_send_stop(conn, row: dict[str, Any], guard: dict[str, Any], summary: BatchSummary,
+def _pre_send_stop(conn: Conn, row: dict[str, Any], guard: dict[str, Any], summary: BatchSummary,
                    who: str, address: str) -> bool:
     """The pre-send checks: end the row without a handoff when its recipient is suppressed (the
     one suppression function) or, for a campaign step, its enrolment is no longer active (a stop
     or a reply after the claim: outreach.stop_enrollment cancels only rows still 'queued').
     Return whether the row ended here. The handoff stamp asks both again (email_touch_claim)."""
-    if is_suppressed(conn, address, row.get("message_class", "marketing")):
-        if _guarded(conn, "email_mark_suppressed", guard, summary, "mark suppressed"):
+    if is_suppressed(conn, address, message_class(row)):
+        if _guarded(conn, emails.email_mark_suppressed, guard, summary, "mark suppressed"):
             summary.suppressed += 1
             log.info("%s: suppressed before the handoff; not sent", who)
         return True
-    if row.get("message_class", "marketing") == "marketing":
-        stopped = db.one(conn, "email_cancel_stopped", guard)
+    if message_class(row) == "marketing":
+        stopped = emails.email_cancel_stopped(conn, **guard)
         if stopped:
             summary.cancelled += 1
             log.info("%s: enrolment %s before the handoff; cancelled, not sent", who,
-                     stopped["enrollment_status"])
+                     stopped.enrollment_status)
             return True
     return False
 
@@ -510,9 +520,9 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
         # From here on, whatever stops the batch goes through _recover: nothing claimed is left
         # 'sending' for the reaper unless the database itself is gone.
         try:
-            mailbox = db.one(conn, "mailbox_by_id", {"mailbox_id": mailbox_id})
-            summary.mailbox = (mailbox_name(mailbox["label"], mailbox["display_name"],
-                                            mailbox["address"]) if mailbox else "")
+            mailbox = mailboxes.mailbox_by_id(conn, mailbox_id=mailbox_id)
+            summary.mailbox = (mailbox_name(mailbox.label, mailbox.display_name,
+                                            mailbox.address) if mailbox else "")
             if rows:
                 session = SmtpSession(lambda: connector(rows[0]["smtp_conn_id"]), settings.smtp_timeout)
                 keys = _KeyCache(dkim_keys)
@@ -549,16 +559,16 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
         conn.close()
 
 
-def _release_unreachable(conn, rest: list[dict[str, Any]], exc: _SessionFailed,
+def _release_unreachable(conn: Conn, rest: list[dict[str, Any]], exc: _SessionFailed,
                          summary: BatchSummary) -> None:
     """The mailbox cannot take any message (its session or its DKIM key failed before this row
     was handed over): put this row and the rest back in the queue, attempts not counted, and
     note the failure for :class:`MailboxUnreachable`."""
     what = ("DKIM key connection" if exc.stage == "SIGN" else "Airflow connection")
     reason = f"{exc.stage} {exc.reply}"
-    released = db.run(conn, "email_release_claimed", {
-        "ids": [r["id"] for r in rest], "claim_token": rest[0]["claim_token"],
-        "error": f"{reason} (released, attempt not counted)"}) if rest else []
+    released = emails.email_release_claimed(
+        conn, ids=[r["id"] for r in rest], claim_token=rest[0]["claim_token"],
+        error=f"{reason} (released, attempt not counted)") if rest else []
     summary.released += len(released)
     line = (f"mailbox {summary.mailbox_id} ({summary.mailbox}) unreachable: {what} "
             f"{exc.conn_id!r} failed at {exc.stage}: {exc.reply}; released {len(released)} "
@@ -566,7 +576,7 @@ def _release_unreachable(conn, rest: list[dict[str, Any]], exc: _SessionFailed,
     summary.unreachable = {"conn_id": exc.conn_id, "stage": exc.stage, "reply": exc.reply,
                            "line": line}
     summary.failures.append(line)
-    log.error("%s: email ids %s", line, [r["id"] for r in released])
+    log.error("%s: email ids %s", line, released)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -615,13 +625,15 @@ def _recover(url: str, remaining: list[dict[str, Any]], progress: _Progress, set
         delivery = progress.handed_off(remaining[0]["id"]) if remaining else None
         if delivery is not None:
             current, untouched = remaining[0], remaining[1:]
-            state = db.one(conn, "email_claim_state", {"email_id": current["id"]})
-            if state and state["status"] == "sending" and state["claim_token"] == current["claim_token"]:
+            state = emails.email_claim_state(conn, email_id=current["id"])
+            if state and state.status == "sending" and state.claim_token == current["claim_token"]:
                 try:
                     _record(conn, current, delivery, progress.message_id, settings, summary, now,
                             progress.subject)
-                    after = db.one(conn, "email_claim_state", {"email_id": current["id"]})
-                    out.recorded = f"email {current['id']} recorded ({after['status']})"
+                    after = emails.email_claim_state(conn, email_id=current["id"])
+                    if after is None:  # never: rows are not deleted
+                        raise RowMissing("email_claim_state")
+                    out.recorded = f"email {current['id']} recorded ({after.status})"
                 except Exception as exc:  # noqa: BLE001 - still release the untouched rows below
                     out.stuck.append(current["id"])
                     log.error("email %s: could not record its outcome (%s) after %s: it stays "
@@ -629,10 +641,10 @@ def _recover(url: str, remaining: list[dict[str, Any]], progress: _Progress, set
             else:
                 out.recorded = f"email {current['id']} was recorded before the loss"
         if untouched:
-            released = db.run(conn, "email_release_claimed", {
-                "ids": [r["id"] for r in untouched], "claim_token": untouched[0]["claim_token"],
-                "error": None})
-            out.released = sorted(r["id"] for r in released)
+            released = emails.email_release_claimed(
+                conn, ids=[r["id"] for r in untouched], claim_token=untouched[0]["claim_token"],
+                error=None)
+            out.released = sorted(released)
             summary.released += len(released)
             log.warning("released %s claimed row(s) that were never handed off back to the "
                         "queue: ids %s", len(released), out.released)
@@ -669,42 +681,41 @@ class _KeyCache:
         return key
 
 
-def _retry(conn, row: dict[str, Any], settings: Settings, summary: BatchSummary,
+def _retry(conn: Conn, row: dict[str, Any], settings: Settings, summary: BatchSummary,
            now: dt.datetime | None, reason: str) -> None:
     """Not accepted, retryable: back to the queue after the row's retry delay (30 minutes for
     campaign mail, seconds for transactional mail: :meth:`Settings.retry_delay`), or failed
     after the last allowed attempt."""
     guard = {"email_id": row["id"], "claim_token": row["claim_token"]}
     who = describe(row)
-    res = db.run(conn, "email_mark_retry", {
-        **guard, "now": now, "error": reason, "max_attempts": settings.max_attempts,
-        "retry_after": settings.retry_delay(row.get("message_class", "marketing"),
-                                            row["attempts"])})
+    res = emails.email_mark_retry(
+        conn, **guard, now=now, error=reason, max_attempts=settings.max_attempts,
+        retry_after=settings.retry_delay(message_class(row), row["attempts"]))
     if not res:
         summary.lost_claims += 1
         log.error("email %s: retry skipped: the row is no longer 'sending' under our claim "
                   "token; nothing changed", guard["email_id"])
-    elif res[0]["status"] == "failed":
+    elif res[0].status == "failed":
         summary.failed += 1
         log.error("%s failed after %s attempts; last reply at stage %s", who,
-                  res[0]["attempts"], reason)
+                  res[0].attempts, reason)
     else:
         summary.retried += 1
         log.warning("%s not accepted (attempt %s) at stage %s; retry at %s UTC", who,
-                    res[0]["attempts"], reason, res[0]["scheduled_for"])
+                    res[0].attempts, reason, res[0].scheduled_for)
 
 
-def _fail_render(conn, row: dict[str, Any], guard: dict[str, Any], summary: BatchSummary,
+def _fail_render(conn: Conn, row: dict[str, Any], guard: dict[str, Any], summary: BatchSummary,
                  who: str, reason: str) -> None:
     """The message for this row cannot be built (stage RENDER): it fails, nothing handed over."""
-    if _guarded(conn, "email_mark_failed",
+    if _guarded(conn, emails.email_mark_failed,
                 {**guard, "failure_kind": "render", "error": f"RENDER {reason}"}, summary, "fail"):
         summary.failed += 1
         summary.failures.append(f"email {row['id']}: RENDER {reason}")
         log.error("%s failed at stage RENDER: %s", who, reason)
 
 
-def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Settings,
+def _send_one(conn: Conn, session: SmtpSession, row: dict[str, Any], settings: Settings,
               summary: BatchSummary, now: dt.datetime | None, keys: _KeyCache,
               progress: _Progress) -> None:
     guard = {"email_id": row["id"], "claim_token": row["claim_token"]}
@@ -751,7 +762,7 @@ def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Setting
     # The stamp matches only while the address is not suppressed and the enrolment is active: an
     # opt-out or a stop committed since the checks above (during the connect, the build) ends
     # the row here instead of after its handoff.
-    if not db.run(conn, "email_touch_claim", {**guard, "now": now, "address": address}):
+    if not emails.email_touch_claim(conn, **guard, now=now, address=address):
         if not _pre_send_stop(conn, row, guard, summary, who, address):
             _lost_claim(summary, row["id"], "hand off")
         return
@@ -772,7 +783,7 @@ def _send_one(conn, session: SmtpSession, row: dict[str, Any], settings: Setting
     _record(conn, row, delivery, message_id, settings, summary, now, subject)
 
 
-def _record(conn, row: dict[str, Any], delivery: Delivery, message_id: str, settings: Settings,
+def _record(conn: Conn, row: dict[str, Any], delivery: Delivery, message_id: str, settings: Settings,
             summary: BatchSummary, now: dt.datetime | None, subject: str | None = None) -> None:
     """Record one handoff's outcome with the guarded transition it calls for (``subject``: the
     Subject as sent, kept in the send log with the Message-ID)."""
@@ -780,11 +791,11 @@ def _record(conn, row: dict[str, Any], delivery: Delivery, message_id: str, sett
     who = describe(row)
     if delivery.outcome is Outcome.ACCEPTED:
         reply = f"{delivery.code} {delivery.reply}"
-        params = {**guard, "message_id": message_id, "smtp_reply": reply, "now": now,
-                  "subject": subject}
-        if db.run(conn, "email_mark_sent", params):
+        if emails.email_mark_sent(conn, **guard, message_id=message_id, smtp_reply=reply,
+                                  now=now, subject=subject):
             summary.sent += 1
-        elif db.run(conn, "email_record_late_accept", params):
+        elif emails.email_record_late_accept(conn, **guard, message_id=message_id,
+                                             smtp_reply=reply, now=now):
             # The reaper failed the row as unconfirmed while we waited for this reply: keep the
             # acceptance as evidence on it (never changing its status); a person decides.
             summary.lost_claims += 1
@@ -807,7 +818,7 @@ def _record(conn, row: dict[str, Any], delivery: Delivery, message_id: str, sett
     elif delivery.outcome is Outcome.PERMANENT:
         suppressed = ""
         with conn.transaction():
-            ok = _guarded(conn, "email_mark_failed",
+            ok = _guarded(conn, emails.email_mark_failed,
                           {**guard, "failure_kind": "permanent", "error": reason}, summary, "fail")
             if ok and delivery.is_no_such_user:
                 added, cancelled = suppress(conn, row["email"], "bounced", f"smtp:{reason[:200]}")
@@ -818,7 +829,7 @@ def _record(conn, row: dict[str, Any], delivery: Delivery, message_id: str, sett
             summary.failed += 1
             log.error("%s failed permanently at stage %s%s", who, reason, suppressed)
     else:  # AMBIGUOUS
-        if _guarded(conn, "email_mark_failed", {**guard, "failure_kind": "unconfirmed",
+        if _guarded(conn, emails.email_mark_failed, {**guard, "failure_kind": "unconfirmed",
                     "error": f"{reason} - check Sent Items before doing anything"},
                     summary, "mark unconfirmed"):
             summary.unconfirmed += 1

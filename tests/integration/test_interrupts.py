@@ -70,17 +70,15 @@ def test_interrupt_between_rows(db_url, tmp_path, monkeypatch, settings, first_a
 
 def test_interrupt_right_after_claim(db_url, sink, settings, tmp_path, monkeypatch):
     queued_on_mailbox_1(db_url, tmp_path, ["a@ex.example,A,A", "b@ex.example,B,B"])
-    real_one = send_mod.db.one
+    real_by_id = send_mod.mailboxes.mailbox_by_id
 
-    def one(conn, name, params=None):
-        if name == "mailbox_by_id":
-            raise SystemExit(143)  # SIGTERM lands during this round trip, after the claim
-        return real_one(conn, name, params)
+    def mailbox_by_id(conn, **params):
+        raise SystemExit(143)  # SIGTERM lands during this round trip, after the claim
 
-    monkeypatch.setattr(send_mod.db, "one", one)
+    monkeypatch.setattr(send_mod.mailboxes, "mailbox_by_id", mailbox_by_id)
     with pytest.raises(SystemExit):
         send_mod.send_batch(db_url, 1, 10, smtp_connector, settings, worker="w")
-    monkeypatch.setattr(send_mod.db, "one", real_one)
+    monkeypatch.setattr(send_mod.mailboxes, "mailbox_by_id", real_by_id)
     reap(db_url, settings.reaper_threshold, now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2))
     st = rows(db_url, "SELECT status::text AS s, failure_kind FROM outreach.emails ORDER BY id")
     assert sink.messages() == []
