@@ -14,9 +14,12 @@ callable (in Airflow: the configured notifier, see :func:`outreach.airflow.alert
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
 
 from outreach import db
 from outreach.logutil import log
+from outreach.store import alerts as store
 
 Deliver = Callable[[str, str], None]
 """Given ``(subject, body)`` (plain text), deliver the alert; raise when it could not."""
@@ -45,19 +48,18 @@ def raise_alert(url: str, kind: str, keys: str | Sequence[str],
     if not keys:
         return []
     with db.transaction(url) as conn:
-        new = [r["event_key"] for r in db.run(conn, "alert_claim_many", {
-            "event_keys": keys, "kind": kind, "subject": "", "body": ""})]
+        new = store.alert_claim_many(conn, event_keys=keys, kind=kind, subject="", body="")
         if not new:
             return []
         subject, body = compose(new)
-        db.run(conn, "alert_describe", {"event_keys": new, "subject": subject, "body": body})
+        store.alert_describe(conn, event_keys=new, subject=subject, body=body)
         deliver(subject, body)
     log.warning("alert sent (%s, %s event(s)): %s", kind, len(new), subject)
     return new
 
 
-def list_alerts(url: str) -> list[dict]:
+def list_alerts(url: str) -> list[dict[str, Any]]:
     """Return every recorded alert, oldest first (``id, event_key, kind, subject, body,
     created_at``)."""
     with db.connect(url, autocommit=True) as conn:
-        return db.run(conn, "alert_list")
+        return [asdict(a) for a in store.alert_list(conn)]

@@ -12,12 +12,13 @@ pause, a pause stops claims, not a handoff under way).
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from outreach import db
 from outreach.logutil import log
 from outreach.mailboxes import _required  # the same rule as a mailbox pause
+from outreach.store import Conn, campaigns
 
 
 class CampaignNotFound(LookupError):
@@ -42,8 +43,8 @@ class CampaignChange:
         return f"campaign {self.campaign} was already {self.status}; nothing changed"
 
 
-def _find(conn: Any, key: str) -> dict[str, Any]:
-    row = db.one(conn, "campaign_find", {"key": key})
+def _find(conn: Conn, key: str) -> campaigns.Campaign:
+    row = campaigns.campaign_find(conn, key=key)
     if row is None:
         raise CampaignNotFound(f"no campaign {key!r} (the key of a synced campaign file)")
     return row
@@ -62,9 +63,8 @@ def pause_campaign(url: str, key: str, reason: str, by: str, *,
     reason, by = _required(reason, "a reason (--reason)"), _required(by, "who pauses (--by)")
     with db.transaction(url) as conn:
         row = _find(conn, key)
-        done = db.run(conn, "campaign_pause", {"campaign_id": row["id"], "reason": reason,
-                                               "by": by, "now": now})
-    change = CampaignChange(key, bool(done), "paused", done[0]["created_at"] if done else None)
+        done = campaigns.campaign_pause(conn, campaign_id=row.id, reason=reason, by=by, now=now)
+    change = CampaignChange(key, bool(done), "paused", done[0].created_at if done else None)
     log.warning("%s by %s: %s", change.line(), by, reason)
     return change
 
@@ -81,9 +81,8 @@ def resume_campaign(url: str, key: str, by: str, why: str, *,
     by, why = _required(by, "who resumes (--by)"), _required(why, "why (--reason)")
     with db.transaction(url) as conn:
         row = _find(conn, key)
-        done = db.run(conn, "campaign_resume", {"campaign_id": row["id"], "by": by, "why": why,
-                                                "now": now})
-    change = CampaignChange(key, bool(done), "active", done[0]["created_at"] if done else None)
+        done = campaigns.campaign_resume(conn, campaign_id=row.id, by=by, why=why, now=now)
+    change = CampaignChange(key, bool(done), "active", done[0].created_at if done else None)
     log.warning("%s by %s: %s", change.line(), by, why)
     return change
 
@@ -95,5 +94,5 @@ def campaign_events(url: str, key: str | None = None) -> list[dict[str, Any]]:
     :raises CampaignNotFound: no such campaign.
     """
     with db.connect(url, autocommit=True) as conn:
-        campaign_id = _find(conn, key)["id"] if key is not None else None
-        return db.run(conn, "campaign_event_list", {"campaign_id": campaign_id})
+        campaign_id = _find(conn, key).id if key is not None else None
+        return [asdict(e) for e in campaigns.campaign_event_list(conn, campaign_id=campaign_id)]

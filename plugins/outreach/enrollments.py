@@ -12,12 +12,13 @@ same way. A stop is final for that campaign: its cancelled steps never go out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from outreach import db
 from outreach.addresses import EmailNotValidError, normalize_address
 from outreach.logutil import log, mask
 from outreach.mailboxes import _required  # the same rule as a mailbox pause
+from outreach.store import Conn, RowMissing
+from outreach.store import enrollments as store
 
 STOP_STATUSES = ("stopped", "replied")
 
@@ -26,7 +27,7 @@ class EnrollmentNotFound(LookupError):
     """The lead is not enrolled in that campaign (or either does not exist)."""
 
 
-def stop_enrollment(conn: Any, enrollment_id: int, status: str, reason: str, by: str) -> int:
+def stop_enrollment(conn: Conn, enrollment_id: int, status: str, reason: str, by: str) -> int:
     """Stop one enrolment and cancel its queued steps, inside the caller's transaction.
 
     :param status: ``stopped`` (an operator) or ``replied`` (a reply was read).
@@ -37,8 +38,8 @@ def stop_enrollment(conn: Any, enrollment_id: int, status: str, reason: str, by:
     :raises psycopg.errors.NoDataFound: no enrolment has that id.
     :raises psycopg.errors.InvalidParameterValue: a bad ``status``, or an empty reason or by.
     """
-    return db.one(conn, "enrollment_stop", {"enrollment_id": enrollment_id, "status": status,
-                                            "reason": reason, "by": by})["cancelled"]
+    return store.enrollment_stop(conn, enrollment_id=enrollment_id, status=status, reason=reason,
+                                 by=by)
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,8 @@ class LeadStop:
     campaign: str
     changed: bool
     status: str
-    by: str
-    reason: str
+    by: str | None
+    reason: str | None
     cancelled: int
 
     def line(self) -> str:
@@ -79,12 +80,14 @@ def stop_lead(url: str, address: str, campaign_key: str, reason: str, by: str) -
     except EmailNotValidError as exc:
         raise ValueError(f"invalid address: {exc}") from None
     with db.transaction(url) as conn:
-        before = db.one(conn, "enrollment_find", {"email": email, "campaign_key": campaign_key})
+        before = store.enrollment_find(conn, email=email, campaign_key=campaign_key)
         if before is None:
             raise EnrollmentNotFound(f"{mask(email)} is not enrolled in campaign {campaign_key!r}")
-        cancelled = stop_enrollment(conn, before["id"], "stopped", reason, by)
-        after = db.one(conn, "enrollment_find", {"email": email, "campaign_key": campaign_key})
-    result = LeadStop(after["id"], mask(email), campaign_key, before["status"] == "active",
-                      after["status"], after["stopped_by"], after["stop_reason"], cancelled)
+        cancelled = stop_enrollment(conn, before.id, "stopped", reason, by)
+        after = store.enrollment_find(conn, email=email, campaign_key=campaign_key)
+        if after is None:  # never: an enrolment is not deleted
+            raise RowMissing("enrollment_find")
+    result = LeadStop(after.id, mask(email), campaign_key, before.status == "active",
+                      after.status, after.stopped_by, after.stop_reason, cancelled)
     log.warning("%s by %s: %s", result.line(), by, reason)
     return result

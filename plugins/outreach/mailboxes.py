@@ -13,11 +13,13 @@ operator resumes.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from outreach import db
 from outreach.logutil import log, mask
+from outreach.store import Conn
+from outreach.store import mailboxes as store
 
 
 class MailboxNotFound(ValueError):
@@ -44,15 +46,14 @@ class StatusChange:
         return f"mailbox {self.mailbox_id} ({self.mailbox}) was already {self.status}; nothing changed"
 
 
-def find_mailbox(conn: Any, mailbox: str | int) -> dict[str, Any]:
+def find_mailbox(conn: Conn, mailbox: str | int) -> store.Mailbox:
     """Return the mailbox row for an id (``3``, ``"3"``) or an address (case-insensitive).
 
     :raises MailboxNotFound: no such mailbox.
     """
     text = str(mailbox).strip()
-    params = ({"mailbox_id": int(text), "address": None} if text.isdigit()
-              else {"mailbox_id": None, "address": text})
-    row = db.one(conn, "mailbox_find", params)
+    row = (store.mailbox_find(conn, mailbox_id=int(text), address=None) if text.isdigit()
+           else store.mailbox_find(conn, mailbox_id=None, address=text))
     if row is None:
         raise MailboxNotFound(f"no mailbox {mask(text) if '@' in text else text!r}")
     return row
@@ -65,7 +66,7 @@ def _required(value: str, what: str) -> str:
     return value
 
 
-def pause(conn: Any, mailbox_id: int, reason: str, by: str, *,
+def pause(conn: Conn, mailbox_id: int, reason: str, by: str, *,
           now: dt.datetime | None = None) -> dt.datetime | None:
     """Pause one active mailbox inside the caller's transaction.
 
@@ -74,9 +75,8 @@ def pause(conn: Any, mailbox_id: int, reason: str, by: str, *,
     :param now: a fixed clock (UTC); default the database clock.
     :returns: when it was paused, or ``None`` when it was not active (nothing changed).
     """
-    done = db.run(conn, "mailbox_pause", {"mailbox_id": mailbox_id, "reason": reason, "by": by,
-                                          "now": now})
-    return done[0]["created_at"] if done else None
+    done = store.mailbox_pause(conn, mailbox_id=mailbox_id, reason=reason, by=by, now=now)
+    return done[0].created_at if done else None
 
 
 def pause_mailbox(url: str, mailbox: str | int, reason: str, by: str, *,
@@ -91,8 +91,8 @@ def pause_mailbox(url: str, mailbox: str | int, reason: str, by: str, *,
     reason, by = _required(reason, "a reason"), _required(by, "who pauses (--by)")
     with db.transaction(url) as conn:
         row = find_mailbox(conn, mailbox)
-        at = pause(conn, row["id"], reason, by, now=now)
-    change = StatusChange(row["id"], mask(row["address"]), at is not None, "paused", at)
+        at = pause(conn, row.id, reason, by, now=now)
+    change = StatusChange(row.id, mask(row.address), at is not None, "paused", at)
     log.warning("%s by %s: %s", change.line(), by, reason)
     return change
 
@@ -110,10 +110,9 @@ def resume_mailbox(url: str, mailbox: str | int, by: str, why: str, *,
     by, why = _required(by, "who resumes (--by)"), _required(why, "why (--reason)")
     with db.transaction(url) as conn:
         row = find_mailbox(conn, mailbox)
-        done = db.run(conn, "mailbox_resume", {"mailbox_id": row["id"], "by": by, "why": why,
-                                               "now": now})
-    change = StatusChange(row["id"], mask(row["address"]), bool(done), "active",
-                          done[0]["created_at"] if done else None)
+        done = store.mailbox_resume(conn, mailbox_id=row.id, by=by, why=why, now=now)
+    change = StatusChange(row.id, mask(row.address), bool(done), "active",
+                          done[0].created_at if done else None)
     log.warning("%s by %s: %s", change.line(), by, why)
     return change
 
@@ -125,6 +124,6 @@ def mailbox_events(url: str, mailbox: str | int | None = None) -> list[dict[str,
     :raises MailboxNotFound: no such mailbox.
     """
     with db.connect(url, autocommit=True) as conn:
-        mailbox_id = find_mailbox(conn, mailbox)["id"] if mailbox is not None else None
-        rows = db.run(conn, "mailbox_event_list", {"mailbox_id": mailbox_id})
-    return [{**r, "address": mask(r["address"])} for r in rows]
+        mailbox_id = find_mailbox(conn, mailbox).id if mailbox is not None else None
+        rows = store.mailbox_event_list(conn, mailbox_id=mailbox_id)
+    return [{**asdict(r), "address": mask(r.address)} for r in rows]

@@ -19,6 +19,7 @@ from email_validator import EmailNotValidError
 from outreach import db
 from outreach.addresses import normalize_address
 from outreach.leads import Problem, import_path
+from outreach.store import Conn, emails, suppressions
 
 REASONS = ("unsubscribed", "bounced", "complained", "manual", "do-not-contact")
 
@@ -62,7 +63,7 @@ def parse_entry(value: str) -> tuple[str, str]:
         raise ValueError(f"not an address or a domain: {value!r}") from None
 
 
-def suppress(conn, value: str, reason: str, source: str, *, actor: str | None = None,
+def suppress(conn: Conn, value: str, reason: str, source: str, *, actor: str | None = None,
              ) -> tuple[bool, int]:
     """Suppress an address or domain inside the caller's transaction.
 
@@ -75,10 +76,10 @@ def suppress(conn, value: str, reason: str, source: str, *, actor: str | None = 
         raise ValueError(f"unknown reason {reason!r}; one of {REASONS}")
     kind, norm = parse_entry(value)
     if actor:
-        db.run(conn, "suppression_actor_set", {"actor": actor, "note": ""})
-    added = bool(db.run(conn, "suppression_insert",
-                        {"kind": kind, "value": norm, "reason": reason, "source": source}))
-    cancelled = len(db.run(conn, "email_cancel_suppressed")) if added else 0
+        suppressions.suppression_actor_set(conn, actor=actor, note="")
+    added = bool(suppressions.suppression_insert(conn, kind=kind, value=norm, reason=reason,
+                                                 source=source))
+    cancelled = len(emails.email_cancel_suppressed(conn)) if added else 0
     return added, cancelled
 
 
@@ -114,22 +115,21 @@ def import_suppressions(url: str, csv_file: str | Path, reason: str = "do-not-co
                 result.invalid += 1
                 result.problems.append(Problem(line, header[col] if header else "value", str(exc)))
                 continue
-            added = db.run(conn, "suppression_insert",
-                           {"kind": kind, "value": norm, "reason": reason, "source": str(csv_file)})
+            added = suppressions.suppression_insert(conn, kind=kind, value=norm, reason=reason,
+                                                    source=str(csv_file))
             if added:
                 result.added += 1
             else:
                 result.known += 1
-        result.cancelled = len(db.run(conn, "email_cancel_suppressed"))
+        result.cancelled = len(emails.email_cancel_suppressed(conn))
     return result
 
 
-def is_suppressed(conn, address: str, message_class: str = "marketing") -> bool:
+def is_suppressed(conn: Conn, address: str, message_class: str = "marketing") -> bool:
     """Ask the one SQL function whether ``address`` is suppressed for ``message_class``
     (``marketing``: any suppression; ``transactional``: hard bounces, manual blocks and
     do-not-contact entries, not marketing unsubscribes or complaints — migration 0006)."""
-    row = db.one(conn, "suppression_check", {"address": address, "message_class": message_class})
-    return bool(row and row["suppressed"])
+    return bool(suppressions.suppression_check(conn, address=address, message_class=message_class))
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class Unsuppressed:
     still_suppressed: bool
 
 
-def unsuppress(conn, value: str, *, actor: str, note: str) -> Unsuppressed:
+def unsuppress(conn: Conn, value: str, *, actor: str, note: str) -> Unsuppressed:
     """Remove the active suppression of an address or domain inside the caller's transaction.
 
     The removal and who did it and why are recorded in ``outreach.suppression_events``. Emails
@@ -159,10 +159,10 @@ def unsuppress(conn, value: str, *, actor: str, note: str) -> Unsuppressed:
     if not actor.strip() or not note.strip():
         raise ValueError("an unsuppress needs who (--by) and why (--reason)")
     kind, norm = parse_entry(value)
-    db.run(conn, "suppression_actor_set", {"actor": actor.strip(), "note": note.strip()})
-    removed = db.one(conn, "suppression_remove", {"kind": kind, "value": norm})
+    suppressions.suppression_actor_set(conn, actor=actor.strip(), note=note.strip())
+    removed = suppressions.suppression_remove(conn, kind=kind, value=norm)
     still = is_suppressed(conn, norm if kind == "address" else f"x@{norm}")
-    return Unsuppressed(kind, norm, removed is not None, removed["reason"] if removed else None,
+    return Unsuppressed(kind, norm, removed is not None, removed.reason if removed else None,
                         still)
 
 
@@ -178,7 +178,7 @@ class OneClick:
     cancelled: int
 
 
-def unsubscribe_email(conn, email_id: int, *, source: str | None = None,
+def unsubscribe_email(conn: Conn, email_id: int, *, source: str | None = None,
                       actor: str = "recipient (one-click)") -> OneClick | None:
     """Suppress the recipient of email row ``email_id`` (reason ``unsubscribed``, source
     ``one-click:email:<id>``) and cancel their queued steps, inside the caller's transaction.
@@ -189,9 +189,9 @@ def unsubscribe_email(conn, email_id: int, *, source: str | None = None,
 
     :returns: ``None`` when no email row has that id.
     """
-    row = db.one(conn, "email_unsubscribe_target", {"email_id": email_id})
+    row = emails.email_unsubscribe_target(conn, email_id=email_id)
     if row is None:
         return None
-    added, cancelled = suppress(conn, row["email"], "unsubscribed",
+    added, cancelled = suppress(conn, row.email, "unsubscribed",
                                 source or f"one-click:email:{email_id}", actor=actor)
-    return OneClick(email_id, row["email"], added, cancelled)
+    return OneClick(email_id, row.email, added, cancelled)

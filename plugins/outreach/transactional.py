@@ -37,7 +37,6 @@ from typing import Any
 
 import psycopg
 from email_validator import EmailNotValidError
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from outreach import db
@@ -46,6 +45,8 @@ from outreach.paths import templates_dir
 from outreach.send import (DkimKeyLoader, PlannedSummary, SmtpConnector, raise_if_unreachable,
                            send_batch, transactional_context, worker_name)
 from outreach.settings import Settings
+from outreach.store import emails
+from outreach.store import transactional as store
 
 TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9_]{0,62}$")
 TEMPLATE_PARTS = ("subject.j2", "txt.j2", "html.j2")
@@ -168,17 +169,15 @@ def enqueue(conn: psycopg.Connection, delivery_key: str, to: str, template: str,
         # Inside the caller's transaction, no savepoint and no commit of our own: if this fails,
         # the caller's transaction fails with it (no user row without its email row). A cursor
         # of our own, so the caller's connection may use any row factory.
-        with conn.cursor(row_factory=dict_row) as cur:
-            row = cur.execute(db.query("transactional_enqueue"), {
-                "delivery_key": delivery_key, "recipient": address, "template": template,
-                "context": Jsonb(ctx), "mailbox": mailbox}).fetchone()
+        row = store.transactional_enqueue(conn, delivery_key=delivery_key, recipient=address,
+                                          template=template, context=Jsonb(ctx), mailbox=mailbox)
     except psycopg.errors.UniqueViolation as exc:
         # Raised by outreach.enqueue_transactional itself (no constraint name): the key was
         # used for another recipient or template, or its idempotency key is taken.
         raise DeliveryKeyConflict(exc.diag.message_primary or str(exc)) from None
     except (psycopg.errors.NoDataFound, psycopg.errors.InvalidParameterValue) as exc:
         raise TransactionalError(exc.diag.message_primary or str(exc)) from None
-    result = Enqueued(row["email_id"], row["created"], row["status"], row["message_key"])
+    result = Enqueued(row.email_id, row.created, row.status, row.message_key)
     log.info("transactional email %s (%s, %s) %s: status %s", result.email_id, mask(address),
              template, "enqueued" if result.created else "already enqueued (same delivery key)",
              result.status)
@@ -201,14 +200,14 @@ def send_due(url: str, connector: SmtpConnector, settings: Settings, *, limit: i
     """
     worker = worker or worker_name("transactional")
     with db.connect(url, autocommit=True) as conn:
-        due = db.run(conn, "email_plan_transactional", {"now": now})
+        due = emails.email_plan_transactional(conn, now=now)
     summary = PlannedSummary(label="transactional")
     for m in due:
-        if m["status"] != "active":
+        if m.status != "active":
             log.warning("mailbox %s (%s) is paused: %s transactional email(s) wait for it",
-                        m["mailbox_id"], mask(m["address"]), m["due"])
+                        m.mailbox_id, mask(m.address), m.due)
             continue
-        summary.batches.append(send_batch(url, m["mailbox_id"], limit or settings.batch_size,
+        summary.batches.append(send_batch(url, m.mailbox_id, limit or settings.batch_size,
                                           connector, settings, worker=worker, now=now,
                                           dkim_keys=dkim_keys, message_class="transactional"))
     log.info(summary.line())

@@ -286,7 +286,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
     targets = plan_targets(url)
     if args.mailbox:
         with db.connect(url, autocommit=True) as conn:
-            wanted = find_mailbox(conn, args.mailbox)["id"]
+            wanted = find_mailbox(conn, args.mailbox).id
         targets = [t for t in targets if wanted in t["mailbox_ids"]]
     if not targets:
         print("no mailbox to read: give mailboxes an imap_conn_id in include/mailboxes.yaml, "
