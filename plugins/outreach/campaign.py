@@ -19,6 +19,9 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 
 from outreach import db
 from outreach.paths import resolve, templates_dir
+from outreach.store import Conn
+from outreach.store import campaigns as campaigns_store
+from outreach.store import mailboxes as mailboxes_store
 
 WEEKDAYS = {"mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6, "sun": 7}
 
@@ -360,19 +363,19 @@ def load_mailboxes(path: str | Path) -> list[Mailbox]:
     return list(_load(resolve(path), MailboxFile).mailboxes)
 
 
-def upsert_mailbox(conn: Any, m: Mailbox) -> int:
+def upsert_mailbox(conn: Conn, m: Mailbox) -> int:
     """Create or update one mailbox from the mailbox file (never its pause status), inside the
     caller's transaction; return its id. A mailbox marked ``transactional`` takes the mark from
     any other mailbox first (at most one holds it: a unique index)."""
     if m.transactional:
-        db.run(conn, "mailbox_clear_transactional", {"address": m.address.lower()})
-    return db.one(conn, "mailbox_upsert", {
-        "address": m.address.lower(), "display_name": m.name, "label": m.label, "smtp_conn_id": m.smtp_conn_id,
-        "timezone": m.timezone, "daily_cap": m.daily_cap, "warmup_start": m.warmup_start,
-        "warmup_initial": m.warmup_initial, "warmup_days": m.warmup_days,
-        "warmup_increment": m.warmup_increment, "dkim_selector": m.dkim_selector,
-        "dkim_key_conn_id": m.dkim_key_conn_id, "transactional": m.transactional,
-        "imap_conn_id": m.imap_conn_id, "unsubscribe_imap_conn_id": m.unsubscribe_imap_conn_id})["id"]
+        mailboxes_store.mailbox_clear_transactional(conn, address=m.address.lower())
+    return mailboxes_store.mailbox_upsert(
+        conn, address=m.address.lower(), display_name=m.name, label=m.label,
+        smtp_conn_id=m.smtp_conn_id, timezone=m.timezone, daily_cap=m.daily_cap,
+        warmup_start=m.warmup_start, warmup_initial=m.warmup_initial, warmup_days=m.warmup_days,
+        warmup_increment=m.warmup_increment, dkim_selector=m.dkim_selector,
+        dkim_key_conn_id=m.dkim_key_conn_id, transactional=m.transactional,
+        imap_conn_id=m.imap_conn_id, unsubscribe_imap_conn_id=m.unsubscribe_imap_conn_id)
 
 
 def sync_mailboxes(url: str, path: str | Path) -> list[int]:
@@ -386,7 +389,7 @@ def sync_mailboxes(url: str, path: str | Path) -> list[int]:
         return [upsert_mailbox(conn, m) for m in mailboxes]
 
 
-def sync(conn: Any, campaign: Campaign, mailboxes: list[Mailbox], source_file: str) -> int:
+def sync(conn: Conn, campaign: Campaign, mailboxes: list[Mailbox], source_file: str) -> int:
     """Write a campaign, its steps and its mailboxes into the database; return the campaign id.
 
     Runs inside the caller's transaction. Idempotent: syncing the same files twice changes nothing.
@@ -399,20 +402,19 @@ def sync(conn: Any, campaign: Campaign, mailboxes: list[Mailbox], source_file: s
         raise ConfigError(f"{source_file}, field mailboxes: not in the mailbox file: {missing}")
     mailbox_ids = [upsert_mailbox(conn, by_address[address.lower()]) for address in campaign.mailboxes]
     w = campaign.send_window
-    row = db.one(conn, "campaign_upsert", {
-        "key": campaign.key, "name": campaign.name, "timezone": campaign.timezone,
-        "send_days": w.iso_days(), "window_start": w.start,
-        "window_end": "24:00:00" if w.end == "24:00" else w.end, "source_file": source_file,
-        "stop_on_auto_reply": campaign.stop_on_auto_reply,
-        "stop_on_domain_reply": campaign.stop_on_domain_reply})
-    campaign_id = row["id"]
+    campaign_id = campaigns_store.campaign_upsert(
+        conn, key=campaign.key, name=campaign.name, timezone=campaign.timezone,
+        send_days=w.iso_days(), window_start=w.start,
+        window_end="24:00:00" if w.end == "24:00" else w.end, source_file=source_file,
+        stop_on_auto_reply=campaign.stop_on_auto_reply,
+        stop_on_domain_reply=campaign.stop_on_domain_reply)
     for mailbox_id in mailbox_ids:
-        db.run(conn, "campaign_mailbox_link", {"campaign_id": campaign_id, "mailbox_id": mailbox_id})
-    db.run(conn, "campaign_mailbox_unlink_others",
-           {"campaign_id": campaign_id, "mailbox_ids": mailbox_ids})
+        campaigns_store.campaign_mailbox_link(conn, campaign_id=campaign_id, mailbox_id=mailbox_id)
+    campaigns_store.campaign_mailbox_unlink_others(conn, campaign_id=campaign_id,
+                                                   mailbox_ids=mailbox_ids)
     for position, step in enumerate(campaign.steps, start=1):
-        db.run(conn, "campaign_step_upsert", {
-            "campaign_id": campaign_id, "position": position, "template": step.template,
-            "subject": step.subject, "delay_days": step.delay_days,
-            "requires": sorted(set(step.requires)), "thread": step.thread})
+        campaigns_store.campaign_step_upsert(
+            conn, campaign_id=campaign_id, position=position, template=step.template,
+            subject=step.subject, delay_days=step.delay_days,
+            requires=sorted(set(step.requires)), thread=step.thread)
     return campaign_id

@@ -50,6 +50,8 @@ from outreach.addresses import normal_form
 from outreach.imap import ImapAccount, ImapError, ImapSession
 from outreach.inbound import Classified, Inbound, classify
 from outreach.logutil import log, mask, mask_addresses
+from outreach.store import enrollments as enrollments_store
+from outreach.store import inbound as inbound_store
 from outreach.suppression import suppress, unsubscribe_email
 
 FOLDER = "INBOX"
@@ -122,18 +124,18 @@ def plan_targets(url: str) -> list[dict[str, Any]]:
     when it is also some mailbox's own inbox: that read sees the mailto mail too).
     """
     with db.connect(url, autocommit=True) as conn:
-        rows = db.run(conn, "inbound_targets")
-    own = {r["imap_conn_id"]: r for r in rows if r["imap_conn_id"]}
-    targets = [{"conn_id": r["imap_conn_id"], "label": mask(r["address"]), "mailbox_id": r["id"],
-                "mailbox_ids": [r["id"]]} for r in own.values()]
+        rows = inbound_store.inbound_targets(conn)
+    own = {r.imap_conn_id: r for r in rows if r.imap_conn_id}
+    targets = [{"conn_id": r.imap_conn_id, "label": mask(r.address), "mailbox_id": r.id,
+                "mailbox_ids": [r.id]} for r in own.values()]
     shared: dict[str, dict[str, Any]] = {}
     for r in rows:
-        cid = r["unsubscribe_imap_conn_id"]
+        cid = r.unsubscribe_imap_conn_id
         if not cid or cid in own:
             continue
         t = shared.setdefault(cid, {"conn_id": cid, "label": mask(
-            "unsubscribe@" + r["address"].rpartition("@")[2]), "mailbox_id": None, "mailbox_ids": []})
-        t["mailbox_ids"].append(r["id"])
+            "unsubscribe@" + r.address.rpartition("@")[2]), "mailbox_id": None, "mailbox_ids": []})
+        t["mailbox_ids"].append(r.id)
     return targets + list(shared.values())
 
 
@@ -162,14 +164,14 @@ def read_target(url: str, target: dict[str, Any], accounts: AccountLoader, *,
             with ImapSession(account) as session:
                 uidvalidity = session.select(FOLDER)
                 summary.uidvalidity = uidvalidity
-                cursor = db.one(conn, "inbound_cursor_get", {
-                    "account": target["conn_id"], "folder": FOLDER, "uidvalidity": uidvalidity})
+                last_uid = inbound_store.inbound_cursor_get(
+                    conn, account=target["conn_id"], folder=FOLDER, uidvalidity=uidvalidity)
                 since = None
-                if cursor is None:
-                    first = db.one(conn, "inbound_first_send",
-                                   {"mailbox_ids": target["mailbox_ids"]})["first_send"]
+                if last_uid is None:
+                    first = inbound_store.inbound_first_send(
+                        conn, mailbox_ids=target["mailbox_ids"])
                     since = ((first or dt.datetime.now(dt.timezone.utc)) - dt.timedelta(days=1)).date()
-                uids = session.uids_after(cursor["last_uid"] if cursor else 0, since)[:limit]
+                uids = session.uids_after(last_uid if last_uid is not None else 0, since)[:limit]
                 for fetched in session.fetch(uids):
                     summary.fetched += 1
                     outcome = _process(conn, target, uidvalidity, fetched.uid, fetched.raw,
@@ -290,29 +292,27 @@ def _record_and_apply(conn, target: dict[str, Any], uidvalidity: int, uid: int, 
     address = (verdict.addresses[0] if verdict.addresses else None)
     if match.email and match.email.get("email") and kind in ("hard_bounce", "soft_bounce", "complaint"):
         address = match.email["email"]
-    db.run(conn, "inbound_cursor_advance", {"account": target["conn_id"], "folder": FOLDER,
-                                            "uidvalidity": uidvalidity, "uid": uid})
-    row = db.one(conn, "inbound_insert", {
-        "account": target["conn_id"], "folder": FOLDER, "uidvalidity": uidvalidity, "uid": uid,
-        "mailbox_id": target["mailbox_id"], "message_id": inbound.message_id,
-        "from_address": inbound.from_address, "subject": inbound.subject, "class": kind,
-        "evidence": evidence[:500], "email_id": match.email["id"] if match.email else None,
-        "lead_id": match.lead_id, "address": address, "dsn_status": verdict.dsn_status,
-        "received_at": received})
-    if row is None:
+    inbound_store.inbound_cursor_advance(conn, account=target["conn_id"], folder=FOLDER,
+                                         uidvalidity=uidvalidity, uid=uid)
+    inbound_id = inbound_store.inbound_insert(
+        conn, account=target["conn_id"], folder=FOLDER, uidvalidity=uidvalidity, uid=uid,
+        mailbox_id=target["mailbox_id"], message_id=inbound.message_id,
+        from_address=inbound.from_address, subject=inbound.subject, class_=kind,
+        evidence=evidence[:500], email_id=match.email["id"] if match.email else None,
+        lead_id=match.lead_id, address=address, dsn_status=verdict.dsn_status,
+        received_at=received)
+    if inbound_id is None:
         return "already_seen"
-    inbound_id = row["id"]
     effect = _apply(conn, kind, inbound_id, inbound, match, address)
-    db.run(conn, "inbound_set_effect", {"id": inbound_id, "effect": effect[:500]})
+    inbound_store.inbound_set_effect(conn, id=inbound_id, effect=effect[:500])
     log.info("inbound %s uid %s: %s (%s) -> %s", target["label"], uid, kind,
              mask_addresses(evidence[:120]), effect)
     return kind
 
 
 def _stop(conn, enrollment_id: int, status: str, reason: str) -> int:
-    row = db.one(conn, "enrollment_stop", {"enrollment_id": enrollment_id,
-                                                   "status": status, "reason": reason, "by": ACTOR})
-    return int(row["cancelled"] or 0) if row else 0
+    return int(enrollments_store.enrollment_stop(conn, enrollment_id=enrollment_id, status=status,
+                                                 reason=reason, by=ACTOR) or 0)
 
 
 def _apply(conn, kind: str, inbound_id: int, inbound: Inbound, match: _Match,

@@ -31,6 +31,7 @@ from psycopg.types.json import Jsonb
 from outreach import db
 from outreach.feedback import mailbox_feedback_loop_id
 from outreach.logutil import log
+from outreach.store import postmaster as store
 
 DEFAULT_BASE_URL = "https://gmailpostmastertools.googleapis.com"
 SCOPE = "https://www.googleapis.com/auth/postmaster.traffic.readonly"
@@ -229,24 +230,24 @@ def fetch_and_store(url: str, client: PostmasterClient, *, days: int = 14,
     all_days = [start + dt.timedelta(days=i) for i in range(days)]
     summary = FetchSummary(start, end)
     with db.connect(url, autocommit=True) as conn:
-        domains = db.run(conn, "postmaster_domain_list")
+        domains = store.postmaster_domain_list(conn)
     for d in domains:
-        domain = d["domain"]
-        loop_ids = [mailbox_feedback_loop_id(m) for m in d["mailbox_ids"]]
+        domain = d.domain
+        loop_ids = [mailbox_feedback_loop_id(m) for m in d.mailbox_ids]
         values = parse_stats(client.query_domain_stats(domain, metric_definitions(loop_ids),
                                                        start, end, page_size=page_size))
         series = [(SPAM_RATE, "")] + [(FEEDBACK_LOOP_SPAM_RATE, loop) for loop in loop_ids]
         rows = [(m, loop, day, values.get((m, loop, day))) for m, loop in series for day in all_days]
         with db.transaction(url) as conn:
-            db.run(conn, "postmaster_stat_upsert", {
-                "domain": domain, "now": now, "metrics": [r[0] for r in rows],
-                "feedback_loop_ids": [r[1] for r in rows], "days": [r[2] for r in rows],
-                "values": [r[3] for r in rows]})
+            store.postmaster_stat_upsert(
+                conn, domain=domain, now=now, metrics=[r[0] for r in rows],
+                feedback_loop_ids=[r[1] for r in rows], days=[r[2] for r in rows],
+                values=[r[3] for r in rows])
         status = client.compliance_status(domain)
         work = needs_work(status)
         with db.transaction(url) as conn:
-            db.run(conn, "postmaster_compliance_upsert", {
-                "domain": domain, "now": now, "needs_work": work, "status": Jsonb(status)})
+            store.postmaster_compliance_upsert(conn, domain=domain, now=now, needs_work=work,
+                                               status=Jsonb(status))
         known = sum(1 for r in rows if r[3] is not None)
         summary.domains[domain] = {"series": len(series), "days_known": known,
                                    "days_unknown": len(rows) - known, "needs_work": work}

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Any
 
 from outreach import db
 from outreach.logutil import mask
+from outreach.store import import_runs, reports
+from outreach.store import mailboxes as mailboxes_store
 
 
 HISTORY_DAYS = 30
@@ -40,16 +43,18 @@ def collect(url: str, *, now: Any = None) -> dict[str, Any]:
 
     window = dt.timedelta(days=HISTORY_DAYS)
     with db.connect(url, autocommit=True) as conn:
-        rows = db.run(conn, "report_by_step")
-        mailboxes = db.run(conn, "report_mailboxes", {"now": now})
-        totals = db.one(conn, "report_totals")
-        last_import = db.one(conn, "import_run_latest", {"kind": "leads"})
-        held = db.run(conn, "report_missing_fields", {"campaign_key": None})
-        funnel = db.run(conn, "report_funnel")
-        health = db.run(conn, "report_mailbox_health", {"now": now, "window": window})
-        days = db.run(conn, "report_mailbox_days", {"now": now, "days": HISTORY_DAYS})
-        names = {r["id"]: mailbox_name(r["label"], r["display_name"], r["address"])
-                 for r in db.run(conn, "mailbox_names")}
+        # The report is JSON (``outreach report --json``, the campaign page): rows as dicts.
+        rows = [asdict(r) for r in reports.report_by_step(conn)]
+        mailboxes = [asdict(r) for r in reports.report_mailboxes(conn, now=now)]
+        totals = asdict(reports.report_totals(conn))
+        latest = import_runs.import_run_latest(conn, kind="leads")
+        last_import = asdict(latest) if latest is not None else None
+        held = [asdict(r) for r in reports.report_missing_fields(conn, campaign_key=None)]
+        funnel = [asdict(r) for r in reports.report_funnel(conn)]
+        health = [asdict(r) for r in reports.report_mailbox_health(conn, now=now, window=window)]
+        days = [asdict(r) for r in reports.report_mailbox_days(conn, now=now, days=HISTORY_DAYS)]
+        names = {r.id: mailbox_name(r.label, r.display_name, r.address)
+                 for r in mailboxes_store.mailbox_names(conn)}
     for m in mailboxes:
         m["address"] = mask(m["address"])
         m["name"] = names.get(m["id"], m["address"])

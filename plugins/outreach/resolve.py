@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from outreach import db
 from outreach.logutil import log, mailbox_name, mask, mask_addresses
 from outreach.message import message_id_for
+from outreach.store import emails, resolutions
 
 DECISIONS = ("was_sent", "not_sent")
 
@@ -96,7 +97,8 @@ def unconfirmed_details(url: str, ids: list[int] | None = None, *,
     :param accounts: turns an IMAP connection id into an account; ``None``: no IMAP search.
     """
     with db.connect(url, autocommit=True) as conn:
-        rows = db.run(conn, "email_unconfirmed_details", {"ids": ids})
+        # Dict rows: evidence(), row_message_id() and sent_evidence() read them by column name.
+        rows = [asdict(r) for r in emails.email_unconfirmed_details(conn, ids=ids)]
     sent = sent_evidence(rows, accounts) if accounts is not None and rows else {}
     out = []
     for r in rows:
@@ -121,8 +123,8 @@ def list_unconfirmed(url: str, *, ids: list[int] | None = None, campaign_key: st
                      mailbox: str | None = None) -> list[dict[str, Any]]:
     """Return unconfirmed emails selected by ids, or by campaign key and/or mailbox (address or id)."""
     with db.connect(url, autocommit=True) as conn:
-        return db.run(conn, "email_list_unconfirmed", {"ids": ids, "campaign_key": campaign_key,
-                                                       "mailbox": mailbox})
+        return [asdict(r) for r in emails.email_list_unconfirmed(
+            conn, ids=ids, campaign_key=campaign_key, mailbox=mailbox)]
 
 
 def resolve(url: str, decision: str, resolved_by: str, *, ids: list[int] | None = None,
@@ -150,18 +152,18 @@ def resolve(url: str, decision: str, resolved_by: str, *, ids: list[int] | None 
         for r in rows:
             seen = evidence(r)
             with conn.transaction():
-                db.run(conn, "resolution_begin")
+                resolutions.resolution_begin(conn)
                 if decision == "was_sent":
                     reply = f"operator {resolved_by}: {note}".strip().rstrip(":")
-                    done = db.run(conn, "email_resolve_was_sent", {
-                        "email_id": r["id"], "note": reply + (f" ({seen})" if seen else ""),
-                        "message_id": message_id_for(str(r["idempotency_key"]), r["mailbox_address"])})
+                    done = emails.email_resolve_was_sent(
+                        conn, email_id=r["id"], note=reply + (f" ({seen})" if seen else ""),
+                        message_id=message_id_for(str(r["idempotency_key"]), r["mailbox_address"]))
                 else:
-                    done = db.run(conn, "email_resolve_not_sent", {"email_id": r["id"], "note": note})
+                    done = emails.email_resolve_not_sent(conn, email_id=r["id"], note=note)
                 if done:
-                    db.run(conn, "resolution_insert", {"email_id": r["id"], "decision": decision,
-                                                       "resolved_by": resolved_by, "note": note,
-                                                       "evidence": seen})
+                    resolutions.resolution_insert(conn, email_id=r["id"], decision=decision,
+                                                  resolved_by=resolved_by, note=note,
+                                                  evidence=seen)
                     result.resolved.append(r["id"])
                     log.info("email %s (%s) resolved as %s by %s%s", r["id"], mask(r["email"]),
                              decision, resolved_by, f"; evidence: {seen}" if seen else "")
@@ -308,20 +310,20 @@ def requeue_failed(url: str, failure_kind: str, requeued_by: str, reason: str, *
         raise ValueError("say who requeues (--by) and why (--reason): both are recorded")
     result = Requeue(failure_kind)
     with db.transaction(url) as conn:
-        done = db.run(conn, "email_requeue_failed", {
-            "failure_kind": failure_kind, "ids": ids, "campaign_key": campaign_key,
-            "mailbox": mailbox, "requeued_by": requeued_by, "reason": reason})
-        result.requeued = sorted(r["email_id"] for r in done)
+        done = emails.email_requeue_failed(
+            conn, failure_kind=failure_kind, ids=ids, campaign_key=campaign_key, mailbox=mailbox,
+            requeued_by=requeued_by, reason=reason)
+        result.requeued = sorted(r.email_id for r in done)
         missing = [i for i in (ids or []) if i not in result.requeued]
         if missing:
-            found = {r["id"]: r for r in db.run(conn, "email_failure_state", {"ids": missing})}
+            found = {f.id: f for f in emails.email_failure_state(conn, ids=missing)}
             for i in missing:
-                r = found.get(i)
-                result.skipped[i] = ("no such email" if r is None else
-                                     f"{r['status']}/{r['failure_kind']}" if r["failure_kind"]
-                                     else r["status"])
-    for r in done:
-        log.info("email %s requeued by %s (%s) after %s attempt(s): %s", r["email_id"],
-                 requeued_by, reason, r["attempts"], r["last_error"])
+                f = found.get(i)
+                result.skipped[i] = ("no such email" if f is None else
+                                     f"{f.status}/{f.failure_kind}" if f.failure_kind
+                                     else f.status)
+    for d in done:
+        log.info("email %s requeued by %s (%s) after %s attempt(s): %s", d.email_id,
+                 requeued_by, reason, d.attempts, d.last_error)
     log.info(result.line())
     return result
