@@ -16,7 +16,7 @@ Airflow 3 serves FastAPI apps that plugins list in ``fastapi_apps`` (``airflow/p
 
 Importing this file touches neither the database nor the network nor a secret: the apps read
 the database URL and the unsubscribe secret at request time, through the same functions the
-sender uses (:mod:`outreach.airflow.tasks`). This file lives directly in ``plugins/`` because
+sender uses (:mod:`outreach.airflow.connections`). This file lives directly in ``plugins/`` because
 ``plugins/outreach/`` is excluded from plugin loading by ``plugins/.airflowignore``.
 """
 

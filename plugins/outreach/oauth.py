@@ -73,7 +73,7 @@ class LoginRefused(LoginProblem):
     Never carries a token, a key or a password.
 
     Every one raised is noted for the process (:func:`take_refusals`): the Airflow tasks fail
-    without retry and alert once per connection and day (:mod:`outreach.airflow.tasks`)."""
+    without retry and alert once per connection and day (:func:`outreach.airflow.alerts.refused_logins`)."""
 
 
 class OAuthError(LoginRefused):

@@ -1,7 +1,7 @@
 """Runtime settings: every ``OUTREACH_*`` setting, parsed once, each with its range (pydantic-settings).
 
 Secrets never live in the repository or the database: they come from environment variables (or
-Airflow connections, see :mod:`outreach.airflow.tasks`). Each group is a frozen
+Airflow connections, see :mod:`outreach.airflow.connections`). Each group is a frozen
 :class:`OutreachSettings` whose fields are the variables without their ``OUTREACH_`` prefix; a
 value out of range, not a number, ``inf``/``nan`` or missing is refused with
 :class:`SettingValueError` (a :class:`SettingsError`), one line naming the variable and what is allowed
