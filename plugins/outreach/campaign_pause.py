@@ -17,7 +17,7 @@ from typing import Any
 
 from outreach import db
 from outreach.logutil import log
-from outreach.mailboxes import _required  # the same rule as a mailbox pause
+from outreach.mailboxes import required  # the same rule as a mailbox pause
 from outreach.store import Conn, campaigns
 
 
@@ -60,7 +60,7 @@ def pause_campaign(url: str, key: str, reason: str, by: str, *,
     :raises CampaignNotFound: no such campaign.
     :raises ValueError: ``reason`` or ``by`` is empty.
     """
-    reason, by = _required(reason, "a reason (--reason)"), _required(by, "who pauses (--by)")
+    reason, by = required(reason, "a reason (--reason)"), required(by, "who pauses (--by)")
     with db.transaction(url) as conn:
         row = _find(conn, key)
         done = campaigns.campaign_pause(conn, campaign_id=row.id, reason=reason, by=by, now=now)
@@ -78,7 +78,7 @@ def resume_campaign(url: str, key: str, by: str, why: str, *,
     :raises CampaignNotFound: no such campaign.
     :raises ValueError: ``by`` or ``why`` is empty.
     """
-    by, why = _required(by, "who resumes (--by)"), _required(why, "why (--reason)")
+    by, why = required(by, "who resumes (--by)"), required(why, "why (--reason)")
     with db.transaction(url) as conn:
         row = _find(conn, key)
         done = campaigns.campaign_resume(conn, campaign_id=row.id, by=by, why=why, now=now)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from outreach import db
 from outreach.addresses import EmailNotValidError, normalize_address
 from outreach.logutil import log, mask
-from outreach.mailboxes import _required  # the same rule as a mailbox pause
+from outreach.mailboxes import required  # the same rule as a mailbox pause
 from outreach.store import Conn, RowMissing
 from outreach.store import enrollments as store
 
@@ -74,7 +74,7 @@ def stop_lead(url: str, address: str, campaign_key: str, reason: str, by: str) -
     :raises ValueError: a bad address, or an empty ``reason`` or ``by``.
     :raises EnrollmentNotFound: the lead is not enrolled in that campaign.
     """
-    reason, by = _required(reason, "a reason (--reason)"), _required(by, "who stops (--by)")
+    reason, by = required(reason, "a reason (--reason)"), required(by, "who stops (--by)")
     try:
         email = normalize_address(address)
     except EmailNotValidError as exc:

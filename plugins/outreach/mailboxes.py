@@ -59,7 +59,12 @@ def find_mailbox(conn: Conn, mailbox: str | int) -> store.Mailbox:
     return row
 
 
-def _required(value: str, what: str) -> str:
+def required(value: str, what: str) -> str:
+    """Return ``value`` stripped: the rule of every operator action (a mailbox or campaign pause
+    or resume, a lead stop) that who did it and why are recorded.
+
+    :raises ValueError: ``value`` is empty or blank (``"{what} is required"``).
+    """
     value = (value or "").strip()
     if not value:
         raise ValueError(f"{what} is required")
@@ -88,7 +93,7 @@ def pause_mailbox(url: str, mailbox: str | int, reason: str, by: str, *,
     :raises MailboxNotFound: no such mailbox.
     :raises ValueError: ``reason`` or ``by`` is empty.
     """
-    reason, by = _required(reason, "a reason"), _required(by, "who pauses (--by)")
+    reason, by = required(reason, "a reason"), required(by, "who pauses (--by)")
     with db.transaction(url) as conn:
         row = find_mailbox(conn, mailbox)
         at = pause(conn, row.id, reason, by, now=now)
@@ -107,7 +112,7 @@ def resume_mailbox(url: str, mailbox: str | int, by: str, why: str, *,
     :raises MailboxNotFound: no such mailbox.
     :raises ValueError: ``by`` or ``why`` is empty.
     """
-    by, why = _required(by, "who resumes (--by)"), _required(why, "why (--reason)")
+    by, why = required(by, "who resumes (--by)"), required(why, "why (--reason)")
     with db.transaction(url) as conn:
         row = find_mailbox(conn, mailbox)
         done = store.mailbox_resume(conn, mailbox_id=row.id, by=by, why=why, now=now)
