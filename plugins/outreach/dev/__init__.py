@@ -2,5 +2,5 @@
 IMAP servers, local Airflow runs, the demo and the process deployments of ``make airflow``.
 
 Imported only by the CLI's dev commands (:mod:`outreach.cli`) and the tests; never by the domain,
-the Airflow wing or the web wing (``tests/test_layout.py`` checks it).
+the Airflow wing or the web wing (``tests/unit/test_layout.py`` checks it).
 """
