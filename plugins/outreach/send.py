@@ -35,7 +35,7 @@ from outreach.signing import DkimKey, SigningError, sign
 from outreach.store import Conn, RowMissing, emails, mailboxes
 from outreach.suppression import is_suppressed, suppress
 from outreach.tokens import make_token
-from outreach.transport import Delivery, Outcome, SmtpSession, Stage
+from outreach.transport import Delivery, Outcome, SmtpSession, Stage, session_refusal
 
 SmtpConnector = Callable[[str], smtplib.SMTP]
 """Given a mailbox's Airflow SMTP connection id, return a connected ``smtplib.SMTP``."""
@@ -378,8 +378,9 @@ def _pre_send_stop(conn: Conn, row: dict[str, Any], guard: dict[str, Any], summa
 class MailboxUnreachable(RuntimeError):
     """A mailbox could not send at all this run, before any of its claimed rows reached the SMTP
     server: the connection or login failed (refused, reset, TLS, 421 greeting, AUTH 535, a
-    missing Airflow connection), or the mailbox's DKIM key could not be loaded (stage ``SIGN``:
-    nothing is ever sent unsigned). Its rows went back to the queue without counting an
+    missing Airflow connection), the server refused MAIL FROM because the session is not logged
+    in (stage ``MAIL``, a 530 5.7.0: :func:`outreach.transport.session_refusal`), or the
+    mailbox's DKIM key could not be loaded (stage ``SIGN``: nothing is ever sent unsigned). Its rows went back to the queue without counting an
     attempt (``email_release_claimed``), so a dead relay no longer burns the queue's attempts;
     they are claimed again by the next run.
 
@@ -396,7 +397,7 @@ class MailboxUnreachable(RuntimeError):
 
     :ivar failures: one dict per failed mailbox: ``mailbox_id``, ``mailbox`` (masked),
         ``conn_id`` (the Airflow SMTP connection, or the DKIM key connection for ``SIGN``),
-        ``stage`` (``CONNECT`` or ``SIGN``), ``reply`` (the SMTP reply or errno text),
+        ``stage`` (``CONNECT``, ``MAIL`` or ``SIGN``), ``reply`` (the SMTP reply or errno text),
         ``released`` (row count) and ``line``.
     :ivar summaries: the :class:`BatchSummary` of every mailbox processed (for logs and XCom).
     """
@@ -408,11 +409,21 @@ class MailboxUnreachable(RuntimeError):
 
 
 class _SessionFailed(Exception):
-    """Inside a batch: the mailbox cannot take any message (stage, connection id, reply)."""
+    """Inside a batch: the mailbox cannot take any message (stage, connection id, reply, and
+    what a person should change, when known)."""
 
-    def __init__(self, stage: str, conn_id: str, reply: str) -> None:
-        self.stage, self.conn_id, self.reply = stage, conn_id, reply
+    def __init__(self, stage: str, conn_id: str, reply: str, fix: str = "") -> None:
+        self.stage, self.conn_id, self.reply, self.fix = stage, conn_id, reply, fix
         super().__init__(f"{stage} {reply}")
+
+
+def _refusal_fix(refusal: str, conn_id: str) -> str:
+    """The fix for a session refusal at MAIL (:func:`outreach.transport.session_refusal`)."""
+    if "STARTTLS" in refusal:
+        return (f"{refusal}: turn TLS on for connection {conn_id!r} (remove its extra "
+                "disable_tls, or use implicit TLS)")
+    return (f"{refusal}: give connection {conn_id!r} a login, or set its extra auth_type "
+            "(README: OAuth 2.0)")
 
 
 def raise_if_unreachable(summaries: Sequence[BatchSummary]) -> None:
@@ -562,16 +573,20 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
 def _release_unreachable(conn: Conn, rest: list[dict[str, Any]], exc: _SessionFailed,
                          summary: BatchSummary) -> None:
     """The mailbox cannot take any message (its session or its DKIM key failed before this row
-    was handed over): put this row and the rest back in the queue, attempts not counted, and
-    note the failure for :class:`MailboxUnreachable`."""
+    was handed over, or the server refused this row's MAIL FROM to an unauthenticated session):
+    put this row and the rest back in the queue, attempts not counted, and note the failure for
+    :class:`MailboxUnreachable`. A row already stamped (``handed_over_at``) is released by the
+    same guarded UPDATE (status 'sending' and our claim token); the caller only gets here
+    before its body went out."""
     what = ("DKIM key connection" if exc.stage == "SIGN" else "Airflow connection")
     reason = f"{exc.stage} {exc.reply}"
     released = emails.email_release_claimed(
         conn, ids=[r["id"] for r in rest], claim_token=rest[0]["claim_token"],
         error=f"{reason} (released, attempt not counted)") if rest else []
     summary.released += len(released)
+    fix = f"; {exc.fix}" if exc.fix else ""
     line = (f"mailbox {summary.mailbox_id} ({summary.mailbox}) unreachable: {what} "
-            f"{exc.conn_id!r} failed at {exc.stage}: {exc.reply}; released {len(released)} "
+            f"{exc.conn_id!r} failed at {exc.stage}: {exc.reply}{fix}; released {len(released)} "
             f"claimed row(s), no attempt counted")
     summary.unreachable = {"conn_id": exc.conn_id, "stage": exc.stage, "reply": exc.reply,
                            "line": line}
@@ -776,6 +791,15 @@ def _send_one(conn: Conn, session: SmtpSession, row: dict[str, Any], settings: S
                                      "the sender was interrupted during the SMTP handoff")
 
     delivery = session.deliver(payload, mail_from, rcpt_to, on_body=body_going_out)
+    refusal = session_refusal(delivery)  # the rule: outreach.transport.session_refusal
+    if refusal is not None:
+        # MAIL FROM refused because the session is not logged in (530 5.7.0, RFC 4954 §6): the
+        # mailbox's failure, like a failed login, never this row's. Nothing was accepted at MAIL,
+        # so this row (stamped, but its body never went out) and the rest of the batch go back
+        # to the queue with no attempt counted (email_release_claimed: status and claim token).
+        # Raised before `progress` names this row: a recovery must not record the reply on it.
+        raise _SessionFailed("MAIL", row["smtp_conn_id"], f"{delivery.code} {delivery.reply}",
+                             _refusal_fix(refusal, row["smtp_conn_id"]))
     progress.row_id, progress.delivery, progress.message_id = row["id"], delivery, message_id
     progress.subject = subject
     if delivery.outcome is Outcome.ACCEPTED:

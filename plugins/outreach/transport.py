@@ -25,7 +25,7 @@ class Outcome(enum.Enum):
 
     ACCEPTED = "accepted"    # 2xx to the end of DATA
     RETRY = "retry"          # not accepted, temporary (4xx, connection trouble before end of data)
-    PERMANENT = "permanent"  # 5xx at any stage
+    PERMANENT = "permanent"  # 5xx at any stage (a 530 at MAIL is the session's: session_refusal)
     AMBIGUOUS = "ambiguous"  # end of data sent, no reply: may or may not have been accepted
 
 
@@ -62,6 +62,43 @@ class Delivery:
                 and (re.search(r"\b5\.1\.\d+\b", self.reply) is not None
                      or (self.stage is Stage.RCPT and self.code in (550, 551, 553)
                          and re.search(r"\b5\.\d+\.\d+\b", self.reply) is None)))
+
+
+_AUTH_TEXT = re.compile(r"(?i)\bauth")
+_TLS_TEXT = re.compile(r"(?i)starttls|\btls\b")
+
+
+def session_refusal(delivery: Delivery) -> str | None:
+    """Whether the server refused MAIL FROM because this *session* may not send (not because of
+    the message or its recipient), and if so why, in words: ``"the server requires
+    authentication"`` or ``"the server requires STARTTLS"``; ``None`` otherwise.
+
+    The one rule (pointed to from :func:`outreach.send._send_one`, the README's "When something
+    goes wrong"), kept narrow on purpose — a reply at stage ``MAIL`` only (nothing of a message
+    was accepted there), and only:
+
+    * code 530: RFC 4954 §6 "530 5.7.0 Authentication required" (returned to any command but
+      AUTH, EHLO, HELO, NOOP, RSET, QUIT "when server policy requires authentication … and
+      authentication is not currently in force"), also RFC 3207 §4 "530 5.7.0 Must issue a
+      STARTTLS command first" and Microsoft's "530 5.7.57 Client not authenticated";
+    * any 5xx with the enhanced code 5.7.0 (RFC 3463 §3.8, "other or undefined security status")
+      whose text says "auth…" (e.g. ``550 5.7.0 Authentication required``).
+
+    A 5.7.1 policy rejection at MAIL (sender not allowed, "not logged in" as *another* user) is
+    not matched: it stays the message's permanent failure.
+
+    :param delivery: what :meth:`SmtpSession.deliver` returned.
+    :returns: the reason, or ``None`` when the reply is not a session refusal.
+    """
+    if delivery.stage is not Stage.MAIL or delivery.code is None:
+        return None
+    enhanced_500 = re.search(r"\b5\.7\.0\b", delivery.reply) is not None
+    if delivery.code == 530 or (500 <= delivery.code <= 599 and enhanced_500
+                                and _AUTH_TEXT.search(delivery.reply)):
+        if _TLS_TEXT.search(delivery.reply) and not _AUTH_TEXT.search(delivery.reply):
+            return "the server requires STARTTLS"
+        return "the server requires authentication"
+    return None
 
 
 def _text(resp: bytes | str) -> str:
