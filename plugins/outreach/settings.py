@@ -26,6 +26,8 @@ prints it as ``outreach: error: …`` and exits 2; an Airflow task fails with it
 | OUTREACH_SCHEDULES, OUTREACH_TRANSACTIONAL_SCHEDULE | ScheduleSettings | on/off (on); a cron expression (* * * * *) |
 | OUTREACH_QUEUE_DUE_SCHEDULE      | ScheduleSettings   | a cron expression (*/15 * * * *)           |
 | OUTREACH_ALERT_TO, OUTREACH_ALERT_FROM, OUTREACH_ALERT_SMTP_CONN_ID, OUTREACH_ALERT_NOTIFIER, OUTREACH_ALERT_NOTIFIER_KWARGS | AlertSettings | comma-separated addresses (none: alerts only logged); an address; a connection id (outreach_alerts); package.module:Class; a JSON object |
+| OUTREACH_DATABASE_URL            | DatabaseSettings   | a libpq URL (when the Airflow connection outreach_db does not exist) |
+| OUTREACH_HOME, OUTREACH_TEMPLATES, OUTREACH_CAMPAIGNS, OUTREACH_STATE_DIR, OUTREACH_WORKER_HOSTNAME | :mod:`outreach.paths`, :mod:`outreach.hostname` | read with ``os.environ`` on purpose: a settings object costs ~1.4 ms to build and these are read per rendered message |
 | OUTREACH_IMPORT_ROOTS            | :func:`import_roots` | folders lead and suppression files may be imported from (``include/data``) |
 """
 

@@ -25,10 +25,10 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 def cmd_db_stop(args: argparse.Namespace) -> int:
     """Run ``outreach db stop``; return the exit code."""
-    import os
+    from outreach.settings import DatabaseSettings
 
     print(embedded.stop())
-    if os.environ.get("OUTREACH_DATABASE_URL"):
+    if DatabaseSettings().database_url:
         print("OUTREACH_DATABASE_URL is set: that database is not the product's to stop")
     return 0
 

@@ -29,6 +29,7 @@ from outreach.dev.localairflow import airflow_env, ensure_metadata, run_dag
 from outreach.logutil import mask
 from outreach.migrate import upgrade
 from outreach.paths import project_root, state_dir
+from outreach.settings import DatabaseSettings
 
 DEMO_PUBLIC_URL = "https://unsubscribe.outreach-demo.example"
 LEADS_FILE = "include/data/sample_leads.csv"
@@ -58,7 +59,7 @@ def run_demo() -> int:
     """Run the demo; return 0 on success, 1 when a DAG run failed (its log is named)."""
     root, state = project_root(), state_dir()
     url = embedded.local_database_url()
-    print(f"outreach demo: database {'OUTREACH_DATABASE_URL' if os.environ.get('OUTREACH_DATABASE_URL') else 'embedded PostgreSQL in ' + str(state / 'pgdata')}")
+    print(f"outreach demo: database {'OUTREACH_DATABASE_URL' if DatabaseSettings().database_url else 'embedded PostgreSQL in ' + str(state / 'pgdata')}")
     for m in upgrade(url):
         print(f"  applied migration {m.version:04d}_{m.name}")
     maildir = state / "maildir"
@@ -122,7 +123,7 @@ def run_demo() -> int:
               "(step 2 becomes due 3 days after step 1).")
     print(*inbound, sep="\n")
     print(f"Airflow logs of this run: {logs}")
-    if not os.environ.get("OUTREACH_DATABASE_URL"):
+    if not DatabaseSettings().database_url:
         print(f"Look at it again: {embedded.OPT_IN}=1 .venv/bin/outreach report "
               "(the embedded PostgreSQL is used only when asked for)")
     print("=" * 72)

@@ -35,6 +35,7 @@ import psycopg
 
 from outreach.dev.devsmtp import free_port
 from outreach.paths import project_root
+from outreach.settings import DatabaseSettings
 
 SERVICES: dict[str, tuple[str, ...]] = {
     "airflow-apiserver": ("api-server",),
@@ -433,7 +434,7 @@ def run_foreground(executor: str = "local", workers: int = 2) -> int:
         check_redis(broker)
         extra = {"workers": workers, "broker_url": broker}
     else:
-        outreach_url = os.environ.get("OUTREACH_DATABASE_URL")
+        outreach_url = DatabaseSettings().database_url
         admin_url = None
         if not outreach_url or not os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
             os.environ.setdefault(embedded.OPT_IN, "1")  # this local launcher is the opt-in

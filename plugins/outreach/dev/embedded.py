@@ -143,7 +143,7 @@ def database_url(*, stop_at_exit: bool = False) -> str:
     """
     from outreach.settings import SettingsError
 
-    url = os.environ.get("OUTREACH_DATABASE_URL")
+    url = settings.DatabaseSettings().database_url
     if url:
         return url
     if not opted_in():
