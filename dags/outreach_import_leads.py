@@ -43,7 +43,7 @@ def outreach_import_leads():
     def import_leads() -> dict:
         p = get_current_context()["params"]
         return tasks.import_task(p["campaign_file"], p["mailbox_file"], p["leads_file"],
-                                           p.get("suppressions_file"))
+                                 p.get("suppressions_file"))
 
     import_leads()
 

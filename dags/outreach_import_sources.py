@@ -27,7 +27,7 @@ from outreach.sources import lead_asset_uri
 def _build(spec: dict) -> None:
     @dag(dag_id=spec["dag_id"], doc_md=__doc__,
          **defaults.dag_kwargs(schedule=defaults.dag_schedule(spec["schedule"]),
-                                      retries=2, max_active_runs=1))
+                               retries=2, max_active_runs=1))
     def import_sources():
         for campaign_file, key in spec["campaigns"]:
             task(task_id=f"import_{key.replace('-', '_')}",

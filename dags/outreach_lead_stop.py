@@ -40,7 +40,7 @@ def outreach_lead_stop():
     def stop() -> dict:
         p = get_current_context()["params"]
         return tasks.lead_stop_task(p["address"], p["campaign"], p["reason"],
-                                              p["operator"])
+                                    p["operator"])
 
     stop()
 

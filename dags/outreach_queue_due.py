@@ -25,7 +25,7 @@ from outreach.airflow import defaults, tasks
     dag_id="outreach_queue_due",
     doc_md=__doc__,
     **defaults.dag_kwargs(schedule=defaults.queue_due_schedule(), retries=2,
-                                 max_active_runs=1),
+                          max_active_runs=1),
 )
 def outreach_queue_due():
     @task

@@ -48,7 +48,7 @@ def outreach_requeue():
     def requeue() -> dict:
         p = get_current_context()["params"]
         return tasks.requeue_task(p["failed_kind"], p["requested_by"], p["reason"],
-                                            p["email_ids"] or None, p["campaign_key"], p["mailbox"])
+                                  p["email_ids"] or None, p["campaign_key"], p["mailbox"])
 
     requeue()
 

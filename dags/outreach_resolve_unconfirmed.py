@@ -63,13 +63,13 @@ def outreach_resolve_unconfirmed():
     def evidence() -> list:
         p = get_current_context()["params"]
         return tasks.evidence_task(p["email_ids"],
-                                             p["campaign_key"], p["mailbox"])
+                                   p["campaign_key"], p["mailbox"])
 
     @task
     def resolve() -> dict:
         p = get_current_context()["params"]
         return tasks.resolve_task(p["decision"], p["resolved_by"], p["email_ids"],
-                                            p["campaign_key"], p["mailbox"], p["note"])
+                                  p["campaign_key"], p["mailbox"], p["note"])
 
     evidence() >> resolve()
 

@@ -54,7 +54,7 @@ from outreach.airflow import alerts, defaults, tasks
     dag_id="outreach_send",
     doc_md=__doc__,
     **defaults.dag_kwargs(schedule="*/10 * * * *", retries=2, max_active_runs=2,
-                                 on_failure_callback=alerts.RunFailedNotifier()),
+                          on_failure_callback=alerts.RunFailedNotifier()),
 )
 def outreach_send():
     @task
@@ -73,7 +73,7 @@ def outreach_send():
     @task(trigger_rule=TriggerRule.ALL_DONE)
     def summary(batches, results, **context) -> dict:
         return tasks.summary_task(list(batches or []), list(results or []),
-                                            context["dag"].dag_id, context["run_id"])
+                                  context["dag"].dag_id, context["run_id"])
 
     @task(trigger_rule=TriggerRule.ALL_DONE, outlets=[defaults.unconfirmed_asset()])
     def flag_unconfirmed() -> dict:

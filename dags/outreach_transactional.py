@@ -33,7 +33,7 @@ from outreach.airflow import defaults, tasks
     dag_id="outreach_transactional",
     doc_md=__doc__,
     **defaults.dag_kwargs(schedule=defaults.transactional_schedule(), retries=2,
-                                 max_active_runs=8),
+                          max_active_runs=8),
     params={
         "delivery_key": Param(None, type=["null", "string"], maxLength=200, title="Delivery key",
                               description="Made by the application when the request arrived; "

@@ -50,7 +50,7 @@ def outreach_unconfirmed_review():
     @task
     def record(collected: dict, response: dict, **context) -> dict:
         return tasks.review_record_task(collected, response, context["dag"].dag_id,
-                                                  context["run_id"])
+                                        context["run_id"])
 
     collected = collect()
     collected >> decide
