@@ -32,6 +32,9 @@ from outreach import db
 from outreach.addresses import normalize_address
 from outreach.message import header_text_problem
 from outreach.paths import resolve
+from outreach.store import enrollments as enrollments_store
+from outreach.store import import_runs
+from outreach.store import leads as leads_store
 
 # Header spellings of common CRM and prospecting exports (HubSpot, Salesforce, Pipedrive, Apollo,
 # LinkedIn Sales Navigator, Lemlist…), compared after lower-casing and dropping non-letters.
@@ -700,7 +703,7 @@ def _stage_rows(conn: Any, leads: LeadsCsv, progress: Callable[[int, float], Non
     ``workers`` processes (see :meth:`LeadsCsv.staged`); call ``progress(rows read, seconds since
     the start)`` every ``every`` rows."""
     start, next_at = time.monotonic(), every
-    with conn.cursor().copy(db.query("lead_stage_copy")) as copy:
+    with leads_store.lead_stage_copy(conn) as copy:
         write = copy.write_row
         for row in leads.staged(workers):
             if progress is not None and leads.rows_total >= next_at:
@@ -783,34 +786,27 @@ def apply_staged(conn: Any, campaign: campaign_mod.Campaign, mailboxes: list[cam
     result = ImportResult(file=name, campaign_key=campaign.key)
     campaign_id = campaign_mod.sync(conn, campaign, mailboxes, campaign_file)
     result.campaign_id = campaign_id
-    db.run(conn, "lead_stage_create")
+    leads_store.lead_stage_create(conn)
     result.rows_total, result.invalid = stage()
-    db.run(conn, "lead_stage_analyze")
-    db.run(conn, "lead_stage_mark_duplicates")
-    db.run(conn, "lead_stage_mark_suppressed")
-    counts = db.one(conn, "lead_stage_counts")
-    assert counts is not None
-    result.duplicate, result.suppressed = counts["duplicate"], counts["suppressed"]
-    upserted = db.one(conn, "lead_upsert_staged")
-    assert upserted is not None
-    result.imported, result.updated = upserted["imported"], upserted["updated"]
-    result.unchanged = counts["accepted"] - result.imported - result.updated
-    enrolled = db.one(conn, "enrollment_insert_staged", {"campaign_id": campaign_id, "now": now})
-    assert enrolled is not None
-    result.enrolled = enrolled["enrolled"]
-    result.problems = [Problem(**r) for r in db.run(conn, "lead_stage_problems",
-                                                      {"limit": PROBLEMS_SHOWN})]
-    result.problems_omitted = counts["problems"] - len(result.problems)
-    result.suppressed_lines = [r["line"] for r in db.run(conn, "lead_stage_suppressed_lines",
-                                                         {"limit": PROBLEMS_SHOWN})]
-    run = db.one(conn, "import_run_insert_staged", {"stored": PROBLEMS_STORED,
-        "kind": "leads", "file": name, "campaign_key": campaign.key,
-        "rows_total": result.rows_total, "imported": result.imported,
-        "updated": result.updated, "duplicate": result.duplicate,
-        "unchanged": result.unchanged, "invalid": result.invalid,
-        "suppressed": result.suppressed, "enrolled": result.enrolled})
-    assert run is not None
-    result.run_id = run["id"]
+    leads_store.lead_stage_analyze(conn)
+    leads_store.lead_stage_mark_duplicates(conn)
+    leads_store.lead_stage_mark_suppressed(conn)
+    counts = leads_store.lead_stage_counts(conn)
+    result.duplicate, result.suppressed = counts.duplicate, counts.suppressed
+    upserted = leads_store.lead_upsert_staged(conn)
+    result.imported, result.updated = upserted.imported, upserted.updated
+    result.unchanged = counts.accepted - result.imported - result.updated
+    result.enrolled = enrollments_store.enrollment_insert_staged(conn, campaign_id=campaign_id,
+                                                                  now=now)
+    result.problems = [Problem(**asdict(r))
+                       for r in leads_store.lead_stage_problems(conn, limit=PROBLEMS_SHOWN)]
+    result.problems_omitted = counts.problems - len(result.problems)
+    result.suppressed_lines = leads_store.lead_stage_suppressed_lines(conn, limit=PROBLEMS_SHOWN)
+    result.run_id = import_runs.import_run_insert_staged(
+        conn, stored=PROBLEMS_STORED, kind="leads", file=name, campaign_key=campaign.key,
+        rows_total=result.rows_total, imported=result.imported, updated=result.updated,
+        duplicate=result.duplicate, unchanged=result.unchanged, invalid=result.invalid,
+        suppressed=result.suppressed, enrolled=result.enrolled)
     return result
 
 
@@ -826,9 +822,9 @@ def import_run(url: str, run_id: int, *, page: int = 1, page_size: int = 50,
     if page < 1 or page_size < 1:
         raise ValueError("--page and --page-size start at 1")
     with db.connect(url, autocommit=True) as conn:
-        run = db.one(conn, "import_run_get", {"id": run_id})
+        run = import_runs.import_run_get(conn, id=run_id)
         if run is None:
             raise LookupError(f"no import run {run_id} (outreach report shows the latest)")
-        problems = [Problem(**r) for r in db.run(conn, "import_run_problems_page", {
-            "id": run_id, "limit": page_size, "offset": (page - 1) * page_size})]
-    return run, problems
+        problems = [Problem(**asdict(r)) for r in import_runs.import_run_problems_page(
+            conn, id=run_id, limit=page_size, offset=(page - 1) * page_size)]
+    return asdict(run), problems

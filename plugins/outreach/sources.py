@@ -34,6 +34,8 @@ from outreach.leads import (ImportFileError, ImportResult, _check_record, apply_
                             layout_for, open_leads_csv)
 from outreach.logutil import log
 from outreach.paths import resolve
+from outreach.store import leads as leads_store
+from outreach.store import sources as sources_store
 
 STOPPED_BY = "outreach import-sources"
 
@@ -110,7 +112,7 @@ def _import_sql(url: str, campaign: campaign_mod.Campaign, mailboxes: list[campa
                 total = invalid = 0
                 rows = itertools.chain.from_iterable(itertools.chain(
                     [first], iter(lambda: cur.fetchmany(sql.fetch_size), [])))
-                with conn.cursor().copy(db.query("lead_stage_copy_keyed")) as copy:
+                with leads_store.lead_stage_copy_keyed(conn) as copy:
                     # line: the row's number in the query's result (1-based)
                     for n, row in enumerate(rows, start=1):
                         cells = ["" if v is None else str(v) for v in row]
@@ -125,12 +127,11 @@ def _import_sql(url: str, campaign: campaign_mod.Campaign, mailboxes: list[campa
 
             result = apply_staged(conn, campaign, mailboxes, campaign_file, name, stage, now=now)
             params = {"campaign_id": result.campaign_id, "run_id": result.run_id}
-            db.run(conn, "source_rows_record", params)
-            db.run(conn, "source_rows_seen", params)
+            sources_store.source_rows_record(conn, **params)
+            sources_store.source_rows_seen(conn, **params)
             if source.stop_when_missing and result.rows_total:
-                stopped = db.one(conn, "source_rows_stop_missing", {
-                    **params, "reason": f"left the source {name}", "by": STOPPED_BY})
-                result.stopped = stopped["stopped"] if stopped else 0
+                result.stopped = sources_store.source_rows_stop_missing(
+                    conn, **params, reason=f"left the source {name}", by=STOPPED_BY)
     finally:
         dbconn.close()
     return result
@@ -187,8 +188,8 @@ def _import_object(url: str, campaign: campaign_mod.Campaign,
                    obj: Any, version: str, now: dt.datetime | None) -> ImportResult | None:
     """Claim and import one object in one transaction; ``None`` when it was imported before."""
     with db.transaction(url) as conn:
-        claim = db.one(conn, "source_object_claim", {
-            "campaign_key": campaign.key, "source": pattern, "path": str(obj), "version": version})
+        claim = sources_store.source_object_claim(conn, campaign_key=campaign.key, source=pattern,
+                                                  path=str(obj), version=version)
         if claim is None:
             return None
         with tempfile.TemporaryDirectory(prefix="outreach-source-") as tmp:
@@ -203,7 +204,7 @@ def _import_object(url: str, campaign: campaign_mod.Campaign,
                 result = apply_staged(conn, campaign, mailboxes, campaign_file, str(obj),
                                       lambda: _stage_rows(conn, leads, None, 1 << 62, 0)
                                       or (leads.rows_total, leads.invalid), now=now)
-        db.run(conn, "source_object_done", {"id": claim["id"], "run_id": result.run_id})
+        sources_store.source_object_done(conn, id=claim, run_id=result.run_id)
     return result
 
 
