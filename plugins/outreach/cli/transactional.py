@@ -50,18 +50,19 @@ def cmd_transactional(args: argparse.Namespace) -> int:
             pass
     elif args.tx_command == "show":
         from outreach.logutil import mask
+        from outreach.store.transactional import transactional_by_key
 
         with db.connect(url, autocommit=True) as conn:
-            row = db.one(conn, "transactional_by_key", {"delivery_key": args.key})
+            row = transactional_by_key(conn, delivery_key=args.key)
         if row is None:
             print(f"no email has delivery key {args.key!r}")
             return 1
-        print(f"email {row['id']} to {mask(row['recipient'])} ({row['template']}): {row['status']}"
-              + (f"/{row['failure_kind']}" if row["failure_kind"] else "")
-              + f", {row['attempts']} attempt(s)"
-              + (f", Message-ID <{row['message_id']}> accepted {row['accepted_at']:%Y-%m-%d %H:%M:%S} UTC"
-                 if row["message_id"] else "")
-              + (f" - {row['last_error']}" if row["last_error"] else ""))
+        print(f"email {row.id} to {mask(row.recipient)} ({row.template}): {row.status}"
+              + (f"/{row.failure_kind}" if row.failure_kind else "")
+              + f", {row.attempts} attempt(s)"
+              + (f", Message-ID <{row.message_id}> accepted {row.accepted_at:%Y-%m-%d %H:%M:%S} UTC"
+                 if row.message_id else "")
+              + (f" - {row.last_error}" if row.last_error else ""))
     return 0
 
 

@@ -18,6 +18,7 @@ import email.utils
 import os
 import secrets
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,10 @@ from outreach.logutil import mask
 from outreach.migrate import upgrade
 from outreach.paths import project_root, state_dir
 from outreach.settings import DatabaseSettings
+from outreach.store import emails as emails_store
+from outreach.store import import_runs as import_runs_store
+from outreach.store import inbound as inbound_store
+from outreach.store import reports as reports_store
 
 DEMO_PUBLIC_URL = "https://unsubscribe.outreach-demo.example"
 LEADS_FILE = "include/data/sample_leads.csv"
@@ -50,8 +55,8 @@ def demo_secret(state: Path) -> str:
 
 def _counts(url: str) -> dict[str, Any]:
     with db.connect(url, autocommit=True) as conn:
-        per_mailbox = {r["address"]: r["n"] for r in db.run(conn, "report_sent_per_mailbox")}
-        status = {r["status"]: r["n"] for r in db.run(conn, "report_email_status_counts")}
+        per_mailbox = {r.address: r.n for r in reports_store.report_sent_per_mailbox(conn)}
+        status = {r.status: r.n for r in reports_store.report_email_status_counts(conn)}
     return {"per_mailbox": per_mailbox, "emails": sum(status.values()), "status": status}
 
 
@@ -93,7 +98,8 @@ def run_demo() -> int:
     after = _counts(url)
     messages = read_maildir(maildir)
     with db.connect(url, autocommit=True) as conn:
-        imp = db.one(conn, "import_run_latest", {"kind": "leads"})
+        latest = import_runs_store.import_run_latest(conn, kind="leads")
+        imp = asdict(latest) if latest is not None else None
     print()
     print("=" * 72)
     print(f"Leads ({LEADS_FILE}): {imp['rows_total']} rows")
@@ -171,7 +177,7 @@ def _inbound_demo(url: str, env: dict[str, str], state: Path, logs: Path) -> lis
         return [f"Inbound mail: SKIPPED - Dovecot is not installed, so the demo could not show the "
                 f"inbox reader ({INSTALL_HINT})."]
     with db.connect(url, autocommit=True) as conn:
-        sample = db.run(conn, "email_sent_sample", {"n": 3})
+        sample = [asdict(r) for r in emails_store.email_sent_sample(conn, n=3)]
     if len(sample) < 3:
         return ["Inbound mail: skipped (fewer than three emails were sent)."]
     try:
@@ -210,7 +216,7 @@ def _inbound_demo(url: str, env: dict[str, str], state: Path, logs: Path) -> lis
     finally:
         imap.stop()
     with db.connect(url, autocommit=True) as conn:
-        effects = db.run(conn, "inbound_effect_list")
+        effects = [asdict(e) for e in inbound_store.inbound_effect_list(conn)]
     lines = [f"Inbound mail (outreach_inbox): {len(effects)} message(s) recorded in "
              "outreach.inbound_messages"]
     lines += [f"  {e['class']} ({mask(e['address'])}): {e['effect']}" for e in effects]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import html
 import threading
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 import psycopg
@@ -29,6 +30,7 @@ from starlette.concurrency import run_in_threadpool
 
 from outreach import db
 from outreach.logutil import log, mask
+from outreach.store import emails as emails_store
 from outreach.tokens import MAX_AGE_SECONDS, TokenError, read_token
 from outreach.suppression import is_suppressed
 
@@ -150,10 +152,10 @@ def create_app(database_url: str | Callable[[], str], secret: str | Callable[[],
 
     def lookup(email_id: int) -> dict[str, Any] | None:
         with db.connect(url.get(), autocommit=True) as conn:
-            row = db.one(conn, "email_unsubscribe_target", {"email_id": email_id})
-            if row is not None:
-                row["suppressed"] = is_suppressed(conn, row["email"])
-            return row
+            target = emails_store.email_unsubscribe_target(conn, email_id=email_id)
+            if target is None:
+                return None
+            return {**asdict(target), "suppressed": is_suppressed(conn, target.email)}
 
     def unsubscribe(email_id: int):
         from outreach.suppression import unsubscribe_email
