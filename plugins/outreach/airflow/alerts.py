@@ -17,10 +17,11 @@ def mailbox_names(url: str | None = None) -> dict[int, str]:
     the label from the mailbox file, never the full address)."""
     from outreach import db
     from outreach.logutil import mailbox_name
+    from outreach.store import mailboxes as mailboxes_store
 
     with db.connect(url or database_url(), autocommit=True) as conn:
-        return {r["id"]: mailbox_name(r["label"], r["display_name"], r["address"])
-                for r in db.run(conn, "mailbox_names")}
+        return {r.id: mailbox_name(r.label, r.display_name, r.address)
+                for r in mailboxes_store.mailbox_names(conn)}
 
 
 ALERT_CONN_ID = "outreach_alerts"
@@ -174,10 +175,13 @@ def alert_preflight(report: dict[str, Any]) -> None:
 def alert_pauses(url: str) -> list[str]:
     """Alert once per automatic pause (``postmaster`` or ``bounce-rate``) of the last 7 days,
     with the figure and the rule (the pause's reason)."""
+    from dataclasses import asdict
+
     from outreach import db
+    from outreach.store import mailboxes as mailboxes_store
 
     with db.connect(url, autocommit=True) as conn:
-        events = db.run(conn, "mailbox_auto_pauses")
+        events = [asdict(e) for e in mailboxes_store.mailbox_auto_pauses(conn)]
     names = mailbox_names(url)
     sent = []
     for e in events:

@@ -119,9 +119,12 @@ def preflight_task() -> dict[str, Any]:
     :returns: ``{"mode", "blocked": [{"mailbox_id", "domain", "reason"}], "domains": {domain:
         "PASS"|"WARN"|"FAIL"}, "failed": {domain: [check, …]}}``.
     """
+    from dataclasses import asdict
+
     from outreach import db
     from outreach.preflight import make_resolver, run_preflight
     from outreach.signing import SigningError, public_key_b64
+    from outreach.store import mailboxes as mailboxes_store
 
     mode = preflight_mode()
     out: dict[str, Any] = {"mode": mode, "blocked": [], "domains": {}, "failed": {}}
@@ -134,7 +137,7 @@ def preflight_task() -> dict[str, Any]:
     resolver = make_resolver(checks.dns_nameserver)
     sending_ip = checks.sending_ip
     with db.connect(database_url(), autocommit=True) as conn:
-        targets = db.run(conn, "mailbox_preflight_targets")
+        targets = [asdict(t) for t in mailboxes_store.mailbox_preflight_targets(conn)]
     reports: dict[tuple[str, str | None, str | None], Any] = {}
     for t in targets:
         key = (t["domain"], t["dkim_selector"], t["dkim_key_conn_id"])
@@ -233,10 +236,13 @@ def run_prefix(dag_id: str, run_id: str) -> str:
 def run_outcomes(url: str, worker_prefix: str) -> list[dict[str, Any]]:
     """Return, per mailbox, what the rows claimed by a run (or one task try) are now: the
     ledger, not the plan (``email_run_outcomes``)."""
+    from dataclasses import asdict
+
     from outreach import db
+    from outreach.store import emails as emails_store
 
     with db.connect(url, autocommit=True) as conn:
-        return db.run(conn, "email_run_outcomes", {"worker_prefix": worker_prefix})
+        return [asdict(r) for r in emails_store.email_run_outcomes(conn, worker_prefix=worker_prefix)]
 
 
 def _outcome_label(outcomes: list[dict[str, Any]]) -> str:
@@ -767,17 +773,17 @@ def review_collect_task(run_id: str) -> dict[str, Any]:
     from airflow.sdk.exceptions import AirflowSkipException
 
     from outreach import db
-
     from outreach.resolve import unconfirmed_details
+    from outreach.store import alerts as alerts_store
 
     url = database_url()
     # With the Sent-folder search (IMAP) where the mailbox has an account: the person deciding
     # sees whether the message is in the mailbox's Sent folder.
     rows = {r["id"]: r for r in unconfirmed_details(url, accounts=imap_account)}
     with db.transaction(url) as conn:
-        new = [int(r["event_key"].split(":")[1]) for r in db.run(conn, "alert_claim_many", {
-            "event_keys": [f"review:{i}" for i in rows], "kind": "required_action",
-            "subject": f"Required Action {run_id}", "body": ""})]
+        new = [int(key.split(":")[1]) for key in alerts_store.alert_claim_many(
+            conn, event_keys=[f"review:{i}" for i in rows], kind="required_action",
+            subject=f"Required Action {run_id}", body="")]
     if not new:
         raise AirflowSkipException("no unconfirmed emails that a Required Action has not listed")
     listed = [rows[i] for i in new]
