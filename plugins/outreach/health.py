@@ -40,6 +40,8 @@ from outreach.logutil import log, mask
 from outreach.mailboxes import pause
 from outreach.postmaster import DEFAULT_BASE_URL, FEEDBACK_LOOP_SPAM_RATE, SPAM_RATE
 from outreach.settings import OutreachSettings, SettingsError
+from outreach.store import mailboxes as mailboxes_store
+from outreach.store import postmaster as postmaster_store
 from pydantic import Field, field_validator, model_validator
 
 SPAM_ACTOR = "postmaster"
@@ -168,12 +170,12 @@ def pause_on_spam_rate(url: str, *, threshold: float = 0.001,
     """
     verdicts = []
     with db.transaction(url) as conn:
-        latest = {(r["domain"], r["metric"], r["feedback_loop_id"]): r
-                  for r in db.run(conn, "postmaster_stat_latest_known")}
-        for mb in db.run(conn, "mailbox_health_list"):
-            if mb["status"] != "active":
+        latest = {(r.domain, r.metric, r.feedback_loop_id): asdict(r)
+                  for r in postmaster_store.postmaster_stat_latest_known(conn)}
+        for mb in mailboxes_store.mailbox_health_list(conn):
+            if mb.status != "active":
                 continue
-            breach = spam_rate_breach(mb, latest, threshold)
+            breach = spam_rate_breach(asdict(mb), latest, threshold)
             if breach is None:
                 continue
             rule, stat = breach
@@ -182,8 +184,8 @@ def pause_on_spam_rate(url: str, *, threshold: float = 0.001,
                     f"on {stat['domain']}")
             reason = (f"{what}: {percent(stat['value'])} on {stat['day']:%Y-%m-%d}, above "
                       f"{percent(threshold)}")
-            paused = pause(conn, mb["id"], reason, SPAM_ACTOR, now=now) is not None
-            verdicts.append(Verdict(mb["id"], mask(mb["address"]), rule, stat["value"], reason, paused))
+            paused = pause(conn, mb.id, reason, SPAM_ACTOR, now=now) is not None
+            verdicts.append(Verdict(mb.id, mask(mb.address), rule, stat["value"], reason, paused))
     for v in verdicts:
         log.warning("mailbox %s (%s) %s: %s", v.mailbox_id, v.mailbox,
                     "paused" if v.paused else "not paused (already paused)", v.reason)
@@ -229,20 +231,21 @@ def _pause_on_rate(url: str, column: str, what: str, rule: str, actor: str, *, t
     """The bounce and complaint rules: ``column`` of ``mailbox_bounce_counts`` over its sends."""
     verdicts = []
     with db.transaction(url) as conn:
-        for mb in db.run(conn, "mailbox_bounce_counts",
-                         {"now": now, "window": dt.timedelta(days=window_days)}):
-            if mb["status"] != "active":
+        for mb in mailboxes_store.mailbox_bounce_counts(
+                conn, now=now, window=dt.timedelta(days=window_days)):
+            if mb.status != "active":
                 continue
-            if not bounce_rate_breach(mb["sends"], mb[column], threshold, min_sends):
+            count: int = getattr(mb, column)
+            if not bounce_rate_breach(mb.sends, count, threshold, min_sends):
                 log.info("mailbox %s: %s %s(s) in %s send(s) since %s: below the rule",
-                         mb["id"], mb[column], what, mb["sends"], mb["since"])
+                         mb.id, count, what, mb.sends, mb.since)
                 continue
-            rate = mb[column] / mb["sends"]
-            reason = (f"{what} rate {percent(rate)} ({mb[column]} of {mb['sends']} "
-                      f"sends since {mb['since'].astimezone(dt.timezone.utc):%Y-%m-%d %H:%M} UTC), above "
+            rate = count / mb.sends
+            reason = (f"{what} rate {percent(rate)} ({count} of {mb.sends} "
+                      f"sends since {mb.since.astimezone(dt.timezone.utc):%Y-%m-%d %H:%M} UTC), above "
                       f"{percent(threshold)}")
-            paused = pause(conn, mb["id"], reason, actor, now=now) is not None
-            verdicts.append(Verdict(mb["id"], mask(mb["address"]), rule, rate, reason, paused))
+            paused = pause(conn, mb.id, reason, actor, now=now) is not None
+            verdicts.append(Verdict(mb.id, mask(mb.address), rule, rate, reason, paused))
     for v in verdicts:
         log.warning("mailbox %s (%s) %s: %s", v.mailbox_id, v.mailbox,
                     "paused" if v.paused else "not paused (already paused)", v.reason)
@@ -259,17 +262,17 @@ def bounce_warnings(url: str, *, warn_rate: float = 0.02, threshold: float = 0.0
     """
     out = []
     with db.connect(url, autocommit=True) as conn:
-        for mb in db.run(conn, "mailbox_bounce_counts",
-                         {"now": now, "window": dt.timedelta(days=window_days)}):
-            if (mb["status"] != "active"
-                    or not bounce_rate_breach(mb["sends"], mb["hard_bounces"], warn_rate, min_sends)
-                    or bounce_rate_breach(mb["sends"], mb["hard_bounces"], threshold, min_sends)):
+        for mb in mailboxes_store.mailbox_bounce_counts(
+                conn, now=now, window=dt.timedelta(days=window_days)):
+            if (mb.status != "active"
+                    or not bounce_rate_breach(mb.sends, mb.hard_bounces, warn_rate, min_sends)
+                    or bounce_rate_breach(mb.sends, mb.hard_bounces, threshold, min_sends)):
                 continue
-            rate = mb["hard_bounces"] / mb["sends"]
-            out.append({"mailbox_id": mb["id"], "address": mb["address"], "rate": rate,
-                        "sends": mb["sends"], "hard_bounces": mb["hard_bounces"],
-                        "reason": (f"hard-bounce rate {percent(rate)} ({mb['hard_bounces']} of "
-                                   f"{mb['sends']} sends), above the warning level "
+            rate = mb.hard_bounces / mb.sends
+            out.append({"mailbox_id": mb.id, "address": mb.address, "rate": rate,
+                        "sends": mb.sends, "hard_bounces": mb.hard_bounces,
+                        "reason": (f"hard-bounce rate {percent(rate)} ({mb.hard_bounces} of "
+                                   f"{mb.sends} sends), above the warning level "
                                    f"{percent(warn_rate)}; the mailbox is paused above "
                                    f"{percent(threshold)}")})
     return out

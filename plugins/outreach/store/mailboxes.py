@@ -353,7 +353,7 @@ class BounceCounts:
     id: int
     address: str
     status: str
-    since: dt.datetime | None
+    since: dt.datetime
     sends: int
     hard_bounces: int
     complaints: int
