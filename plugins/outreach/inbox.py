@@ -50,8 +50,10 @@ from outreach.addresses import normal_form
 from outreach.imap import ImapAccount, ImapError, ImapSession
 from outreach.inbound import Classified, Inbound, classify
 from outreach.logutil import log, mask, mask_addresses
+from outreach.store import emails as emails_store
 from outreach.store import enrollments as enrollments_store
 from outreach.store import inbound as inbound_store
+from outreach.store import leads as leads_store
 from outreach.suppression import suppress, unsubscribe_email
 
 FOLDER = "INBOX"
@@ -244,7 +246,8 @@ def _match(conn, target: dict[str, Any], inbound: Inbound, verdict: Classified,
     """Find our email / lead / enrolments the message concerns (reads only)."""
     ids = list(verdict.original_ids) + list(inbound.references)
     if ids:
-        found = {r["message_id"]: r for r in db.run(conn, "email_by_message_ids", {"ids": ids})}
+        # A matched email stays a dict: a token's match is {"id": …} alone (below).
+        found = {r.message_id: asdict(r) for r in emails_store.email_by_message_ids(conn, ids=ids)}
         for i in ids:
             if i in found:
                 e = found[i]
@@ -252,8 +255,8 @@ def _match(conn, target: dict[str, Any], inbound: Inbound, verdict: Classified,
                        else "In-Reply-To" if i in inbound.in_reply_to else "References")
                 m = _Match(e, e["lead_id"], how=f"{how} <{i}>")
                 if e["lead_id"] is not None:
-                    m.enrollments = db.run(conn, "enrollment_active_for_lead", {
-                        "lead_id": e["lead_id"], "campaign_id": e["campaign_id"], "mailbox_id": None})
+                    m.enrollments = [asdict(a) for a in enrollments_store.enrollment_active_for_lead(
+                        conn, lead_id=e["lead_id"], campaign_id=e["campaign_id"], mailbox_id=None)]
                 return m
     if verdict.kind == "unsubscribe" and verdict.token and secret:
         from outreach.tokens import TokenError, read_token
@@ -267,18 +270,19 @@ def _match(conn, target: dict[str, Any], inbound: Inbound, verdict: Classified,
     if verdict.kind in ("hard_bounce", "soft_bounce", "complaint"):
         for address in verdict.addresses:
             # Leads are stored in the normal form; a DSN names RCPT TO (the domain in ACE).
-            e = db.one(conn, "email_latest_sent_to",
-                       {"address": normal_form(address), "mailbox_id": target["mailbox_id"]})
-            if e is not None:
-                return _Match(e, e["lead_id"], how=f"latest email sent to {mask(address)}")
+            latest = emails_store.email_latest_sent_to(conn, address=normal_form(address),
+                                                       mailbox_id=target["mailbox_id"])
+            if latest is not None:
+                return _Match(asdict(latest), latest.lead_id,
+                              how=f"latest email sent to {mask(address)}")
         return _Match()
     if inbound.from_address:
-        lead = db.one(conn, "lead_by_address", {"address": normal_form(inbound.from_address)})
+        lead = leads_store.lead_by_address(conn, address=normal_form(inbound.from_address))
         if lead is not None:
-            enrollments = db.run(conn, "enrollment_active_for_lead", {
-                "lead_id": lead["id"], "campaign_id": None, "mailbox_id": target["mailbox_id"]})
+            enrollments = [asdict(a) for a in enrollments_store.enrollment_active_for_lead(
+                conn, lead_id=lead.id, campaign_id=None, mailbox_id=target["mailbox_id"])]
             if enrollments or verdict.kind == "unsubscribe":
-                return _Match(None, lead["id"], enrollments, how="sender address")
+                return _Match(None, lead.id, enrollments, how="sender address")
     return _Match()
 
 
@@ -370,9 +374,9 @@ def _apply(conn, kind: str, inbound_id: int, inbound: Inbound, match: _Match,
             domain = (inbound.from_address.rpartition("@")[2] if match.how == "sender address"
                       else (match.email or {}).get("email", "").rpartition("@")[2])
             if e["stop_on_domain_reply"] and domain and domain not in FREE_MAIL_DOMAINS:
-                others = db.run(conn, "enrollment_active_same_domain", {
-                    "campaign_id": e["campaign_id"], "lead_id": e["lead_id"], "domain": domain})
-                n = sum(_stop(conn, o["id"], "stopped",
+                others = enrollments_store.enrollment_active_same_domain(
+                    conn, campaign_id=e["campaign_id"], lead_id=e["lead_id"], domain=domain)
+                n = sum(_stop(conn, o.id, "stopped",
                               f"a colleague at {domain} replied (stop_on_domain_reply), inbound "
                               f"{inbound_id}") for o in others)
                 parts.append(f"{len(others)} colleague(s) at {domain} stopped "
