@@ -17,7 +17,8 @@ import psycopg
 from outreach import db
 
 Conn = psycopg.Connection[Any]
-"""A psycopg 3 connection; the store does not care about its row factory's dict rows."""
+"""A psycopg 3 connection from :func:`outreach.db.connect` (rows as dicts, which the runners
+below read by column name; ``transactional_enqueue`` alone takes any row factory)."""
 
 T = TypeVar("T")
 Params = Mapping[str, object]
