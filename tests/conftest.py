@@ -29,6 +29,11 @@ os.environ.setdefault("OUTREACH_IMPORT_ROOTS", os.pathsep.join(
 # the suite. CLI and Airflow subprocesses inherit it.
 os.environ.setdefault("OUTREACH_SEND_GAP_SECONDS", "0")
 
+# Airflow configures logging when it is first imported, replacing the root logger's handlers. A
+# test that reaches Airflow code lazily (the SMTP hook behind smtp_connector) would lose pytest's
+# capture handler for its own phase (caplog sees nothing); imported here, before any test phase,
+# the order is the same whichever tests run.
+import airflow.sdk  # noqa: E402, F401
 import psycopg  # noqa: E402
 import pytest  # noqa: E402
 
