@@ -31,6 +31,7 @@ an :class:`OAuthError` whose one line names the connection and what to fix.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import threading
 import time
@@ -46,6 +47,9 @@ application permissions ``SMTP.SendAsApp`` and ``IMAP.AccessAsApp`` come with ``
 EARLY_REFRESH = 300.0
 """Seconds before its expiry a cached token is no longer used (a session opened with it must
 still log in; Google's and Microsoft's tokens last 3600 s)."""
+TOKEN_TIMEOUT = 30.0
+"""Seconds a token-endpoint request may take when the connection's extra sets no ``timeout``
+(the SMTP provider's and the IMAP client's default too)."""
 PROVIDERS = ("google", "microsoft", "token")
 
 T = TypeVar("T")
@@ -180,6 +184,18 @@ _GOOGLE_FIXES = {
 }
 
 
+def _timeout(cfg: OAuthConfig) -> float:
+    """Seconds one token-endpoint request may take: the connection's extra ``timeout`` (the one
+    its SMTP or IMAP client uses), else :data:`TOKEN_TIMEOUT`. MSAL's requests have no timeout
+    of their own: a silent endpoint would hold the task, its claimed rows and the token cache's
+    lock forever. A timeout is transient (:class:`TokenUnavailable`)."""
+    try:
+        seconds = float(cfg.extra.get("timeout") or TOKEN_TIMEOUT)
+    except (TypeError, ValueError):
+        seconds = TOKEN_TIMEOUT
+    return seconds if seconds > 0 else TOKEN_TIMEOUT
+
+
 def _google_key(cfg: OAuthConfig) -> dict[str, Any]:
     raw = cfg.extra.get("keyfile_dict")
     try:
@@ -212,7 +228,8 @@ def _google_token(cfg: OAuthConfig) -> tuple[str, float]:
                          f"({type(exc).__name__})", "download a new JSON key of the service "
                          "account into keyfile_dict") from None
     try:
-        creds.refresh(google.auth.transport.requests.Request())
+        creds.refresh(functools.partial(google.auth.transport.requests.Request(),
+                                        timeout=_timeout(cfg)))
     except google.auth.exceptions.RefreshError as exc:
         data = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], dict) else {}
         code = str(data.get("error") or "refused")
@@ -273,7 +290,7 @@ def _microsoft_token(cfg: OAuthConfig) -> tuple[str, float]:
             # A custom authority (sovereign cloud, the tests' loopback endpoint) is not known to
             # Microsoft's instance discovery: its own OpenID configuration is read instead.
             instance_discovery=False if extra.get("authority") else None,
-            token_cache=msal.TokenCache())
+            token_cache=msal.TokenCache(), timeout=_timeout(cfg))
         result = app.acquire_token_for_client(scopes=[cfg.scope])
     except ValueError as exc:  # discovery failed (bad tenant or authority), or a bad credential
         raise OAuthError(cfg.conn_id, f"MSAL refused the configuration ({str(exc)[:160]})",
