@@ -30,9 +30,11 @@ an :class:`OAuthError` whose one line names the connection and what to fix.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import functools
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -442,9 +444,30 @@ def _masked(address: str) -> str:
     return mask(address) if "@" in address else address
 
 
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}")
+
+
 def _scrub(text: str, token: str) -> str:
-    text = " ".join(str(text).split())[:200]
-    return text.replace(token, "[token]") if token else text
+    """A server's refusal as one line of at most 200 characters, without ``token`` in any form
+    it went over the wire: as itself, or inside a base64 run (the XOAUTH2 initial response, a
+    server that quotes what it was sent, whole or cut short) that decodes to text holding the
+    token or a ``Bearer`` credential. Scrubbed before it is cut, so no prefix of it is left."""
+    text = " ".join(str(text).split())
+    if token:
+        text = text.replace(token, "[token]")
+
+    def hide(match: re.Match[str]) -> str:
+        run = match.group(0)
+        try:
+            decoded = base64.b64decode(run + "=" * (-len(run) % 4), validate=False)
+        except ValueError:
+            return run
+        plain = decoded.decode("latin-1")
+        if "Bearer" in plain or "auth=" in plain or (token and token[:16] in plain):
+            return "[xoauth2]"
+        return run
+
+    return _BASE64_RUN.sub(hide, text)[:200]
 
 
 # --- the logins ------------------------------------------------------------------------------
@@ -513,7 +536,7 @@ def imap_login(cfg: OAuthConfig, connect: Callable[[], Any]) -> Any:
                 client.shutdown()
             except Exception:  # noqa: BLE001 - the server may have hung up
                 pass
-            raise AuthRefused(str(exc).replace(token, "[token]")) from None
+            raise AuthRefused(_scrub(str(exc), token)) from None
         return client
 
     return with_token(cfg, login, "IMAP")
