@@ -113,9 +113,12 @@ class ImapSession:
                 from outreach import oauth
 
                 raise ImapError("LOGIN", str(oauth.note(oauth.LoginRefused(
-                    self.account.conn_id, f"IMAP login refused ({_reason(exc)})",
+                    self.account.conn_id,
+                    f"IMAP login refused ({oauth.scrub(str(exc), self.account.password)})",
                     oauth.BASIC_FIX)))) from None
-            raise ImapError("LOGIN", _reason(exc)) from None
+            from outreach import oauth
+
+            raise ImapError("LOGIN", oauth.scrub(str(exc), self.account.password)) from None
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -417,7 +417,7 @@ def with_token(cfg: OAuthConfig, login: Callable[[str], T], protocol: str) -> T:
             if attempt == 2 or cfg.provider == "token":
                 raise note(OAuthError(
                     cfg.conn_id, f"{protocol} login of {_masked(cfg.user)} refused "
-                    f"({_scrub(exc.reply, token)})",
+                    f"({scrub(exc.reply, token)})",
                     _SERVER_FIXES[cfg.provider].format(user=_masked(cfg.user)))) from None
     raise AssertionError("unreachable")
 
@@ -444,17 +444,20 @@ def _masked(address: str) -> str:
     return mask(address) if "@" in address else address
 
 
-_BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}")
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{8,}={0,2}")
 
 
-def _scrub(text: str, token: str) -> str:
-    """A server's refusal as one line of at most 200 characters, without ``token`` in any form
-    it went over the wire: as itself, or inside a base64 run (the XOAUTH2 initial response, a
-    server that quotes what it was sent, whole or cut short) that decodes to text holding the
-    token or a ``Bearer`` credential. Scrubbed before it is cut, so no prefix of it is left."""
+def scrub(text: str | bytes, token: str | None) -> str:
+    """A server's refusal as one line of at most 200 characters, without ``token`` (an access
+    token or a password) in any form it went over the wire: as itself, or inside a base64 run
+    (the XOAUTH2 or AUTH PLAIN/LOGIN response, a server that quotes what it was sent, whole or
+    cut short) that decodes to text holding the token or a ``Bearer`` credential. Scrubbed
+    before it is cut, so no prefix of it is left."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
     text = " ".join(str(text).split())
     if token:
-        text = text.replace(token, "[token]")
+        text = text.replace(token, "[secret]")
 
     def hide(match: re.Match[str]) -> str:
         run = match.group(0)
@@ -464,7 +467,7 @@ def _scrub(text: str, token: str) -> str:
             return run
         plain = decoded.decode("latin-1")
         if "Bearer" in plain or "auth=" in plain or (token and token[:16] in plain):
-            return "[xoauth2]"
+            return "[credential]"
         return run
 
     return _BASE64_RUN.sub(hide, text)[:200]
@@ -536,7 +539,7 @@ def imap_login(cfg: OAuthConfig, connect: Callable[[], Any]) -> Any:
                 client.shutdown()
             except Exception:  # noqa: BLE001 - the server may have hung up
                 pass
-            raise AuthRefused(_scrub(str(exc), token)) from None
+            raise AuthRefused(scrub(str(exc), token)) from None
         return client
 
     return with_token(cfg, login, "IMAP")

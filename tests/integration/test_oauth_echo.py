@@ -1,6 +1,7 @@
-"""An SMTP server that echoes the client's XOAUTH2 initial response in its refusal (base64, as
-it came over the wire): the token must not reach the refusal's text, which becomes the
-exception Airflow shows, the rows' last_error and the login alert's body."""
+"""An SMTP server that echoes the client's XOAUTH2 or AUTH PLAIN initial response in its refusal
+(base64, as it came over the wire): the token or password must not reach the refusal's text,
+which becomes the exception Airflow shows, the rows' last_error, the login alert's body and
+``outreach mailbox check``'s output."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from outreach import oauth
 from outreach.dev.devsmtp import free_port
 from support.oauthserver import _PlainAuthController
 
+PASSWORD = "hunter2-correct-horse"
 TOKEN = "ya29.static-token-that-must-stay-secret-0123456789"
 
 
@@ -29,11 +31,15 @@ class _Echo:
         return AuthResult(success=False, handled=False,
                           message=f"535 5.7.8 Invalid credentials: {blob}")
 
+    async def auth_PLAIN(self, server: Any, args: list[str]) -> AuthResult:
+        return await self.auth_XOAUTH2(server, args)
+
 
 @pytest.fixture
 def echo_server():
     controller = _PlainAuthController(_Echo(), hostname="127.0.0.1", port=free_port(),
-                                      auth_required=True, auth_require_tls=False)
+                                      auth_required=True, auth_require_tls=False,
+                                      auth_exclude_mechanism=["LOGIN"])
     controller.start()
     yield controller
     controller.stop()
@@ -55,3 +61,19 @@ def test_an_echoed_xoauth2_response_is_not_in_the_refusal(echo_server, monkeypat
     wire = base64.b64encode(oauth.xoauth2(login, TOKEN).encode()).decode()
     assert "Invalid credentials" in text, text
     assert TOKEN not in text and wire not in text and wire[:40] not in text, text
+
+
+def test_an_echoed_auth_plain_response_is_not_in_the_refusal(echo_server, monkeypatch):
+    from outreach.airflow.connections import smtp_connector
+
+    login = "anna@example.com"
+    monkeypatch.setenv("AIRFLOW_CONN_OUTREACH_SMTP_ECHO", json.dumps({
+        "conn_type": "smtp", "host": echo_server.hostname, "port": echo_server.port,
+        "login": login, "password": PASSWORD,
+        "extra": {"disable_ssl": True, "disable_tls": True, "timeout": 5, "retry_limit": 0}}))
+    with pytest.raises(oauth.LoginRefused) as refused:
+        smtp_connector("outreach_smtp_echo")
+    text = str(refused.value)
+    wire = base64.b64encode(f"\0{login}\0{PASSWORD}".encode()).decode()
+    assert "Invalid credentials" in text, text
+    assert PASSWORD not in text and wire not in text and wire[:20] not in text, text

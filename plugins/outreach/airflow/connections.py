@@ -147,8 +147,9 @@ def smtp_connector(smtp_conn_id: str) -> smtplib.SMTP:
     except smtplib.SMTPAuthenticationError as exc:  # 535: a person must fix the credentials
         if hook._smtp_client is not None:
             hook._smtp_client.close()
+        # scrub: a server may quote the AUTH PLAIN/LOGIN response, the password in base64.
         raise oauth.note(oauth.LoginRefused(smtp_conn_id, f"SMTP login refused ({exc.smtp_code} "
-                                            f"{oauth.reply_text(exc.smtp_error)})",
+                                            f"{oauth.scrub(exc.smtp_error, conn.password)})",
                                             oauth.BASIC_FIX)) from None
     client = hook._smtp_client  # the connected smtplib client the hook built (providers-smtp 3.2)
     if client is None:
