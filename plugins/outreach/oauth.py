@@ -280,7 +280,12 @@ def _microsoft_token(cfg: OAuthConfig) -> tuple[str, float]:
     client_id = str(extra.get("client_id") or "").strip()
     credential: Any = extra.get("client_secret") or extra.get("client_certificate")
     if isinstance(credential, str) and credential.lstrip().startswith("{"):
-        credential = json.loads(credential)
+        try:
+            credential = json.loads(credential)
+        except ValueError as exc:  # the message says where, never what: no key in it
+            raise OAuthError(cfg.conn_id, f"the client credential is not valid JSON ({exc})",
+                             "put client_certificate as a JSON object with private_key and "
+                             "thumbprint, or the client secret as text") from None
     if not client_id or not credential or not (tenant or extra.get("authority")):
         raise OAuthError(cfg.conn_id, "incomplete Microsoft client credentials",
                          "set tenant_id, client_id and client_secret (or client_certificate) "

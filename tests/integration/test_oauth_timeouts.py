@@ -1,7 +1,8 @@
 """A token endpoint that accepts the connection and never answers: the token request gives up
 after the connection's timeout (extra ``timeout``, seconds) and is transient (TokenUnavailable:
 the run is retried, no login alert), instead of holding the send or inbox task, its claimed rows
-and the process's token cache forever (MSAL's requests have no timeout of their own)."""
+and the process's token cache forever (MSAL's requests have no timeout of their own). And a
+credential that cannot even be parsed is a refused login, not an error the run retries."""
 
 from __future__ import annotations
 
@@ -82,3 +83,17 @@ def test_a_silent_google_token_endpoint_times_out(silent_endpoint, tmp_path):
     raised, took = _fetch_in(60, cfg)
     assert isinstance(raised, oauth.TokenUnavailable), raised
     assert took < 20
+
+
+def test_a_client_certificate_that_is_not_json_is_a_refused_login_naming_no_key():
+    """A configuration mistake a person must fix (no retry can): LoginRefused, not a raw
+    JSONDecodeError that the transport would take for an unreachable relay and retry."""
+    oauth.CACHE.clear()
+    pem = "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\\n"
+    extra = {"auth_type": "oauth2", "oauth2_provider": "microsoft", "tenant_id": "t",
+             "client_id": "app", "client_certificate": '{"private_key": "' + pem + '", '}
+    cfg = oauth.config("outreach_smtp_anna", "anna@example.com", extra)
+    with pytest.raises(oauth.OAuthError) as refused:
+        oauth.CACHE.get(cfg)
+    assert "not valid JSON" in str(refused.value)
+    assert "MIIEvQ" not in str(refused.value)
