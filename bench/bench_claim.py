@@ -152,7 +152,7 @@ def _child(system: str, url: str, index: int, batch: int, mailboxes: list[int], 
     try:
         ids = _CLAIMERS[system](url, index, batch, mailboxes)
         out.put((index, time.perf_counter(), ids, ""))
-    except BaseException as exc:  # report, so the parent fails with the reason instead of hanging
+    except BaseException as exc:  # noqa: BLE001 - reported, so the parent fails with the reason, never hangs
         barrier.abort()
         out.put((index, time.perf_counter(), [], f"{type(exc).__name__}: {exc}"))
 

@@ -31,7 +31,8 @@ def bench(server: Server, workdir: Path, *, tasks: int, batch: int, repeats: int
     with SinkProcess() as sink:
         settings = {"OUTREACH_PUBLIC_URL": "https://unsubscribe.bench.example",
                     "OUTREACH_UNSUBSCRIBE_SECRET": "bench-secret-0123456789",
-                    "OUTREACH_SEND_INTERVAL_MINUTES": "0", "OUTREACH_SEND_GAP_SECONDS": "0", "OUTREACH_PREFLIGHT": "off",
+                    "OUTREACH_SEND_INTERVAL_MINUTES": "0", "OUTREACH_SEND_GAP_SECONDS": "0",
+                    "OUTREACH_PREFLIGHT": "off",
                     "OUTREACH_SEND_PARALLELISM": str(tasks), "OUTREACH_BATCH_SIZE": str(batch)}
         conns = {c: sink.connection_json() for c in smtp_conn_ids(mailboxes)}
         env = airflow_env(workdir / "airflow-home", "unset", conns, settings)

@@ -35,7 +35,7 @@ def _import_child(url: str, campaign: str, mailboxes: str, csv: str, out) -> Non
         rss = max(resource.getrusage(who).ru_maxrss
                   for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024
         out.put((seconds, rss, result.enrolled, ""))
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - reported, so the parent fails with the reason
         out.put((0.0, 0.0, 0, f"{type(exc).__name__}: {exc}"))
 
 

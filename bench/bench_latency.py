@@ -44,7 +44,7 @@ def _sender(url: str, quotas: list[list[int]], port: int, pem: bytes, barrier, o
         summary = send_planned(url, quotas, connector, SETTINGS, label="bench",
                                dkim_keys=lambda conn_id: pem)
         out.put((time.perf_counter(), sum(b.sent for b in summary.batches), ""))
-    except BaseException as exc:  # report, so the parent fails with the reason instead of hanging
+    except BaseException as exc:  # noqa: BLE001 - reported, so the parent fails with the reason, never hangs
         barrier.abort()
         out.put((time.perf_counter(), 0, f"{type(exc).__name__}: {exc}"))
 

@@ -124,6 +124,7 @@ class SinkProcess:
 
     @property
     def count(self) -> int:
+        """Messages this server has accepted so far."""
         return self._count.value
 
     def connection_json(self) -> str:

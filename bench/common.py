@@ -28,13 +28,13 @@ for _p in (str(ROOT / "plugins"), str(BENCH)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-import psycopg  # noqa: E402
-from psycopg import sql  # noqa: E402
+import psycopg  # noqa: E402 - after sys.path gets plugins/ and bench/
+from psycopg import sql  # noqa: E402 - after sys.path gets plugins/ and bench/
 
-from outreach import db
+from outreach import db  # noqa: E402 - after sys.path gets plugins/ and bench/
 
-from outreach.dev import embedded  # noqa: E402
-from outreach.migrate import upgrade  # noqa: E402
+from outreach.dev import embedded  # noqa: E402 - after sys.path gets plugins/ and bench/
+from outreach.migrate import upgrade  # noqa: E402 - after sys.path gets plugins/ and bench/
 
 CAMPAIGN = ROOT / "include" / "campaigns" / "demo.yaml"
 PACKAGES = ("psycopg", "apache-airflow", "apache-airflow-providers-smtp", "dkimpy", "cryptography",

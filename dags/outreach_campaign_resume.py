@@ -8,8 +8,8 @@ Resumes one paused campaign, for an operator (a trigger form: campaign key, why,
   claimed again; steps that fell due meanwhile are queued by the next `outreach_queue_due`.
 
 The backlog is not released in one burst: each mailbox's daily cap and each `outreach_send`
-run's steady rate still apply (pacing, `mailbox_remaining_today`). **Clearing `resume` is safe**: resuming an active campaign changes
-nothing.
+run's steady rate still apply (pacing, `mailbox_remaining_today`). **Clearing `resume` is safe**:
+resuming an active campaign changes nothing.
 """
 
 from __future__ import annotations

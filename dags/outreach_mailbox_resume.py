@@ -9,7 +9,8 @@ pauses (Postmaster spam rate, hard-bounce rate) are only ever lifted here or wit
   also records who resumed it and why (`outreach.mailbox_events`).
 
 The backlog is not released in one burst: the day's cap and each `outreach_send` run's steady
-rate still apply (pacing, `mailbox_remaining_today`). **Clearing `resume` is safe**: resuming an active mailbox changes nothing.
+rate still apply (pacing, `mailbox_remaining_today`). **Clearing `resume` is safe**: resuming an
+active mailbox changes nothing.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""
+r"""
 ### outreach_resolve_unconfirmed (manual)
 
 An *unconfirmed* email may or may not have reached the recipient: the end of DATA was sent and no
@@ -11,7 +11,7 @@ accepted by the server after the reaper had taken it (the reply and Message-ID a
 * **was sent** — records it in the send log as operator-confirmed; it counts as sent.
 * **not sent** — puts it back in the queue with the same idempotency key and Message-ID.
 * **was sent where found in Sent** — every selected email whose Message-ID is in its mailbox's
-  Sent folder (the IMAP folder flagged `\\Sent`) is resolved *was sent*, with that evidence as the
+  Sent folder (the IMAP folder flagged `\Sent`) is resolved *was sent*, with that evidence as the
   note; the others stay for a person (not found proves nothing).
 
 The first task, **evidence**, logs each selected email's Message-ID and what its mailbox's Sent

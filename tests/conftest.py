@@ -34,13 +34,13 @@ os.environ.setdefault("OUTREACH_SEND_GAP_SECONDS", "0")
 # capture handler for its own phase (caplog sees nothing); imported here, before any test phase,
 # the order is the same whichever tests run.
 import airflow.sdk  # noqa: E402, F401
-import psycopg  # noqa: E402
-import pytest  # noqa: E402
+import psycopg  # noqa: E402 - after the environment above is set: Airflow reads it on import
+import pytest  # noqa: E402 - after the environment above is set: Airflow reads it on import
 
-from outreach.dev import embedded  # noqa: E402
-from outreach.dev.devsmtp import MaildirServer  # noqa: E402
-from outreach.migrate import upgrade  # noqa: E402
-from outreach.settings import Settings  # noqa: E402
+from outreach.dev import embedded  # noqa: E402 - after the environment above is set: Airflow reads it on import
+from outreach.dev.devsmtp import MaildirServer  # noqa: E402 - after the environment above is set: Airflow reads it on import
+from outreach.migrate import upgrade  # noqa: E402 - after the environment above is set: Airflow reads it on import
+from outreach.settings import Settings  # noqa: E402 - after the environment above is set: Airflow reads it on import
 
 # Fixtures some tests need, kept with their helpers in tests/support (pytest plugins: no import in
 # the test module, which would shadow the fixture's name with an unused import).

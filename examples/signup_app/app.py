@@ -1,4 +1,4 @@
-"""A signup endpoint that sends one welcome email, whatever retries: the outbox pattern with
+r"""A signup endpoint that sends one welcome email, whatever retries: the outbox pattern with
 outreach's durable delivery key.
 
     OUTREACH_DATABASE_URL=postgresql://… uvicorn --app-dir examples/signup_app app:app

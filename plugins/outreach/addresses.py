@@ -15,7 +15,7 @@ __all__ = ["EmailNotValidError", "normal_form", "normalize_address"]
 
 
 def normalize_address(raw: str) -> str:
-    """Validate an address (syntax only, no DNS) and return its normal form.
+    r"""Validate an address (syntax only, no DNS) and return its normal form.
 
     The normal form: leading and trailing white space removed (every character
     :meth:`str.isspace` calls white space: spaces, tabs, CR/LF, no-break spaces…), then
@@ -26,7 +26,7 @@ def normalize_address(raw: str) -> str:
     address itself.
 
     :param raw: an address as a person or a file wrote it.
-    :returns: for example ``"zoë@bücher.example"`` for ``" Zoë@XN--BCHER-KVA.example\\t"``.
+    :returns: for example ``"zoë@bücher.example"`` for ``" Zoë@XN--BCHER-KVA.example\t"``.
     :raises EmailNotValidError: the address is not valid (the message says why).
     """
     return validate_email(raw.strip(), check_deliverability=False).normalized.lower()

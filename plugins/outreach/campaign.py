@@ -34,7 +34,7 @@ def _check_tz(value: str) -> str:
     try:
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown time zone {value!r} (use an IANA name such as Europe/Berlin)")
+        raise ValueError(f"unknown time zone {value!r} (use an IANA name such as Europe/Berlin)") from None
     return value
 
 

@@ -44,7 +44,7 @@ def parse_queries(text: str, source: str = "<string>") -> dict[str, str]:
     """
     parts = _NAME.split(text)
     out: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2]):
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in out:
             raise ValueError(f"{source}: query {name!r} is defined twice")
         out[name] = body.strip().rstrip(";").strip()

@@ -1,9 +1,9 @@
-"""Reading an IMAP account: connect, log in, select read-only, search, fetch — each a named stage.
+r"""Reading an IMAP account: connect, log in, select read-only, search, fetch — each a named stage.
 
 The client is IMAPClient (pinned in requirements.txt) rather than the ``apache-airflow-providers-imap``
 hook: the hook is a thin layer over :mod:`imaplib` made for "download the attachments of mail
 matching a search", and gives neither UIDVALIDITY nor UID-based fetching, special-use folder
-discovery (RFC 6154 ``\\Sent``) or ``BODY.PEEK`` (reading without setting ``\\Seen`` in a mailbox
+discovery (RFC 6154 ``\Sent``) or ``BODY.PEEK`` (reading without setting ``\Seen`` in a mailbox
 people also read). IMAPClient parses every response, works on UIDs throughout, finds
 special-use folders (``find_special_folder``) and has ``oauth2_login`` (XOAUTH2) for Gmail and
 Microsoft 365. The Airflow connection is still where the account lives (conn type ``imap``:
@@ -105,7 +105,7 @@ class ImapSession:
         self.client = connect()
         try:
             self.client.login(self.account.login, self.account.password)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - every failure here is the LOGIN stage's ImapError
             self.close()
             from imapclient.exceptions import LoginError
 
@@ -133,7 +133,7 @@ class ImapSession:
         except Exception:  # noqa: BLE001 - the connection may already be gone
             try:
                 self.client.shutdown()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - best effort: the connection may already be gone
                 pass
         self.client = None
 
@@ -145,7 +145,7 @@ class ImapSession:
         try:
             info = self.client.select_folder(folder, readonly=True)
             return int(info[b"UIDVALIDITY"])
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - every failure here is this stage's ImapError
             raise ImapError("SELECT", f"{folder}: {_reason(exc)}") from None
 
     def uids_after(self, last_uid: int, since: dt.date | None = None) -> list[int]:
@@ -160,11 +160,11 @@ class ImapSession:
             criteria += ["SINCE", since]
         try:
             return sorted(u for u in self.client.search(criteria) if u > last_uid)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - every failure here is this stage's ImapError
             raise ImapError("SEARCH", _reason(exc)) from None
 
     def fetch(self, uids: list[int]) -> Iterator[Fetched]:
-        """Yield the messages ``uids`` with ``BODY.PEEK[]`` (never sets ``\\Seen``), in UID
+        r"""Yield the messages ``uids`` with ``BODY.PEEK[]`` (never sets ``\Seen``), in UID
         order, :data:`FETCH_CHUNK` at a time. A UID expunged meanwhile is skipped.
 
         :raises ImapError: at FETCH.
@@ -173,7 +173,7 @@ class ImapSession:
             chunk = uids[start:start + FETCH_CHUNK]
             try:
                 data = self.client.fetch(chunk, ["BODY.PEEK[]", "INTERNALDATE"])
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - every failure here is this stage's ImapError
                 raise ImapError("FETCH", _reason(exc)) from None
             for uid in chunk:
                 item = data.get(uid)
@@ -186,7 +186,7 @@ class ImapSession:
                 yield Fetched(uid, bytes(item[b"BODY[]"]), when)
 
     def sent_folder(self) -> str | None:
-        """Return the folder flagged ``\\Sent`` (special use, RFC 6154: Gmail's
+        r"""Return the folder flagged ``\Sent`` (special use, RFC 6154: Gmail's
         ``[Gmail]/Sent Mail``, Outlook's ``Sent Items``), or ``None`` when there is none.
 
         :raises ImapError: at LIST.
@@ -198,7 +198,7 @@ class ImapSession:
                 if SENT in flags:
                     return name
             return None
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - every failure here is this stage's ImapError
             raise ImapError("LIST", _reason(exc)) from None
 
     def find_message_id(self, message_id: str) -> dt.datetime | None:
@@ -209,13 +209,13 @@ class ImapSession:
         """
         try:
             found = self.client.search(["HEADER", "Message-ID", f"<{message_id}>"])
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - every failure here is this stage's ImapError
             raise ImapError("SEARCH", _reason(exc)) from None
         if not found:
             return None
         try:
             item = self.client.fetch([min(found)], ["INTERNALDATE"]).get(min(found), {})
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - every failure here is this stage's ImapError
             raise ImapError("FETCH", _reason(exc)) from None
         when = item.get(b"INTERNALDATE")
         if isinstance(when, dt.datetime):

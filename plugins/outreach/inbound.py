@@ -219,7 +219,7 @@ def _classify_bounce(inbound: Inbound, compat: Message) -> Classified | None:
         temporary, permanent = all_failures(compat)
     except Exception:  # noqa: BLE001 - a detector choking on odd input is "no addresses found"
         temporary, permanent = set(), set()
-    dec = lambda s: {a.decode("utf-8", "replace").strip("<>").lower() if isinstance(a, bytes)  # noqa: E731
+    dec = lambda s: {a.decode("utf-8", "replace").strip("<>").lower() if isinstance(a, bytes)  # noqa: E731 - the decoder of the two sets on the next line
                      else str(a).lower() for a in s}
     temporary, permanent = dec(temporary), dec(permanent)
     statuses = _delivery_status(compat)

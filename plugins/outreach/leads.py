@@ -116,8 +116,9 @@ class Problem:
 class LeadRow:
     """A row with a valid address: ``email`` normalised (:func:`outreach.addresses.normalize_address`).
 
-    ``custom`` holds the extra columns (:func:`custom_name` → cleaned text). ``ignored`` is the problem of a field that was dropped from an otherwise good row (an
-    unknown time zone), or ``None``. Whether the row repeats an earlier row of the file is
+    ``custom`` holds the extra columns (:func:`custom_name` → cleaned text). ``ignored`` is the
+    problem of a field that was dropped from an otherwise good row (an unknown time zone), or
+    ``None``. Whether the row repeats an earlier row of the file is
     decided when it is imported (:func:`import_leads`), not here.
     """
 
@@ -639,13 +640,13 @@ def _check_record(layout: _Layout, line: int, record: list[str]) -> StagedRow | 
         return problem("email", f"{why}: not allowed in a header")
     named = layout.named
     values = [_clean(record[i]) if i is not None and i < n else "" for _, i in named]
-    too_long = next((name for (name, _), v in zip(named, values) if len(v) > _MAX_FIELD), None)
+    too_long = next((name for (name, _), v in zip(named, values, strict=True) if len(v) > _MAX_FIELD), None)
     if too_long:
         return problem(too_long, f"longer than {_MAX_FIELD} characters")
     # These fields are rendered into the Subject and the To display name: the one rule on header
     # text decides (outreach.message.header_text_problem); the message builder checks it again
     # for rows that reached the table another way.
-    unsafe = next(((name, why) for (name, _), v in zip(named, values)
+    unsafe = next(((name, why) for (name, _), v in zip(named, values, strict=True)
                    if (why := header_text_problem(v))), None)
     if unsafe:
         return problem(unsafe[0], f"{unsafe[1]}: not allowed in a header")

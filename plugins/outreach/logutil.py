@@ -21,7 +21,8 @@ def mask(address: str | None) -> str:
     return f"{local[:1]}***@{domain}"
 
 
-_ADDRESS = re.compile(r"([A-Za-z0-9.!#$%&'*+/=?^_`{|}~\-\u0080-\uffff]+)@([A-Za-z0-9.\-\u0080-\uffff]+\.[A-Za-z\u0080-\uffff]{2,})")
+_ADDRESS = re.compile(r"([A-Za-z0-9.!#$%&'*+/=?^_`{|}~\-\u0080-\uffff]+)"
+                      r"@([A-Za-z0-9.\-\u0080-\uffff]+\.[A-Za-z\u0080-\uffff]{2,})")
 
 
 def mask_addresses(text: str) -> str:

@@ -1,10 +1,10 @@
 """Message building: a pure function from rendered parts and headers to an RFC 5322 message.
 
-Headers are set through :mod:`email.headerregistry` with the SMTP policy; non-ASCII display names are RFC 2047-encoded and
-internationalised domains are IDNA-encoded (UTS #46, as :mod:`idna` does; RFC 5890). An address
-whose local part is not ASCII cannot be written in an RFC 5322 header at all: such a message is
-built with the SMTPUTF8 policy (RFC 6532 headers in UTF-8) and needs a server that offers SMTPUTF8
-(RFC 6531); the transport asks for it.
+Headers are set through :mod:`email.headerregistry` with the SMTP policy; non-ASCII display names
+are RFC 2047-encoded and internationalised domains are IDNA-encoded (UTS #46, as :mod:`idna` does;
+RFC 5890). An address whose local part is not ASCII cannot be written in an RFC 5322 header at all:
+such a message is built with the SMTPUTF8 policy (RFC 6532 headers in UTF-8) and needs a server that
+offers SMTPUTF8 (RFC 6531); the transport asks for it.
 
 Header safety does not rest on the interpreter's :mod:`email` package (releases without the
 CVE-2024-6923 fix, such as 3.11.7, write a decoded encoded word's CR LF as a real line break).
@@ -283,7 +283,7 @@ def to_wire(msg: EmailMessage) -> bytes:
     meant = _header_list(msg)
     sent = _written_headers(wire, policy)
     if sent != meant:
-        i = next((i for i, (m, w) in enumerate(zip(meant, sent)) if m != w), min(len(meant), len(sent)))
+        i = next((i for i, (m, w) in enumerate(zip(meant, sent, strict=False)) if m != w), min(len(meant), len(sent)))
         set_, written = (", ".join(n for n, _ in hs[i:i + 3]) or "nothing" for hs in (meant, sent))
         raise MessageError(  # names only: a value may hold an address (logs never show one)
             f"the written message does not have the headers that were set: from header {i + 1} "

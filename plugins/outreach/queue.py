@@ -92,12 +92,12 @@ def plan_batches(url: str, batch_size: int, *, parallelism: int = 4,
     """Plan one send run: at most ``parallelism`` batches, each claiming across mailboxes.
 
     A mailbox's work this run is ``min(due, run_left)``: what it may still start today (cap and
-    warm-up) and, with ``interval``, this run's share of that, the day spread evenly over the
-    full send window (pacing; the rule: ``mailbox_remaining_today``); paused mailboxes get none. The work is then split over
-    ``min(parallelism, ceil(total / batch_size))`` batches by :func:`split_work`, so the number of
-    mapped send tasks follows the configured parallelism, not the number of mailboxes. Each
-    batch claims on its own under every mailbox's lock, so a plan that over-estimates (rows
-    outside their send window, a concurrent run) only yields smaller batches.
+    warm-up) and, with ``interval``, this run's share of that, the day spread evenly over the full
+    send window (pacing; the rule: ``mailbox_remaining_today``); paused mailboxes get none. The work
+    is then split over ``min(parallelism, ceil(total / batch_size))`` batches by :func:`split_work`,
+    so the number of mapped send tasks follows the configured parallelism, not the number of
+    mailboxes. Each batch claims on its own under every mailbox's lock, so a plan that
+    over-estimates (rows outside their send window, a concurrent run) only yields smaller batches.
 
     :param batch_size: rows one batch claims at most (``OUTREACH_BATCH_SIZE``).
     :param parallelism: batches at most (``OUTREACH_SEND_PARALLELISM``).

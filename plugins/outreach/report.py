@@ -19,7 +19,9 @@ HISTORY_DAYS = 30
 
 def collect(url: str, *, now: Any = None) -> dict[str, Any]:
     """Return the report as a dict (``outreach report --json`` and the campaign page in Airflow
-    show exactly this):
+    show exactly this).
+
+    Its keys:
 
     * ``rows``: per campaign/step/mailbox counts; ``totals``; ``last_import``;
     * ``held``: leads a step is not queued for because they lack a field it requires
@@ -73,7 +75,8 @@ def collect(url: str, *, now: Any = None) -> dict[str, Any]:
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)] if rows else [len(h) for h in headers]
+    widths = ([max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=True)] if rows
+              else [len(h) for h in headers])
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines = [fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
     lines += [fmt.format(*(str(x) for x in r)) for r in rows]

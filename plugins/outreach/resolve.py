@@ -1,14 +1,15 @@
-"""Operators resolve unconfirmed emails: only a person who checked Sent Items can say.
+r"""Operators resolve unconfirmed emails: only a person who checked Sent Items can say.
 
 "was sent" records the message in the send log as operator-confirmed (the Message-ID derived from
 the row's idempotency key) and marks the row sent. When the server accepted the message after the
-reaper had failed it (a late acceptance, recorded on the row by the sender), that evidence is
-shown by ``outreach unconfirmed`` and kept with the resolution and in the send log's reply. "not sent" requeues it with the same
-idempotency key, so the next attempt carries the same Message-ID. Nothing else may move an
-unconfirmed row: a trigger (migration 0002) refuses it outside an operator resolution.
+reaper had failed it (a late acceptance, recorded on the row by the sender), that evidence is shown
+by ``outreach unconfirmed`` and kept with the resolution and in the send log's reply. "not sent"
+requeues it with the same idempotency key, so the next attempt carries the same Message-ID. Nothing
+else may move an unconfirmed row: a trigger (migration 0002) refuses it outside an operator
+resolution.
 
 Sent-folder evidence: when the mailbox has an IMAP account (``imap_conn_id``) with a Sent folder
-(the one flagged ``\\Sent``, RFC 6154), :func:`sent_evidence` searches it for the row's Message-ID
+(the one flagged ``\Sent``, RFC 6154), :func:`sent_evidence` searches it for the row's Message-ID
 (``SEARCH HEADER Message-ID``, RFC 3501 §6.4.4): *found* (with the message's date) is evidence
 that it went out — many relays (Gmail's SMTP among them) file every message they accept there —
 and :func:`resolve_found` resolves such rows ``was_sent`` with the evidence in the note. *Not
@@ -177,9 +178,9 @@ def resolve(url: str, decision: str, resolved_by: str, *, ids: list[int] | None 
 
 @dataclass(frozen=True)
 class SentEvidence:
-    """What the mailbox's Sent folder says about one email: ``state`` is ``found`` (``folder``
+    r"""What the mailbox's Sent folder says about one email: ``state`` is ``found`` (``folder``
     and ``date``, UTC, of the copy), ``not_found``, ``no_sent_folder`` (the account has no folder
-    flagged ``\\Sent``), ``no_imap`` (the mailbox has no ``imap_conn_id``) or ``unreadable``
+    flagged ``\Sent``), ``no_imap`` (the mailbox has no ``imap_conn_id``) or ``unreadable``
     (``detail`` names the connection and the IMAP stage)."""
 
     state: str

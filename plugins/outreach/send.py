@@ -377,12 +377,12 @@ def _pre_send_stop(conn: Conn, row: dict[str, Any], guard: dict[str, Any], summa
 
 class MailboxUnreachable(RuntimeError):
     """A mailbox could not send at all this run, before any of its claimed rows reached the SMTP
-    server: the connection or login failed (refused, reset, TLS, 421 greeting, AUTH 535, a
-    missing Airflow connection), the server refused MAIL FROM because the session is not logged
-    in (stage ``MAIL``, a 530 5.7.0: :func:`outreach.transport.session_refusal`), or the
-    mailbox's DKIM key could not be loaded (stage ``SIGN``: nothing is ever sent unsigned). Its rows went back to the queue without counting an
-    attempt (``email_release_claimed``), so a dead relay no longer burns the queue's attempts;
-    they are claimed again by the next run.
+    server: the connection or login failed (refused, reset, TLS, 421 greeting, AUTH 535, a missing
+    Airflow connection), the server refused MAIL FROM because the session is not logged in (stage
+    ``MAIL``, a 530 5.7.0: :func:`outreach.transport.session_refusal`), or the mailbox's DKIM key
+    could not be loaded (stage ``SIGN``: nothing is ever sent unsigned). Its rows went back to the
+    queue without counting an attempt (``email_release_claimed``), so a dead relay no longer burns
+    the queue's attempts; they are claimed again by the next run.
 
     Raised by :func:`send_planned` and :func:`outreach.transactional.send_due` *after* every
     other mailbox of the batch was processed, so one dead relay does not hold back the others.
@@ -440,7 +440,9 @@ def raise_if_unreachable(summaries: Sequence[BatchSummary]) -> None:
 class BatchAborted(RuntimeError):
     """The database connection was lost during a send (the claim, or in the middle of a batch).
     What could be recorded after reconnecting was recorded; rows not yet handed off were
-    released; the task must fail. The message is one line naming the stage and the ids::
+    released; the task must fail.
+
+    The message is one line naming the stage and the ids::
 
         database connection lost mid-batch at stage SEND (mailbox 1, after 2 of 10 row(s)):
         email 3 recorded (sent); released ids [4, 5, …] back to the queue; (server closed the

@@ -19,16 +19,28 @@ prints it as ``outreach: error: …`` and exits 2; an Airflow task fails with it
 | OUTREACH_SEND_INTERVAL_MINUTES   | Settings           | minutes, 0 (no pacing) to 1440 (10)        |
 | OUTREACH_SEND_PARALLELISM        | Settings           | tasks, 1 to 1024 (4)                       |
 | OUTREACH_TRANSACTIONAL_RETRY_SECONDS | Settings       | 1–5 comma-separated seconds, each 1 to 3600 (10,60) |
-| OUTREACH_SEND_GAP_SECONDS        | Settings           | least seconds between two handoffs of one mailbox, 0 (none) to 3600 (60) |
-| OUTREACH_SEND_GAP_JITTER         | Settings           | each gap longer by up to this fraction of it, at random, 0 to 1 (0.5) |
+| OUTREACH_SEND_GAP_SECONDS        | Settings           | least seconds between a mailbox's handoffs, 0 to 3600 (60) |
+| OUTREACH_SEND_GAP_JITTER         | Settings           | each gap up to this fraction longer, at random, 0 to 1 (0.5) |
 | OUTREACH_SPAM_RATE_THRESHOLD …   | :class:`outreach.health.HealthSettings` | see there          |
-| OUTREACH_PREFLIGHT, OUTREACH_SENDING_IP, OUTREACH_DNS_NAMESERVER | PreflightSettings | block/warn/off (warn); an IP; IP[:PORT] |
-| OUTREACH_SCHEDULES, OUTREACH_TRANSACTIONAL_SCHEDULE | ScheduleSettings | on/off (on); a cron expression (* * * * *) |
+| OUTREACH_PREFLIGHT               | PreflightSettings  | block/warn/off (warn)                      |
+| OUTREACH_SENDING_IP              | PreflightSettings  | an IP                                      |
+| OUTREACH_DNS_NAMESERVER          | PreflightSettings  | IP[:PORT]                                  |
+| OUTREACH_SCHEDULES               | ScheduleSettings   | on/off (on)                                |
+| OUTREACH_TRANSACTIONAL_SCHEDULE  | ScheduleSettings   | a cron expression (* * * * *)              |
 | OUTREACH_QUEUE_DUE_SCHEDULE      | ScheduleSettings   | a cron expression (*/15 * * * *)           |
-| OUTREACH_ALERT_TO, OUTREACH_ALERT_FROM, OUTREACH_ALERT_SMTP_CONN_ID, OUTREACH_ALERT_NOTIFIER, OUTREACH_ALERT_NOTIFIER_KWARGS | AlertSettings | comma-separated addresses (none: alerts only logged); an address; a connection id (outreach_alerts); package.module:Class; a JSON object |
-| OUTREACH_DATABASE_URL            | DatabaseSettings   | a libpq URL (when the Airflow connection outreach_db does not exist) |
-| OUTREACH_HOME, OUTREACH_TEMPLATES, OUTREACH_CAMPAIGNS, OUTREACH_STATE_DIR, OUTREACH_WORKER_HOSTNAME | :mod:`outreach.paths`, :mod:`outreach.hostname` | read with ``os.environ`` on purpose: a settings object costs ~1.4 ms to build and these are read per rendered message |
-| OUTREACH_IMPORT_ROOTS            | :func:`import_roots` | folders lead and suppression files may be imported from (``include/data``) |
+| OUTREACH_ALERT_TO                | AlertSettings      | comma-separated addresses (none: alerts only logged) |
+| OUTREACH_ALERT_FROM              | AlertSettings      | an address                                 |
+| OUTREACH_ALERT_SMTP_CONN_ID      | AlertSettings      | a connection id (outreach_alerts)          |
+| OUTREACH_ALERT_NOTIFIER          | AlertSettings      | package.module:Class                       |
+| OUTREACH_ALERT_NOTIFIER_KWARGS   | AlertSettings      | a JSON object                              |
+| OUTREACH_DATABASE_URL            | DatabaseSettings   | a libpq URL (used when connection outreach_db is missing) |
+| OUTREACH_HOME, OUTREACH_TEMPLATES | :mod:`outreach.paths` | read with ``os.environ`` (below)     |
+| OUTREACH_CAMPAIGNS, OUTREACH_STATE_DIR | :mod:`outreach.paths` | read with ``os.environ`` (below) |
+| OUTREACH_WORKER_HOSTNAME         | :mod:`outreach.hostname` | read with ``os.environ`` (below)      |
+| OUTREACH_IMPORT_ROOTS            | :func:`import_roots` | folders imports may read (``include/data``) |
+
+The paths and the worker hostname are read with ``os.environ`` on purpose: a settings object costs
+~1.4 ms to build and these are read per rendered message.
 """
 
 from __future__ import annotations

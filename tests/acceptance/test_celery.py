@@ -111,7 +111,7 @@ def celery(tmp_path_factory):
     try:
         _admin("SELECT 1")
         check_redis(REDIS_URL)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - any failure fails the test with this message
         pytest.fail(f"the Celery tests need PostgreSQL at {ADMIN_URL} and Redis at {REDIS_URL} "
                     f"(OUTREACH_CELERY_ADMIN_URL, REDIS_URL): {exc}")
     tmp = tmp_path_factory.mktemp("celery")

@@ -38,7 +38,8 @@ ITERATIONS = int(os.environ.get("OUTREACH_CHAOS_ITERATIONS", "10"))
 
 
 def prepare(db_url: str, tmp_path: Path, n: int, tag: str) -> None:
-    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"{tag}{i}@chaos.example" for i in range(n)], name=f"{tag}.csv"))
+    import_leads(db_url, CAMPAIGN, MAILBOXES,
+                 leads_csv(tmp_path, [f"{tag}{i}@chaos.example" for i in range(n)], name=f"{tag}.csv"))
     with psycopg.connect(db_url) as conn:  # established mailboxes: no cap gets in the way here
         conn.execute("UPDATE outreach.mailboxes SET daily_cap = 100000, warmup_start = NULL")
     assert queue_due(db_url)["queued"] == n
@@ -79,12 +80,13 @@ def test_senders_sigkilled_at_failpoints_never_send_twice_or_lose_a_row(db_url, 
             reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31))
             assert scalar(db_url, "SELECT count(*) FROM outreach.emails WHERE status = 'sending'") == 0
         # A sender that is not killed finishes the rest.
-        proc = subprocess.run(outreach_cmd("send", "--until-empty", "--limit", "50"), env=cli_env(db_url, smtp, tmp_path),
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(outreach_cmd("send", "--until-empty", "--limit", "50"),
+                              env=cli_env(db_url, smtp, tmp_path), capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         messages = smtp.messages()
     totals = invariants.assert_ok(db_url, messages)
-    leftover = rows(db_url, "SELECT status::text AS s, failure_kind AS k, count(*) AS n FROM outreach.emails GROUP BY 1, 2")
+    leftover = rows(db_url, "SELECT status::text AS s, failure_kind AS k, count(*) AS n"
+                            " FROM outreach.emails GROUP BY 1, 2")
     assert {(r["s"], r["k"]) for r in leftover} <= {("sent", None), ("failed", "unconfirmed")}, leftover
     assert totals.sent_rows + totals.unconfirmed == n_rows  # nothing lost, nothing stuck
     print(f"\nchaos: seed={seed} iterations={ITERATIONS} kills={kills} accepted={totals.accepted} "
@@ -113,9 +115,11 @@ def own_server(tmp_path):
     atexit.unregister(server._cleanup)
 
 
-def test_postgres_restarted_mid_batch_loses_nothing_and_sends_nothing_twice(own_server, tmp_path, settings, monkeypatch):
+def test_postgres_restarted_mid_batch_loses_nothing_and_sends_nothing_twice(own_server, tmp_path, settings,
+                                                                             monkeypatch):
     url, restart = own_server
-    import_leads(url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"pg{i}@chaos.example" for i in range(40)], name="pg.csv"))
+    import_leads(url, CAMPAIGN, MAILBOXES,
+                 leads_csv(tmp_path, [f"pg{i}@chaos.example" for i in range(40)], name="pg.csv"))
     queue_due(url)
     with FaultSMTPServer(nth={5: "hook"}, on_message=lambda n: restart()) as smtp:
         for conn_id in SMTP_CONN_IDS:
@@ -157,7 +161,7 @@ def test_random_external_kills_never_duplicate_or_lose(db_url, tmp_path):
             env[f"AIRFLOW_CONN_{conn_id.upper()}"] = smtp.connection_json(timeout=5)
         env.pop("OUTREACH_FAILPOINTS", None)
         cmd = [sys.executable, "-m", "outreach.cli"]
-        for i in range(8):
+        for _ in range(8):
             procs = [subprocess.Popen(cmd + ["send", "--until-empty", "--limit", "5"], env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
             q = subprocess.Popen(cmd + ["queue-due"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -169,7 +173,8 @@ def test_random_external_kills_never_duplicate_or_lose(db_url, tmp_path):
                 p.wait(timeout=120)
             reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31))
         subprocess.run(cmd + ["queue-due"], env=env, check=True, capture_output=True)
-        p = subprocess.run(cmd + ["send", "--until-empty", "--limit", "50"], env=env, capture_output=True, text=True, timeout=300)
+        p = subprocess.run(cmd + ["send", "--until-empty", "--limit", "50"], env=env, capture_output=True, text=True,
+                           timeout=300)
         assert p.returncode == 0, p.stderr[-2000:]
         messages = smtp.messages()
     t = invariants.assert_ok(db_url, messages)

@@ -151,7 +151,7 @@ def test_operator_suppresses_a_domain_through_the_dag(db_url, sink, migrated_air
     assert rows(db_url, "SELECT kind, value, source FROM outreach.suppressions WHERE kind = 'domain'"
                         " AND value = 'coho-winery.example'") == [
         {"kind": "domain", "value": "coho-winery.example", "source": "operator:Dana (ops)"}]
-    assert "cancelled %s queued email(s)" % cancelled in result.log.read_text()
+    assert f"cancelled {cancelled} queued email(s)" in result.log.read_text()
 
     conf = {"value": "@coho-winery.example", "why": "contract signed (ticket 4711)", "requested_by": "Dana (ops)"}
     result = run_dag(env, "outreach_unsuppress", tmp_path / "unsuppress.log", conf=conf)
@@ -328,7 +328,8 @@ def test_operator_requeues_exhausted_emails_through_the_dag(db_url, sink, migrat
     result = run_dag(env, "outreach_requeue", tmp_path / "requeue.log", conf=conf)
     assert result.ok, result.log.read_text()[-4000:]
     states = {r["id"]: (r["status"], r["failure_kind"], r["attempts"]) for r in rows(
-        db_url, "SELECT id, status::text AS status, failure_kind, attempts FROM outreach.emails WHERE id = ANY(%s)", (ids,))}
+        db_url, "SELECT id, status::text AS status, failure_kind, attempts FROM outreach.emails"
+                " WHERE id = ANY(%s)", (ids,))}
     assert states == {ids[0]: ("queued", None, 0), ids[1]: ("queued", None, 0), ids[2]: ("failed", "unconfirmed", 1)}
     assert rows(db_url, "SELECT DISTINCT requeued_by, reason FROM outreach.email_requeues") == [
         {"requeued_by": "Dana (ops)", "reason": "relay fixed"}]

@@ -67,7 +67,8 @@ def test_signature_verifies_and_covers_the_required_headers():
 @pytest.mark.parametrize("change", [
     lambda w: w.replace(b"List-Unsubscribe-Post: List-Unsubscribe=One-Click",
                         b"List-Unsubscribe-Post: List-Unsubscribe=Two-Clicks"),
-    lambda w: w.replace(b"\r\nList-Unsubscribe: ", b"\r\nList-Unsubscribe: <https://evil.example/u>\r\nList-Unsubscribe: ", 1),
+    lambda w: w.replace(b"\r\nList-Unsubscribe: ",
+                        b"\r\nList-Unsubscribe: <https://evil.example/u>\r\nList-Unsubscribe: ", 1),
     lambda w: w.replace(b"Feedback-ID: c:m1:cold:outreach", b"Feedback-ID: c:m1:cold:somebody"),
     lambda w: w.replace(b"Subject: Subject", b"Subject: Changed"),
 ])

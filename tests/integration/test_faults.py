@@ -66,7 +66,8 @@ def test_each_smtp_fault_class_lands_in_the_right_state(db_url, settings, tmp_pa
             assert row["scheduled_for"] == T0 + 30 * MIN, a
         assert "RCPT 451" in s["greylist@faults.example"]["last_error"]
         assert "END_OF_DATA 451" in s["later@faults.example"]["last_error"]
-        assert (s["nouser@faults.example"]["status"], s["nouser@faults.example"]["failure_kind"]) == ("failed", "permanent")
+        nouser = s["nouser@faults.example"]
+        assert (nouser["status"], nouser["failure_kind"]) == ("failed", "permanent")
         assert "RCPT 550 5.1.1" in s["nouser@faults.example"]["last_error"]
         # The reply quoted the address; what is stored (and logged) masks it.
         assert "<n***@faults.example>" in s["nouser@faults.example"]["last_error"]
@@ -148,7 +149,7 @@ def test_reaper_racing_a_finishing_sender_never_overwrites_a_sent_row(db_url, se
 
         errors: list[BaseException] = []
 
-        def sender() -> None:
+        def sender(barrier=barrier, claimed=claimed, iteration=iteration, errors=errors) -> None:
             c2 = db.connect(db_url, autocommit=True)
             barrier.wait()
             try:
@@ -162,7 +163,7 @@ def test_reaper_racing_a_finishing_sender_never_overwrites_a_sent_row(db_url, se
             finally:
                 c2.close()
 
-        def reaper() -> None:
+        def reaper(barrier=barrier, reaped=reaped) -> None:
             barrier.wait()
             reaped.extend(reap(db_url, dt.timedelta(minutes=30), now=T0 + 31 * MIN).unconfirmed)
 

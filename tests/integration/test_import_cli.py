@@ -78,7 +78,8 @@ def test_import_show_pages_the_stored_problems(db_url, sink, tmp_path, data):
     assert [line.split(",")[0] for line in listed] == ["  line 6", "  line 7", "  line 8"]
     assert f"problems 4–6 of 7 (page 2 of 3; next: outreach import show {run_id} --problems --page 3)" in p.stdout
     p = run(["import", "show", str(run_id), "--problems", "--page-size", "3", "--page", "3"], env, cwd=data)
-    assert [line for line in p.stdout.splitlines() if line.startswith("  line ")] == ["  line 9, field email: invalid address: There must be something after the @-sign. (row skipped)"]
+    assert [line for line in p.stdout.splitlines() if line.startswith("  line ")] == [
+        "  line 9, field email: invalid address: There must be something after the @-sign. (row skipped)"]
     p = run(["import", "show", "999999"], env, cwd=data)
     assert p.returncode == 1 and "no import run 999999" in p.stderr
 

@@ -37,7 +37,7 @@ def test_bounces_complaint_and_unsubscribes(db_url, tmp_path, sink, settings, ac
     leads = bounced + ["c1@complain.example", "u1@token.example", "u2@mailto.example",
                        "u3@firstline.example", "keep@quiet.example"]
     sent = sent_campaign(db_url, tmp_path, settings, leads)
-    for (name, sample_address, _mta, _kind), lead in zip(BOUNCE_SAMPLES, bounced):
+    for (name, sample_address, _mta, _kind), lead in zip(BOUNCE_SAMPLES, bounced, strict=True):
         # dsn_11 encloses our Message-ID (matched by it); the others are matched by address.
         ours = sent[lead]["message_id"] if name == "dsn_11.txt" else None
         accounts.append("outreach_imap_anna", bounce_sample(name, sample_address, lead, ours))
@@ -61,7 +61,7 @@ def test_bounces_complaint_and_unsubscribes(db_url, tmp_path, sink, settings, ac
     assert by_label["u***@mail.outreach-demo.example"].unsubscribe == 2
 
     got = {r["address"] or r["from_address"]: r for r in inbound(db_url).values()}
-    for (name, _a, mta, kind), lead in zip(BOUNCE_SAMPLES, bounced):
+    for (name, _a, mta, kind), lead in zip(BOUNCE_SAMPLES, bounced, strict=True):
         r = got[lead]
         assert r["class"] == kind, (mta, r["evidence"])
         assert r["email_id"] == sent[lead]["email_id"], (mta, r)  # recorded against our email
@@ -70,7 +70,7 @@ def test_bounces_complaint_and_unsubscribes(db_url, tmp_path, sink, settings, ac
     assert got["c1@complain.example"]["class"] == "complaint"
     assert "feedback-report" in got["c1@complain.example"]["evidence"]
     sup = {r["value"]: r for r in rows(db_url, "SELECT value, reason, source FROM outreach.suppressions")}
-    hard = [lead for (_n, _a, _m, kind), lead in zip(BOUNCE_SAMPLES, bounced) if kind == "hard_bounce"]
+    hard = [lead for (_n, _a, _m, kind), lead in zip(BOUNCE_SAMPLES, bounced, strict=True) if kind == "hard_bounce"]
     assert {a: sup[a]["reason"] for a in hard} == {a: "bounced" for a in hard}
     assert sup["c1@complain.example"]["reason"] == "complained"
     # The token named u1's email: the one-click path, whoever sent the mail.
@@ -79,7 +79,7 @@ def test_bounces_complaint_and_unsubscribes(db_url, tmp_path, sink, settings, ac
     assert "someone@forwarded.example" not in sup
     assert sup["u2@mailto.example"]["reason"] == sup["u3@firstline.example"]["reason"] == "unsubscribed"
     # Soft bounces suppress nothing; the ledger stays: every email is still 'sent' with its log.
-    soft = [lead for (_n, _a, _m, kind), lead in zip(BOUNCE_SAMPLES, bounced) if kind == "soft_bounce"]
+    soft = [lead for (_n, _a, _m, kind), lead in zip(BOUNCE_SAMPLES, bounced, strict=True) if kind == "soft_bounce"]
     assert not set(soft) & set(sup)
     assert scalar(db_url, "SELECT count(*) FROM outreach.send_log") == len(leads)
 

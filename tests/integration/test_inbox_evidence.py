@@ -1,4 +1,4 @@
-"""Evidence for unconfirmed emails from the mailbox's Sent folder (the IMAP folder flagged \\Sent,
+r"""Evidence for unconfirmed emails from the mailbox's Sent folder (the IMAP folder flagged \Sent,
 RFC 6154) on a real Dovecot: found (with its date) / not found, and ``outreach resolve
 --auto-found`` resolving only the found ones, the evidence recorded."""
 

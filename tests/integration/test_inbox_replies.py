@@ -43,7 +43,8 @@ def test_replies_stop_the_sequence_and_auto_replies_do_not(db_url, tmp_path, sin
     sent = sent_campaign(db_url, tmp_path, settings, leads)
     mid = {a: sent[a]["message_id"] for a in leads}
     # Threaded by References only (the client dropped In-Reply-To), with quoted text.
-    accounts.append("outreach_imap_anna", mail("T One <t1@thread.example>", "Re: Acme", "Interested, call me Tuesday." + QUOTE,
+    accounts.append("outreach_imap_anna", mail("T One <t1@thread.example>", "Re: Acme",
+                                               "Interested, call me Tuesday." + QUOTE,
                     headers={"References": f"<older@thread.example> <{mid['t1@thread.example']}>"},
                     message_id="<t1-reply@thread.example>"))
     # Threaded by In-Reply-To, no quoted text; sent from another address of the same person.
@@ -71,7 +72,7 @@ def test_replies_stop_the_sequence_and_auto_replies_do_not(db_url, tmp_path, sin
     assert "matched by In-Reply-To" in evidence["t2-reply@thread.example"]
     assert "matched by sender address" in evidence["a1-reply@addr.example"]
     assert "matched by sender address" in evidence["a2-reply@addr.example"]
-    for lead, headers, subject in AUTO_FORMS:
+    for lead, headers, _subject in AUTO_FORMS:
         r = got[f"auto-{lead}"]
         assert r["class"] == "auto_reply", (lead, r["evidence"])
         assert (next(iter(headers)) if headers else "Subject") in r["evidence"], r["evidence"]

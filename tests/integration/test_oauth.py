@@ -199,7 +199,7 @@ def test_a_revoked_credential_fails_the_run_red_and_consumes_no_attempt(
 
     email = f"{break_it}@proj.iam.gserviceaccount.com"
     if break_it == "secret":
-        extra_for = lambda user: idp.microsoft_app(user, client_id=f"app-{user}")  # noqa: E731
+        extra_for = lambda user: idp.microsoft_app(user, client_id=f"app-{user}")  # noqa: E731 - the decoder of the two sets on the next line
         smtp_oauth(monkeypatch, xsink, extra_for(ANNA))
         login = imap_oauth(monkeypatch, oauth_dovecot, extra_for)
     else:

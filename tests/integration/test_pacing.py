@@ -111,7 +111,7 @@ def test_runs_left_follow_the_local_day_across_dst(db_url, tmp_path, tz, local_m
 def test_resumed_mailbox_does_not_burst(db_url, sink, paced, tmp_path):
     """200 queued for a paused mailbox with a cap of 50 and four runs left today: after the
     resume each run sends the steady rate, ceil(50 / 48) = 2, and the rest waits for tomorrow.
-    (The old rule sent 13, 13, 12, 12 — 50 in 40 minutes: the burst of issue 12.)"""
+    The old rule sent 13, 13, 12, 12 — 50 in 40 minutes: the burst of issue 12."""
     mb = one_mailbox_campaign(db_url, tmp_path, leads=200, daily_cap=50, now=T0)
     pause_mailbox(db_url, ADDRESS, "warming up DNS", "alice", now=T0 - TEN)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
+from itertools import pairwise
 from zoneinfo import ZoneInfo
 
 import psycopg
@@ -111,7 +112,7 @@ def test_a_warm_up_mailbox_spreads_its_ten_over_the_day(db_url, sink, paced, tmp
         first = start + day * DAY
         assert sends_in(sent, first, dt.timedelta(minutes=100)) == 1
         runs = [round((t - first) / TEN) for t, n in sent.items() if n and first <= t < first + DAY]
-        assert all(14 <= b - a <= 15 for a, b in zip(runs, runs[1:])), runs
+        assert all(14 <= b - a <= 15 for a, b in pairwise(runs)), runs
 
 
 def test_a_resume_late_in_the_window_never_releases_the_backlog(db_url, sink, paced, tmp_path):
@@ -180,7 +181,7 @@ def test_claims_reserve_handoffs_a_jittered_gap_apart_across_claimers(db_url, tm
     assert notes[0] == (11, "")  # floor(900 s / 90 s) + 1: sure to fit whatever the jitter
     assert notes[-1] == (0, "gap: the mailbox's next handoff is reserved beyond the claim horizon")
     assert moments[0] == now
-    gaps = [(b - a).total_seconds() for a, b in zip(moments, moments[1:])]
+    gaps = [(b - a).total_seconds() for a, b in pairwise(moments)]
     assert all(60 <= g < 90 for g in gaps), gaps
     assert len(set(gaps)) > 1  # jittered, not an even beat
     assert all(m <= now + s.gap_horizon for m in moments)

@@ -57,7 +57,7 @@ class _Refusing(Mailbox):
 
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):  # noqa: N802
         if address.startswith("nobody"):
-            return "550 5.1.1 <%s>: Recipient address rejected: User unknown" % address
+            return f"550 5.1.1 <{address}>: Recipient address rejected: User unknown"
         envelope.rcpt_tos.append(address)
         return "250 OK"
 

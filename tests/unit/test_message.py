@@ -43,7 +43,8 @@ def test_template_without_unsubscribe_link_is_refused(tmp_path):
 
 
 def test_subject_with_newlines_cannot_inject_headers():
-    r = render("ops_intro", "Hi {{ lead.first_name }}", {**CTX, "lead": {**CTX["lead"], "first_name": "Eve\r\nBcc: all@x.example"}})
+    r = render("ops_intro", "Hi {{ lead.first_name }}",
+               {**CTX, "lead": {**CTX["lead"], "first_name": "Eve\r\nBcc: all@x.example"}})
     assert "\n" not in r.subject and "\r" not in r.subject
     parsed = parse(build_message(r, envelope(to_name="Eve\r\nBcc: all@x.example")))
     assert parsed["Bcc"] is None
@@ -131,11 +132,12 @@ def test_the_send_gap_settings_have_ranges_and_defaults(monkeypatch):
 
 # --- bad input: non-ASCII and CR/LF in names, subjects and addresses ---------------------------
 
-from outreach.message import MessageError, envelope_address  # noqa: E402
+from outreach.message import MessageError, envelope_address  # noqa: E402 - this section's imports, kept with its tests
 
 
 def test_non_ascii_display_names_and_subject_round_trip_as_rfc2047():
-    r = render("ops_intro", "Grüße an {{ lead.company }}", {**CTX, "lead": {**CTX["lead"], "company": "Müller & Söhne"}})
+    r = render("ops_intro", "Grüße an {{ lead.company }}",
+               {**CTX, "lead": {**CTX["lead"], "company": "Müller & Söhne"}})
     msg = build_message(r, envelope(from_name="Jörg Weiß", to_name="Zoë O'Neill-Łukasiewicz"))
     wire = to_wire(msg)
     head = wire.split(b"\r\n\r\n", 1)[0]

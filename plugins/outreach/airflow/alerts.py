@@ -119,6 +119,7 @@ class RunFailedNotifier:
     again. The alert names the task, its label and the error line."""
 
     def __call__(self, context: dict[str, Any]) -> None:
+        """Alert about the failed task of ``context``, unless its DAG run has had its alert."""
         ti = context["ti"]
         error = context.get("exception")
         label = context.get("batch_label") or f"{ti.task_id}[{ti.map_index}]"
@@ -168,7 +169,7 @@ def alert_preflight(report: dict[str, Any]) -> None:
         alert("preflight_fail", key, lambda _n, d=domain, f=failed: (
             f"outreach: DNS preflight FAIL for {d}: {', '.join(f)}",
             f"The DNS preflight of {d} failed: {', '.join(f)} (OUTREACH_PREFLIGHT="
-            f"{report['mode']}: {'its mailboxes send nothing' if report['mode'] == 'block' else 'its mailboxes send anyway'}).\n"
+            f"{report['mode']}: its mailboxes send {'nothing' if report['mode'] == 'block' else 'anyway'}).\n"
             f"Check it with: outreach preflight {d}"))
 
 

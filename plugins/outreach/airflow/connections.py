@@ -98,8 +98,8 @@ def settings(*, unsubscribe: bool = True):
 
 
 def dkim_private_key(conn_id: str) -> bytes:
-    """Return the PEM private key kept in an Airflow connection: its password, else its extra
-    ``private_key`` (``\\n`` escapes are turned into line breaks).
+    r"""Return the PEM private key kept in an Airflow connection: its password, else its extra
+    ``private_key`` (``\n`` escapes are turned into line breaks).
 
     :raises LookupError: no such connection, or it holds no key (the key is never in a message).
     """

@@ -49,7 +49,8 @@ def cmd_dkim_record(args: argparse.Namespace) -> int:
     if key is None:
         print("outreach: error: give --key-conn-id or --key-file", file=sys.stderr)
         return 1
-    name = f"{args.selector}._domainkey.{args.domain}" if args.selector and args.domain else "<selector>._domainkey.<domain>"
+    name = (f"{args.selector}._domainkey.{args.domain}" if args.selector and args.domain
+            else "<selector>._domainkey.<domain>")
     print(f"{name} TXT \"{public_key_record(key)}\"")
     return 0
 

@@ -64,7 +64,9 @@ def run_demo() -> int:
     """Run the demo; return 0 on success, 1 when a DAG run failed (its log is named)."""
     root, state = project_root(), state_dir()
     url = embedded.local_database_url()
-    print(f"outreach demo: database {'OUTREACH_DATABASE_URL' if DatabaseSettings().database_url else 'embedded PostgreSQL in ' + str(state / 'pgdata')}")
+    where = ("OUTREACH_DATABASE_URL" if DatabaseSettings().database_url
+             else f"embedded PostgreSQL in {state / 'pgdata'}")
+    print(f"outreach demo: database {where}")
     for m in upgrade(url):
         print(f"  applied migration {m.version:04d}_{m.name}")
     maildir = state / "maildir"

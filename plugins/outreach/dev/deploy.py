@@ -180,7 +180,8 @@ class Deployment:
             "AIRFLOW__API__PORT": str(self.port),
             "AIRFLOW__API_AUTH__JWT_SECRET": secret_file.read_text().strip(),
             "AIRFLOW__API__SECRET_KEY": secret_file.read_text().strip(),
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin"),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS",
+                                                                "admin:admin"),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": env.get("AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL", "10"),
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.log_ports[0]),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self.log_ports[1]),
@@ -272,7 +273,8 @@ class Deployment:
         while time.monotonic() < deadline:
             for name, p in self.procs.items():
                 if p.poll() is not None:
-                    raise RuntimeError(f"airflow {name} exited with {p.returncode}; see {self.log_dir / (name + '.log')}")
+                    log_file = self.log_dir / f"{name}.log"
+                    raise RuntimeError(f"airflow {name} exited with {p.returncode}; see {log_file}")
             try:
                 if httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=2).status_code == 200:
                     return
@@ -385,8 +387,9 @@ def celery_databases() -> tuple[str, str]:
     """Return the outreach database URL and the metadata SQLAlchemy URL of a Celery deployment.
 
     The outreach database is :func:`outreach.airflow.connections.database_url` (which never falls
-    back to the embedded server: workers on other machines could never reach it); the metadata is ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``, else a database ``airflow``
-    on the same server (created when missing, like docker-compose.yaml's postgres service).
+    back to the embedded server: workers on other machines could never reach it); the metadata is
+    ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``, else a database ``airflow`` on the same server (created
+    when missing, like docker-compose.yaml's postgres service).
 
     :raises outreach.settings.SettingsError: no outreach database is configured, or the metadata
         database cannot be created there.

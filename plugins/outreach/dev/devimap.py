@@ -1,4 +1,4 @@
-"""A local IMAP server (Dovecot) for ``make demo`` and the tests: the "real IMAP server on loopback".
+r"""A local IMAP server (Dovecot) for ``make demo`` and the tests: the "real IMAP server on loopback".
 
 Dovecot comes from Debian's packages (``apt-get install dovecot-imapd``); nothing of the system's
 Dovecot is used: each :class:`DovecotServer` writes its own configuration file, password file,
@@ -7,7 +7,7 @@ port and is started in the foreground (``dovecot -F -c CONF``) as an unprivilege
 current user, or ``nobody`` when the caller is root (CI runs as root; Dovecot then never needs a
 root-owned path). Users are a static ``passwd-file`` (plain passwords: a throw-away test server),
 mail is ``maildir`` under ``<dir>/mail/<user>``, and every account has a ``Sent`` mailbox flagged
-``\\Sent`` (RFC 6154 special use).
+``\Sent`` (RFC 6154 special use).
 
 Messages are delivered with IMAP APPEND (:meth:`DovecotServer.append`), never by writing files
 behind Dovecot's back; :meth:`DovecotServer.set_uidvalidity` uses Dovecot's own ``doveadm``.
