@@ -104,7 +104,7 @@ class SinkProcess:
         self._count, self._stop = _MP.Value("q", 0), _MP.Event()
         self._proc = _MP.Process(target=_serve, args=(self.port, self._count, self._stop, delay))
 
-    def __enter__(self) -> "SinkProcess":
+    def __enter__(self) -> SinkProcess:
         import smtplib
 
         self._proc.start()
@@ -178,7 +178,7 @@ def render_sign_send(rows: list[dict[str, Any]], pem: bytes | None) -> float:
     from outreach.airflow.connections import smtp_connector
     from outreach.send import prepare
 
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     start = time.perf_counter()
     client = smtp_connector(rows[0]["smtp_conn_id"])
     for row in rows:
@@ -217,7 +217,7 @@ def signing_cost(pem: bytes, row: dict[str, Any], n: int = 200) -> dict[str, flo
     from outreach.send import prepare
     from outreach.signing import DkimKey, headers_to_sign, sign
 
-    _, wire = prepare({**row, "dkim_selector": None}, SETTINGS, dt.datetime.now(dt.timezone.utc))
+    _, wire = prepare({**row, "dkim_selector": None}, SETTINGS, dt.datetime.now(dt.UTC))
     key = serialization.load_pem_private_key(pem, password=None)
     pkcs1 = key.private_bytes(serialization.Encoding.PEM,
                               serialization.PrivateFormat.TraditionalOpenSSL,

@@ -32,7 +32,6 @@ import psycopg  # noqa: E402 - after sys.path gets plugins/ and bench/
 from psycopg import sql  # noqa: E402 - after sys.path gets plugins/ and bench/
 
 from outreach import db  # noqa: E402 - after sys.path gets plugins/ and bench/
-
 from outreach.dev import embedded  # noqa: E402 - after sys.path gets plugins/ and bench/
 from outreach.migrate import upgrade  # noqa: E402 - after sys.path gets plugins/ and bench/
 
@@ -121,7 +120,7 @@ def median_of(repeats: int, once: Callable[[], float]) -> tuple[float, list[floa
 class Stopwatch:
     """``with Stopwatch() as t: …`` then ``t.seconds`` (wall time, ``time.perf_counter``)."""
 
-    def __enter__(self) -> "Stopwatch":
+    def __enter__(self) -> Stopwatch:
         self.start = time.perf_counter()
         return self
 

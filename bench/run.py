@@ -20,13 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_claim  # noqa: E402
-import bench_fanout  # noqa: E402
-import bench_import  # noqa: E402
-import bench_latency  # noqa: E402
-import bench_scaleout  # noqa: E402
-import bench_send  # noqa: E402
-from common import BENCH, Report, Server, machine, write_report  # noqa: E402
+import bench_claim
+import bench_fanout
+import bench_import
+import bench_latency
+import bench_scaleout
+import bench_send
+from common import BENCH, Report, Server, machine, write_report
 
 PATHS = ("claim", "send", "latency", "import", "fanout", "scaleout")
 

@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
 
+from pydantic import Field, field_validator, model_validator
+
 from outreach import db
 from outreach.feedback import mailbox_feedback_loop_id
 from outreach.logutil import log, mask
@@ -42,7 +44,6 @@ from outreach.postmaster import DEFAULT_BASE_URL, FEEDBACK_LOOP_SPAM_RATE, SPAM_
 from outreach.settings import OutreachSettings, SettingsError
 from outreach.store import mailboxes as mailboxes_store
 from outreach.store import postmaster as postmaster_store
-from pydantic import Field, field_validator, model_validator
 
 SPAM_ACTOR = "postmaster"
 BOUNCE_ACTOR = "bounce-rate"
@@ -242,7 +243,7 @@ def _pause_on_rate(url: str, column: str, what: str, rule: str, actor: str, *, t
                 continue
             rate = count / mb.sends
             reason = (f"{what} rate {percent(rate)} ({count} of {mb.sends} "
-                      f"sends since {mb.since.astimezone(dt.timezone.utc):%Y-%m-%d %H:%M} UTC), above "
+                      f"sends since {mb.since.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC), above "
                       f"{percent(threshold)}")
             paused = pause(conn, mb.id, reason, actor, now=now) is not None
             verdicts.append(Verdict(mb.id, mask(mb.address), rule, rate, reason, paused))

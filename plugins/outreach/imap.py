@@ -181,8 +181,8 @@ class ImapSession:
                     continue
                 when = item.get(b"INTERNALDATE")
                 if isinstance(when, dt.datetime):
-                    when = (when.astimezone(dt.timezone.utc) if when.tzinfo
-                            else when.replace(tzinfo=dt.timezone.utc))
+                    when = (when.astimezone(dt.UTC) if when.tzinfo
+                            else when.replace(tzinfo=dt.UTC))
                 yield Fetched(uid, bytes(item[b"BODY[]"]), when)
 
     def sent_folder(self) -> str | None:
@@ -219,5 +219,5 @@ class ImapSession:
             raise ImapError("FETCH", _reason(exc)) from None
         when = item.get(b"INTERNALDATE")
         if isinstance(when, dt.datetime):
-            return when.astimezone(dt.timezone.utc) if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
-        return dt.datetime.now(dt.timezone.utc)
+            return when.astimezone(dt.UTC) if when.tzinfo else when.replace(tzinfo=dt.UTC)
+        return dt.datetime.now(dt.UTC)

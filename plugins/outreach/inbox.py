@@ -172,7 +172,7 @@ def read_target(url: str, target: dict[str, Any], accounts: AccountLoader, *,
                 if last_uid is None:
                     first = inbound_store.inbound_first_send(
                         conn, mailbox_ids=target["mailbox_ids"])
-                    since = ((first or dt.datetime.now(dt.timezone.utc)) - dt.timedelta(days=1)).date()
+                    since = ((first or dt.datetime.now(dt.UTC)) - dt.timedelta(days=1)).date()
                 uids = session.uids_after(last_uid if last_uid is not None else 0, since)[:limit]
                 for fetched in session.fetch(uids):
                     summary.fetched += 1

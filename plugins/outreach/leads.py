@@ -90,7 +90,7 @@ def import_path(path: str | Path, *, base: Path | None = None,
 
     roots = import_roots() if roots is None else roots
     given = Path(path).expanduser()
-    real = ((given if given.is_absolute() else (base or project_root()) / given)).resolve()
+    real = (given if given.is_absolute() else (base or project_root()) / given).resolve()
     if not any(real.is_relative_to(root) for root in roots):
         raise ImportFileError(f"{path}: not inside an import folder ({', '.join(map(str, roots))}); "
                               f"{hint}")

@@ -39,7 +39,6 @@ import idna
 
 from outreach.render import Rendered
 
-
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
@@ -218,7 +217,7 @@ def build_message(rendered: Rendered, env: Envelope) -> EmailMessage:
         msg["Subject"] = rendered.subject
     except (ValueError, TypeError) as exc:
         raise MessageError(str(exc)) from None
-    msg["Date"] = email.utils.format_datetime(env.date.astimezone(dt.timezone.utc))
+    msg["Date"] = email.utils.format_datetime(env.date.astimezone(dt.UTC))
     msg["Message-ID"] = f"<{env.message_id}>"
     if env.unsubscribe_url:  # marketing; transactional mail carries neither header
         msg["List-Unsubscribe"] = f"<{env.unsubscribe_url}>, <{env.unsubscribe_mailto}>"

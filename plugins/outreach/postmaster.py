@@ -224,8 +224,8 @@ def fetch_and_store(url: str, client: PostmasterClient, *, days: int = 14,
     :param now: a fixed clock (UTC) for the range and the stored times; default the current time.
     :raises PostmasterError: a request failed (what was stored before stays stored).
     """
-    clock = now or dt.datetime.now(dt.timezone.utc)
-    end = clock.astimezone(dt.timezone.utc).date()
+    clock = now or dt.datetime.now(dt.UTC)
+    end = clock.astimezone(dt.UTC).date()
     start = end - dt.timedelta(days=days - 1)
     all_days = [start + dt.timedelta(days=i) for i in range(days)]
     summary = FetchSummary(start, end)

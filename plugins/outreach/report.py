@@ -12,7 +12,6 @@ from outreach.logutil import mask
 from outreach.store import import_runs, reports
 from outreach.store import mailboxes as mailboxes_store
 
-
 HISTORY_DAYS = 30
 """Days of per-mailbox history in the report (the campaign page's charts), today included."""
 

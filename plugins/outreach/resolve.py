@@ -54,7 +54,7 @@ def evidence(row: dict[str, Any]) -> str | None:
     """
     if not row.get("late_accepted_at"):
         return None
-    at = row["late_accepted_at"].astimezone(dt.timezone.utc)
+    at = row["late_accepted_at"].astimezone(dt.UTC)
     return (f"accepted late at {at:%Y-%m-%d %H:%M:%S} UTC: {row['late_accept_reply']}; "
             f"Message-ID <{row['late_accept_message_id']}>")
 
@@ -67,7 +67,7 @@ def describe_unconfirmed(row: dict[str, Any]) -> str:
     :param row: a row of ``email_list_unconfirmed``.
     """
     def utc(t: dt.datetime | None) -> str:
-        return f"{t.astimezone(dt.timezone.utc):%Y-%m-%d %H:%M:%S} UTC" if t else "never"
+        return f"{t.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC" if t else "never"
 
     seen = evidence(row)
     return (f"email {row['id']}  {row['campaign_key'] or row['message_class']}  mailbox "

@@ -26,8 +26,15 @@ from outreach import db, failpoints
 from outreach.addresses import EmailNotValidError, normalize_address
 from outreach.feedback import feedback_id
 from outreach.logutil import log, mailbox_name, mask
-from outreach.message import (Envelope, MessageError, ascii_domain, build_message, envelope_address,
-                              message_id_for, to_wire)
+from outreach.message import (
+    Envelope,
+    MessageError,
+    ascii_domain,
+    build_message,
+    envelope_address,
+    message_id_for,
+    to_wire,
+)
 from outreach.queue import Reaped, plan_batches, reap
 from outreach.render import RenderError, render
 from outreach.settings import Settings
@@ -103,7 +110,7 @@ class Clock:
     ``now()`` returns an aware datetime, ``sleep(seconds)`` waits. Injectable, so tests check the
     gap without sleeping; the default is the real clock."""
 
-    now: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(dt.timezone.utc))
+    now: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(dt.UTC))
     sleep: Callable[[float], None] = time.sleep
 
     def wait_until(self, moment: dt.datetime | None, longest: dt.timedelta) -> float:
@@ -750,7 +757,7 @@ def _send_one(conn: Conn, session: SmtpSession, row: dict[str, Any], settings: S
     # handoff stamp below decides them again, atomically with taking the row for the handoff.
     if _pre_send_stop(conn, row, guard, summary, who, address):
         return
-    clock = now or dt.datetime.now(dt.timezone.utc)
+    clock = now or dt.datetime.now(dt.UTC)
     thread = thread_of(conn, row)  # outside the try: a database error is not this row's RENDER
     try:
         message_id, payload, subject = _build(row, settings, clock, keys.for_row(row), thread)
@@ -829,7 +836,7 @@ def _record(conn: Conn, row: dict[str, Any], delivery: Delivery, message_id: str
             log.error("%s: the server accepted it late (%s UTC, reply %s, Message-ID <%s>) after "
                       "the reaper had failed it as unconfirmed; recorded as evidence on the row: "
                       "resolve it with `outreach resolve --ids %s --decision was-sent`", who,
-                      f"{now or dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M:%S}", reply,
+                      f"{now or dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S}", reply,
                       message_id, row["id"])
         else:
             summary.lost_claims += 1

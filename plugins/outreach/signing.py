@@ -101,7 +101,7 @@ def _parse_pem_private_key(data):
     return data if isinstance(data, _OpenSSLKey) else _DKIMPY_PARSE(data)
 
 
-def _rsassa_pkcs1_v1_5_sign(hash, private_key):  # noqa: A002 - dkimpy's parameter names
+def _rsassa_pkcs1_v1_5_sign(hash, private_key):
     """``dkim.crypto.RSASSA_PKCS1_v1_5_sign``, by OpenSSL for an :class:`_OpenSSLKey`."""
     if isinstance(private_key, _OpenSSLKey):
         return private_key.sign(hash)

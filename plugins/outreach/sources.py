@@ -30,8 +30,14 @@ from typing import Any
 
 from outreach import campaign as campaign_mod
 from outreach import db
-from outreach.leads import (ImportFileError, ImportResult, _check_record, apply_staged,
-                            layout_for, open_leads_csv)
+from outreach.leads import (
+    ImportFileError,
+    ImportResult,
+    _check_record,
+    apply_staged,
+    layout_for,
+    open_leads_csv,
+)
 from outreach.logutil import log
 from outreach.paths import resolve
 from outreach.store import leads as leads_store

@@ -42,8 +42,15 @@ from psycopg.types.json import Jsonb
 from outreach import db
 from outreach.logutil import log, mask
 from outreach.paths import templates_dir
-from outreach.send import (DkimKeyLoader, PlannedSummary, SmtpConnector, raise_if_unreachable,
-                           send_batch, transactional_context, worker_name)
+from outreach.send import (
+    DkimKeyLoader,
+    PlannedSummary,
+    SmtpConnector,
+    raise_if_unreachable,
+    send_batch,
+    transactional_context,
+    worker_name,
+)
 from outreach.settings import Settings
 from outreach.store import emails
 from outreach.store import transactional as store

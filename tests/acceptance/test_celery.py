@@ -55,7 +55,7 @@ class _DelayedMailbox(Mailbox):
 
     delay = 0.0
 
-    async def handle_DATA(self, server, session, envelope):  # noqa: N802
+    async def handle_DATA(self, server, session, envelope):
         if self.delay:
             await asyncio.sleep(self.delay)
         return await super().handle_DATA(server, session, envelope)
@@ -199,7 +199,7 @@ def send_until_empty(dep, token, url, runs: int = 4) -> None:
 
 def reap_everything_left(url: str) -> None:
     """Run the reaper as if its threshold had passed (what the next send run's plan does then)."""
-    reap(url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31))
+    reap(url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31))
 
 
 def test_two_workers_send_a_2000_lead_campaign_once(fresh, tmp_path):

@@ -77,7 +77,7 @@ def test_senders_sigkilled_at_failpoints_never_send_twice_or_lose_a_row(db_url, 
             assert proc.returncode in (0, -9), f"seed {seed}, {point}:{nth}\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
             kills[point] += proc.returncode == -9
             # The reaper, 31 minutes later: whatever the killed sender held becomes unconfirmed.
-            reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31))
+            reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31))
             assert scalar(db_url, "SELECT count(*) FROM outreach.emails WHERE status = 'sending'") == 0
         # A sender that is not killed finishes the rest.
         proc = subprocess.run(outreach_cmd("send", "--until-empty", "--limit", "50"),
@@ -171,7 +171,7 @@ def test_random_external_kills_never_duplicate_or_lose(db_url, tmp_path):
             procs[1].send_signal(signal.SIGTERM)
             for p in procs + [q]:
                 p.wait(timeout=120)
-            reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31))
+            reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31))
         subprocess.run(cmd + ["queue-due"], env=env, check=True, capture_output=True)
         p = subprocess.run(cmd + ["send", "--until-empty", "--limit", "50"], env=env, capture_output=True, text=True,
                            timeout=300)

@@ -103,7 +103,7 @@ def test_scheduler_runs_the_main_job_and_clearing_sends_nothing_twice(deployment
 
     # The messages taken while the ledger was broken are still 'sending'; the reaper makes them
     # unconfirmed for a person to decide. Everything else was sent exactly once; nothing is lost.
-    reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31))
+    reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31))
     messages = sink.messages()
     totals = invariants.assert_ok(db_url, messages)
     assert totals.unconfirmed == len(stuck)

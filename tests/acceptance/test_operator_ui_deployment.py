@@ -114,7 +114,7 @@ def test_required_actions_resolve_listed_rows_and_failures_turn_red_and_alert_on
             conn.close()
             hand_over(db_url, claimed)  # the worker was lost during the handoffs
             held = sorted(r["id"] for r in claimed)
-            later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31)
+            later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31)
             assert sorted(reap(db_url, dt.timedelta(minutes=30), now=later).unconfirmed) == held
             run = run_and_wait(dep, token, "outreach_send")
             assert run["state"] == "success"

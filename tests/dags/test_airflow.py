@@ -125,7 +125,7 @@ def test_operator_resolves_unconfirmed_emails_through_the_dag(db_url, sink, migr
     conn.close()
     hand_over(db_url, claimed)  # the worker was lost during the handoffs
     held = [r["id"] for r in claimed]
-    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31)
     assert sorted(reap(db_url, dt.timedelta(minutes=30), now=later).unconfirmed) == sorted(held)
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
     conf = {"decision": "not_sent", "email_ids": f"{held[0]}, {held[1]}", "resolved_by": "Dana (ops)",
@@ -238,7 +238,7 @@ def test_postmaster_dag_with_a_service_account_connection(db_url, sink, migrated
     import_demo(db_url)
     api = FakePostmaster(token="local-access-token").start()
     try:
-        today = dt.datetime.now(dt.timezone.utc).date()
+        today = dt.datetime.now(dt.UTC).date()
         api.set("mail.outreach-demo.example", today - dt.timedelta(days=2), 0.0015)
         env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
         env["AIRFLOW_CONN_OUTREACH_POSTMASTER"] = api.connection_json()

@@ -191,7 +191,7 @@ def test_missing_dkim_key_sends_nothing_requeues_and_fails_the_mailbox(db_url, s
     monkeypatch.delenv("AIRFLOW_CONN_OUTREACH_DKIM_TEST", raising=False)
     import_leads(db_url, CAMPAIGN, dkim_mailboxes(tmp_path), LEADS)
     queue_due(db_url)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     summary = send_batch(db_url, 1, 5, smtp_connector, settings, now=now,
                          dkim_keys=dkim_private_key)
     assert (summary.sent, summary.retried, summary.released) == (0, 0, 5)

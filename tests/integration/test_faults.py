@@ -24,7 +24,7 @@ from support.faultsmtp import FaultSMTPServer
 from support.flow import hand_over, leads_csv, point_mailboxes_at, rows, scalar
 from support.paths import CAMPAIGN, MAILBOXES
 
-T0 = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+T0 = dt.datetime.now(dt.UTC).replace(microsecond=0)
 MIN = dt.timedelta(minutes=1)
 
 
@@ -265,7 +265,7 @@ def test_operator_requeues_only_not_accepted_failures_and_each_is_sent_once(db_u
         assert (rec["failure_kind"], rec["attempts"], rec["requeued_by"], rec["reason"]) == (
             "retries_exhausted", 3, "Dana", "mailbox emptied, ticket 4711")
         assert "RCPT 452" in rec["last_error"]
-        send_round(db_url, settings, dt.datetime.now(dt.timezone.utc) + MIN)
+        send_round(db_url, settings, dt.datetime.now(dt.UTC) + MIN)
         messages = smtp.messages()
     assert [m["X-RcptTo"] for m in messages].count("full@faults.example") == 1
     assert state(db_url)["full@faults.example"]["status"] == "sent"
@@ -290,7 +290,7 @@ class _GarbledAfterData:
 
 def test_unparseable_reply_after_end_of_data_is_not_retried(db_url, settings, tmp_path, monkeypatch):
     handler = _GarbledAfterData()
-    t0 = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    t0 = dt.datetime.now(dt.UTC).replace(microsecond=0)
     with LoopbackSMTPServer(handler) as smtp:
         point_mailboxes_at(monkeypatch, smtp.connection_json(timeout=5))
         import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, ["g@ex.example,G,Garbled"]), now=t0)

@@ -55,7 +55,7 @@ def test_sigkilled_sender_leaves_only_the_stamped_row_unconfirmed(db_url, tmp_pa
         assert [before[a]["status"] for a in addresses] == ["sent"] * 2 + ["sending"] * 8
         assert [before[a]["handed_over_at"] is not None for a in addresses] == [True] * 3 + [False] * 7
 
-        reaped = reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.timezone.utc) + LATER)
+        reaped = reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.UTC) + LATER)
         after = by_address(db_url)
         assert reaped.unconfirmed == [after[addresses[2]]["id"]]
         assert sorted(reaped.requeued) == sorted(after[a]["id"] for a in addresses[3:])
@@ -81,7 +81,7 @@ def test_a_late_acceptance_is_recorded_as_evidence_and_resolved_in_one_step(db_u
     [address] = queued(db_url, tmp_path, 1, "late")
 
     def reaper_runs_while_the_reply_is_held(n: int) -> None:
-        reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.timezone.utc) + LATER)
+        reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.UTC) + LATER)
 
     with FaultSMTPServer({address: ["hook"]}, on_message=reaper_runs_while_the_reply_is_held) as smtp:
         point_mailboxes_at(monkeypatch, smtp.connection_json(timeout=30))
@@ -197,7 +197,7 @@ def test_sender_never_hands_off_a_row_the_reaper_took_meanwhile(db_url, sink, se
         # The sender stalls after its claim, before its first handoff (a GC pause, a slow DNS
         # lookup…): meanwhile the reaper takes the rows back to the queue.
         if not taken:
-            later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31)
+            later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31)
             reaped = reap(db_url, settings.reaper_threshold, now=later)
             assert reaped.unconfirmed == []
             taken.extend(reaped.requeued)

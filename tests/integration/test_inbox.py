@@ -93,7 +93,7 @@ def test_bounces_complaint_and_unsubscribes(db_url, tmp_path, sink, settings, ac
 
 
 def test_late_bounce_and_complaint_count_toward_the_rates(db_url, tmp_path, sink, settings, accounts):
-    from outreach.health import pause_on_bounce_rate, pause_on_complaint_rate
+    from outreach.health import pause_on_complaint_rate
 
     leads = [f"r{i}@rate.example" for i in range(20)]
     sent = sent_campaign(db_url, tmp_path, settings, leads)

@@ -30,7 +30,7 @@ def test_unconfirmed_rows_get_sent_folder_evidence_and_auto_found_resolves_found
     conn.close()
     hand_over(db_url, claimed)  # the worker was lost during the handoffs
     held = sorted(r["id"] for r in claimed)
-    reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31))
+    reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31))
     unconfirmed = {r["id"]: r for r in list_unconfirmed(db_url)}
     assert sorted(unconfirmed) == held
     # The relay filed the first one in Sent (as Gmail's SMTP does); the others it did not.

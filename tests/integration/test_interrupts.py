@@ -79,7 +79,7 @@ def test_interrupt_right_after_claim(db_url, sink, settings, tmp_path, monkeypat
     with pytest.raises(SystemExit):
         send_mod.send_batch(db_url, 1, 10, smtp_connector, settings, worker="w")
     monkeypatch.setattr(send_mod.mailboxes, "mailbox_by_id", real_by_id)
-    reap(db_url, settings.reaper_threshold, now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2))
+    reap(db_url, settings.reaper_threshold, now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2))
     st = rows(db_url, "SELECT status::text AS s, failure_kind FROM outreach.emails ORDER BY id")
     assert sink.messages() == []
     assert all(r["s"] == "queued" for r in st), st

@@ -17,7 +17,7 @@ from support.flow import import_demo, rows, send_all
 from support.scenario import ADDRESS, CONN_ID, BouncingServer, one_mailbox_campaign
 
 ANNA = "anna.schmidt@mail.outreach-demo.example"
-T = dt.datetime(2026, 3, 4, 10, 0, tzinfo=dt.timezone.utc)
+T = dt.datetime(2026, 3, 4, 10, 0, tzinfo=dt.UTC)
 
 
 def status(url: str, mailbox_id: int) -> dict:

@@ -56,7 +56,7 @@ def make_unconfirmed(url: str, n: int) -> list[int]:
     conn.close()
     hand_over(url, claimed)  # the worker was lost during the handoffs
     held = [r["id"] for r in claimed]
-    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31)
     assert sorted(reap(url, dt.timedelta(minutes=30), now=later).unconfirmed) == sorted(held)
     return held
 
@@ -294,13 +294,13 @@ def test_report_days_keep_unknown_postmaster_days_unknown(db_url):
     from outreach.report import collect
 
     import_demo(db_url)
-    today = dt.datetime.now(dt.timezone.utc).date()
+    today = dt.datetime.now(dt.UTC).date()
     with db.transaction(db_url) as conn:
         conn.execute("INSERT INTO outreach.postmaster_stats (domain, metric, day, value, has_data) VALUES"
                      " ('mail.outreach-demo.example', 'SPAM_RATE', %s, 0.0012, true),"
                      " ('mail.outreach-demo.example', 'SPAM_RATE', %s, NULL, false)",
                      (today - dt.timedelta(days=3), today - dt.timedelta(days=2)))
-    report = collect(db_url, now=dt.datetime.combine(today, dt.time(12), dt.timezone.utc))
+    report = collect(db_url, now=dt.datetime.combine(today, dt.time(12), dt.UTC))
     anna = [d for d in report["days"] if d["mailbox_id"] == 1]
     assert len(anna) == 30 and anna[-1]["day"] == today
     assert [d["spam_rate"] for d in anna[-5:]] == [None, 0.0012, None, None, None]  # never 0

@@ -25,7 +25,7 @@ from outreach.mailboxes import pause_mailbox, resume_mailbox
 from outreach.send import Clock, claim, send_batch
 from support.scenario import ADDRESS, one_mailbox_campaign
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 TEN = dt.timedelta(minutes=10)
 DAY = dt.timedelta(days=1)
 

@@ -16,7 +16,7 @@ from support.fakepostmaster import FakePostmaster
 from support.flow import import_demo, rows
 
 DOMAIN = "mail.outreach-demo.example"  # both demo mailboxes (ids 1 and 2) send from it
-NOW = dt.datetime(2026, 3, 10, 7, 0, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 3, 10, 7, 0, tzinfo=dt.UTC)
 DAY = dt.date(2026, 3, 10)
 
 
@@ -172,7 +172,7 @@ def test_only_an_operator_resumes_and_old_figures_do_not_pause_again(db_url, api
 
 
 def test_spam_rate_breach_is_strictly_above_the_threshold():
-    t = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
+    t = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
     mb = {"id": 3, "domain": "d.example", "resumed_at": None}
 
     def latest(domain_rate, loop_rate=None):
@@ -210,7 +210,7 @@ def test_cli_postmaster_with_a_service_account_connection(db_url, api, monkeypat
     signed JWT at the (local) token endpoint; ``outreach mailbox check-spam-rate`` then pauses."""
     import_demo(db_url)
     api.token = "local-access-token"
-    today = dt.datetime.now(dt.timezone.utc).date()
+    today = dt.datetime.now(dt.UTC).date()
     api.set(DOMAIN, today - dt.timedelta(days=3), 0.0011)
     monkeypatch.setenv("OUTREACH_DATABASE_URL", db_url)
     monkeypatch.setenv("AIRFLOW_CONN_OUTREACH_POSTMASTER", api.connection_json())

@@ -59,7 +59,7 @@ def test_follow_up_is_queued_after_its_delay_from_the_same_mailbox(db_url, sink,
     import_demo(db_url)
     queue_due(db_url)
     send_all(db_url, settings)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     assert queue_due(db_url, now=now + dt.timedelta(days=2, hours=23))["queued"] == 0
     later = now + dt.timedelta(days=3, minutes=5)
     assert queue_due(db_url, now=later)["queued"] == EXPECTED_LEADS

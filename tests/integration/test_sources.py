@@ -84,7 +84,7 @@ def test_file_source_imports_each_object_once_across_reruns_and_concurrent_runs(
 
 
 def test_file_source_through_an_object_store_without_a_local_path(db_url, tmp_path):
-    """fsspec's in-memory store stands for s3:// or gs:// (no network): listing, info (no
+    """Fsspec's in-memory store stands for s3:// or gs:// (no network): listing, info (no
     local path), and the streamed read are the object-store calls."""
     from airflow.sdk import ObjectStoragePath
     from airflow.sdk.io import attach

@@ -110,7 +110,7 @@ def test_lead_stop_through_the_cli_sends_nothing_more_to_that_lead(db_url, sink,
     queue_due(db_url)
     send_all(db_url, settings)
     assert len(sink.messages()) == EXPECTED_LEADS
-    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=3, minutes=5)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=3, minutes=5)
     # One lead stopped before step 2 is queued, one after (its queued step 2 is cancelled).
     early, late = sorted(r["email"] for r in rows(
         db_url, "SELECT l.email FROM outreach.leads l ORDER BY l.id LIMIT 2"))

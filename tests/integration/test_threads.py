@@ -17,7 +17,7 @@ from outreach.message import Envelope, MessageError, build_message
 from outreach.queue import queue_due
 from outreach.render import Rendered
 from support import invariants
-from support.flow import leads_csv, rows, scalar, send_all
+from support.flow import leads_csv, rows, send_all
 from support.paths import CAMPAIGN, MAILBOXES
 
 
@@ -46,7 +46,7 @@ def test_threaded_follow_ups_reply_in_the_first_steps_thread(db_url, sink, setti
     import_leads(db_url, threaded_campaign(tmp_path, third=True), MAILBOXES, csv)
     queue_due(db_url)
     send_all(db_url, settings)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     for days in (3, 5):
         later = now + dt.timedelta(days=days, minutes=5)
         assert queue_due(db_url, now=later)["queued"] == 2
@@ -81,7 +81,7 @@ def test_reply_subject_is_the_one_sent_even_after_the_campaign_file_changed(db_u
     # Step 1's subject is edited after it went out; the reply keeps the subject the lead saw.
     campaign.write_text(campaign.read_text().replace("and late deliveries", "and carrier delays"))
     import_leads(db_url, campaign, MAILBOXES, csv)
-    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=3, minutes=5)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=3, minutes=5)
     assert queue_due(db_url, now=later)["queued"] == 1
     send_all(db_url, settings, now=later)
     assert by_step(sink.messages(), 2)["ana@acme.example"]["Subject"] == "Re: Acme and late deliveries"
@@ -130,7 +130,7 @@ def test_thread_on_step_1_is_refused_with_file_line_and_field(tmp_path):
                                  "<a@b>", "a@b\n"])
 def test_a_message_id_that_is_not_one_never_reaches_a_header(bad):
     env = Envelope(from_address="anna@mail.example", from_name="Anna", to_address="ana@acme.example",
-                   to_name="Ana", message_id="k@mail.example", date=dt.datetime.now(dt.timezone.utc),
+                   to_name="Ana", message_id="k@mail.example", date=dt.datetime.now(dt.UTC),
                    unsubscribe_url="https://u.example/t", unsubscribe_mailto="mailto:u@mail.example",
                    feedback_id="c:1:cold:outreach", step_tag="c/2", references=(bad, "ok@mail.example"))
     with pytest.raises(MessageError, match="header References: not a Message-ID"):

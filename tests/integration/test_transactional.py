@@ -138,7 +138,7 @@ def test_not_accepted_is_retried_later_and_sent_once(tx_url, monkeypatch, settin
         s = send_due(tx_url, smtp_connector, settings)
         assert (s.retried, s.failed, s.sent) == (1, 1, 0)
         assert send_due(tx_url, smtp_connector, settings).claimed == 0  # not before 30 minutes
-        later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31)
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31)
         assert send_due(tx_url, smtp_connector, settings, now=later).sent == 1
         assert send_due(tx_url, smtp_connector, settings, now=later).claimed == 0
         assert [a.recipient for a in smtp.accepted] == ["jo@example.com"]
@@ -214,7 +214,7 @@ def test_token_exists_but_the_email_was_never_sent(tx_url, sink, settings, app_f
         os.environ["AIRFLOW_CONN_OUTREACH_SMTP_HELLO"] = smtp.connection_json()
         try:
             assert send_due(tx_url, smtp_connector, settings).retried == 1
-            later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31)
+            later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31)
             assert send_due(tx_url, smtp_connector, settings, now=later).sent == 1
             assert send_due(tx_url, smtp_connector, settings, now=later).claimed == 0
         finally:
@@ -229,7 +229,7 @@ def test_a_421_delays_a_welcome_email_by_seconds_not_half_an_hour(tx_url, settin
     mail, so a one-second blip delayed a welcome email by half an hour. The fault server answers
     421 once; with the transactional schedule (10 s, then 60 s) the next cycle after 10 seconds
     sends it, on an injected clock (no sleeping); campaign mail keeps its 30 minutes."""
-    t0 = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=1)  # after the enqueue's clock
+    t0 = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)  # after the enqueue's clock
     enqueue_one(tx_url, "blip")
     with FaultSMTPServer(rules={"jo@example.com": ["rcpt_421", "accept"]}) as smtp:
         monkeypatch.setenv("AIRFLOW_CONN_OUTREACH_SMTP_HELLO", smtp.connection_json())
@@ -280,7 +280,7 @@ def test_sender_dies_during_the_handoff_ends_unconfirmed_never_resent(tx_url, si
     assert scalar(tx_url, "SELECT status::text FROM outreach.emails") == "sending"
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "claimed=0" in again.stdout, again.stdout + again.stderr
-    reap(tx_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=31))
+    reap(tx_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31))
     [row] = rows(tx_url, "SELECT status::text AS status, failure_kind, last_error FROM outreach.emails")
     assert (row["status"], row["failure_kind"]) == ("failed", "unconfirmed")
     assert "check Sent Items" in row["last_error"]

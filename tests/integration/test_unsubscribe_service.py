@@ -83,7 +83,7 @@ def test_unsubscribe_by_real_post_between_queueing_and_sending(db_url, sink, set
     queue_due(db_url)
     send_all(db_url, settings)
     first = sink.messages()
-    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=3, minutes=5)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=3, minutes=5)
     queued = queue_due(db_url, now=later)["queued"]
     assert queued == len(first)
     alice, bob = first[0], first[1]

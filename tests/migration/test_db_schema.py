@@ -73,7 +73,7 @@ def test_send_window_across_dst(db_url, tz, local_after, expected_local):
     # On spring-forward days 02:30 does not exist; PostgreSQL opens the window at 03:30.
     fold = 1 if expected_local.endswith("+fold") else 0
     expected = dt.datetime.fromisoformat(expected_local.removesuffix("+fold")).replace(tzinfo=z, fold=fold)
-    assert got.astimezone(dt.timezone.utc) == expected.astimezone(dt.timezone.utc), got
+    assert got.astimezone(dt.UTC) == expected.astimezone(dt.UTC), got
 
 
 def test_send_window_business_hours(db_url):

@@ -172,7 +172,7 @@ class FakePostmaster:
                 self._send(401, _error(401, "UNAUTHENTICATED", "missing or bad credentials"))
                 return False
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 raw = self._body()
                 if self.path == "/token":
                     form = parse_qs(raw.decode())
@@ -191,7 +191,7 @@ class FakePostmaster:
                     return self._send(404, _error(404, "NOT_FOUND", self.path))
                 self._send(*api.query(m.group(1), body))
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 api.requests.append({"method": "GET", "path": self.path,
                                      "auth": self.headers.get("Authorization")})
                 if not self._authorised():

@@ -75,7 +75,7 @@ class _Handler:
         msg["X-RcptTo"] = rcpt
         msg["X-MailFrom"] = envelope.mail_from
         self.s._record(Accepted((msg["Message-ID"] or "").strip().strip("<>"), rcpt,
-                                dt.datetime.now(dt.timezone.utc), action, msg))
+                                dt.datetime.now(dt.UTC), action, msg))
         if action == "drop":
             session_transport = server.transport
             if session_transport is not None:

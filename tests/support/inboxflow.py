@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 from outreach.airflow.connections import imap_account
-from outreach.inbox import InboxError, plan_targets, read_target
+from outreach.inbox import plan_targets, read_target
 from outreach.leads import import_leads
 from outreach.queue import queue_due
 from support.flow import leads_csv, one_mailbox, rows, send_all
@@ -128,7 +128,7 @@ def inbound(db_url: str) -> dict[str, dict]:
 def next_step_recipients(db_url: str, settings, sink) -> set[str]:
     """Run the next queue-due + send (step 2 is due 3 days after step 1); return the addresses
     the SMTP sink received step 2 at."""
-    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=3, minutes=5)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=3, minutes=5)
     queue_due(db_url, now=later)
     send_all(db_url, settings, now=later)
     return {m["X-RcptTo"] for m in sink.messages() if m["X-Outreach-Step"].endswith("/2")}

@@ -55,7 +55,7 @@ def one_mailbox_campaign(url: str, tmp_path: Path, *, leads: int, bounces: int =
 class _Refusing(Mailbox):
     """Stores accepted mail in a Maildir; refuses ``nobody…`` recipients: 550 5.1.1."""
 
-    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):  # noqa: N802
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
         if address.startswith("nobody"):
             return f"550 5.1.1 <{address}>: Recipient address rejected: User unknown"
         envelope.rcpt_tos.append(address)

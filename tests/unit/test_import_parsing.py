@@ -18,7 +18,7 @@ def write(tmp_path: Path, text: str, *, bom: bool = False, name: str = "leads.cs
     return p
 
 
-def read(path: Path, **kw) -> tuple[list[LeadRow], list[Problem], "object"]:
+def read(path: Path, **kw) -> tuple[list[LeadRow], list[Problem], object]:
     """Read a whole file: ``(rows, problems, reader)`` (problems include ignored fields)."""
     rows, problems = [], []
     with open_leads_csv(path, **kw) as leads:

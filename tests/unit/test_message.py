@@ -58,7 +58,7 @@ def test_message_carries_the_sender_rule_headers():
     assert parsed["List-Unsubscribe"] == f"<{URL}>, <mailto:unsubscribe@mail.example?subject=u%20{'T' * 120}>"
     assert parsed["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
     assert parsed["Feedback-ID"] == "c:m1:cold:outreach"
-    assert parsed["Date"].datetime == dt.datetime(2026, 11, 29, 9, 0, tzinfo=dt.timezone.utc)
+    assert parsed["Date"].datetime == dt.datetime(2026, 11, 29, 9, 0, tzinfo=dt.UTC)
     assert str(parsed["To"]) == "Zoë O'Neill <zoe@acme.example>"
     assert [p.get_content_type() for p in parsed.iter_parts()] == ["text/plain", "text/html"]
     wire = to_wire(build_message(r, envelope()))

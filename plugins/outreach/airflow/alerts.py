@@ -110,7 +110,7 @@ def alert(kind: str, keys: str | list[str], compose, url: str | None = None) -> 
 def _utc_day() -> str:
     import datetime as dt
 
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
 
 
 class RunFailedNotifier:

@@ -18,7 +18,6 @@ import os
 import smtplib
 from typing import Any
 
-
 DB_CONN_ID = "outreach_db"
 
 

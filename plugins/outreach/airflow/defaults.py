@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 SMTP_POOL = "outreach_smtp"
 """The Airflow pool every task that opens SMTP sessions runs in (one slot = one session at a time):
 its size bounds concurrent SMTP sessions across the whole deployment, whatever the number of
@@ -49,7 +48,7 @@ def dag_kwargs(*, schedule: Any = None, retries: int = 1, operator: bool = False
                                                         fallback=300))}
     if on_failure_callback is not None:
         default_args["on_failure_callback"] = on_failure_callback
-    return {"schedule": schedule if switch == "on" else None, "start_date": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    return {"schedule": schedule if switch == "on" else None, "start_date": dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
             "catchup": False, "tags": ["outreach"] + (["operator"] if operator else []),
             "default_args": default_args, **extra}
 

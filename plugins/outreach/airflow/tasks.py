@@ -8,11 +8,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from outreach.airflow.alerts import (alert, alert_bounce_warnings, alert_pauses, alert_preflight,
-                                     mailbox_names, refused_logins)
-from outreach.airflow.connections import (database_url, dkim_private_key, imap_account,
-                                          optional_unsubscribe_secret, postmaster_credentials,
-                                          settings, smtp_connector)
+from outreach.airflow.alerts import (
+    alert,
+    alert_bounce_warnings,
+    alert_pauses,
+    alert_preflight,
+    mailbox_names,
+    refused_logins,
+)
+from outreach.airflow.connections import (
+    database_url,
+    dkim_private_key,
+    imap_account,
+    optional_unsubscribe_secret,
+    postmaster_credentials,
+    settings,
+    smtp_connector,
+)
 from outreach.airflow.defaults import REVIEW_OPTIONS
 from outreach.logutil import log, mask
 

@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_dotenv_file(project_root() / ".env")  # like `make airflow`; the environment wins
     import signal
 
-    def _terminate(signum, frame):  # noqa: ARG001
+    def _terminate(signum, frame):
         # Turn SIGTERM into an exception so an interrupted batch records its handed-off row as
         # unconfirmed and puts the rows it never touched back in the queue (see outreach.send).
         raise SystemExit(128 + signum)

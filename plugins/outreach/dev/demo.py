@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from outreach import db
-
 from outreach.dev import embedded
 from outreach.dev.devsmtp import MaildirServer, read_maildir
 from outreach.dev.localairflow import airflow_env, ensure_metadata, run_dag

@@ -455,7 +455,7 @@ def run_foreground(executor: str = "local", workers: int = 2) -> int:
     dep.migrate()
     stop = {"now": False}
 
-    def _handler(signum, frame):  # noqa: ARG001
+    def _handler(signum, frame):
         stop["now"] = True
 
     signal.signal(signal.SIGINT, _handler)

@@ -15,11 +15,11 @@ behind Dovecot's back; :meth:`DovecotServer.set_uidvalidity` uses Dovecot's own 
 
 from __future__ import annotations
 
+import grp
 import imaplib
 import json
 import os
 import pwd
-import grp
 import shutil
 import socket
 import subprocess

@@ -31,8 +31,8 @@ from starlette.concurrency import run_in_threadpool
 from outreach import db
 from outreach.logutil import log, mask
 from outreach.store import emails as emails_store
-from outreach.tokens import MAX_AGE_SECONDS, TokenError, read_token
 from outreach.suppression import is_suppressed
+from outreach.tokens import MAX_AGE_SECONDS, TokenError, read_token
 
 ONE_CLICK_FIELD, ONE_CLICK_VALUE = "List-Unsubscribe", "One-Click"
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
