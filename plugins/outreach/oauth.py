@@ -309,7 +309,9 @@ def _microsoft_token(cfg: OAuthConfig) -> tuple[str, float]:
                          "tried again") from None
     if "access_token" not in result:
         code = str(result.get("error") or "refused")
-        text = str(result.get("error_description") or "").splitlines()[0][:200] if result.get(
+        # A refusal quoting what it was sent must not show the client secret (scrub).
+        text = scrub(str(result.get("error_description")).splitlines()[0], credential
+                     if isinstance(credential, str) else None) if result.get(
             "error_description") else ""
         aadsts = text.split(":", 1)[0].strip()
         fix = _MICROSOFT_FIXES.get(aadsts, "check the application's client credentials and its "

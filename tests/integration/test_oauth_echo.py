@@ -1,7 +1,7 @@
 """An SMTP server that echoes the client's XOAUTH2 or AUTH PLAIN initial response in its refusal
 (base64, as it came over the wire): the token or password must not reach the refusal's text,
 which becomes the exception Airflow shows, the rows' last_error, the login alert's body and
-``outreach mailbox check``'s output."""
+``outreach mailbox check``'s output. Likewise a token endpoint that quotes the client secret."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from aiosmtpd.smtp import AuthResult
 
 from outreach import oauth
 from outreach.dev.devsmtp import free_port
-from support.oauthserver import _PlainAuthController
+from support.oauthserver import IdentityProvider, _PlainAuthController
 
 PASSWORD = "hunter2-correct-horse"
 TOKEN = "ya29.static-token-that-must-stay-secret-0123456789"
@@ -77,3 +77,28 @@ def test_an_echoed_auth_plain_response_is_not_in_the_refusal(echo_server, monkey
     wire = base64.b64encode(f"\0{login}\0{PASSWORD}".encode()).decode()
     assert "Invalid credentials" in text, text
     assert PASSWORD not in text and wire not in text and wire[:20] not in text, text
+
+
+class _EchoingEntra(IdentityProvider):
+    """Entra ID that quotes the client secret it was sent in its refusal."""
+
+    def _microsoft_token(self, tenant: str, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        return 401, {"error": "invalid_client", "error_description":
+                     f"AADSTS7000215: Invalid client secret provided: {form.get('client_secret')}"}
+
+
+def test_a_token_endpoint_quoting_the_client_secret_does_not_put_it_in_the_refusal(
+        tmp_path, monkeypatch):
+    idp = _EchoingEntra(tmp_path).start()
+    try:
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(idp.cert))
+        oauth.CACHE.clear()
+        extra = idp.microsoft_app("anna@example.com")
+        cfg = oauth.config("outreach_smtp_anna", "anna@example.com", extra)
+        with pytest.raises(oauth.OAuthError) as refused:
+            oauth.CACHE.get(cfg)
+    finally:
+        idp.stop()
+    text = str(refused.value)
+    assert "AADSTS7000215" in text and "client secret is wrong" in text, text
+    assert extra["client_secret"] not in text, text
