@@ -400,3 +400,47 @@ def test_a_refused_password_is_a_login_failure_too(db_url, tmp_path, settings, i
     assert sorted(a["event_key"].rsplit(":", 1)[0] for a in rows(
         db_url, "SELECT event_key FROM outreach.alerts")) == [
         "login-failed:outreach_imap_anna", "login-failed:outreach_smtp_anna"]
+
+
+def test_a_login_refused_on_the_second_session_of_a_batch_releases_the_rest(
+        db_url, tmp_path, settings, idp, xsink, env, monkeypatch, caplog, capfd):
+    """The batch's first session logs in and sends; the server then hangs up (421 to the second
+    RCPT), and while it is down the app's secret is rotated and the tokens expire: the reconnect's
+    login is refused. What was sent stays sent, the 421's row is the row's retry (one attempt),
+    every later row goes back to the queue with no attempt counted, none is left 'sending', and
+    the run fails naming the connection and the fix."""
+    from outreach.airflow.connections import smtp_connector
+    from outreach.leads import import_leads
+    from outreach.queue import queue_due
+    from outreach.send import MailboxUnreachable, send_run
+
+    smtp_oauth(monkeypatch, xsink, idp.microsoft_app(ANNA, client_id="app-second"))
+    seen: list[str] = []
+
+    async def handle_RCPT(server, session, envelope, address, rcpt_options):
+        seen.append(address)
+        if len(seen) == 2:
+            idp.rotate_secret("contoso-tenant-id", "app-second")
+            idp.expire_all()
+            return "421 4.3.2 Service shutting down, closing channel"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    xsink.handler.handle_RCPT = handle_RCPT
+    leads = [f"s{i}@lead.example" for i in range(5)]
+    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, leads, "second.csv"))
+    one_mailbox(db_url)
+    queue_due(db_url)
+    with pytest.raises(MailboxUnreachable) as failed:
+        send_run(db_url, smtp_connector, settings)
+
+    state = rows(db_url, "SELECT id, status::text, attempts, handed_over_at IS NOT NULL AS stamped "
+                         "FROM outreach.emails ORDER BY id")
+    assert [(r["status"], r["attempts"]) for r in state] == \
+        [("sent", 1), ("queued", 1)] + [("queued", 0)] * 3, state
+    assert not any(r["stamped"] for r in state[1:]), state
+    assert len(xsink.messages()) == 1
+    line = str(failed.value)
+    assert "'outreach_smtp_anna'" in line and "the client secret is wrong" in line, line
+    assert [r.conn_id for r in oauth.take_refusals(["outreach_smtp_anna"])] == ["outreach_smtp_anna"]
+    assert_no_token(db_url, idp, caplog, capfd, line)
