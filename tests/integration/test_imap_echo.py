@@ -24,7 +24,10 @@ def echo_imap():
     stop = threading.Event()
 
     def serve(conn: socket.socket) -> None:
-        f = conn.makefile("rwb", buffering=0)
+        with conn, conn.makefile("rwb", buffering=0) as f:
+            _converse(f)
+
+    def _converse(f) -> None:
         f.write(b"* OK [CAPABILITY IMAP4rev1 AUTH=XOAUTH2] ready\r\n")
         while not stop.is_set():
             line = f.readline()
