@@ -8,6 +8,7 @@ connection, the method and, on failure, the reason and what to fix; never a toke
 
 from __future__ import annotations
 
+import smtplib
 from dataclasses import dataclass
 
 from outreach import db
@@ -47,7 +48,12 @@ def _method(conn_id: str) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join((str(exc) or type(exc).__name__).split())
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, smtplib.SMTPResponseException):  # str() is the (code, reply) tuple
+        reply = exc.smtp_error.decode("utf-8", "replace") if isinstance(
+            exc.smtp_error, bytes) else str(exc.smtp_error)
+        text = reply if exc.smtp_code < 0 else f"{exc.smtp_code} {reply}"
+    text = " ".join(text.split())
     return mask_addresses(text)[:600]
 
 

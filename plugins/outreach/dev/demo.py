@@ -34,6 +34,7 @@ from outreach.store import emails as emails_store
 from outreach.store import import_runs as import_runs_store
 from outreach.store import inbound as inbound_store
 from outreach.store import reports as reports_store
+from outreach.store._run import Conn
 
 DEMO_PUBLIC_URL = "https://unsubscribe.outreach-demo.example"
 LEADS_FILE = "include/data/sample_leads.csv"
@@ -217,8 +218,14 @@ def _inbound_demo(url: str, env: dict[str, str], state: Path, logs: Path) -> lis
     finally:
         imap.stop()
     with db.connect(url, autocommit=True) as conn:
-        effects = [asdict(e) for e in inbound_store.inbound_effect_list(conn)]
+        return inbound_report(conn)
+
+
+def inbound_report(conn: Conn) -> list[str]:
+    """The demo report's inbound lines: a count, then one line per recorded inbound message
+    (its class, the lead's masked address, the effect applied), oldest first."""
+    effects = inbound_store.inbound_effect_list(conn)
     lines = [f"Inbound mail (outreach_inbox): {len(effects)} message(s) recorded in "
              "outreach.inbound_messages"]
-    lines += [f"  {e['class']} ({mask(e['address'])}): {e['effect']}" for e in effects]
+    lines += [f"  {e.class_} ({mask(e.address)}): {e.effect}" for e in effects]
     return lines
