@@ -74,7 +74,9 @@ ORDER BY c.key, st.position, m.missing;
 -- enrolments (the top, the same on every step); queued: waiting or being sent; sent: accepted
 -- (or confirmed by an operator); replied: sent, the lead's enrolment stopped as 'replied', and
 -- no later step was sent; bounced: a hard bounce (as the bounce-rate rule counts one:
--- mailbox_bounce_counts); unsubscribed: a one-click unsubscribe from this very email;
+-- mailbox_bounce_counts); unsubscribed: a one-click unsubscribe from this very email, or the
+-- List-Unsubscribe mailto carrying its token (source mailto:inbound:<id>; a mailto matched only by
+-- the sender's address names no email, so no step);
 -- unconfirmed; failed: any other failure.
 SELECT c.key AS campaign, st.position AS step,
        (SELECT count(*) FROM outreach.enrollments en WHERE en.campaign_id = c.id)::integer AS enrolled,
@@ -93,7 +95,10 @@ SELECT c.key AS campaign, st.position AS step,
        count(e.id) FILTER (WHERE EXISTS (
            SELECT 1 FROM outreach.suppressions s
            WHERE s.kind = 'address' AND s.value = lower(l.email)
-             AND s.source = 'one-click:email:' || e.id))::integer AS unsubscribed,
+             AND (s.source = 'one-click:email:' || e.id
+                  OR s.source IN (SELECT 'mailto:inbound:' || im.id
+                                  FROM outreach.inbound_messages im
+                                  WHERE im.email_id = e.id AND im.class = 'unsubscribe'))))::integer AS unsubscribed,
        count(e.id) FILTER (WHERE e.failure_kind = 'unconfirmed')::integer AS unconfirmed,
        count(e.id) FILTER (WHERE e.status = 'failed' AND e.failure_kind <> 'unconfirmed')::integer AS failed
 FROM outreach.campaigns c

@@ -9,6 +9,7 @@ import datetime as dt
 import pytest
 
 from outreach import db
+from outreach.store.reports import report_funnel
 from outreach.tokens import make_token
 from support.flow import rows, scalar
 from support.inboxflow import (
@@ -78,6 +79,12 @@ def test_bounces_complaint_and_unsubscribes(db_url, tmp_path, sink, settings, ac
     assert sup["u1@token.example"]["source"].startswith("mailto:inbound:")
     assert "someone@forwarded.example" not in sup
     assert sup["u2@mailto.example"]["reason"] == sup["u3@firstline.example"]["reason"] == "unsubscribed"
+    # The campaign page's funnel counts a mailto unsubscribe that names one of our emails (its
+    # token), as it counts a one-click one.
+    with db.connect(db_url, autocommit=True) as conn:
+        funnel = {(f.campaign, f.step): f for f in report_funnel(conn)}
+    # u1's, whose mailto carried its email's token; u2 and u3 were matched by address only.
+    assert funnel[("q4-ops-intro", 1)].unsubscribed == 1, funnel
     # Soft bounces suppress nothing; the ledger stays: every email is still 'sent' with its log.
     soft = [lead for (_n, _a, _m, kind), lead in zip(BOUNCE_SAMPLES, bounced, strict=True) if kind == "soft_bounce"]
     assert not set(soft) & set(sup)

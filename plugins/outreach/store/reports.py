@@ -139,7 +139,8 @@ def report_funnel(conn: Conn) -> list[FunnelStep]:
     sent: accepted (or confirmed by an operator); replied: sent, the lead's enrolment stopped as
     'replied', and no later step was sent; bounced: a hard bounce (as the bounce-rate rule
     counts one: mailbox_bounce_counts); unsubscribed: a one-click unsubscribe from this very
-    email; unconfirmed; failed: any other failure."""
+    email, or the List-Unsubscribe mailto carrying its token; unconfirmed; failed: any other
+    failure (each count's rule: the query's comment in sql/queries/reports.sql)."""
     return many(conn, "report_funnel", {}, FunnelStep)
 
 
