@@ -1,11 +1,12 @@
 """Lead import from CRM / prospecting CSV exports.
 
 Reading is pure and streamed (:func:`open_leads_csv` yields one row at a time); applying is one
-transaction (:func:`import_leads`): sync the campaign, COPY every row into a temporary stage
-table as it is read, then find in-file duplicates, decide suppression with the one SQL function,
-upsert leads and enrol them with set-based statements that return counts, not rows. Memory does
-not grow with the file. Bad rows are reported by line number, field and reason; the good rows
-are imported; importing the same file again changes nothing. Text that would be unsafe in a
+transaction (:func:`import_leads`): sync the campaign, COPY the rows into a temporary stage
+table as they are read, a batch at a time, each batch's suppression decided by the one SQL
+function while the next is read; then find in-file duplicates, upsert leads and enrol them with
+set-based statements that return counts, not rows. Memory does not grow with the file. Bad
+rows are reported by line number, field and reason; the good rows are imported; importing the
+same file again changes nothing. Text that would be unsafe in a
 header (see :func:`outreach.message.header_text_problem`) makes its row a problem.
 """
 
@@ -59,8 +60,9 @@ columns are not worth a lead row of unbounded size."""
 PROBLEMS_SHOWN = 1000
 PROBLEMS_STORED = 100_000  # in outreach.import_runs.problems; the rest are counted (migration 0007)
 PROGRESS_ROWS = 50_000  # a progress line every this many rows read (about every 5 s at 10k rows/s)
-# Address validation (email-validator, about 33 µs an address) is most of an import's Python
-# time: files from this size on are checked in parallel processes (import_workers).
+# Address validation (email-validator, about 12 µs an address once its domain was seen) is the
+# largest part of an import's Python time: files from this size on are checked in parallel
+# processes when there are enough cores (import_workers).
 PARALLEL_FROM_BYTES = 4 << 20  # about 40,000 rows of a typical CRM export
 MAX_WORKERS = 8
 
@@ -698,19 +700,47 @@ def progress_line(file: str, rows: int, seconds: float) -> str:
     return f"import {file}: {rows:,} rows read ({rate})"
 
 
+STAGE_BATCH = 10_000
+"""Rows of a CSV import copied into the stage table at a time: each batch's suppression is asked
+(``lead_stage_mark_suppressed``, one PostgreSQL core) while the next batch is read and checked
+(this process), so the two overlap; at most one batch waits in memory."""
+
+
 def _stage_rows(conn: Any, leads: LeadsCsv, progress: Callable[[int, float], None] | None,
                 every: int, workers: int) -> None:
-    """COPY every row of ``leads`` into the stage table as it is read (one COPY), checked in
-    ``workers`` processes (see :meth:`LeadsCsv.staged`); call ``progress(rows read, seconds since
-    the start)`` every ``every`` rows."""
+    """COPY every row of ``leads`` into the stage table as it is read, :data:`STAGE_BATCH` rows
+    a COPY, checked in ``workers`` processes (see :meth:`LeadsCsv.staged`), and mark each batch's
+    suppressed rows in a second thread while the next batch is read (the connection is used by
+    one thread at a time: a batch is copied once the previous batch's statement returned); call
+    ``progress(rows read, seconds since the start)`` every ``every`` rows. On return every staged
+    row's suppression is decided; an error of either side is raised here."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     start, next_at = time.monotonic(), every
-    with leads_store.lead_stage_copy(conn) as copy:
-        write = copy.write_row
+    batch: list[StagedRow] = []
+    asked: Future[None] | None = None
+    with ThreadPoolExecutor(1, thread_name_prefix="outreach-import-suppression") as db_thread:
+
+        def flush() -> Future[None]:
+            if asked is not None:
+                asked.result()  # the connection is free again (and its error raised here)
+            with leads_store.lead_stage_copy(conn) as copy:
+                for row in batch:
+                    copy.write_row(row)
+            return db_thread.submit(leads_store.lead_stage_mark_suppressed, conn,
+                                    from_line=batch[0][0], to_line=batch[-1][0])
+
         for row in leads.staged(workers):
             if progress is not None and leads.rows_total >= next_at:
                 progress(leads.rows_total, time.monotonic() - start)
                 next_at += every
-            write(row)
+            batch.append(row)
+            if len(batch) >= STAGE_BATCH:
+                asked, batch = flush(), []
+        if batch:
+            asked = flush()
+        if asked is not None:
+            asked.result()
 
 
 def import_workers(path: Path) -> int:
@@ -768,30 +798,36 @@ def import_leads(url: str, campaign_file: str | Path, mailbox_file: str | Path,
         n = import_workers(csv_path) if workers is None else workers
         return apply_staged(conn, campaign, mailboxes, str(campaign_file), str(csv_file),
                             lambda: _stage_rows(conn, leads, progress, progress_every, n)
-                            or (leads.rows_total, leads.invalid), now=now)
+                            or (leads.rows_total, leads.invalid), now=now,
+                            stage_decides_suppression=True)
 
 
 def apply_staged(conn: Any, campaign: campaign_mod.Campaign, mailboxes: list[campaign_mod.Mailbox],
                  campaign_file: str, name: str, stage: Callable[[], tuple[int, int]], *,
-                 now: dt.datetime | None = None) -> ImportResult:
+                 now: dt.datetime | None = None,
+                 stage_decides_suppression: bool = False) -> ImportResult:
     """The import pipeline after reading, inside the caller's transaction ``conn``: sync the
     campaign, create the stage table, call ``stage()`` (it COPYs the rows in, see
-    :data:`StagedRow`, and returns ``(rows read, rows skipped)``), then mark in-file duplicates
-    and suppressed addresses, upsert the leads, enrol them and store the run — set-based
+    :data:`StagedRow`, and returns ``(rows read, rows skipped)``), then mark suppressed addresses
+    and in-file duplicates, upsert the leads, enrol them and store the run — set-based
     statements returning counts. A CSV file (:func:`import_leads`) and a campaign's declared
     source (:mod:`outreach.sources`) both come through here.
 
     :param name: the file or source named in the run and the summary.
+    :param stage_decides_suppression: ``stage()`` has asked ``lead_stage_mark_suppressed`` for
+        every row it staged (:func:`_stage_rows`, batch by batch); else it is asked here for all.
     :returns: the result, ``run_id`` set.
     """
     result = ImportResult(file=name, campaign_key=campaign.key)
     campaign_id = campaign_mod.sync(conn, campaign, mailboxes, campaign_file)
     result.campaign_id = campaign_id
     leads_store.lead_stage_create(conn)
+    leads_store.lead_stage_index_lines(conn)
     result.rows_total, result.invalid = stage()
+    if not stage_decides_suppression:
+        leads_store.lead_stage_mark_suppressed(conn, from_line=None, to_line=None)
     leads_store.lead_stage_analyze(conn)
     leads_store.lead_stage_mark_duplicates(conn)
-    leads_store.lead_stage_mark_suppressed(conn)
     counts = leads_store.lead_stage_counts(conn)
     result.duplicate, result.suppressed = counts.duplicate, counts.suppressed
     upserted = leads_store.lead_upsert_staged(conn)

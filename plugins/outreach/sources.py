@@ -209,7 +209,8 @@ def _import_object(url: str, campaign: campaign_mod.Campaign,
 
                 result = apply_staged(conn, campaign, mailboxes, campaign_file, str(obj),
                                       lambda: _stage_rows(conn, leads, None, 1 << 62, 0)
-                                      or (leads.rows_total, leads.invalid), now=now)
+                                      or (leads.rows_total, leads.invalid), now=now,
+                                      stage_decides_suppression=True)
         sources_store.source_object_done(conn, id=claim, run_id=result.run_id)
     return result
 

@@ -26,6 +26,11 @@ CREATE TEMPORARY TABLE outreach_lead_stage (
     row_key        text              -- a source's row identity (outreach.sources), else NULL
 ) ON COMMIT DROP;
 
+-- name: lead_stage_index_lines
+-- The stage table's lines, indexed before the COPY: each batch's suppression (and the first
+-- problems by line) are read by it.
+CREATE INDEX ON outreach_lead_stage (line);
+
 -- name: lead_stage_copy
 COPY outreach_lead_stage (line, email, first_name, last_name, company, title, timezone, custom,
                           problem_field, problem_reason, problem_action)
@@ -43,23 +48,27 @@ FROM STDIN;
 -- by one index probe each (enrollment_insert_staged).
 ANALYZE outreach_lead_stage;
 
+-- name: lead_stage_mark_suppressed
+-- Suppression at import: the one function decides, for the staged lines %(from_line)s to
+-- %(to_line)s (NULL, NULL: all). A CSV import asks it for each batch of rows just copied, while
+-- the next batch is read (outreach.leads._stage_rows), by the line index. Only suppressed rows
+-- are written; lead_stage_mark_duplicates clears the mark of a row that repeats an earlier line.
+UPDATE outreach_lead_stage SET suppressed = true
+WHERE (%(from_line)s::integer IS NULL OR line BETWEEN %(from_line)s AND %(to_line)s)
+  AND email IS NOT NULL AND outreach.is_suppressed(email);
+
 -- name: lead_stage_mark_duplicates
 -- In-file duplicates: the first line of each normalised address wins; later lines repeat it and
 -- become the row's problem (an ignored field of a duplicate row is not reported: the row is
--- skipped). Only addresses that occur more than once are joined back, so the update touches only
--- them.
+-- skipped), and not a suppressed row (it was asked before: lead_stage_mark_suppressed). Only
+-- addresses that occur more than once are joined back, so the update touches only them.
 UPDATE outreach_lead_stage s
-SET duplicate_of = f.first_line, problem_field = 'email',
+SET duplicate_of = f.first_line, suppressed = false, problem_field = 'email',
     problem_reason = 'duplicate of line ' || f.first_line, problem_action = 'skipped'
 FROM (SELECT email, min(line) AS first_line
       FROM outreach_lead_stage WHERE email IS NOT NULL
       GROUP BY email HAVING count(*) > 1) f
 WHERE s.email = f.email AND s.line > f.first_line;
-
--- name: lead_stage_mark_suppressed
--- Suppression at import: the one function decides. Only suppressed rows are written.
-UPDATE outreach_lead_stage SET suppressed = true
-WHERE email IS NOT NULL AND duplicate_of IS NULL AND outreach.is_suppressed(email);
 
 -- name: lead_stage_counts
 -- accepted: rows that go on to the upsert (good, first of their address, not suppressed);

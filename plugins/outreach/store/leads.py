@@ -40,6 +40,12 @@ def lead_stage_create(conn: Conn) -> None:
     execute(conn, "lead_stage_create", {})
 
 
+def lead_stage_index_lines(conn: Conn) -> None:
+    """``lead_stage_index_lines``: The stage table's lines, indexed before the COPY: each batch's
+    suppression (and the first problems by line) are read by it."""
+    execute(conn, "lead_stage_index_lines", {})
+
+
 def lead_stage_copy(conn: Conn) -> AbstractContextManager[psycopg.Copy]:
     """``lead_stage_copy``: runs lead_stage_copy.
 
@@ -62,18 +68,22 @@ def lead_stage_analyze(conn: Conn) -> None:
     execute(conn, "lead_stage_analyze", {})
 
 
+def lead_stage_mark_suppressed(conn: Conn, *, from_line: int | None, to_line: int | None) -> None:
+    """``lead_stage_mark_suppressed``: Suppression at import: the one function decides, for the
+    staged lines %(from_line)s to %(to_line)s (NULL, NULL: all). A CSV import asks it for each
+    batch of rows just copied, while the next batch is read (outreach.leads._stage_rows), by the
+    line index. Only suppressed rows are written; lead_stage_mark_duplicates clears the mark of
+    a row that repeats an earlier line."""
+    execute(conn, "lead_stage_mark_suppressed", {"from_line": from_line, "to_line": to_line})
+
+
 def lead_stage_mark_duplicates(conn: Conn) -> None:
     """``lead_stage_mark_duplicates``: In-file duplicates: the first line of each normalised
     address wins; later lines repeat it and become the row's problem (an ignored field of a
-    duplicate row is not reported: the row is skipped). Only addresses that occur more than once
-    are joined back, so the update touches only them."""
+    duplicate row is not reported: the row is skipped), and not a suppressed row (it was asked
+    before: lead_stage_mark_suppressed). Only addresses that occur more than once are joined
+    back, so the update touches only them."""
     execute(conn, "lead_stage_mark_duplicates", {})
-
-
-def lead_stage_mark_suppressed(conn: Conn) -> None:
-    """``lead_stage_mark_suppressed``: Suppression at import: the one function decides. Only
-    suppressed rows are written."""
-    execute(conn, "lead_stage_mark_suppressed", {})
 
 
 @dataclass(frozen=True, slots=True)
