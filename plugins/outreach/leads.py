@@ -822,6 +822,7 @@ def apply_staged(conn: Any, campaign: campaign_mod.Campaign, mailboxes: list[cam
     campaign_id = campaign_mod.sync(conn, campaign, mailboxes, campaign_file)
     result.campaign_id = campaign_id
     leads_store.lead_stage_create(conn)
+    leads_store.lead_stage_memory(conn)
     leads_store.lead_stage_index_lines(conn)
     result.rows_total, result.invalid = stage()
     if not stage_decides_suppression:

@@ -40,6 +40,14 @@ def lead_stage_create(conn: Conn) -> None:
     execute(conn, "lead_stage_create", {})
 
 
+def lead_stage_memory(conn: Conn) -> None:
+    """``lead_stage_memory``: For the rest of this transaction, sorts and hashes of up to 128 MB
+    stay in memory: the upsert sorts every staged row by address, the duplicate search and the
+    enrolment join hash them; at the default 4 MB 100,000 rows spill (the sort 18 MB to disk)
+    and a million rows many times over. One import's backend at a time."""
+    execute(conn, "lead_stage_memory", {})
+
+
 def lead_stage_index_lines(conn: Conn) -> None:
     """``lead_stage_index_lines``: The stage table's lines, indexed before the COPY: each batch's
     suppression (and the first problems by line) are read by it."""
