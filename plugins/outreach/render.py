@@ -43,6 +43,13 @@ def _environment(directory: Path) -> jinja2.Environment:
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _subject_template(directory: Path, subject: str) -> jinja2.Template:
+    # Compiled once per (folder, subject), as the environment caches file templates: a batch
+    # renders the same step subject for every row.
+    return _environment(directory).from_string(subject)
+
+
 def render(template: str, subject: str | None, context: dict[str, Any],
            directory: Path | None = None, *, require_unsubscribe: bool = True) -> Rendered:
     """Render one email.
@@ -59,9 +66,10 @@ def render(template: str, subject: str | None, context: dict[str, Any],
     :raises RenderError: missing template or variable, a template error, or a part without the
         unsubscribe link.
     """
-    env = _environment(directory or templates_dir())
+    directory = directory or templates_dir()
+    env = _environment(directory)
     try:
-        raw_subject = (env.from_string(subject).render(context) if subject is not None
+        raw_subject = (_subject_template(directory, subject).render(context) if subject is not None
                        else env.get_template(f"{template}.subject.j2").render(context))
         subject_out = " ".join(raw_subject.split())
         text = env.get_template(f"{template}.txt.j2").render(context)

@@ -106,7 +106,14 @@ ORDER BY m.id;
 -- write its one send-log entry in the same statement. The guard (sending + our claim token)
 -- means a row the reaper or an operator took over is never overwritten. The Subject as sent is
 -- kept (a threaded follow-up replies with "Re: " + it, see email_thread).
-WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+-- Committed without waiting for the WAL flush (synchronous_commit off for this statement's
+-- transaction only): the next synchronous commit on the server flushes the WAL up to and past
+-- it (the next row's handoff stamp, email_touch_claim, is one), else the WAL writer does within
+-- wal_writer_delay. Only a crash of the database server in between can lose it, and then the row
+-- is what it was before: 'sending' with its handoff stamp, which the reaper fails as
+-- unconfirmed, never resends.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now,
+                  set_config('synchronous_commit', 'off', true) AS synchronous_commit),
 done AS (
     UPDATE outreach.emails e
     SET status = 'sent', sent_at = n.now, last_error = NULL, updated_at = n.now

@@ -180,7 +180,13 @@ def email_mark_sent(
     """``email_mark_sent``: Only after the server accepted the message (2xx to the end of DATA):
     mark the row sent and write its one send-log entry in the same statement. The guard (sending
     + our claim token) means a row the reaper or an operator took over is never overwritten. The
-    Subject as sent is kept (a threaded follow-up replies with "Re: " + it, see email_thread)."""
+    Subject as sent is kept (a threaded follow-up replies with "Re: " + it, see email_thread).
+    Committed without waiting for the WAL flush (synchronous_commit off for this statement's
+    transaction only): the next synchronous commit on the server flushes the WAL up to and past
+    it (the next row's handoff stamp, email_touch_claim, is one), else the WAL writer does within
+    wal_writer_delay. Only a crash of the database server in between can lose it, and then the
+    row is what it was before: 'sending' with its handoff stamp, which the reaper fails as
+    unconfirmed, never resends."""
     return cast(
         "list[int]",
         values(
