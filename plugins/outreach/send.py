@@ -1,7 +1,9 @@
 """Sending: claim a batch, re-check suppression and enrolment, render, hand off, record, row by row.
 
-Each row's outcome is committed right after its own handoff, never at the end of the batch, and
-every change of a claimed row is one guarded UPDATE (status = 'sending' and our claim token).
+Each row's outcome is committed right after its own handoff, never at the end of the batch (an
+acceptance without waiting for the WAL flush, which the next handoff stamp forces: see
+``email_mark_sent``), and every change of a claimed row is one guarded UPDATE (status =
+'sending' and our claim token).
 What happens when this runs twice: a second sender's claim skips locked rows and can only claim
 rows still 'queued'; a retried task claims fresh rows or none, and rows an earlier try left in
 'sending' are left to the reaper.
