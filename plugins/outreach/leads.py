@@ -748,8 +748,10 @@ def import_workers(path: Path) -> int:
     :data:`PARALLEL_FROM_BYTES`, inside a daemonic process (a Celery prefork worker may not have
     children) or on fewer than 4 CPUs, else one per CPU but the reader's, at most
     :data:`MAX_WORKERS`. On 2 cores the workers measured no faster than one process (60,000
-    rows: 10–12 s against 8.5–9 s, 2026-12-01): the reader, the COPY and PostgreSQL need the
-    same cores, and the rows travel to the workers and back."""
+    rows: 10–12 s against 8.5–9 s, 2026-12-01, before the domain check was remembered per domain
+    in :func:`outreach.addresses.normalize_address`, which made the checks three times cheaper):
+    the reader, the COPY and PostgreSQL need the same cores, and the rows travel to the workers
+    and back."""
     import multiprocessing
     import os
 
