@@ -45,9 +45,9 @@ MEND_LEDGER = "DROP TRIGGER test_break_ledger ON outreach.send_log; DROP FUNCTIO
 
 
 @pytest.fixture
-def deployment(pg_admin_url, db_url, sink, tmp_path):
+def deployment(pg_admin_url, airflow_meta_template, db_url, sink, tmp_path):
     conn_json = sink.connection_json()
-    with running_deployment(pg_admin_url, db_url, tmp_path, {
+    with running_deployment(pg_admin_url, airflow_meta_template, db_url, tmp_path, {
             **BASE_ENV, "AIRFLOW_CONN_OUTREACH_SMTP_ANNA": conn_json,
             "AIRFLOW_CONN_OUTREACH_SMTP_BEN": conn_json,
             "AIRFLOW_CONN_OUTREACH_SMTP_HELLO": conn_json}) as dep:
@@ -120,7 +120,8 @@ def test_scheduler_runs_the_main_job_and_clearing_sends_nothing_twice(deployment
     assert invariants.assert_ok(db_url, sink.messages()).unconfirmed == len(stuck)
 
 
-def test_an_import_run_triggers_queue_due_through_the_leads_asset(pg_admin_url, db_url, tmp_path):
+def test_an_import_run_triggers_queue_due_through_the_leads_asset(pg_admin_url, airflow_meta_template, db_url,
+                                                                 tmp_path):
     """Issue 14: the real scheduler starts ``outreach_queue_due`` from the leads Asset an import
     run updated, without waiting for its cron. Schedules stay on (``OUTREACH_SCHEDULES=off`` turns
     Asset schedules off too: no DAG is scheduled), but neither cron can fire during the test: the
@@ -132,7 +133,7 @@ def test_an_import_run_triggers_queue_due_through_the_leads_asset(pg_admin_url, 
     campaign.write_text(campaign.read_text().replace("source:", 'schedule: "dbt://nothing/updates-this"\nsource:'))
     importer = "outreach_import_source_files_q4"
     env = {k: v for k, v in BASE_ENV.items() if k != "OUTREACH_SCHEDULES"}
-    with running_deployment(pg_admin_url, db_url, tmp_path, {
+    with running_deployment(pg_admin_url, airflow_meta_template, db_url, tmp_path, {
             **env, "OUTREACH_CAMPAIGNS": str(folder), "OUTREACH_QUEUE_DUE_SCHEDULE": "0 0 1 1 *"}) as dep:
         token = dep.token()
         wait_for(lambda: {d["dag_id"] for d in dep.api("GET", "/dags", token)["dags"]} >=

@@ -87,7 +87,7 @@ def check_campaign_page(dep, db_url: str, unconfirmed: list[int], tmp_path) -> N
 
 
 def test_required_actions_resolve_listed_rows_and_failures_turn_red_and_alert_once(
-        pg_admin_url, db_url, tmp_path):
+        pg_admin_url, airflow_meta_template, db_url, tmp_path):
     import_demo(db_url)
     assert queue_due(db_url)["queued"] == 196
     relay = MaildirServer(tmp_path / "relay").start()  # the mailboxes' SMTP server
@@ -98,7 +98,7 @@ def test_required_actions_resolve_listed_rows_and_failures_turn_red_and_alert_on
            "AIRFLOW_CONN_OUTREACH_ALERTS": alerts.connection_json(),
            "OUTREACH_ALERT_TO": OPS, "OUTREACH_ALERT_FROM": "outreach@outreach-test.example"}
     try:
-        with running_deployment(pg_admin_url, db_url, tmp_path, env) as dep:
+        with running_deployment(pg_admin_url, airflow_meta_template, db_url, tmp_path, env) as dep:
             token = dep.token()
             wanted = {"outreach_send", "outreach_unconfirmed_review"}
             wait_for(lambda: {d["dag_id"] for d in dep.api("GET", "/dags", token)["dags"]} >= wanted,

@@ -235,10 +235,10 @@ class Deployment:
                              "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.worker_log_ports[i - 1])})
 
     def _spawn(self, key: str, args: list[str], env: dict[str, str]) -> None:
-        log = open(self.log_dir / f"{key}.log", "ab")
-        self.procs[key] = subprocess.Popen([sys.executable, "-m", "airflow", *args], env=env,
-                                           stdout=log, stderr=subprocess.STDOUT,
-                                           stdin=subprocess.DEVNULL, start_new_session=True)
+        with open(self.log_dir / f"{key}.log", "ab") as log:  # the child keeps its own descriptor
+            self.procs[key] = subprocess.Popen([sys.executable, "-m", "airflow", *args], env=env,
+                                               stdout=log, stderr=subprocess.STDOUT,
+                                               stdin=subprocess.DEVNULL, start_new_session=True)
 
     def kill_worker(self, i: int) -> None:
         """SIGKILL Celery worker ``i`` and everything it started: a worker machine that dies
@@ -297,7 +297,7 @@ class Deployment:
         while not set(dag_ids) <= {d["dag_id"] for d in self.api("GET", "/dags", token)["dags"]}:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{dag_ids} not parsed within {timeout} s; see {self.log_dir}")
-            time.sleep(2)
+            time.sleep(0.5)
         for dag_id in dag_ids:
             self.api("PATCH", f"/dags/{dag_id}", token, json={"is_paused": False})
         return token
