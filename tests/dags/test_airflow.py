@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from outreach.dev.localairflow import airflow_env, run_dag
+from outreach.dev.localairflow import DagTestSession, airflow_env, run_dag
 from outreach.queue import queue_due
 from support import invariants
 from support.airflowhome import env_for, fresh_home
@@ -72,10 +72,11 @@ def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
 def test_main_job_through_airflow_twice_adds_nothing(db_url, sink, migrated_airflow_home, tmp_path):
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
     for round_ in (1, 2):
-        for dag_id in ("outreach_import_leads", "outreach_queue_due", "outreach_send"):
-            result = run_dag(env, dag_id, tmp_path / f"{dag_id}-{round_}.log")
-            assert result.ok, f"{dag_id} round {round_}: {result.state}, see {result.log}:\n" + \
-                result.log.read_text()[-4000:]
+        with DagTestSession(env) as airflow:  # a round's three runs in one Airflow process, its own
+            for dag_id in ("outreach_import_leads", "outreach_queue_due", "outreach_send"):
+                result = airflow.run(dag_id, tmp_path / f"{dag_id}-{round_}.log")
+                assert result.ok, f"{dag_id} round {round_}: {result.state}, see {result.log}:\n" + \
+                    result.log.read_text()[-4000:]
         messages = sink.messages()
         totals = invariants.assert_ok(db_url, messages)
         assert len(messages) == totals.send_log == totals.sent_rows == EXPECTED_LEADS
@@ -138,12 +139,14 @@ def test_operator_resolves_unconfirmed_emails_through_the_dag(db_url, sink, migr
     assert "resolve not_sent: resolved=2" in result.log.read_text()
 
 
-def test_operator_suppresses_a_domain_through_the_dag(db_url, sink, migrated_airflow_home, tmp_path):
+def test_operator_suppresses_a_domain_through_the_dag(db_url, sink, migrated_airflow_home, tmp_path,
+                                                      dag_session):
     import_demo(db_url)
     queue_due(db_url)
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
+    airflow = dag_session(env)  # both runs in one Airflow process
     conf = {"value": "@Coho-Winery.example", "reason": "manual", "requested_by": "Dana (ops)"}
-    result = run_dag(env, "outreach_suppress", tmp_path / "suppress.log", conf=conf)
+    result = airflow.run("outreach_suppress", tmp_path / "suppress.log", conf=conf)
     assert result.ok, result.log.read_text()[-4000:]
     cancelled = rows(db_url, "SELECT count(*) AS n FROM outreach.emails e JOIN outreach.leads l ON l.id = e.lead_id"
                              " WHERE l.email LIKE '%%@coho-winery.example' AND e.status = 'suppressed'")[0]["n"]
@@ -154,7 +157,7 @@ def test_operator_suppresses_a_domain_through_the_dag(db_url, sink, migrated_air
     assert f"cancelled {cancelled} queued email(s)" in result.log.read_text()
 
     conf = {"value": "@coho-winery.example", "why": "contract signed (ticket 4711)", "requested_by": "Dana (ops)"}
-    result = run_dag(env, "outreach_unsuppress", tmp_path / "unsuppress.log", conf=conf)
+    result = airflow.run("outreach_unsuppress", tmp_path / "unsuppress.log", conf=conf)
     assert result.ok, result.log.read_text()[-4000:]
     assert rows(db_url, "SELECT count(*) AS n FROM outreach.suppressions WHERE kind = 'domain'"
                         " AND value = 'coho-winery.example'")[0]["n"] == 0
@@ -166,18 +169,19 @@ def test_operator_suppresses_a_domain_through_the_dag(db_url, sink, migrated_air
 ANNA = "anna.schmidt@mail.outreach-demo.example"
 
 
-def test_pause_and_resume_dags_with_their_params(db_url, sink, migrated_airflow_home, tmp_path):
+def test_pause_and_resume_dags_with_their_params(db_url, sink, migrated_airflow_home, tmp_path, dag_session):
     import_demo(db_url)
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
-    paused = run_dag(env, "outreach_mailbox_pause", tmp_path / "pause.log",
-                     conf={"mailbox": ANNA, "reason": "complaint from acme", "operator": "alice"})
+    airflow = dag_session(env)  # both runs in one Airflow process
+    paused = airflow.run("outreach_mailbox_pause", tmp_path / "pause.log",
+                         conf={"mailbox": ANNA, "reason": "complaint from acme", "operator": "alice"})
     assert paused.ok, paused.log.read_text()[-4000:]
     assert rows(db_url, "SELECT status, paused_by, paused_reason FROM outreach.mailboxes"
                         " ORDER BY id") == [
         {"status": "paused", "paused_by": "alice", "paused_reason": "complaint from acme"},
         {"status": "active", "paused_by": None, "paused_reason": None}]
-    resumed = run_dag(env, "outreach_mailbox_resume", tmp_path / "resume.log",
-                      conf={"mailbox": "1", "why": "acme confirmed a mistake", "operator": "bob"})
+    resumed = airflow.run("outreach_mailbox_resume", tmp_path / "resume.log",
+                          conf={"mailbox": "1", "why": "acme confirmed a mistake", "operator": "bob"})
     assert resumed.ok, resumed.log.read_text()[-4000:]
     assert rows(db_url, "SELECT event, actor, reason FROM outreach.mailbox_events ORDER BY id") == [
         {"event": "paused", "actor": "alice", "reason": "complaint from acme"},
@@ -189,15 +193,16 @@ def test_pause_and_resume_dags_with_their_params(db_url, sink, migrated_airflow_
 
 
 def test_lead_stop_and_campaign_pause_dags_with_their_params(db_url, sink, migrated_airflow_home,
-                                                            tmp_path):
+                                                            tmp_path, dag_session):
     import_demo(db_url)
     queue_due(db_url)
     lead = rows(db_url, "SELECT l.email FROM outreach.emails e JOIN outreach.leads l ON l.id = e.lead_id"
                         " ORDER BY e.id LIMIT 1")[0]["email"]
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
-    stopped = run_dag(env, "outreach_lead_stop", tmp_path / "stop.log",
-                      conf={"address": lead, "campaign": "q4-ops-intro",
-                            "reason": "asked by phone", "operator": "Dana (ops)"})
+    airflow = dag_session(env)  # the five runs in one Airflow process
+    stopped = airflow.run("outreach_lead_stop", tmp_path / "stop.log",
+                          conf={"address": lead, "campaign": "q4-ops-intro",
+                                "reason": "asked by phone", "operator": "Dana (ops)"})
     assert stopped.ok, stopped.log.read_text()[-4000:]
     assert rows(db_url, "SELECT en.status, en.stopped_by, en.stop_reason, e.status::text AS email"
                         " FROM outreach.enrollments en JOIN outreach.leads l ON l.id = en.lead_id"
@@ -207,19 +212,19 @@ def test_lead_stop_and_campaign_pause_dags_with_their_params(db_url, sink, migra
     stop_log = stopped.log.read_text()
     assert "stopped; cancelled 1 queued email(s)" in stop_log and lead not in stop_log
 
-    paused = run_dag(env, "outreach_campaign_pause", tmp_path / "pause.log",
-                     conf={"campaign": "q4-ops-intro", "reason": "legal review", "operator": "alice"})
+    paused = airflow.run("outreach_campaign_pause", tmp_path / "pause.log",
+                         conf={"campaign": "q4-ops-intro", "reason": "legal review", "operator": "alice"})
     assert paused.ok, paused.log.read_text()[-4000:]
-    sent = run_dag(env, "outreach_send", tmp_path / "send-paused.log")
+    sent = airflow.run("outreach_send", tmp_path / "send-paused.log")
     assert sent.ok, sent.log.read_text()[-4000:]
     assert sink.messages() == []  # paused: nothing claimed
-    resumed = run_dag(env, "outreach_campaign_resume", tmp_path / "resume.log",
-                      conf={"campaign": "q4-ops-intro", "why": "approved", "operator": "bob"})
+    resumed = airflow.run("outreach_campaign_resume", tmp_path / "resume.log",
+                          conf={"campaign": "q4-ops-intro", "why": "approved", "operator": "bob"})
     assert resumed.ok, resumed.log.read_text()[-4000:]
     assert rows(db_url, "SELECT event, actor, reason FROM outreach.campaign_events ORDER BY id") == [
         {"event": "paused", "actor": "alice", "reason": "legal review"},
         {"event": "resumed", "actor": "bob", "reason": "approved"}]
-    sent = run_dag(env, "outreach_send", tmp_path / "send.log")
+    sent = airflow.run("outreach_send", tmp_path / "send.log")
     assert sent.ok, sent.log.read_text()[-4000:]
     messages = sink.messages()
     invariants.assert_ok(db_url, messages)
