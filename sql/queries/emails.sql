@@ -6,35 +6,64 @@
 -- name: email_queue_due
 -- One set-based statement queues the due step of every eligible lead: step 1 once the lead is
 -- enrolled (plus its delay), step n once step n-1 was sent delay_days ago. ON CONFLICT on
--- (lead, step) makes a second run, or a concurrent one, insert nothing. Suppressed addresses are
--- skipped by the one suppression function. scheduled_for is the next open slot of the campaign's
--- send window in the lead's time zone (falling back to the campaign's). Returns one row per
--- mailbox with how many were queued (never one row per email).
+-- (lead, step) makes a second run, or a concurrent one, insert nothing. A lead lacking a field
+-- the step requires is not queued for it (report_missing_fields counts them; lead_missing_fields
+-- is inlined, and a step without requires skips it). Returns one row per mailbox with how many
+-- were queued (never one row per email).
+-- The due pairs (d) come first, behind OFFSET 0 so that the planner keeps the one suppression
+-- function (outreach.is_suppressed, a call per address: it cannot be inlined) outside: it is
+-- asked only for pairs that are due, and a run with nothing due asks it nothing. scheduled_for
+-- is the next open slot of the campaign's send window in the lead's time zone (falling back to
+-- the campaign's), computed once per campaign and time zone (slot), not once per row. The
+-- idempotency key (the Message-ID) is md5 of a random seed drawn once per run and the row's
+-- (lead, step): unique as (lead, step) is, unguessable without the seed, and without one
+-- gen_random_uuid() per row (on a PostgreSQL built without OpenSSL each reads the kernel's random
+-- source). Rows go in (lead, step) order: the unique index and the lead's foreign-key check
+-- then walk their b-trees in order (100,000 leads: a tenth less CPU than in hash order).
 -- Run it after email_planner_bulk_joins (see there): planned with nested loops on a fresh database,
 -- the NOT EXISTS rescans outreach.emails once per candidate while the same statement fills it.
-WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-ins AS (
-INSERT INTO outreach.emails (lead_id, step_id, campaign_id, mailbox_id, scheduled_for)
-SELECT en.lead_id, st.id, c.id, en.mailbox_id,
-       outreach.next_send_slot(n.now, coalesce(l.timezone, c.timezone), c.send_days,
-                               c.window_start, c.window_end)
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now, gen_random_uuid()::text AS seed),
+slot AS MATERIALIZED (
+SELECT c.id AS campaign_id, z.tz,
+       outreach.next_send_slot(n.now, z.tz, c.send_days, c.window_start, c.window_end) AS at
 FROM n
-CROSS JOIN outreach.enrollments en
-JOIN outreach.campaigns c ON c.id = en.campaign_id
-JOIN outreach.leads l ON l.id = en.lead_id
-JOIN outreach.sequence_steps st ON st.campaign_id = c.id
-LEFT JOIN outreach.sequence_steps prev
-       ON prev.campaign_id = c.id AND prev.position = st.position - 1
-LEFT JOIN outreach.emails pe ON pe.lead_id = en.lead_id AND pe.step_id = prev.id
-WHERE en.status = 'active' AND c.status = 'active'
+CROSS JOIN outreach.campaigns c
+CROSS JOIN LATERAL (SELECT c.timezone AS tz
+                    UNION SELECT DISTINCT l.timezone FROM outreach.leads l
+                    WHERE l.timezone IS NOT NULL) z
+WHERE c.status = 'active'
   AND (%(campaign_key)s::text IS NULL OR c.key = %(campaign_key)s::text)
-  AND (st.position = 1 OR pe.status = 'sent')
-  AND CASE WHEN st.position = 1 THEN en.enrolled_at ELSE pe.sent_at END
-      + st.delay_days * interval '1 day' <= n.now
-  AND NOT EXISTS (SELECT 1 FROM outreach.emails e WHERE e.lead_id = en.lead_id AND e.step_id = st.id)
-  AND NOT outreach.is_suppressed(l.email)
-  -- A lead lacking a field the step requires is not queued for it (report_missing_fields counts them).
-  AND (st.requires = '{}' OR outreach.lead_missing_fields(l, st.requires) = '{}')
+),
+ins AS (
+INSERT INTO outreach.emails (lead_id, step_id, campaign_id, mailbox_id, scheduled_for,
+                             idempotency_key)
+SELECT d.lead_id, d.step_id, d.campaign_id, d.mailbox_id, s.at,
+       md5(n.seed || '/' || d.lead_id || '/' || d.step_id)::uuid
+FROM (
+    SELECT en.lead_id, st.id AS step_id, c.id AS campaign_id, en.mailbox_id,
+           coalesce(l.timezone, c.timezone) AS tz, l.email
+    FROM n
+    CROSS JOIN outreach.enrollments en
+    JOIN outreach.campaigns c ON c.id = en.campaign_id
+    JOIN outreach.leads l ON l.id = en.lead_id
+    JOIN outreach.sequence_steps st ON st.campaign_id = c.id
+    LEFT JOIN outreach.sequence_steps prev
+           ON prev.campaign_id = c.id AND prev.position = st.position - 1
+    LEFT JOIN outreach.emails pe ON pe.lead_id = en.lead_id AND pe.step_id = prev.id
+    WHERE en.status = 'active' AND c.status = 'active'
+      AND (%(campaign_key)s::text IS NULL OR c.key = %(campaign_key)s::text)
+      AND (st.position = 1 OR pe.status = 'sent')
+      AND CASE WHEN st.position = 1 THEN en.enrolled_at ELSE pe.sent_at END
+          + st.delay_days * interval '1 day' <= n.now
+      AND NOT EXISTS (SELECT 1 FROM outreach.emails e
+                      WHERE e.lead_id = en.lead_id AND e.step_id = st.id)
+      AND (st.requires = '{}' OR outreach.lead_missing_fields(l, st.requires) = '{}')
+    OFFSET 0
+) d
+CROSS JOIN n
+JOIN slot s ON s.campaign_id = d.campaign_id AND s.tz = d.tz
+WHERE NOT outreach.is_suppressed(d.email)
+ORDER BY d.lead_id, d.step_id
 ON CONFLICT ON CONSTRAINT outreach_emails_lead_step_key DO NOTHING
 RETURNING mailbox_id
 )

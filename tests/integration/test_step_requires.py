@@ -81,3 +81,28 @@ def test_a_lead_missing_a_required_field_is_not_queued_and_the_report_says_why(
     assert "Hi Nia," in body([m for m in sink.messages() if m["X-RcptTo"] == "nofirst@acme.example"][0])
     assert rows(db_url, "SELECT requires FROM outreach.sequence_steps") == [
         {"requires": ["company", "first_name"]}]
+
+
+@pytest.mark.parametrize(("lead", "fields", "missing"), [
+    ({"first_name": "Ann", "last_name": None, "company": "  ", "title": ""},
+     ["company", "first_name", "last_name", "title"], ["company", "last_name", "title"]),
+    ({}, ["title", "first_name"], ["first_name", "title"]),
+    ({"first_name": "Ann", "last_name": "Lee", "company": "Acme", "title": "CTO"},
+     ["company", "first_name", "last_name", "title"], []),
+    ({}, [], []),
+])
+def test_the_missing_fields_are_the_blank_required_ones_sorted(db_url, lead, fields, missing):
+    """outreach.lead_missing_fields names each required field the lead has blank (NULL, empty or
+    whitespace), sorted. It is one expression the planner inlines (migration 0084): queue-due and
+    the report read the lead's columns instead of calling it once per lead and step."""
+    import psycopg
+
+    with psycopg.connect(db_url) as conn:
+        got = conn.execute(
+            "SELECT outreach.lead_missing_fields(jsonb_populate_record(NULL::outreach.leads, "
+            "%s::jsonb), %s::text[])", (psycopg.types.json.Jsonb(lead), fields)).fetchone()[0]
+        plan = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN VERBOSE SELECT outreach.lead_missing_fields(l, %s::text[]) "
+            "FROM outreach.leads l", (fields,)).fetchall())
+    assert got == missing
+    assert "lead_missing_fields" not in plan, plan
