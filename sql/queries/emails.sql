@@ -14,23 +14,24 @@
 -- function (outreach.is_suppressed, a call per address: it cannot be inlined) outside: it is
 -- asked only for pairs that are due, and a run with nothing due asks it nothing. scheduled_for
 -- is the next open slot of the campaign's send window in the lead's time zone (falling back to
--- the campaign's), computed once per campaign and time zone (slot), not once per row. The
--- idempotency key (the Message-ID) is md5 of a random seed drawn once per run and the row's
--- (lead, step): unique as (lead, step) is, unguessable without the seed, and without one
--- gen_random_uuid() per row (on a PostgreSQL built without OpenSSL each reads the kernel's random
--- source). Rows go in (lead, step) order: the unique index and the lead's foreign-key check
+-- the campaign's), computed once per campaign and time zone (slot; the leads' time zones are
+-- read once, zones), not once per row. The idempotency key (the Message-ID) is md5 of a random
+-- seed drawn once per run and the row's (lead, step): unique as (lead, step) is, unguessable
+-- without the seed, and without one gen_random_uuid() per row (on a PostgreSQL built without
+-- OpenSSL each reads the kernel's random source). Rows go in (lead, step) order: the unique index and the lead's foreign-key check
 -- then walk their b-trees in order (100,000 leads: a tenth less CPU than in hash order).
 -- Run it after email_planner_bulk_joins (see there): planned with nested loops on a fresh database,
 -- the NOT EXISTS rescans outreach.emails once per candidate while the same statement fills it.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now, gen_random_uuid()::text AS seed),
+zones AS MATERIALIZED (
+SELECT DISTINCT l.timezone AS tz FROM outreach.leads l WHERE l.timezone IS NOT NULL
+),
 slot AS MATERIALIZED (
 SELECT c.id AS campaign_id, z.tz,
        outreach.next_send_slot(n.now, z.tz, c.send_days, c.window_start, c.window_end) AS at
 FROM n
 CROSS JOIN outreach.campaigns c
-CROSS JOIN LATERAL (SELECT c.timezone AS tz
-                    UNION SELECT DISTINCT l.timezone FROM outreach.leads l
-                    WHERE l.timezone IS NOT NULL) z
+CROSS JOIN LATERAL (SELECT c.timezone AS tz UNION SELECT zones.tz FROM zones) z
 WHERE c.status = 'active'
   AND (%(campaign_key)s::text IS NULL OR c.key = %(campaign_key)s::text)
 ),
