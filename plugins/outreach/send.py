@@ -368,7 +368,9 @@ def _pre_send_stop(conn: Conn, row: dict[str, Any], guard: dict[str, Any], summa
     """The pre-send checks: end the row without a handoff when its recipient is suppressed (the
     one suppression function) or, for a campaign step, its enrolment is no longer active (a stop
     or a reply after the claim: outreach.stop_enrollment cancels only rows still 'queued').
-    Return whether the row ended here. The handoff stamp asks both again (email_touch_claim)."""
+    Return whether the row ended here. Asked only to say why a row is not handed off: when its
+    handoff stamp did not match (email_touch_claim decides both checks atomically with the stamp)
+    or its message could not be built."""
     if is_suppressed(conn, address, message_class(row)):
         if _guarded(conn, emails.email_mark_suppressed, guard, summary, "mark suppressed"):
             summary.suppressed += 1
@@ -755,10 +757,11 @@ def _send_one(conn: Conn, session: SmtpSession, row: dict[str, Any], settings: S
     except EmailNotValidError as exc:
         _fail_render(conn, row, guard, summary, who, f"recipient address: {exc}")
         return
-    # Pre-send checks (suppression, enrolment) before the work of building the message; the
-    # handoff stamp below decides them again, atomically with taking the row for the handoff.
-    if _pre_send_stop(conn, row, guard, summary, who, address):
-        return
+    # No separate pre-send query here: the handoff stamp below decides suppression and the
+    # enrolment atomically with taking the row for the handoff, right before MAIL FROM, and only
+    # when it does not match are the checks asked one by one (_pre_send_stop) to say why. A
+    # suppressed row is still built first (CPU only, nothing leaves the process); asking twice
+    # cost two round trips a message (bench: send path).
     clock = now or dt.datetime.now(dt.UTC)
     thread = thread_of(conn, row)  # outside the try: a database error is not this row's RENDER
     try:
@@ -771,7 +774,10 @@ def _send_one(conn: Conn, session: SmtpSession, row: dict[str, Any], settings: S
         raise _SessionFailed("SIGN", row.get("dkim_key_conn_id") or "", str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - RenderError, MessageError or a bug for this row only
         reason = str(exc) if isinstance(exc, (RenderError, MessageError)) else f"{type(exc).__name__}: {exc}"
-        _fail_render(conn, row, guard, summary, who, reason)
+        # A row that would not have gone out anyway (suppressed, enrolment stopped) ends as that,
+        # not as a render failure.
+        if not _pre_send_stop(conn, row, guard, summary, who, address):
+            _fail_render(conn, row, guard, summary, who, reason)
         return
     # Connect (or keep the session) first: a refused connection or a failed login is the
     # mailbox's failure, before any handoff of this row; the batch is released (see

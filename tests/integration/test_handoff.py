@@ -191,9 +191,9 @@ def test_sender_never_hands_off_a_row_the_reaper_took_meanwhile(db_url, sink, se
     taken: list[int] = []
     import outreach.send as send_mod
 
-    real_check = send_mod.is_suppressed
+    real_thread_of = send_mod.thread_of
 
-    def stalled_sender(conn, address, *args):
+    def stalled_sender(conn, row):
         # The sender stalls after its claim, before its first handoff (a GC pause, a slow DNS
         # lookup…): meanwhile the reaper takes the rows back to the queue.
         if not taken:
@@ -201,13 +201,13 @@ def test_sender_never_hands_off_a_row_the_reaper_took_meanwhile(db_url, sink, se
             reaped = reap(db_url, settings.reaper_threshold, now=later)
             assert reaped.unconfirmed == []
             taken.extend(reaped.requeued)
-        return real_check(conn, address, *args)
+        return real_thread_of(conn, row)
 
-    send_mod.is_suppressed = stalled_sender
+    send_mod.thread_of = stalled_sender
     try:
         first = send_batch(db_url, 1, 10, smtp_connector, settings, worker="slow")
     finally:
-        send_mod.is_suppressed = real_check
+        send_mod.thread_of = real_thread_of
     assert len(taken) == 5 and first.claimed == 5
     assert (first.sent, first.lost_claims) == (0, 5) and sink.messages() == []
     second = send_batch(db_url, 1, 10, smtp_connector, settings, worker="next-run")
