@@ -74,7 +74,7 @@ def test_main_job_through_airflow_twice_adds_nothing(db_url, sink, migrated_airf
     for round_ in (1, 2):
         with DagTestSession(env) as airflow:  # a round's three runs in one Airflow process, its own
             for dag_id in ("outreach_import_leads", "outreach_queue_due", "outreach_send"):
-                result = airflow.run(dag_id, tmp_path / f"{dag_id}-{round_}.log")
+                result = airflow.run_dag(dag_id, tmp_path / f"{dag_id}-{round_}.log")
                 assert result.ok, f"{dag_id} round {round_}: {result.state}, see {result.log}:\n" + \
                     result.log.read_text()[-4000:]
         messages = sink.messages()
@@ -146,7 +146,7 @@ def test_operator_suppresses_a_domain_through_the_dag(db_url, sink, migrated_air
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
     airflow = dag_session(env)  # both runs in one Airflow process
     conf = {"value": "@Coho-Winery.example", "reason": "manual", "requested_by": "Dana (ops)"}
-    result = airflow.run("outreach_suppress", tmp_path / "suppress.log", conf=conf)
+    result = airflow.run_dag("outreach_suppress", tmp_path / "suppress.log", conf=conf)
     assert result.ok, result.log.read_text()[-4000:]
     cancelled = rows(db_url, "SELECT count(*) AS n FROM outreach.emails e JOIN outreach.leads l ON l.id = e.lead_id"
                              " WHERE l.email LIKE '%%@coho-winery.example' AND e.status = 'suppressed'")[0]["n"]
@@ -157,7 +157,7 @@ def test_operator_suppresses_a_domain_through_the_dag(db_url, sink, migrated_air
     assert f"cancelled {cancelled} queued email(s)" in result.log.read_text()
 
     conf = {"value": "@coho-winery.example", "why": "contract signed (ticket 4711)", "requested_by": "Dana (ops)"}
-    result = airflow.run("outreach_unsuppress", tmp_path / "unsuppress.log", conf=conf)
+    result = airflow.run_dag("outreach_unsuppress", tmp_path / "unsuppress.log", conf=conf)
     assert result.ok, result.log.read_text()[-4000:]
     assert rows(db_url, "SELECT count(*) AS n FROM outreach.suppressions WHERE kind = 'domain'"
                         " AND value = 'coho-winery.example'")[0]["n"] == 0
@@ -173,14 +173,14 @@ def test_pause_and_resume_dags_with_their_params(db_url, sink, migrated_airflow_
     import_demo(db_url)
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
     airflow = dag_session(env)  # both runs in one Airflow process
-    paused = airflow.run("outreach_mailbox_pause", tmp_path / "pause.log",
+    paused = airflow.run_dag("outreach_mailbox_pause", tmp_path / "pause.log",
                          conf={"mailbox": ANNA, "reason": "complaint from acme", "operator": "alice"})
     assert paused.ok, paused.log.read_text()[-4000:]
     assert rows(db_url, "SELECT status, paused_by, paused_reason FROM outreach.mailboxes"
                         " ORDER BY id") == [
         {"status": "paused", "paused_by": "alice", "paused_reason": "complaint from acme"},
         {"status": "active", "paused_by": None, "paused_reason": None}]
-    resumed = airflow.run("outreach_mailbox_resume", tmp_path / "resume.log",
+    resumed = airflow.run_dag("outreach_mailbox_resume", tmp_path / "resume.log",
                           conf={"mailbox": "1", "why": "acme confirmed a mistake", "operator": "bob"})
     assert resumed.ok, resumed.log.read_text()[-4000:]
     assert rows(db_url, "SELECT event, actor, reason FROM outreach.mailbox_events ORDER BY id") == [
@@ -200,7 +200,7 @@ def test_lead_stop_and_campaign_pause_dags_with_their_params(db_url, sink, migra
                         " ORDER BY e.id LIMIT 1")[0]["email"]
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
     airflow = dag_session(env)  # the five runs in one Airflow process
-    stopped = airflow.run("outreach_lead_stop", tmp_path / "stop.log",
+    stopped = airflow.run_dag("outreach_lead_stop", tmp_path / "stop.log",
                           conf={"address": lead, "campaign": "q4-ops-intro",
                                 "reason": "asked by phone", "operator": "Dana (ops)"})
     assert stopped.ok, stopped.log.read_text()[-4000:]
@@ -212,19 +212,19 @@ def test_lead_stop_and_campaign_pause_dags_with_their_params(db_url, sink, migra
     stop_log = stopped.log.read_text()
     assert "stopped; cancelled 1 queued email(s)" in stop_log and lead not in stop_log
 
-    paused = airflow.run("outreach_campaign_pause", tmp_path / "pause.log",
+    paused = airflow.run_dag("outreach_campaign_pause", tmp_path / "pause.log",
                          conf={"campaign": "q4-ops-intro", "reason": "legal review", "operator": "alice"})
     assert paused.ok, paused.log.read_text()[-4000:]
-    sent = airflow.run("outreach_send", tmp_path / "send-paused.log")
+    sent = airflow.run_dag("outreach_send", tmp_path / "send-paused.log")
     assert sent.ok, sent.log.read_text()[-4000:]
     assert sink.messages() == []  # paused: nothing claimed
-    resumed = airflow.run("outreach_campaign_resume", tmp_path / "resume.log",
+    resumed = airflow.run_dag("outreach_campaign_resume", tmp_path / "resume.log",
                           conf={"campaign": "q4-ops-intro", "why": "approved", "operator": "bob"})
     assert resumed.ok, resumed.log.read_text()[-4000:]
     assert rows(db_url, "SELECT event, actor, reason FROM outreach.campaign_events ORDER BY id") == [
         {"event": "paused", "actor": "alice", "reason": "legal review"},
         {"event": "resumed", "actor": "bob", "reason": "approved"}]
-    sent = airflow.run("outreach_send", tmp_path / "send.log")
+    sent = airflow.run_dag("outreach_send", tmp_path / "send.log")
     assert sent.ok, sent.log.read_text()[-4000:]
     messages = sink.messages()
     invariants.assert_ok(db_url, messages)
@@ -275,14 +275,14 @@ def test_transactional_dag_triggered_twice_with_one_key_sends_once(db_url, sink,
     result = run_dag(env, "outreach_transactional", tmp_path / "tx1.log", conf=conf)
     assert result.ok, result.log.read_text()[-4000:]
     airflow = dag_session(env)  # the second trigger in a process of its own; the bad request after it
-    result = airflow.run("outreach_transactional", tmp_path / "tx2.log", conf=conf)
+    result = airflow.run_dag("outreach_transactional", tmp_path / "tx2.log", conf=conf)
     assert result.ok, result.log.read_text()[-4000:]
     [msg] = sink.messages()
     assert msg["To"] == "new.user@example.com" and msg["X-Outreach-Step"] == "transactional/welcome"
     assert rows(db_url, "SELECT delivery_key, status::text AS status FROM outreach.emails") == [
         {"delivery_key": "signup-42", "status": "sent"}]
     # A request that cannot be enqueued fails the run at once, naming the field.
-    bad = airflow.run("outreach_transactional", tmp_path / "bad.log",
+    bad = airflow.run_dag("outreach_transactional", tmp_path / "bad.log",
                       conf={**conf, "delivery_key": "signup-43", "to": "not-an-address"})
     assert not bad.ok and "to: " in bad.log.read_text()
     invariants.assert_ok(db_url, sink.messages())

@@ -156,7 +156,7 @@ class DagTestSession:
     :func:`run_dag` does, without paying Airflow's start-up (interpreter, imports, DAG folder
     parse, in-process execution API: ~10 s on 2 busy cores) for every run. Each run is Airflow's
     own CLI command with its own log; the process, its environment and its metadata database
-    are shared by the runs. Use as a context manager; :meth:`run` between the runs' checks.
+    are shared by the runs. Use as a context manager; :meth:`run_dag` between the runs' checks.
 
     :param env: the environment (:func:`airflow_env`), fixed for the session.
     """
@@ -181,7 +181,7 @@ class DagTestSession:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def run(self, dag_id: str, log_path: Path, conf: dict | None = None,
+    def run_dag(self, dag_id: str, log_path: Path, conf: dict | None = None,
             timeout: float = 900) -> DagRunResult:
         """Run one DAG like :func:`run_dag` (same arguments, same result).
 
