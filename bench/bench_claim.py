@@ -238,8 +238,9 @@ def measure(server: Server, system: str, claimers: int, rows: int, batch: int,
 
 
 def _quota_ms(url: str, mailboxes: list[int], n: int = 5) -> float:
-    """Median milliseconds of the claim's quota count (``mailbox_remaining_today``) on a drained
-    database, where every row was claimed today: its cost at the end of a run, the most it gets."""
+    """Median milliseconds of the claim's quota query (``mailbox_remaining_today``) on a drained
+    database, where every row was claimed today: its cost at the end of a run (it reads the
+    per-quarter-hour counter, migration 0081, so it no longer grows with the day's claims)."""
     values = []
     with db.connect(url, autocommit=True) as conn:
         for _ in range(n):
@@ -298,23 +299,24 @@ def _why_claim(ratio: float, ours: float, peers: dict[str, float], quota_ms: flo
     if ratio < 0.8:
         parts.append(
             f"ours is {ratio:.2f}× the bare statements. Per claim, ours locks the mailbox row and "
-            "counts what it claimed today (the daily cap and run share, "
-            "`mailbox_remaining_today`); measured at the end of this run, over the "
-            f"{per_mailbox:,} rows a mailbox claimed today, that count takes {quota_ms:.1f} ms, "
-            f"{quota_ms * 1000 / batch:.0f} µs per claimed row at batches of {batch} (half that "
-            "on average over the run; it grows with what a mailbox sends in a day, here up to "
-            "the bench's lifted cap, in production at most its daily cap, hundreds). Per row, "
-            "the mark also writes the ledger row (`send_log`: four index entries, two unique, "
-            "and two foreign-key checks) in the same statement, and the email row's update "
-            "cannot stay HOT because `status` is in partial-index predicates, so each of its "
-            "indexes (primary key, (lead, step), idempotency key, (mailbox, claimed_at)) gets a "
-            "new entry; the bare mark writes one. The claim's locks are now FOR NO KEY UPDATE, "
-            "so other senders' ledger rows no longer wait for a claim to commit (their foreign "
-            "keys take KEY SHARE on the mailbox and the email). Not done: a per-mailbox daily "
-            "counter maintained by every transition that changes what the cap counts (claim, "
-            "retry, release, failure, suppression, resolution) instead of counting today's rows; "
-            "and making the mark HOT, which needs queue and reaper indexes whose predicates do "
-            "not name `status` (a schema change of the claim, the reaper and the pacing at once)")
+            "reads what it claimed today (the daily cap and run share, `mailbox_remaining_today`) "
+            "from `outreach.mailbox_claim_counts`, which triggers on `outreach.emails` keep per "
+            "quarter-hour (migration 0081; until then it counted the day's rows): measured at the "
+            f"end of this run, after a mailbox claimed {per_mailbox:,} rows today, that query "
+            f"takes {quota_ms:.1f} ms, {quota_ms * 1000 / batch:.0f} µs per claimed row at "
+            f"batches of {batch}, no longer growing with the day; in exchange the claim's update "
+            "fires the counter trigger once per claimed row (about 30 µs each, measured with "
+            "EXPLAIN ANALYZE on a loaded machine). Per row, the mark also writes the ledger row "
+            "(`send_log`: four index entries, two unique, and two foreign-key checks, a quarter of "
+            "the mark's execution time in EXPLAIN ANALYZE) in the same statement, and the email "
+            "row's update cannot stay HOT because `status` is in partial-index predicates, so each "
+            "of its indexes (primary key, (lead, step), idempotency key, (mailbox, claimed_at)) "
+            "gets a new entry; the bare mark writes one. Not done: making the mark HOT, which "
+            "needs queue and reaper indexes that do not name `status` at all (the claim's queue "
+            "index cannot: PostgreSQL 16 keeps an update HOT only when no btree index reads a "
+            "changed column); and dropping the ledger's mailbox column, its foreign key and its "
+            "(mailbox, accepted_at) index, which the reports read (an A/B on the loaded machine "
+            "was within noise)")
     behind = [s for s, v in peers.items() if ours <= v]
     if "pgqueuer" in behind:
         parts.append("behind PgQueuer: it completes jobs in buffered batches (its "

@@ -13,6 +13,8 @@
 --   the pacing rule ..... named queries mailbox_remaining_today (a run's share of the day, the
 --                         daily limit) and mailbox_reserve_handoffs (the gap) in sql/queries/,
 --                         on outreach.send_window_span and mailboxes.next_handoff_at  §4 "Pacing"
+--   what the cap counts . outreach.mailbox_claim_counts, kept by triggers
+--                         outreach_emails_count_claims_*                           §2, §5
 --   the send window ..... outreach.next_send_slot                   §4 "Send windows"
 --   one email per lead and step  outreach_emails_lead_step_key      §2 outreach.emails
 --   one send-log entry per email outreach_send_log_email_key        §2 outreach.send_log
@@ -359,6 +361,19 @@ CREATE TABLE outreach.send_log (
     CONSTRAINT outreach_send_log_email_key UNIQUE (email_id),
     CONSTRAINT outreach_send_log_message_id_key UNIQUE (message_id),
     CONSTRAINT outreach_send_log_source_check CHECK (source IN ('smtp', 'operator'))
+);
+
+-- What each mailbox's daily cap counts, per UTC quarter-hour of claimed_at (every time zone's
+-- midnight falls on one): how many of its rows claimed then are now sending or sent, or failed as
+-- unconfirmed. mailbox_remaining_today sums the quarter-hours of the mailbox's day instead of
+-- counting today's rows. Written only by the triggers outreach_emails_count_claims_* (§5), in
+-- the transaction of every change of outreach.emails that changes the count (0081).
+CREATE TABLE outreach.mailbox_claim_counts (
+    mailbox_id bigint NOT NULL REFERENCES outreach.mailboxes (id) ON DELETE CASCADE,
+    quarter    timestamptz NOT NULL,     -- outreach.claim_quarter(claimed_at)
+    claimed    integer NOT NULL,
+    PRIMARY KEY (mailbox_id, quarter),
+    CONSTRAINT outreach_mailbox_claim_counts_claimed_check CHECK (claimed >= 0)
 );
 
 -- Operator resolutions of unconfirmed rows (outreach resolve): was_sent → 'sent' with a send-log
@@ -734,6 +749,12 @@ $$;
 -- The claim
 -- ---------------------------------------------------------------------------------------------
 
+-- The quarter-hour (UTC) of a moment: the bucket of outreach.mailbox_claim_counts.
+CREATE FUNCTION outreach.claim_quarter(at timestamptz) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT date_bin(interval '15 minutes', at, timestamptz '2000-01-01 00:00:00+00')
+$$;
+
 -- Claim up to p_limit due rows of one mailbox for one sender, and return them as they now are
 -- ('sending', a fresh claim token, claimed_at = the claim's moment, attempts + 1).
 --   p_message_class  'marketing': queued campaign rows of an active campaign whose send window
@@ -994,6 +1015,40 @@ BEGIN
 END
 $$;
 
+-- One row of outreach.emails left (OLD) or entered (NEW) what the daily cap counts, or moved to
+-- another mailbox or quarter-hour while counted: move its unit in outreach.mailbox_claim_counts.
+-- The triggers' WHEN clauses call it only then (a mark sent, a touch within the quarter-hour
+-- never call it).
+CREATE FUNCTION outreach.emails_count_claims() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' AND OLD.claimed_at IS NOT NULL
+       AND (OLD.status IN ('sending', 'sent') OR OLD.failure_kind IS NOT DISTINCT FROM 'unconfirmed') THEN
+        UPDATE outreach.mailbox_claim_counts k SET claimed = k.claimed - 1
+        WHERE k.mailbox_id = OLD.mailbox_id AND k.quarter = outreach.claim_quarter(OLD.claimed_at);
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.claimed_at IS NOT NULL
+       AND (NEW.status IN ('sending', 'sent') OR NEW.failure_kind IS NOT DISTINCT FROM 'unconfirmed') THEN
+        UPDATE outreach.mailbox_claim_counts k SET claimed = k.claimed + 1
+        WHERE k.mailbox_id = NEW.mailbox_id AND k.quarter = outreach.claim_quarter(NEW.claimed_at);
+        IF NOT FOUND THEN  -- the quarter's first row (the upsert is the slower path)
+            INSERT INTO outreach.mailbox_claim_counts AS k (mailbox_id, quarter, claimed)
+            VALUES (NEW.mailbox_id, outreach.claim_quarter(NEW.claimed_at), 1)
+            ON CONFLICT (mailbox_id, quarter) DO UPDATE SET claimed = k.claimed + 1;
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION outreach.emails_truncate_claim_counts() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM outreach.mailbox_claim_counts;
+    RETURN NULL;
+END
+$$;
+
 -- Writes the outreach.suppression_events row of every insert and delete of a suppression.
 CREATE FUNCTION outreach.suppressions_record_event() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -1042,6 +1097,40 @@ CREATE TRIGGER outreach_emails_guard_unconfirmed
     WHEN (OLD.failure_kind = 'unconfirmed'
           AND (NEW.status, NEW.failure_kind) IS DISTINCT FROM (OLD.status, OLD.failure_kind))
     EXECUTE FUNCTION outreach.emails_guard_unconfirmed();
+
+-- What the daily cap counts follows every change of a row (outreach.mailbox_claim_counts).
+CREATE TRIGGER outreach_emails_count_claims_insert
+    AFTER INSERT ON outreach.emails
+    FOR EACH ROW
+    WHEN (NEW.claimed_at IS NOT NULL
+          AND (NEW.status IN ('sending', 'sent') OR NEW.failure_kind IS NOT DISTINCT FROM 'unconfirmed'))
+    EXECUTE FUNCTION outreach.emails_count_claims();
+
+CREATE TRIGGER outreach_emails_count_claims_update
+    AFTER UPDATE ON outreach.emails
+    FOR EACH ROW
+    WHEN ((OLD.claimed_at IS NOT NULL
+           AND (OLD.status IN ('sending', 'sent') OR OLD.failure_kind IS NOT DISTINCT FROM 'unconfirmed'))
+              IS DISTINCT FROM
+          (NEW.claimed_at IS NOT NULL
+           AND (NEW.status IN ('sending', 'sent') OR NEW.failure_kind IS NOT DISTINCT FROM 'unconfirmed'))
+          OR ((NEW.claimed_at IS NOT NULL
+               AND (NEW.status IN ('sending', 'sent') OR NEW.failure_kind IS NOT DISTINCT FROM 'unconfirmed'))
+              AND (OLD.mailbox_id <> NEW.mailbox_id
+                   OR outreach.claim_quarter(OLD.claimed_at)
+                      IS DISTINCT FROM outreach.claim_quarter(NEW.claimed_at))))
+    EXECUTE FUNCTION outreach.emails_count_claims();
+
+CREATE TRIGGER outreach_emails_count_claims_delete
+    AFTER DELETE ON outreach.emails
+    FOR EACH ROW
+    WHEN (OLD.claimed_at IS NOT NULL
+          AND (OLD.status IN ('sending', 'sent') OR OLD.failure_kind IS NOT DISTINCT FROM 'unconfirmed'))
+    EXECUTE FUNCTION outreach.emails_count_claims();
+
+CREATE TRIGGER outreach_emails_count_claims_truncate
+    AFTER TRUNCATE ON outreach.emails
+    FOR EACH STATEMENT EXECUTE FUNCTION outreach.emails_truncate_claim_counts();
 
 -- Every suppress and unsuppress is recorded, whoever makes it.
 CREATE TRIGGER outreach_suppressions_record_event

@@ -39,8 +39,8 @@ WHERE status = 'active'
 ORDER BY id;
 
 -- name: mailbox_lock
--- Serialises claims per mailbox for the rest of the transaction, so that the daily cap, counted
--- by the next statement (with a fresh snapshot), holds however many senders claim at once.
+-- Serialises claims per mailbox for the rest of the transaction, so that the daily cap, read by
+-- the next statement (with a fresh snapshot), holds however many senders claim at once.
 -- FOR NO KEY UPDATE, not FOR UPDATE: it conflicts with another claim's lock and with any UPDATE
 -- of the mailbox (pause, resume), but not with the KEY SHARE lock that the foreign key of a new
 -- send_log row takes on its mailbox, so other senders' ledger writes (email_mark_sent) do not
@@ -51,7 +51,9 @@ SELECT id, address, status FROM outreach.mailboxes WHERE id = %(mailbox_id)s FOR
 -- What the mailbox may still start today (its local calendar day), and in this send run. This is
 -- THE pacing rule; the code, the DAG docs and the README point here.
 -- daily_limit, used, remaining: the warm-up/cap limit minus every email claimed today that went
--- out or may have gone out (sending, sent, unconfirmed).
+-- out or may have gone out (sending, sent, unconfirmed). used is read from
+-- outreach.mailbox_claim_counts, which triggers on outreach.emails keep equal to that count per
+-- quarter-hour of claimed_at (migration 0081), so its cost does not grow with the day.
 -- Pacing, when %(interval)s (the send DAG's run interval) is given: a run is the interval slot
 -- that contains now (date_bin: UTC multiples of the interval, like the DAG's cron schedule).
 -- The day's send window spans window_start .. window_end: the earliest opening and the latest
@@ -77,19 +79,30 @@ mb AS (
            m.next_handoff_at,
            d.local_day AT TIME ZONE m.timezone AS day_start,
            (d.local_day + interval '1 day') AT TIME ZONE m.timezone AS day_end,
-           date_bin(n.step, n.now, timestamptz '2000-01-01 00:00:00+00') AS slot_start
+           date_bin(n.step, n.now, timestamptz '2000-01-01 00:00:00+00') AS slot_start,
+           outreach.claim_quarter(d.local_day AT TIME ZONE m.timezone - interval '1 microsecond')
+               + interval '15 minutes' AS first_quarter
     FROM outreach.mailboxes m
     CROSS JOIN n
     CROSS JOIN LATERAL (SELECT date_trunc('day', n.now AT TIME ZONE m.timezone) AS local_day) d
     WHERE m.id = %(mailbox_id)s
 ),
 usage AS (
-    SELECT count(e.id)::integer AS used,
-           count(e.id) FILTER (WHERE e.claimed_at >= mb.slot_start)::integer AS slot_used
+    -- used: the counter's quarter-hours from the first one that starts at or after day_start,
+    -- plus the rows of a quarter-hour that day_start cuts (none in today's time zones).
+    SELECT ((SELECT coalesce(sum(k.claimed), 0) FROM outreach.mailbox_claim_counts k
+             WHERE k.mailbox_id = mb.id AND k.quarter >= mb.first_quarter)
+            + (SELECT count(*) FROM outreach.emails e
+               WHERE e.mailbox_id = mb.id AND e.claimed_at >= mb.day_start
+                 AND e.claimed_at < mb.first_quarter
+                 AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed'))
+           )::integer AS used,
+           (SELECT count(*) FROM outreach.emails e
+            WHERE e.mailbox_id = mb.id AND e.claimed_at >= mb.slot_start
+              AND e.claimed_at >= mb.day_start
+              AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed'))::integer
+               AS slot_used
     FROM mb
-    LEFT JOIN outreach.emails e
-           ON e.mailbox_id = mb.id AND e.claimed_at >= mb.day_start
-          AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed')
 ),
 horizon AS (
     -- Each distinct window (lead time zone, falling back to the campaign's) is evaluated once.

@@ -101,7 +101,7 @@ class LockedMailbox:
 
 def mailbox_lock(conn: Conn, *, mailbox_id: int) -> LockedMailbox | None:
     """``mailbox_lock``: Serialises claims per mailbox for the rest of the transaction, so that the
-    daily cap, counted by the next statement (with a fresh snapshot), holds however many senders
+    daily cap, read by the next statement (with a fresh snapshot), holds however many senders
     claim at once. FOR NO KEY UPDATE, not FOR UPDATE: it conflicts with another claim's lock and
     with any UPDATE of the mailbox (pause, resume), but not with the KEY SHARE lock that the
     foreign key of a new send_log row takes on its mailbox, so other senders' ledger writes
