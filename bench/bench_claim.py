@@ -306,7 +306,15 @@ def _why_claim(ratio: float, ours: float, peers: dict[str, float], quota_ms: flo
             f"takes {quota_ms:.1f} ms, {quota_ms * 1000 / batch:.0f} µs per claimed row at "
             f"batches of {batch}, no longer growing with the day; in exchange the claim's update "
             "fires the counter trigger once per claimed row (about 30 µs each, measured with "
-            "EXPLAIN ANALYZE on a loaded machine). Per row, the mark also writes the ledger row "
+            "EXPLAIN ANALYZE on a loaded machine). The larger cost under the mailbox lock is now "
+            "the claim's pick in `outreach.claim_emails_v1`: planned as hash joins over every "
+            "queued row of the mailbox, it evaluates `outreach.next_send_slot` (PL/pgSQL) for "
+            "each of them and seq-scans the leads before sorting and keeping 50 (EXPLAIN ANALYZE "
+            "at the start of a 10,000-row run: 8.1 ms for 2,450 candidates, 160 µs per claimed "
+            "row), and claimers of one mailbox wait for it; a pick that walks "
+            "`outreach_emails_queued_idx` in order and stops at the limit is the next step "
+            "(CREATE OR REPLACE of the same version, a migration). Per row, the mark also "
+            "writes the ledger row "
             "(`send_log`: four index entries, two unique, and two foreign-key checks, a quarter of "
             "the mark's execution time in EXPLAIN ANALYZE) in the same statement, and the email "
             "row's update cannot stay HOT because `status` is in partial-index predicates, so each "
@@ -315,8 +323,8 @@ def _why_claim(ratio: float, ours: float, peers: dict[str, float], quota_ms: flo
             "needs queue and reaper indexes that do not name `status` at all (the claim's queue "
             "index cannot: PostgreSQL 16 keeps an update HOT only when no btree index reads a "
             "changed column); and dropping the ledger's mailbox column, its foreign key and its "
-            "(mailbox, accepted_at) index, which the reports read (an A/B on the loaded machine "
-            "was within noise)")
+            "(mailbox, accepted_at) index, which the reports read (an A/B at ×8 dropping the "
+            "foreign key and the index, twice, was within noise: 0.39-0.45× either way)")
     behind = [s for s, v in peers.items() if ours <= v]
     if "pgqueuer" in behind:
         parts.append("behind PgQueuer: it completes jobs in buffered batches (its "
