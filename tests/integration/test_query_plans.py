@@ -69,3 +69,33 @@ def test_queue_due_is_planned_without_a_nested_loop_over_the_table_it_fills(db_u
     assert "Anti Join" in plan and "Nested Loop Anti Join" not in plan, plan
     assert queue_due(db_url) == {"queued": 196, "per_mailbox": {1: 98, 2: 98}, "held": []}
     assert queue_due(db_url) == {"queued": 0, "per_mailbox": {}, "held": []}
+
+
+
+def test_the_claim_reads_the_queue_in_order_and_stops_at_its_limit(db_url, tmp_path):
+    """Benchmark finding (issue 16): with the window test written ``next_send_slot(…) = now``,
+    the planner expected a handful of a mailbox's queued rows to pass, so the claim's pick joined
+    every queued row of the mailbox by hash and sorted them before keeping its limit (13 ms a
+    claim at 2,500 queued rows, growing with the queue, under the mailbox lock). Written ``<=``
+    (migration 0085) it walks the queue index in order and stops at the limit. The pick is read
+    from the installed outreach.claim_emails_v1 and explained with its variables as values."""
+    import re
+
+    from outreach.leads import import_leads
+    from support.flow import leads_csv
+    from support.paths import CAMPAIGN
+
+    import_leads(db_url, CAMPAIGN, MAILBOXES,
+                 leads_csv(tmp_path, [f"q{i}@plan{i % 7}.example" for i in range(3000)]))
+    queue_due(db_url)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("ANALYZE")
+        body = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'claim_emails_v1'"
+                            ).fetchone()[0]
+        pick = re.search(r"IF p_message_class = 'marketing' THEN\s+v_picked := ARRAY\((.*?SKIP LOCKED)\);",
+                         body, re.S).group(1)
+        pick = (pick.replace("v_now", "now()").replace("p_mailbox_id", "1")
+                .replace("p_limit", "5"))
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + pick))
+    assert "Index Scan using outreach_emails_queued_idx" in plan, plan
+    assert "Hash Join" not in plan and "Sort" not in plan, plan
