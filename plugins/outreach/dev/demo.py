@@ -116,7 +116,7 @@ def run_demo() -> int:
         print(f"    duplicate: line {p['line']}: {p['reason']}")
     sup = [p["line"] for p in imp["problems"] if p["reason"] == "suppressed"]
     if sup:
-        print(f"    suppressed (do-not-contact, not stored): lines {sup}")
+        print(f"    suppressed (do-not-contact list, or unsubscribed or bounced since): lines {sup}")
     statuses = ", ".join(f"{n} {s}" for s, n in sorted(after["status"].items())) or "none"
     print(f"Emails queued this run: {after['emails'] - before['emails']} "
           f"(all emails so far: {statuses})")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from outreach.dev.devsmtp import free_port
 
-INSTALL_HINT = "install Dovecot: apt-get install dovecot-imapd (README: Set-up)"
+INSTALL_HINT = "install Dovecot: apt-get install dovecot-imapd (README: Quick start)"
 
 
 class DovecotUnavailable(RuntimeError):
