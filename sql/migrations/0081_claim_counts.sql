@@ -26,6 +26,11 @@ CREATE TABLE outreach.mailbox_claim_counts (
     CONSTRAINT outreach_mailbox_claim_counts_claimed_check CHECK (claimed >= 0)
 );
 
+-- No change of outreach.emails between the backfill's snapshot and the triggers below (a sender
+-- still running during the upgrade): it would be in no counter row, for good. Writers wait for
+-- this migration's commit; readers do not.
+LOCK TABLE outreach.emails IN SHARE ROW EXCLUSIVE MODE;
+
 INSERT INTO outreach.mailbox_claim_counts (mailbox_id, quarter, claimed)
 SELECT e.mailbox_id, outreach.claim_quarter(e.claimed_at), count(*)
 FROM outreach.emails e

@@ -10,12 +10,13 @@
 -- the step requires is not queued for it (report_missing_fields counts them; lead_missing_fields
 -- is inlined, and a step without requires skips it). Returns one row per mailbox with how many
 -- were queued (never one row per email).
--- The due pairs (d) come first, behind OFFSET 0 so that the planner keeps the one suppression
--- function (outreach.is_suppressed, a call per address: it cannot be inlined) outside: it is
--- asked only for pairs that are due, and a run with nothing due asks it nothing. scheduled_for
--- is the next open slot of the campaign's send window in the lead's time zone (falling back to
--- the campaign's), computed once per campaign and time zone (slot; the leads' time zones are
--- read once, zones), not once per row. The idempotency key (the Message-ID) is md5 of a random
+-- The due pairs (due) come first, materialised, so that the one suppression function
+-- (outreach.is_suppressed, a call per address: it cannot be inlined) is asked only for pairs that
+-- are due, and a run with nothing due asks it nothing. scheduled_for is the next open slot of the
+-- campaign's send window in the lead's time zone (falling back to the campaign's), computed once
+-- per campaign and time zone of the due pairs (slot), not once per row — and only for those: a
+-- lead that is not due (not enrolled, stopped, another campaign) never has its time zone read,
+-- so a zone PostgreSQL does not know cannot stop queue-due for everyone (review, 2026-12-01). The idempotency key (the Message-ID) is md5 of a random
 -- seed drawn once per run and the row's (lead, step): unique as (lead, step) is, unguessable
 -- without the seed, and without one gen_random_uuid() per row (on a PostgreSQL built without
 -- OpenSSL each reads the kernel's random source). Rows go in (lead, step) order: the unique index and the lead's foreign-key check
@@ -23,24 +24,7 @@
 -- Run it after email_planner_bulk_joins (see there): planned with nested loops on a fresh database,
 -- the NOT EXISTS rescans outreach.emails once per candidate while the same statement fills it.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now, gen_random_uuid()::text AS seed),
-zones AS MATERIALIZED (
-SELECT DISTINCT l.timezone AS tz FROM outreach.leads l WHERE l.timezone IS NOT NULL
-),
-slot AS MATERIALIZED (
-SELECT c.id AS campaign_id, z.tz,
-       outreach.next_send_slot(n.now, z.tz, c.send_days, c.window_start, c.window_end) AS at
-FROM n
-CROSS JOIN outreach.campaigns c
-CROSS JOIN LATERAL (SELECT c.timezone AS tz UNION SELECT zones.tz FROM zones) z
-WHERE c.status = 'active'
-  AND (%(campaign_key)s::text IS NULL OR c.key = %(campaign_key)s::text)
-),
-ins AS (
-INSERT INTO outreach.emails (lead_id, step_id, campaign_id, mailbox_id, scheduled_for,
-                             idempotency_key)
-SELECT d.lead_id, d.step_id, d.campaign_id, d.mailbox_id, s.at,
-       md5(n.seed || '/' || d.lead_id || '/' || d.step_id)::uuid
-FROM (
+due AS MATERIALIZED (
     SELECT en.lead_id, st.id AS step_id, c.id AS campaign_id, en.mailbox_id,
            coalesce(l.timezone, c.timezone) AS tz, l.email
     FROM n
@@ -59,8 +43,20 @@ FROM (
       AND NOT EXISTS (SELECT 1 FROM outreach.emails e
                       WHERE e.lead_id = en.lead_id AND e.step_id = st.id)
       AND (st.requires = '{}' OR outreach.lead_missing_fields(l, st.requires) = '{}')
-    OFFSET 0
-) d
+),
+slot AS MATERIALIZED (
+SELECT p.campaign_id, p.tz,
+       outreach.next_send_slot(n.now, p.tz, c.send_days, c.window_start, c.window_end) AS at
+FROM (SELECT DISTINCT campaign_id, tz FROM due) p
+JOIN outreach.campaigns c ON c.id = p.campaign_id
+CROSS JOIN n
+),
+ins AS (
+INSERT INTO outreach.emails (lead_id, step_id, campaign_id, mailbox_id, scheduled_for,
+                             idempotency_key)
+SELECT d.lead_id, d.step_id, d.campaign_id, d.mailbox_id, s.at,
+       md5(n.seed || '/' || d.lead_id || '/' || d.step_id)::uuid
+FROM due d
 CROSS JOIN n
 JOIN slot s ON s.campaign_id = d.campaign_id AND s.tz = d.tz
 WHERE NOT outreach.is_suppressed(d.email)
