@@ -70,8 +70,8 @@ def test_queue_due_is_not_broken_by_a_lead_that_is_not_due(db_url):
     database): one lead that is not due (stopped, another campaign, not enrolled) whose time zone
     PostgreSQL does not know must not stop queue-due for everyone. America/Coyhaique (tzdata
     2025b) is known to Python's tzdata 2026.6, which the import validates with (ZoneInfo), and not
-    to the embedded PostgreSQL. (A due lead with such a zone still stops the run: the import
-    should ask PostgreSQL's zones, not done.)"""
+    to the embedded PostgreSQL. A due lead with such a zone still stops the run; the import
+    should ask PostgreSQL's zones (not done)."""
     with db.connect(db_url, autocommit=True) as c:
         known = c.execute("SELECT count(*) AS n FROM pg_timezone_names"
                           " WHERE name = 'America/Coyhaique'").fetchone()["n"]
