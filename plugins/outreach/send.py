@@ -792,8 +792,8 @@ def _send_one(conn: Conn, session: SmtpSession, row: dict[str, Any], settings: S
     # unconfirmed; without it, the reaper puts it back in the queue. The reaper measures the
     # claim's age from here, so only a handoff that itself outlasts the threshold can be reaped.
     # The stamp matches only while the address is not suppressed and the enrolment is active: an
-    # opt-out or a stop committed since the checks above (during the connect, the build) ends
-    # the row here instead of after its handoff.
+    # opt-out or a stop committed since the claim (during the connect, the build) ends the row
+    # here instead of after its handoff.
     if not emails.email_touch_claim(conn, **guard, now=now, address=address):
         if not _pre_send_stop(conn, row, guard, summary, who, address):
             _lost_claim(summary, row["id"], "hand off")

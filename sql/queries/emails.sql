@@ -135,7 +135,7 @@ ORDER BY m.id;
 -- Committed without waiting for the WAL flush (synchronous_commit off for this statement's
 -- transaction only): the next synchronous commit on the server flushes the WAL up to and past
 -- it (the next row's handoff stamp, email_touch_claim, is one), else the WAL writer does within
--- wal_writer_delay. Only a crash of the database server in between can lose it, and then the row
+-- three times wal_writer_delay (PostgreSQL docs, 30.4 Asynchronous Commit). Only a crash of the database server in between can lose it, and then the row
 -- is what it was before: 'sending' with its handoff stamp, which the reaper fails as
 -- unconfirmed, never resends.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now,
@@ -253,8 +253,8 @@ RETURNING e.id;
 -- restarts the reaper's clock, so the reaper threshold only has to outlast one handoff (see
 -- outreach.settings). The stamp is also where the pre-send checks are decided: it matches only
 -- while the recipient is not suppressed and (marketing) the enrolment is still active, so an
--- opt-out or a stop that commits after the sender's first look (while the SMTP session was being
--- opened, the message built) is still seen; one that commits after the stamp meets a handoff
+-- opt-out or a stop that commits after the claim (while the SMTP session was being opened, the
+-- message built) is still seen; one that commits after the stamp meets a handoff
 -- already under way. %(address)s: the recipient in the Python normal form
 -- (outreach.addresses.normalize_address; the SQL normaliser cannot map IDNA spellings).
 -- No row back: an opt-out, a stop, or someone took the row; the sender looks which, and does not

@@ -184,9 +184,9 @@ def email_mark_sent(
     Committed without waiting for the WAL flush (synchronous_commit off for this statement's
     transaction only): the next synchronous commit on the server flushes the WAL up to and past
     it (the next row's handoff stamp, email_touch_claim, is one), else the WAL writer does within
-    wal_writer_delay. Only a crash of the database server in between can lose it, and then the
-    row is what it was before: 'sending' with its handoff stamp, which the reaper fails as
-    unconfirmed, never resends."""
+    three times wal_writer_delay (PostgreSQL docs, 30.4 Asynchronous Commit). Only a crash of the
+    database server in between can lose it, and then the row is what it was before: 'sending'
+    with its handoff stamp, which the reaper fails as unconfirmed, never resends."""
     return cast(
         "list[int]",
         values(
