@@ -9,16 +9,11 @@ import datetime as dt
 from outreach import db
 from outreach.queue import queue_due
 from outreach.send import claim
+from support.claimcounts import COUNTED, KEPT
 from support.flow import import_demo
 
 NOW = dt.datetime(2026, 3, 4, 10, 7, tzinfo=dt.UTC)
 
-COUNTED = """
-SELECT e.mailbox_id, outreach.claim_quarter(e.claimed_at) AS quarter, count(*)::integer AS claimed
-FROM outreach.emails e
-WHERE e.claimed_at IS NOT NULL AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed')
-GROUP BY 1, 2"""
-KEPT = "SELECT mailbox_id, quarter, claimed FROM outreach.mailbox_claim_counts WHERE claimed <> 0"
 
 
 def _same(conn) -> None:

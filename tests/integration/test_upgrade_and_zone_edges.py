@@ -1,5 +1,6 @@
-"""Review of issue 16's performance work: repros of defects found (each fails on main as of
-49c77a7; see the review report)."""
+"""Edges found by the review of issue 16's performance work: a claim committed while migration
+0081 fills the daily-cap counter, and a lead's time zone PostgreSQL does not know (queue-due).
+Each failed before its fix."""
 
 from __future__ import annotations
 
@@ -9,14 +10,8 @@ import pytest
 from outreach import db
 from outreach.paths import sql_dir
 from outreach.queue import queue_due
+from support.claimcounts import COUNTED, KEPT
 from support.flow import import_demo
-
-COUNTED = """
-SELECT e.mailbox_id, outreach.claim_quarter(e.claimed_at) AS quarter, count(*)::integer AS claimed
-FROM outreach.emails e
-WHERE e.claimed_at IS NOT NULL AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed')
-GROUP BY 1, 2"""
-KEPT = "SELECT mailbox_id, quarter, claimed FROM outreach.mailbox_claim_counts WHERE claimed <> 0"
 
 UNDO_0081 = """
 DROP TRIGGER outreach_emails_count_claims_insert ON outreach.emails;
