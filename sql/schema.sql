@@ -776,6 +776,7 @@ $$;
 -- a handful of the mailbox's queued rows to pass, joined all of them by hash and sorted them before
 -- keeping p_limit (13 ms a claim at 2,500 queued rows, growing with the queue, under the mailbox
 -- lock); it now reads the queue index in order and stops at the limit (2.3 ms).
+-- The UPDATE finds the picked rows by primary key whatever the statistics say (0086).
 -- Raises invalid_parameter_value for another message class.
 CREATE FUNCTION outreach.claim_emails_v1(p_message_class text, p_mailbox_id bigint,
                                          p_limit integer, p_claim_token uuid, p_claimed_by text,
@@ -822,7 +823,11 @@ BEGIN
     UPDATE outreach.emails e
     SET status = 'sending', claim_token = p_claim_token, claimed_at = v_now,
         claimed_by = p_claimed_by, attempts = e.attempts + 1, updated_at = v_now
-    WHERE e.status = 'queued' AND e.id = ANY (v_picked)
+    -- The guard is written IS NOT DISTINCT FROM so that it cannot select a partial index on
+    -- status (0086): with statistics that say few rows are queued (right after queue-due, before
+    -- autovacuum's ANALYZE), `status = 'queued'` let the planner read the picked ids out of
+    -- outreach_emails_queued_idx, a scan of the whole queue per claim, instead of the primary key.
+    WHERE e.id = ANY (v_picked) AND e.status IS NOT DISTINCT FROM 'queued'
     RETURNING e.*;
 END
 $$;

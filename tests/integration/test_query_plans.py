@@ -99,3 +99,38 @@ def test_the_claim_reads_the_queue_in_order_and_stops_at_its_limit(db_url, tmp_p
         plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + pick))
     assert "Index Scan using outreach_emails_queued_idx" in plan, plan
     assert "Hash Join" not in plan and "Sort" not in plan, plan
+
+
+def test_the_claim_finds_its_rows_by_primary_key_whatever_the_statistics(db_url, tmp_path):
+    """Benchmark finding (issue 16, migration 0086): right after queue-due, with statistics that
+    say outreach.emails is empty, the claim's UPDATE (``id = ANY (v_picked)`` guarded by
+    ``status = 'queued'``) was planned as a scan of outreach_emails_queued_idx, the whole queue,
+    for every claim. The UPDATE is read from the installed function and explained with its
+    variables as values."""
+    import re
+    import uuid
+
+    from outreach import db
+    from outreach.leads import import_leads
+    from support.flow import leads_csv
+    from support.paths import CAMPAIGN
+
+    with psycopg.connect(db_url, autocommit=True) as c:
+        for table in ("emails", "leads", "campaigns", "mailboxes", "enrollments"):
+            c.execute(f"ALTER TABLE outreach.{table} SET (autovacuum_enabled = false)")
+        c.execute("VACUUM ANALYZE")  # every table analyzed empty, as on a new database
+    import_leads(db_url, CAMPAIGN, MAILBOXES,
+                 leads_csv(tmp_path, [f"k{i}@plan{i % 7}.example" for i in range(3000)]))
+    queue_due(db_url)
+    with db.connect(db_url) as conn, conn.transaction():
+        body = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'claim_emails_v1'"
+                            ).fetchone()["prosrc"]
+        update = re.search(r"RETURN QUERY\s+(UPDATE outreach\.emails e.*?RETURNING e\.\*);",
+                           body, re.S).group(1)
+        ids = [r["id"] for r in conn.execute(
+            "SELECT id FROM outreach.emails ORDER BY id DESC LIMIT 50")]
+        update = (update.replace("v_picked", f"ARRAY{ids}::bigint[]")
+                  .replace("p_claim_token", f"'{uuid.uuid4()}'::uuid")
+                  .replace("p_claimed_by", "'t'").replace("v_now", "now()"))
+        plan = "\n".join(r["QUERY PLAN"] for r in conn.execute("EXPLAIN " + update))
+        assert "queued_idx" not in plan, plan
