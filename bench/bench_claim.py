@@ -29,7 +29,7 @@ from typing import Any
 
 import psycopg
 
-from common import Row, Server, Stopwatch, run
+from common import Row, Sampler, Server, Stopwatch, run
 from data import queued_database
 from outreach import db
 
@@ -140,9 +140,14 @@ _CLAIMERS: dict[str, Callable[..., list[int]]] = {
 _barrier = None
 
 
+_cpu_at_start = 0.0
+
+
 def _ready() -> None:
-    """Wait until every claimer (and the clock) is ready."""
+    """Wait until every claimer (and the clock) is ready; note this process's CPU time then."""
+    global _cpu_at_start
     _barrier.wait()
+    _cpu_at_start = time.process_time()
 
 
 def _child(system: str, url: str, index: int, batch: int, mailboxes: list[int], barrier,
@@ -151,10 +156,10 @@ def _child(system: str, url: str, index: int, batch: int, mailboxes: list[int], 
     _barrier = barrier
     try:
         ids = _CLAIMERS[system](url, index, batch, mailboxes)
-        out.put((index, time.perf_counter(), ids, ""))
+        out.put((index, time.perf_counter(), ids, "", time.process_time() - _cpu_at_start))
     except BaseException as exc:  # noqa: BLE001 - reported, so the parent fails with the reason, never hangs
         barrier.abort()
-        out.put((index, time.perf_counter(), [], f"{type(exc).__name__}: {exc}"))
+        out.put((index, time.perf_counter(), [], f"{type(exc).__name__}: {exc}", 0.0))
 
 
 # --- templates: one database per system, built once ------------------------------------------
@@ -212,14 +217,16 @@ def measure(server: Server, system: str, claimers: int, rows: int, batch: int,
         p.start()
     barrier.wait(timeout=300)
     start = time.perf_counter()
-    results = [out.get(timeout=1800) for _ in procs]
+    with Sampler(url) as sampler:
+        results = [out.get(timeout=1800) for _ in procs]
     for p in procs:
         p.join()
-    errors = [e for *_, e in results if e]
+    errors = [e for _, _, _, e, _ in results if e]
     if errors:
         raise RuntimeError(f"{system} ×{claimers}: {errors[0]}")
-    seconds = max(end for _, end, _, _ in results) - start
-    ids = [i for _, _, got, _ in results for i in got]
+    seconds = max(end for _, end, _, _, _ in results) - start
+    ids = [i for _, _, got, _, _ in results for i in got]
+    client_us = sum(cpu for *_, cpu in results) * 1e6 / rows
     duplicates = len(ids) - len(set(ids))
     if system in ("ours", "bare"):
         with psycopg.connect(url) as conn:
@@ -234,7 +241,9 @@ def measure(server: Server, system: str, claimers: int, rows: int, batch: int,
     quota_ms = _quota_ms(url, mailboxes) if system == "ours" else 0.0
     server.drop(f"claim_{system}_run")
     return {"seconds": seconds, "rate": rows / seconds, "done": len(ids), "duplicates": duplicates,
-            "quota_ms": quota_ms}
+            "quota_ms": quota_ms, "busy": sampler.busy,
+            "where": f"{sampler.line(rows)} (the claimers' own processes: {client_us:,.0f} µs a row)",
+            "cpu_us": sampler.cpu_seconds * 1e6 / rows}
 
 
 def _quota_ms(url: str, mailboxes: list[int], n: int = 5) -> float:
@@ -276,7 +285,7 @@ def bench(server: Server, workdir: Path, *, rows: int, concurrency: list[int], b
             med[system] = {"rate": statistics.median(rates), "duplicates": dup,
                            "quota_ms": statistics.median(r["quota_ms"] for r in runs)}
             details.append(f"claim ×{c} {system}: " + ", ".join(f"{r:,.0f}" for r in rates)
-                           + f" rows/s; duplicates {dup}")
+                           + f" rows/s; duplicates {dup}; " + runs[0]["where"])
         ours, bare = med["ours"]["rate"], med["bare"]["rate"]
         peers = {s: med[s]["rate"] for s in ("procrastinate", "pgqueuer") if s in med}
         ratio = ours / bare

@@ -128,6 +128,69 @@ class Stopwatch:
         self.seconds = time.perf_counter() - self.start
 
 
+def _busy_jiffies() -> tuple[int, int]:
+    """Return ``(busy, total)`` CPU jiffies of the whole machine since boot (``/proc/stat``)."""
+    fields = [int(v) for v in _read("/proc/stat").split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+class Sampler:
+    """Where a run's time goes: the machine's CPU and what the run's backends wait on.
+
+    ``with Sampler(url) as s: …`` samples ``pg_stat_activity`` of ``url``'s database every
+    ``interval`` seconds from its own connection (its own backend excluded) and reads the
+    machine's CPU (``/proc/stat``) at both ends. Afterwards ``s.busy`` is the share of all cores
+    that were busy (0–1; every process of the machine, the run's clients included), ``s.cpu_seconds``
+    the busy core-seconds, and ``s.waits`` the share of backend samples per wait: ``CPU`` (active,
+    no wait event), ``Client`` (idle, waiting for the next statement), or ``type:event``
+    (``Lock:tuple``, ``IO:WalSync``…; PostgreSQL docs, 28.2.3 Wait Events).
+    """
+
+    def __init__(self, url: str, interval: float = 0.01) -> None:
+        self.url, self.interval = url, interval
+        self.counts: dict[str, int] = {}
+        self.busy = self.cpu_seconds = 0.0
+
+    def __enter__(self) -> Sampler:
+        import threading
+
+        self._stop = threading.Event()
+        self._conn = psycopg.connect(self.url, autocommit=True)
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._start = _busy_jiffies()
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            for state, kind, event in run(self._conn, "bench_backend_waits"):
+                key = ("CPU" if state == "active" and kind is None
+                       else "Client" if state and state.startswith("idle") else f"{kind}:{event}")
+                self.counts[key] = self.counts.get(key, 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        end = _busy_jiffies()
+        self._stop.set()
+        self._thread.join()
+        self._conn.close()
+        busy, total = end[0] - self._start[0], end[1] - self._start[1]
+        self.busy = busy / total if total else 0.0
+        self.cpu_seconds = busy / os.sysconf("SC_CLK_TCK")
+
+    @property
+    def waits(self) -> dict[str, float]:
+        """Share of backend samples per wait, largest first."""
+        n = sum(self.counts.values()) or 1
+        return {k: v / n for k, v in sorted(self.counts.items(), key=lambda kv: -kv[1])}
+
+    def line(self, rows: int, top: int = 4) -> str:
+        """``cores busy 98 %, 410 µs of CPU a row; backends: CPU 61 %, Client 30 %, …``."""
+        waits = ", ".join(f"{k} {v:.0%}" for k, v in list(self.waits.items())[:top])
+        return (f"cores busy {self.busy:.0%}, {self.cpu_seconds * 1e6 / max(rows, 1):,.0f} µs of "
+                f"machine CPU a row; backends: {waits}")
+
+
 @dataclass
 class Row:
     """One line of the results table.

@@ -96,3 +96,9 @@ WHERE en.status = 'active' AND c.status = 'active'
 -- name: bench_vacuum_analyze
 -- After building a template: fresh statistics and visibility map, as a settled database has.
 VACUUM ANALYZE;
+
+-- name: bench_backend_waits
+-- What each other backend of this database is doing now (common.Sampler): its state and wait.
+SELECT state, wait_event_type, wait_event
+FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend';
