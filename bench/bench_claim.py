@@ -242,6 +242,7 @@ def measure(server: Server, system: str, claimers: int, rows: int, batch: int,
     server.drop(f"claim_{system}_run")
     return {"seconds": seconds, "rate": rows / seconds, "done": len(ids), "duplicates": duplicates,
             "quota_ms": quota_ms, "busy": sampler.busy,
+            "client_us": client_us,
             "where": f"{sampler.line(rows)} (the claimers' own processes: {client_us:,.0f} µs a row)",
             "cpu_us": sampler.cpu_seconds * 1e6 / rows}
 
@@ -283,6 +284,8 @@ def bench(server: Server, workdir: Path, *, rows: int, concurrency: list[int], b
             rates = sorted(r["rate"] for r in runs)
             dup = sum(r["duplicates"] for r in runs)
             med[system] = {"rate": statistics.median(rates), "duplicates": dup,
+                           **{k: statistics.median(r[k] for r in runs)
+                              for k in ("busy", "cpu_us", "client_us")},
                            "quota_ms": statistics.median(r["quota_ms"] for r in runs)}
             details.append(f"claim ×{c} {system}: " + ", ".join(f"{r:,.0f}" for r in rates)
                            + f" rows/s; duplicates {dup}; " + runs[0]["where"])
@@ -292,7 +295,8 @@ def bench(server: Server, workdir: Path, *, rows: int, concurrency: list[int], b
         met = ratio >= 0.8 and all(ours > v for v in peers.values()) and med["ours"]["duplicates"] == 0
         why = ""
         if not met:
-            why = _why_claim(ratio, ours, peers, med["ours"]["quota_ms"], rows // mailboxes, batch)
+            why = _why_claim(ratio, ours, peers, med["ours"]["quota_ms"], rows // mailboxes, batch,
+                             med["ours"], med["bare"])
         compared = (f"(a) bare SKIP LOCKED + per-row mark {bare:,.0f}/s → ours **{ratio:.2f}×**; "
                     + "; ".join(f"(b) {s} {v:,.0f}/s → ours {ours / v:.2f}×"
                                 for s, v in peers.items()))
@@ -302,12 +306,29 @@ def bench(server: Server, workdir: Path, *, rows: int, concurrency: list[int], b
     return out, details
 
 
+def _cpu_split(ours: dict[str, float], bare: dict[str, float]) -> str:
+    """How the machine's CPU explains the ratio: busy cores, CPU per row, client and server."""
+    def split(m: dict[str, float]) -> str:
+        return (f"{m['cpu_us']:,.0f} µs of machine CPU a claimed row ({m['client_us']:,.0f} µs in "
+                f"its claimer processes, the rest PostgreSQL's), cores {m['busy']:.0%} busy")
+    text = f"Measured in this run: ours {split(ours)}; bare {split(bare)}"
+    if ours["busy"] >= 0.9:
+        text += (". Ours has used every core, so more claimers cannot go faster: its rate is the "
+                 "cores over its CPU a row, and where bare is CPU-bound too the ratio is their CPU "
+                 f"ratio ({bare['cpu_us']:,.0f} / {ours['cpu_us']:,.0f} = "
+                 f"{bare['cpu_us'] / ours['cpu_us']:.2f}); bare still has idle CPU wherever it "
+                 "waits on the WAL flush of its commits, and fills it with more claimers")
+    return text + ". Where that CPU goes"
+
+
 def _why_claim(ratio: float, ours: float, peers: dict[str, float], quota_ms: float,
-               per_mailbox: int, batch: int) -> str:
+               per_mailbox: int, batch: int, ours_m: dict[str, float],
+               bare_m: dict[str, float]) -> str:
     parts = []
     if ratio < 0.8:
         parts.append(
-            f"ours is {ratio:.2f}× the bare statements. Per claim, ours locks the mailbox row and "
+            f"ours is {ratio:.2f}× the bare statements. {_cpu_split(ours_m, bare_m)}: per claim, "
+            "ours locks the mailbox row and "
             "reads what it claimed today (the daily cap and run share, `mailbox_remaining_today`) "
             "from `outreach.mailbox_claim_counts`, which triggers on `outreach.emails` keep per "
             "quarter-hour (migration 0081; until then it counted the day's rows): measured at the "
