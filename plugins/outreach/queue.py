@@ -18,21 +18,47 @@ from outreach.store import emails, mailboxes, reports
 
 
 def queue_due(url: str, *, campaign_key: str | None = None, now: dt.datetime | None = None,
-              ) -> dict[str, Any]:
+              workers: int | None = None) -> dict[str, Any]:
     """Insert the due step of every eligible lead; return ``{"queued": n, "per_mailbox": {id: n},
     "held": [{"campaign", "step", "missing", "leads"}, …]}``.
+
+    The leads are split by id into ``workers`` parts, each queued by ``email_queue_due`` on its
+    own connection in its own transaction, all at once (one core of the database server each:
+    :class:`outreach.settings.QueueSettings`). A part that fails is rolled back alone and the
+    others commit; the error is raised after every part has ended, and a second run queues what
+    is left (UNIQUE (lead, step): nothing twice).
 
     ``held`` counts the leads a step is not queued for because they lack a field the step
     ``requires`` (see :class:`outreach.campaign.Step`), per campaign, step and missing fields.
 
     :param campaign_key: only this campaign (default all active campaigns).
-    :param now: a fixed clock (UTC); default the database clock.
+    :param now: a fixed clock (UTC); default the database clock (each part's transaction start).
+    :param workers: parts, 1 to 16 (default ``OUTREACH_QUEUE_DUE_WORKERS``, 1). With one part the
+        rows' ids follow (lead, step), the order in which rows due at the same moment are claimed;
+        parts inserted at once interleave their ids.
+    :raises psycopg.Error: a part failed (the first failure; the others were committed).
     """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from outreach.settings import QueueSettings
+
+    parts = workers if workers is not None else QueueSettings().queue_due_workers
+
+    def queue_part(part: int) -> list[emails.QueuedCount]:
+        with db.transaction(url) as conn:
+            emails.email_planner_bulk_joins(conn)
+            return emails.email_queue_due(conn, now=now, campaign_key=campaign_key, part=part,
+                                          parts=parts)
+
+    with ThreadPoolExecutor(parts, thread_name_prefix="outreach-queue-due") as pool:
+        futures = [pool.submit(queue_part, part) for part in range(parts)]
+    per_mailbox: dict[int, int] = {}
+    for future in futures:
+        for r in future.result():
+            per_mailbox[r.mailbox_id] = per_mailbox.get(r.mailbox_id, 0) + r.queued
+    per_mailbox = dict(sorted(per_mailbox.items()))
     with db.transaction(url) as conn:
-        emails.email_planner_bulk_joins(conn)
-        rows = emails.email_queue_due(conn, now=now, campaign_key=campaign_key)
         held = [asdict(h) for h in reports.report_missing_fields(conn, campaign_key=campaign_key)]
-    per_mailbox = {r.mailbox_id: r.queued for r in rows}
     queued = sum(per_mailbox.values())
     log.info("queue-due: queued=%s per_mailbox=%s", queued, per_mailbox)
     for h in held:

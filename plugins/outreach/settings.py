@@ -333,11 +333,28 @@ class ScheduleSettings(OutreachSettings):
         return v.strip()
 
 
+class QueueSettings(OutreachSettings):
+    """What ``outreach_queue_due`` reads (no secret): how many connections share its insert.
+
+    ``queue_due_workers``: the due leads are split by lead id into this many parts, each queued
+    by its own connection and transaction at once (:func:`outreach.queue.queue_due`). PostgreSQL
+    runs one INSERT on one core and checks its foreign keys row by row, so the parts use that many
+    of the database server's cores: 200,000 leads took 7.9–8.9 s in one part, 4.8–5.1 s in two and
+    5.4–5.6 s in three on a 2-core server (2026-12-01); keep it at or below the server's cores.
+    The default is one part because only one keeps the queue in (lead, step) order: rows due at
+    the same moment are claimed by id (``outreach.claim_emails_v1``), and the ids of parts
+    inserted at once interleave. Raise it for a large first run or backfill.
+    """
+
+    queue_due_workers: int = Field(default=1, ge=1, le=16, description=(
+        "connections that queue the due leads at once, each a part of them, 1 to 16"))
+
+
 def groups() -> Iterator[type[OutreachSettings]]:
     """Yield every settings group of the package (for documentation and tests)."""
     from outreach.health import HealthSettings
 
-    yield from (Settings, PreflightSettings, ScheduleSettings, HealthSettings)
+    yield from (Settings, PreflightSettings, ScheduleSettings, QueueSettings, HealthSettings)
 
 
 def import_roots(env: dict[str, str] | None = None) -> tuple[Path, ...]:

@@ -21,6 +21,10 @@
 -- without the seed, and without one gen_random_uuid() per row (on a PostgreSQL built without
 -- OpenSSL each reads the kernel's random source). Rows go in (lead, step) order: the unique index and the lead's foreign-key check
 -- then walk their b-trees in order (100,000 leads: a tenth less CPU than in hash order).
+-- Only the leads whose id is %(part)s modulo %(parts)s (0 and 1: all): outreach.queue.queue_due
+-- runs the parts on their own connections at once, one core each. Two runs or parts never wait
+-- on each other in a cycle: each inserts in (lead, step) order, so a conflicting key is always
+-- the lowest one it still needs.
 -- Run it after email_planner_bulk_joins (see there): planned with nested loops on a fresh database,
 -- the NOT EXISTS rescans outreach.emails once per candidate while the same statement fills it.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now, gen_random_uuid()::text AS seed),
@@ -37,6 +41,7 @@ due AS MATERIALIZED (
     LEFT JOIN outreach.emails pe ON pe.lead_id = en.lead_id AND pe.step_id = prev.id
     WHERE en.status = 'active' AND c.status = 'active'
       AND (%(campaign_key)s::text IS NULL OR c.key = %(campaign_key)s::text)
+      AND en.lead_id %% %(parts)s::integer = %(part)s::integer
       AND (st.position = 1 OR pe.status = 'sent')
       AND CASE WHEN st.position = 1 THEN en.enrolled_at ELSE pe.sent_at END
           + st.delay_days * interval '1 day' <= n.now

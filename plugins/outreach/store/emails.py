@@ -25,7 +25,8 @@ class QueuedCount:
 
 
 def email_queue_due(
-    conn: Conn, *, now: dt.datetime | None, campaign_key: str | None
+    conn: Conn, *, now: dt.datetime | None, campaign_key: str | None, part: int = 0,
+    parts: int = 1,
 ) -> list[QueuedCount]:
     """``email_queue_due``: One set-based statement queues the due step of every eligible lead:
     step 1 once the lead is enrolled (plus its delay), step n once step n-1 was sent delay_days
@@ -33,10 +34,11 @@ def email_queue_due(
     Suppressed addresses are skipped by the one suppression function. scheduled_for is the next
     open slot of the campaign's send window in the lead's time zone (falling back to the
     campaign's). Returns one row per mailbox with how many were queued (never one row per
-    email). Run it after email_planner_bulk_joins (see there): planned with nested loops on a
-    fresh database, the NOT EXISTS rescans outreach.emails once per candidate while the same
-    statement fills it."""
-    return many(conn, "email_queue_due", {"now": now, "campaign_key": campaign_key}, QueuedCount)
+    email). Only leads whose id is ``part`` modulo ``parts`` (default: all). Run it after
+    email_planner_bulk_joins (see there): planned with nested loops on a fresh database, the NOT
+    EXISTS rescans outreach.emails once per candidate while the same statement fills it."""
+    return many(conn, "email_queue_due", {"now": now, "campaign_key": campaign_key,
+                                          "part": part, "parts": parts}, QueuedCount)
 
 
 def email_planner_bulk_joins(conn: Conn) -> None:
