@@ -1,8 +1,8 @@
 """Queueing due sequence steps, the reaper, and the send plan.
 
-Each function is one set-based statement (or a read), safe to run twice or concurrently: the
-UNIQUE (lead, step) constraint makes a second queue run insert nothing, and the reaper is one
-guarded UPDATE.
+Each function is one set-based statement (or a read; queue-due one per part of the leads), safe to
+run twice or concurrently: the UNIQUE (lead, step) constraint makes a second queue run insert
+nothing, and the reaper is one guarded UPDATE.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ def queue_due(url: str, *, campaign_key: str | None = None, now: dt.datetime | N
     The leads are split by id into ``workers`` parts, each queued by ``email_queue_due`` on its
     own connection in its own transaction, all at once (one core of the database server each:
     :class:`outreach.settings.QueueSettings`). A part that fails is rolled back alone and the
-    others commit; the error is raised after every part has ended, and a second run queues what
-    is left (UNIQUE (lead, step): nothing twice).
+    others commit; after every part has ended, each failed part is logged as one line (part,
+    error) and one line says what the committed parts queued, then the first failed part's error
+    is raised; a second run queues what is left (UNIQUE (lead, step): nothing twice).
 
     ``held`` counts the leads a step is not queued for because they lack a field the step
     ``requires`` (see :class:`outreach.campaign.Step`), per campaign, step and missing fields.
@@ -36,13 +37,16 @@ def queue_due(url: str, *, campaign_key: str | None = None, now: dt.datetime | N
     :param workers: parts, 1 to 16 (default ``OUTREACH_QUEUE_DUE_WORKERS``, 1). With one part the
         rows' ids follow (lead, step), the order in which rows due at the same moment are claimed;
         parts inserted at once interleave their ids.
-    :raises psycopg.Error: a part failed (the first failure; the others were committed).
+    :raises outreach.settings.SettingValueError: ``workers`` (or the setting) is not 1 to 16.
+    :raises psycopg.Error: a part failed (the first failed part's error; the others committed).
     """
     from concurrent.futures import ThreadPoolExecutor
 
     from outreach.settings import QueueSettings
 
-    parts = workers if workers is not None else QueueSettings().queue_due_workers
+    # Validated like the setting whether it comes from the environment or the caller.
+    parts = QueueSettings(**({} if workers is None else {"queue_due_workers": workers})
+                          ).queue_due_workers
 
     def queue_part(part: int) -> list[emails.QueuedCount]:
         with db.transaction(url) as conn:
@@ -53,13 +57,26 @@ def queue_due(url: str, *, campaign_key: str | None = None, now: dt.datetime | N
     with ThreadPoolExecutor(parts, thread_name_prefix="outreach-queue-due") as pool:
         futures = [pool.submit(queue_part, part) for part in range(parts)]
     per_mailbox: dict[int, int] = {}
-    for future in futures:
+    failures: list[BaseException] = []
+    for part, future in enumerate(futures):
+        exc = future.exception()
+        if exc is not None:
+            failures.append(exc)
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            log.error("queue-due: part %s/%s (lead id %% %s = %s) failed and was rolled back: "
+                      "%s: %s", part + 1, parts, parts, part, type(exc).__name__, first)
+            continue
         for r in future.result():
             per_mailbox[r.mailbox_id] = per_mailbox.get(r.mailbox_id, 0) + r.queued
     per_mailbox = dict(sorted(per_mailbox.items()))
+    queued = sum(per_mailbox.values())
+    if failures:
+        log.error("queue-due: %s of %s part(s) failed; the other parts committed queued=%s "
+                  "per_mailbox=%s; the next run queues the rest once the error is fixed",
+                  len(failures), parts, queued, per_mailbox)
+        raise failures[0]
     with db.transaction(url) as conn:
         held = [asdict(h) for h in reports.report_missing_fields(conn, campaign_key=campaign_key)]
-    queued = sum(per_mailbox.values())
     log.info("queue-due: queued=%s per_mailbox=%s", queued, per_mailbox)
     for h in held:
         log.info("queue-due: %s", held_line(h))

@@ -74,3 +74,40 @@ def test_two_runs_with_different_parts_at_once_queue_each_step_once(db_url):
     assert sum(r["queued"] for r in results) == 196
     assert scalar(db_url, "SELECT count(*) FROM outreach.emails") == 196
     assert _set(db_url, QUEUED) == _set(db_url, DUE)
+
+
+def test_every_failing_part_is_one_line_and_what_the_others_committed_is_logged(db_url, caplog):
+    """Review (2026-12-01): with two parts failing, only the first part's error reached the task
+    (the second was dropped unseen), and nothing said that the other parts had committed rows.
+    Each failed part is now one line naming the part and the error, and one line says what the
+    committed parts queued; the first part's error is raised."""
+    import logging
+
+    import_demo(db_url)
+    ids = [r["id"] for r in rows(db_url, "SELECT id FROM outreach.leads ORDER BY id")]
+    mars, venus = (next(i for i in ids if i % 3 == k) for k in (0, 1))
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("UPDATE outreach.leads SET timezone = 'Mars/Olympus' WHERE id = %s", (mars,))
+        c.execute("UPDATE outreach.leads SET timezone = 'Venus/Maat' WHERE id = %s", (venus,))
+    with caplog.at_level(logging.INFO, logger="outreach"), \
+            pytest.raises(psycopg.Error, match="Mars/Olympus"):
+        queue_due(db_url, workers=3)
+    committed = scalar(db_url, "SELECT count(*) FROM outreach.emails")
+    assert committed and scalar(db_url, "SELECT count(*) FROM outreach.emails WHERE lead_id %% 3 <> 2") == 0
+    messages = [r.getMessage() for r in caplog.records if r.name == "outreach"]
+    failed = [m for m in messages if "failed" in m and "part" in m]
+    assert any("part 1/3" in m and "Mars/Olympus" in m for m in failed), messages
+    assert any("part 2/3" in m and "Venus/Maat" in m for m in failed), messages
+    assert all("\n" not in m for m in failed), failed
+    assert any(f"queued={committed}" in m and "committed" in m for m in messages), messages
+
+
+@pytest.mark.parametrize("workers", [0, 17, -1])
+def test_a_number_of_parts_out_of_range_is_refused_like_the_setting(db_url, workers):
+    """Review (2026-12-01): ``workers`` passed directly skipped OUTREACH_QUEUE_DUE_WORKERS's range
+    (0 ended in ThreadPoolExecutor's ValueError, 17 ran 17 connections)."""
+    from outreach.settings import SettingValueError
+
+    with pytest.raises(SettingValueError, match=f"OUTREACH_QUEUE_DUE_WORKERS='{workers}'.*1 to 16"):
+        queue_due(db_url, workers=workers)
+    assert scalar(db_url, "SELECT count(*) FROM outreach.emails") == 0
