@@ -6,9 +6,11 @@ declare a `source:`, as soon as an import updated a campaign's leads Asset
 (`outreach://leads/<campaign>`, see `outreach_import_sources`).
 
 * **queue_due** first fails rows left `sending` for over the reaper threshold (default 30 minutes)
-  as *unconfirmed* ("check Sent Items before doing anything"), then inserts, in one statement,
-  step 1 for new enrolments and step n for leads whose step n-1 was sent long enough ago.
-  Suppressed addresses are skipped.
+  as *unconfirmed* ("check Sent Items before doing anything"), then inserts, in one statement
+  per part of the leads (`OUTREACH_QUEUE_DUE_WORKERS`, default one part), step 1 for new
+  enrolments and step n for leads whose step n-1 was sent long enough ago. Suppressed addresses
+  are skipped. A part that fails is rolled back alone, the others commit: the log has one line
+  per failed part and one saying what the others queued.
 
 **Clearing `queue_due` is safe**: a row per (lead, sequence step) is enforced by a UNIQUE
 constraint, so a second run queues nothing twice.

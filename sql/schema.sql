@@ -776,7 +776,8 @@ $$;
 -- a handful of the mailbox's queued rows to pass, joined all of them by hash and sorted them before
 -- keeping p_limit (13 ms a claim at 2,500 queued rows, growing with the queue, under the mailbox
 -- lock); it now reads the queue index in order and stops at the limit (2.3 ms).
--- The UPDATE finds the picked rows by primary key whatever the statistics say (0086).
+-- The UPDATE never reads the picked rows out of the partial queue index, whatever the statistics
+-- say (0086): by primary key, or on a table of a few thousand rows a sequential scan.
 -- Raises invalid_parameter_value for another message class.
 CREATE FUNCTION outreach.claim_emails_v1(p_message_class text, p_mailbox_id bigint,
                                          p_limit integer, p_claim_token uuid, p_claimed_by text,

@@ -28,6 +28,7 @@ prints it as ``outreach: error: …`` and exits 2; an Airflow task fails with it
 | OUTREACH_SCHEDULES               | ScheduleSettings   | on/off (on)                                |
 | OUTREACH_TRANSACTIONAL_SCHEDULE  | ScheduleSettings   | a cron expression (* * * * *)              |
 | OUTREACH_QUEUE_DUE_SCHEDULE      | ScheduleSettings   | a cron expression (*/15 * * * *)           |
+| OUTREACH_QUEUE_DUE_WORKERS       | QueueSettings      | parts queued at once, 1 to 16 (1)          |
 | OUTREACH_ALERT_TO                | AlertSettings      | comma-separated addresses (none: alerts only logged) |
 | OUTREACH_ALERT_FROM              | AlertSettings      | an address                                 |
 | OUTREACH_ALERT_SMTP_CONN_ID      | AlertSettings      | a connection id (outreach_alerts)          |
