@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import math
 import multiprocessing as mp
 import statistics
 import time
@@ -311,6 +312,8 @@ def _cpu_split(ours: dict[str, float], bare: dict[str, float]) -> str:
     def split(m: dict[str, float]) -> str:
         return (f"{m['cpu_us']:,.0f} µs of machine CPU a claimed row ({m['client_us']:,.0f} µs in "
                 f"its claimer processes, the rest PostgreSQL's), cores {m['busy']:.0%} busy")
+    if any(math.isnan(m[k]) for m in (ours, bare) for k in ("busy", "cpu_us")):
+        return "Machine CPU not measured in this run (no usable /proc/stat). Where the CPU goes"
     text = f"Measured in this run: ours {split(ours)}; bare {split(bare)}"
     if ours["busy"] >= 0.9:
         text += (". Ours has used every core, so more claimers cannot go faster: its rate is the "

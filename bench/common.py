@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import math
 import os
 import platform
 import statistics
@@ -128,11 +129,24 @@ class Stopwatch:
         self.seconds = time.perf_counter() - self.start
 
 
-def _busy_jiffies() -> tuple[int, int]:
-    """Return ``(busy, total)`` CPU jiffies of the whole machine since boot (``/proc/stat``)."""
-    fields = [int(v) for v in _read("/proc/stat").split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields) - idle, sum(fields)
+def _busy_jiffies() -> tuple[int, int] | None:
+    """Return ``(busy, total)`` CPU jiffies of the whole machine since boot (``/proc/stat``), or
+    ``None`` where its ``cpu`` line is missing or has fewer than the four fields of old kernels.
+
+    Busy is user, nice, system, irq and softirq. Not counted: idle and iowait; steal (time the
+    hypervisor gave another guest, not this machine's work, though in the total: those cores were
+    not ours to use); guest and guest_nice, which Linux already counts in user and nice.
+    """
+    first = (_read("/proc/stat").splitlines() or [""])[0].split()
+    if not first or first[0] != "cpu" or len(first) < 5:
+        return None
+    try:
+        f = [int(v) for v in first[1:]] + [0] * 10
+    except ValueError:
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = f[:8]
+    busy = user + nice + system + irq + softirq
+    return busy, busy + idle + iowait + steal
 
 
 class Sampler:
@@ -141,8 +155,9 @@ class Sampler:
     ``with Sampler(url) as s: …`` samples ``pg_stat_activity`` of ``url``'s database every
     ``interval`` seconds from its own connection (its own backend excluded) and reads the
     machine's CPU (``/proc/stat``) at both ends. Afterwards ``s.busy`` is the share of all cores
-    that were busy (0–1; every process of the machine, the run's clients included), ``s.cpu_seconds``
-    the busy core-seconds, and ``s.waits`` the share of backend samples per wait: ``CPU`` (active,
+    that were busy (0–1; every process of the machine, the run's clients and this sampler
+    included), ``s.cpu_seconds`` the busy core-seconds (both NaN where /proc/stat is missing or
+    short: :func:`_busy_jiffies`), and ``s.waits`` the share of backend samples per wait: ``CPU`` (active,
     no wait event), ``Client`` (idle, waiting for the next statement), or ``type:event``
     (``Lock:tuple``, ``IO:WalSync``…; PostgreSQL docs, 28.2.3 Wait Events).
     """
@@ -174,6 +189,9 @@ class Sampler:
         self._stop.set()
         self._thread.join()
         self._conn.close()
+        if end is None or self._start is None:  # no /proc/stat: not measured, never made up
+            self.busy = self.cpu_seconds = math.nan
+            return
         busy, total = end[0] - self._start[0], end[1] - self._start[1]
         self.busy = busy / total if total else 0.0
         self.cpu_seconds = busy / os.sysconf("SC_CLK_TCK")
@@ -187,6 +205,8 @@ class Sampler:
     def line(self, rows: int, top: int = 4) -> str:
         """``cores busy 98 %, 410 µs of CPU a row; backends: CPU 61 %, Client 30 %, …``."""
         waits = ", ".join(f"{k} {v:.0%}" for k, v in list(self.waits.items())[:top])
+        if math.isnan(self.busy):
+            return f"machine CPU not measured (no usable /proc/stat); backends: {waits}"
         return (f"cores busy {self.busy:.0%}, {self.cpu_seconds * 1e6 / max(rows, 1):,.0f} µs of "
                 f"machine CPU a row; backends: {waits}")
 
