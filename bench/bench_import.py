@@ -34,23 +34,29 @@ def _import_child(url: str, campaign: str, mailboxes: str, csv: str, out) -> Non
         # The largest of this process and its row-checking workers (each holds a few chunks).
         rss = max(resource.getrusage(who).ru_maxrss
                   for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024
-        out.put((seconds, rss, result.enrolled, ""))
+        out.put((seconds, rss, result.enrolled, "", result.timings()))
     except BaseException as exc:  # noqa: BLE001 - reported, so the parent fails with the reason
-        out.put((0.0, 0.0, 0, f"{type(exc).__name__}: {exc}"))
+        out.put((0.0, 0.0, 0, f"{type(exc).__name__}: {exc}", ""))
+
+
+STAGES: list[str] = []
+"""Each import's stage timings (``ImportResult.timings()``), in the order they ran."""
 
 
 def import_in_child(url: str, campaign: Path, mailboxes: Path, csv: Path) -> tuple[float, float, int]:
-    """Run ``import_leads`` in a fresh process; return ``(seconds, peak RSS MiB, enrolled)``.
+    """Run ``import_leads`` in a fresh process; return ``(seconds, peak RSS MiB, enrolled)``;
+    its stage timings are appended to :data:`STAGES`.
 
     :raises RuntimeError: the import failed (its error is included).
     """
     out = _MP.Queue()
     proc = _MP.Process(target=_import_child, args=(url, str(campaign), str(mailboxes), str(csv), out))
     proc.start()
-    seconds, rss, enrolled, error = out.get(timeout=3600)
+    seconds, rss, enrolled, error, stages = out.get(timeout=3600)
     proc.join()
     if error:
         raise RuntimeError(f"import failed: {error}")
+    STAGES.append(stages)
     return seconds, rss, enrolled
 
 
@@ -88,7 +94,7 @@ def bench(server: Server, workdir: Path, *, leads: int, repeats: int,
         if enrolled != counts["valid"]:
             raise RuntimeError(f"import enrolled {enrolled}, expected {counts['valid']}")
         peaks.append(rss)
-        details.append(f"import ours: {seconds:.2f} s, peak RSS {rss:.0f} MiB")
+        details.append(f"import ours: {seconds:.2f} s, peak RSS {rss:.0f} MiB; {STAGES[-1]}")
         return seconds
 
     def copy() -> float:
@@ -115,7 +121,7 @@ def bench(server: Server, workdir: Path, *, leads: int, repeats: int,
                 f"COPY into a bare table {t_copy:.1f} s → ours **{ratio:.1f}×** the time",
                 "1M rows in ≤ 30 s (≥ 33,333 rows/s); memory flat",
                 leads / t_ours >= 33_333 and not grows,
-                _why_import(ratio, t_ours, leads, peak, small_rss, grows))]
+                _why_import(ratio, t_ours, leads, peak, small_rss, grows, STAGES[0]))]
 
     from outreach.settings import QueueSettings
 
@@ -185,27 +191,32 @@ def bench(server: Server, workdir: Path, *, leads: int, repeats: int,
 
 
 def _why_import(ratio: float, seconds: float, leads: int, peak: float, small: float,
-                grows: bool) -> str:
+                grows: bool, stages: str) -> str:
     parts = []
     if leads / seconds < 33_333:
         parts.append(
             f"{leads / seconds:,.0f} rows/s, {ratio:.1f}× COPY ({seconds / leads * 1e6:.0f} µs "
-            "per row in all). The file is read and checked in this process (email-validator with "
-            "its domain check remembered per domain, about 12 µs an address; names, time zone: "
-            "2.8–4 s of CPU per 100,000 rows, 6.4 s before) and copied into a stage table 10,000 rows "
-            "at a time; PostgreSQL asks outreach.is_suppressed() for each batch while the next is read "
-            "(a SQL function that is not inlined, since its body is a sub-query: about 1.2 s of "
-            "CPU per 100,000 addresses; the normalize_address it calls is inlined), then "
-            "set-based statements find in-file duplicates, upsert the leads and insert the "
-            "enrolments: 4.6–6 s of backend CPU per 100,000 rows in all "
-            "(2026-12-01, a loaded machine). `EXPLAIN ANALYZE` at 100,000 rows: the "
-            "enrolment insert 5.0 s, of which its three foreign-key checks per row 2.9 s; the "
-            "upsert 2.7 s (the insert into outreach.leads and its two unique indexes). Worker processes for the checks "
+            f"per row in all). Where this run's time went (`ImportResult.seconds`): {stages}. "
+            "read: the file is read and checked in this process, one core (2026-12-01, cProfile "
+            "of 200,000 rows: 32 µs of CPU a row, half of it email-validator's syntax check "
+            "(its split of the address walks it character by character: 3.8 s of 21 s "
+            "profiled), with its domain check remembered per domain) and copied into a stage "
+            "table 10,000 rows at a time, while PostgreSQL asks outreach.is_suppressed() for "
+            "each batch on the other core (9–11 µs a call, a SQL function that is not inlined "
+            "since its body is a sub-query; the same test as one join takes 12 ms for 200,000 "
+            "addresses, but it runs alongside the reader, so it would shorten the import only "
+            "if the reader were faster). upsert and enrol are set-based statements after the "
+            "file is read: `EXPLAIN ANALYZE` at 100,000 rows: the enrolment insert 5.0 s, of "
+            "which its three foreign-key checks per row 2.9 s; the upsert 2.7 s (the insert into "
+            "outreach.leads and its two unique indexes). Measured and not kept: applying each "
+            "batch (duplicates, upsert, enrolments) while the next is read (200,000 rows: 15.0 s "
+            "against 12.2 s, a reviewer's tests running: PostgreSQL's share, 12.5 s, then "
+            "outgrew the reader's 7 s); worker processes for the checks "
             "(`outreach.leads.import_workers`) start only on 4 or more CPUs: on 2 cores they "
-            "measured no faster (60,000 rows, before the domain cache: 10–12 s against 8.5–9 s). "
-            "Closing the rest is in the database: a set-based suppression check (one join "
-            "instead of a function call per address), fewer foreign keys on the enrolment (a "
-            "schema change), and more cores")
+            "measured no faster (60,000 rows, before the domain cache: 10–12 s against "
+            "8.5–9 s). What would close the rest: a faster address syntax check (the library's "
+            "pure-Python parse), fewer foreign keys on the enrolment (a schema change), and "
+            "more cores")
     if grows:
         parts.append(
             f"memory grows with the file ({small:.0f} MiB for ⅒ of it, {peak:.0f} MiB for all): "

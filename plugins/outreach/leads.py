@@ -31,6 +31,7 @@ from email_validator import EmailNotValidError
 from outreach import campaign as campaign_mod
 from outreach import db
 from outreach.addresses import normalize_address
+from outreach.logutil import log
 from outreach.message import header_text_problem
 from outreach.paths import resolve
 from outreach.store import enrollments as enrollments_store
@@ -166,6 +167,11 @@ class ImportResult:
     campaign_id: int | None = None
     stopped: int = 0
     """Enrolments stopped because their row left a source (``stop_when_missing``)."""
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Wall seconds of each stage, in order: ``read`` (reading, checking and copying the rows;
+    a CSV file's suppression is asked batch by batch alongside), ``suppression`` (the rest of
+    it, or all of it for a source), ``duplicates``, ``upsert``, ``enrol``, ``record`` (the
+    problems and the run row): where a slow import spends its time."""
 
     def nothing_imported(self) -> str | None:
         """Return why the import did nothing useful — the file had no data rows, or every row
@@ -186,6 +192,10 @@ class ImportResult:
                 f"invalid={self.invalid} "
                 f"suppressed={self.suppressed} enrolled={self.enrolled}"
                 + (f" stopped={self.stopped}" if self.stopped else ""))
+
+    def timings(self) -> str:
+        """Return :attr:`seconds` for a log line: ``read 34.1 s, suppression 0.0 s, …``."""
+        return ", ".join(f"{stage} {s:.1f} s" for stage, s in self.seconds.items())
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict (for XCom and ``--json``)."""
@@ -826,18 +836,30 @@ def apply_staged(conn: Any, campaign: campaign_mod.Campaign, mailboxes: list[cam
     leads_store.lead_stage_create(conn)
     leads_store.lead_stage_memory(conn)
     leads_store.lead_stage_index_lines(conn)
+    clock = time.monotonic()
+
+    def lap(stage_name: str) -> None:
+        nonlocal clock
+        result.seconds[stage_name] = time.monotonic() - clock
+        clock = time.monotonic()
+
     result.rows_total, result.invalid = stage()
+    lap("read")
     if not stage_decides_suppression:
         leads_store.lead_stage_mark_suppressed(conn, from_line=None, to_line=None)
+    lap("suppression")
     leads_store.lead_stage_analyze(conn)
     leads_store.lead_stage_mark_duplicates(conn)
     counts = leads_store.lead_stage_counts(conn)
     result.duplicate, result.suppressed = counts.duplicate, counts.suppressed
+    lap("duplicates")
     upserted = leads_store.lead_upsert_staged(conn)
     result.imported, result.updated = upserted.imported, upserted.updated
     result.unchanged = counts.accepted - result.imported - result.updated
+    lap("upsert")
     result.enrolled = enrollments_store.enrollment_insert_staged(conn, campaign_id=campaign_id,
                                                                   now=now)
+    lap("enrol")
     result.problems = [Problem(**asdict(r))
                        for r in leads_store.lead_stage_problems(conn, limit=PROBLEMS_SHOWN)]
     result.problems_omitted = counts.problems - len(result.problems)
@@ -847,6 +869,8 @@ def apply_staged(conn: Any, campaign: campaign_mod.Campaign, mailboxes: list[cam
         rows_total=result.rows_total, imported=result.imported, updated=result.updated,
         duplicate=result.duplicate, unchanged=result.unchanged, invalid=result.invalid,
         suppressed=result.suppressed, enrolled=result.enrolled)
+    lap("record")
+    log.info("import %s: seconds %s", name, result.timings())
     return result
 
 

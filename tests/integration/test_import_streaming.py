@@ -230,3 +230,19 @@ def test_nul_in_one_row_does_not_stop_the_rest(db_url, tmp_path):
     except Exception as exc:  # noqa: BLE001 - any failure fails the test with this message
         pytest.fail(f"import of a file with one NUL byte failed as a whole: {type(exc).__name__}: {exc}")
     assert r.imported >= 2
+
+
+def test_an_import_says_where_its_time_went(db_url, tmp_path, caplog):
+    """Issue 16: a slow import's log names the seconds of each stage, in the order they ran."""
+    import logging
+
+    path = tmp_path / "leads.csv"
+    path.write_text("Email\n" + "".join(f"t{i}@timing.example\n" for i in range(300)),
+                    encoding="utf-8")
+    with caplog.at_level(logging.INFO, logger="outreach"):
+        r = import_leads(db_url, CAMPAIGN, MAILBOXES, path)
+    assert list(r.seconds) == ["read", "suppression", "duplicates", "upsert", "enrol", "record"]
+    assert all(s >= 0 for s in r.seconds.values()) and r.enrolled == 300
+    line = next(m for m in caplog.messages if m.startswith(f"import {path}: seconds "))
+    assert line == f"import {path}: seconds {r.timings()}" and "enrol " in line
+    assert json.loads(json.dumps(r.to_dict()))["seconds"] == r.seconds
