@@ -321,6 +321,15 @@ def _cpu_split(ours: dict[str, float], bare: dict[str, float]) -> str:
                  f"ratio ({bare['cpu_us']:,.0f} / {ours['cpu_us']:,.0f} = "
                  f"{bare['cpu_us'] / ours['cpu_us']:.2f}); bare still has idle CPU wherever it "
                  "waits on the WAL flush of its commits, and fills it with more claimers")
+    elif "rate" in ours and "rate" in bare:
+        wall_o, wall_b = 1e6 / ours["rate"], 1e6 / bare["rate"]
+        if abs(ours["cpu_us"] - wall_o) <= 0.2 * wall_o:  # its CPU a row ≈ its time a row
+            text += (f". Wall time a row: ours {wall_o:,.0f} µs, about its machine CPU a row "
+                     "(its claimers and their backends take turns, about "
+                     f"{ours['cpu_us'] / wall_o:.1f} core(s) busy at a time), so its rate is "
+                     f"bound by that CPU; bare {wall_b:,.0f} µs with {bare['cpu_us']:,.0f} µs "
+                     f"of machine CPU ({bare['cpu_us'] / wall_b:.1f} core(s) busy at a time): it "
+                     "waits more (its backends' waits: the detail lines)")
     return text + ". Where that CPU goes"
 
 

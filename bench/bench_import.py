@@ -178,8 +178,8 @@ def bench(server: Server, workdir: Path, *, leads: int, repeats: int,
                         "can take more" if where[workers].busy >= 0.9 else "")
                      + ". Backend CPU of `email_queue_due` (100,000 leads, "
                      "2026-12-01, A/B on the same template): the four foreign-key checks of each "
-                     "new row are about 14 µs a lead, 40 % of it (3.1 s of CPU with them, 1.6 s "
-                     "without; one merged (step, campaign) key measured no faster); the new row "
+                     "new row are about 15 µs a lead, nearly half of it (3.1 s of CPU with them, "
+                     "1.6 s without; one merged (step, campaign) key measured no faster); the new row "
                      "with its index entries (primary key, unique (lead, step) with the ON "
                      "CONFLICT probe, idempotency key, the queued and mailbox-claimed indexes) "
                      "most of the rest; the suppression function about 5 µs a lead, one call per "

@@ -159,7 +159,7 @@ class Sampler:
     included), ``s.cpu_seconds`` the busy core-seconds (both NaN where /proc/stat is missing or
     short: :func:`_busy_jiffies`), and ``s.waits`` the share of backend samples per wait: ``CPU`` (active,
     no wait event), ``Client`` (idle, waiting for the next statement), or ``type:event``
-    (``Lock:tuple``, ``IO:WalSync``…; PostgreSQL docs, 28.2.3 Wait Events).
+    (``Lock:tuple``, ``IO:WALSync``…; PostgreSQL docs, 28.2.3 Wait Events).
     """
 
     def __init__(self, url: str, interval: float = 0.01) -> None:
@@ -203,7 +203,7 @@ class Sampler:
         return {k: v / n for k, v in sorted(self.counts.items(), key=lambda kv: -kv[1])}
 
     def line(self, rows: int, top: int = 4) -> str:
-        """``cores busy 98 %, 410 µs of CPU a row; backends: CPU 61 %, Client 30 %, …``."""
+        """``cores busy 98%, 410 µs of machine CPU a row; backends: CPU 61%, Client 30%, …``."""
         waits = ", ".join(f"{k} {v:.0%}" for k, v in list(self.waits.items())[:top])
         if math.isnan(self.busy):
             return f"machine CPU not measured (no usable /proc/stat); backends: {waits}"
