@@ -1,6 +1,7 @@
--- 0086: the claim finds what it picked by primary key, whatever the statistics say (issue 16,
--- the claim). Same signature and verdicts: CREATE OR REPLACE of outreach.claim_emails_v1 (the
--- versioned-function rule, 0018).
+-- 0086: the claim's UPDATE never reads what it picked out of the partial queue index, whatever
+-- the statistics say: by primary key, or on a table of a few thousand rows a sequential scan
+-- (issue 16, the claim). Same signature and verdicts: CREATE OR REPLACE of
+-- outreach.claim_emails_v1 (the versioned-function rule, 0018).
 -- Measured on PostgreSQL 15 with 20,000 queued rows and the statistics of a database right after
 -- queue-due (emails never analyzed, or analyzed while empty): the UPDATE's guard
 -- `status = 'queued'` let the planner take outreach_emails_queued_idx for `id = ANY (v_picked)`,
