@@ -40,6 +40,19 @@ _MP = mp.get_context("spawn")
 
 # --- the claimers (each runs in its own process) --------------------------------------------
 
+_SPLIT = {"claim": 0.0, "mark": 0.0}
+"""Wall seconds this claimer process spent in its claims and in its marks (sent to the parent):
+where a row's time goes, statement by statement, as the claimer sees it."""
+
+
+def _timed(part: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    start = time.perf_counter()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _SPLIT[part] += time.perf_counter() - start
+
+
 def _ours(url: str, index: int, batch: int, mailboxes: list[int]) -> list[int]:
     from outreach.send import claim
 
@@ -49,11 +62,11 @@ def _ours(url: str, index: int, batch: int, mailboxes: list[int]) -> list[int]:
     done: list[int] = []
     while active:
         for m in list(active):
-            rows, _ = claim(conn, m, batch, worker=f"bench-claimer-{index}")
+            rows, _ = _timed("claim", claim, conn, m, batch, worker=f"bench-claimer-{index}")
             if not rows:
                 active.remove(m)
             for r in rows:
-                if db.run(conn, "email_mark_sent", {
+                if _timed("mark", db.run, conn, "email_mark_sent", {
                         "email_id": r["id"], "claim_token": r["claim_token"], "now": None,
                         "message_id": f"<{r['idempotency_key']}@bench.example>",
                         "smtp_reply": "250 2.0.0 queued", "subject": None}):
@@ -68,11 +81,12 @@ def _bare(url: str, index: int, batch: int, mailboxes: list[int]) -> list[int]:
     done: list[int] = []
     while True:
         token = uuid.uuid4()
-        ids = [r[0] for r in run(conn, "bench_bare_claim", {"claim_token": token, "limit": batch})]
+        ids = [r[0] for r in _timed("claim", run, conn, "bench_bare_claim",
+                                    {"claim_token": token, "limit": batch})]
         if not ids:
             break
         for i in ids:
-            if run(conn, "bench_bare_mark", {"id": i, "claim_token": token}):
+            if _timed("mark", run, conn, "bench_bare_mark", {"id": i, "claim_token": token}):
                 done.append(i)
     conn.close()
     return done
@@ -157,10 +171,11 @@ def _child(system: str, url: str, index: int, batch: int, mailboxes: list[int], 
     _barrier = barrier
     try:
         ids = _CLAIMERS[system](url, index, batch, mailboxes)
-        out.put((index, time.perf_counter(), ids, "", time.process_time() - _cpu_at_start))
+        out.put((index, time.perf_counter(), ids, "", time.process_time() - _cpu_at_start,
+                 dict(_SPLIT)))
     except BaseException as exc:  # noqa: BLE001 - reported, so the parent fails with the reason, never hangs
         barrier.abort()
-        out.put((index, time.perf_counter(), [], f"{type(exc).__name__}: {exc}", 0.0))
+        out.put((index, time.perf_counter(), [], f"{type(exc).__name__}: {exc}", 0.0, {}))
 
 
 # --- templates: one database per system, built once ------------------------------------------
@@ -222,12 +237,14 @@ def measure(server: Server, system: str, claimers: int, rows: int, batch: int,
         results = [out.get(timeout=1800) for _ in procs]
     for p in procs:
         p.join()
-    errors = [e for _, _, _, e, _ in results if e]
+    errors = [e for _, _, _, e, _, _ in results if e]
     if errors:
         raise RuntimeError(f"{system} ×{claimers}: {errors[0]}")
-    seconds = max(end for _, end, _, _, _ in results) - start
-    ids = [i for _, _, got, _, _ in results for i in got]
-    client_us = sum(cpu for *_, cpu in results) * 1e6 / rows
+    seconds = max(end for _, end, _, _, _, _ in results) - start
+    ids = [i for _, _, got, _, _, _ in results for i in got]
+    client_us = sum(cpu for *_, cpu, _ in results) * 1e6 / rows
+    split = {part: sum(sp.get(part, 0.0) for *_, sp in results) * 1e6 / rows
+             for part in ("claim", "mark")}
     duplicates = len(ids) - len(set(ids))
     if system in ("ours", "bare"):
         with psycopg.connect(url) as conn:
@@ -243,23 +260,29 @@ def measure(server: Server, system: str, claimers: int, rows: int, batch: int,
     server.drop(f"claim_{system}_run")
     return {"seconds": seconds, "rate": rows / seconds, "done": len(ids), "duplicates": duplicates,
             "quota_ms": quota_ms, "busy": sampler.busy,
-            "client_us": client_us,
-            "where": f"{sampler.line(rows)} (the claimers' own processes: {client_us:,.0f} µs a row)",
+            "client_us": client_us, "claim_us": split["claim"], "mark_us": split["mark"],
+            "where": (f"{sampler.line(rows)} (the claimers' own processes: {client_us:,.0f} µs a "
+                      f"row; their wall time a row, summed over claimers: claiming "
+                      f"{split['claim']:,.0f} µs, marking {split['mark']:,.0f} µs)"),
             "cpu_us": sampler.cpu_seconds * 1e6 / rows}
 
 
-def _quota_ms(url: str, mailboxes: list[int], n: int = 5) -> float:
+def _quota_ms(url: str, mailboxes: list[int], n: int = 5, warm: int = 10) -> float:
     """Median milliseconds of the claim's quota query (``mailbox_remaining_today``) on a drained
     database, where every row was claimed today: its cost at the end of a run (it reads the
-    per-quarter-hour counter, migration 0081, so it no longer grows with the day's claims)."""
+    per-quarter-hour counter, migration 0081, so it no longer grows with the day's claims). The
+    median of ``n`` calls after ``warm`` on the same connection, as a claimer that has claimed a
+    while asks it: psycopg prepares a statement on its 5th run, and until then PostgreSQL plans
+    this one anew each time (2.6–18 ms a call on 2026-12-01, against 0.3–0.4 ms prepared)."""
     values = []
     with db.connect(url, autocommit=True) as conn:
-        for _ in range(n):
+        for i in range(warm + n):
             t = time.perf_counter()
             db.one(conn, "mailbox_remaining_today", {  # as outreach.send.claim asks it
                 "mailbox_id": mailboxes[0], "now": None, "interval": None, "gap_seconds": 0.0,
                 "gap_jitter": 0.0, "horizon": dt.timedelta(minutes=15)})
-            values.append((time.perf_counter() - t) * 1000)
+            if i >= warm:
+                values.append((time.perf_counter() - t) * 1000)
     return statistics.median(values)
 
 
@@ -286,7 +309,7 @@ def bench(server: Server, workdir: Path, *, rows: int, concurrency: list[int], b
             dup = sum(r["duplicates"] for r in runs)
             med[system] = {"rate": statistics.median(rates), "duplicates": dup,
                            **{k: statistics.median(r[k] for r in runs)
-                              for k in ("busy", "cpu_us", "client_us")},
+                              for k in ("busy", "cpu_us", "client_us", "claim_us", "mark_us")},
                            "quota_ms": statistics.median(r["quota_ms"] for r in runs)}
             details.append(f"claim ×{c} {system}: " + ", ".join(f"{r:,.0f}" for r in rates)
                            + f" rows/s; duplicates {dup}; " + runs[0]["where"])
@@ -330,6 +353,11 @@ def _cpu_split(ours: dict[str, float], bare: dict[str, float]) -> str:
                      f"bound by that CPU; bare {wall_b:,.0f} µs with {bare['cpu_us']:,.0f} µs "
                      f"of machine CPU ({bare['cpu_us'] / wall_b:.1f} core(s) busy at a time): it "
                      "waits more (its backends' waits: the detail lines)")
+    if "claim_us" in ours and "claim_us" in bare:
+        text += (". The claimers' wall time a row, statement by statement (summed over claimers, "
+                 f"so waits for a core count too): ours claiming {ours['claim_us']:,.0f} µs and "
+                 f"marking {ours['mark_us']:,.0f} µs, bare {bare['claim_us']:,.0f} µs and "
+                 f"{bare['mark_us']:,.0f} µs")
     return text + ". Where that CPU goes"
 
 
@@ -345,10 +373,11 @@ def _why_claim(ratio: float, ours: float, peers: dict[str, float], quota_ms: flo
             "from `outreach.mailbox_claim_counts`, which triggers on `outreach.emails` keep per "
             "quarter-hour (migration 0081; until then it counted the day's rows): measured at the "
             f"end of this run, after a mailbox claimed {per_mailbox:,} rows today, that query "
-            f"takes {quota_ms:.1f} ms, {quota_ms * 1000 / batch:.0f} µs per claimed row at "
-            f"batches of {batch}, no longer growing with the day; in exchange the claim's update "
-            "fires the counter trigger once per claimed row (about 30 µs each, measured with "
-            "EXPLAIN ANALYZE on a loaded machine). The claim's pick in "
+            f"takes {quota_ms:.2f} ms prepared, {quota_ms * 1000 / batch:.0f} µs per claimed row "
+            f"at batches of {batch}, no longer growing with the day; in exchange the claim's "
+            "update fires the counter trigger once per claimed row (28 µs a row: 2,000 rows claimed "
+            "50 at a time with the trigger enabled and disabled, twice, 2026-12-01: 146–149 against "
+            "121–123 µs a claimed row). The claim's pick in "
             "`outreach.claim_emails_v1` walks `outreach_emails_queued_idx` in order and stops at "
             "the limit (migration 0085; before it, hash joins and a sort over every queued row of "
             "the mailbox under the mailbox lock: 13 ms a claim at 2,500 queued rows, growing "

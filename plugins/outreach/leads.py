@@ -168,10 +168,11 @@ class ImportResult:
     stopped: int = 0
     """Enrolments stopped because their row left a source (``stop_when_missing``)."""
     seconds: dict[str, float] = field(default_factory=dict)
-    """Wall seconds of each stage, in order: ``read`` (reading, checking and copying the rows;
-    a CSV file's suppression is asked batch by batch alongside), ``suppression`` (the rest of
-    it, or all of it for a source), ``duplicates``, ``upsert``, ``enrol``, ``record`` (the
-    problems and the run row): where a slow import spends its time."""
+    """Wall seconds of each stage, in order: ``read`` (reading and checking the rows, in this
+    process), ``copy`` (writing them to the stage table), ``suppression`` (waiting for it: a
+    CSV file's is asked batch by batch while the next batch is read, a source's after all rows),
+    ``duplicates``, ``upsert``, ``enrol``, ``record`` (the problems and the run row): where a
+    slow import spends its time."""
 
     def nothing_imported(self) -> str | None:
         """Return why the import did nothing useful — the file had no data rows, or every row
@@ -717,13 +718,15 @@ STAGE_BATCH = 10_000
 
 
 def _stage_rows(conn: Any, leads: LeadsCsv, progress: Callable[[int, float], None] | None,
-                every: int, workers: int) -> None:
+                every: int, workers: int, seconds: dict[str, float] | None = None) -> None:
     """COPY every row of ``leads`` into the stage table as it is read, :data:`STAGE_BATCH` rows
     a COPY, checked in ``workers`` processes (see :meth:`LeadsCsv.staged`), and mark each batch's
     suppressed rows in a second thread while the next batch is read (the connection is used by
     one thread at a time: a batch is copied once the previous batch's statement returned); call
     ``progress(rows read, seconds since the start)`` every ``every`` rows. On return every staged
-    row's suppression is decided; an error of either side is raised here."""
+    row's suppression is decided; an error of either side is raised here. ``seconds`` (if given)
+    gets the wall seconds spent writing the COPY (``copy``) and waiting for a batch's
+    suppression (``suppression``): the rest of the call is reading and checking."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
     start, next_at = time.monotonic(), every
@@ -731,12 +734,21 @@ def _stage_rows(conn: Any, leads: LeadsCsv, progress: Callable[[int, float], Non
     asked: Future[None] | None = None
     with ThreadPoolExecutor(1, thread_name_prefix="outreach-import-suppression") as db_thread:
 
+        spent = seconds if seconds is not None else {}
+
+        def wait(future: Future[None]) -> None:
+            start = time.monotonic()
+            future.result()  # the connection is free again (and its error raised here)
+            spent["suppression"] = spent.get("suppression", 0.0) + time.monotonic() - start
+
         def flush() -> Future[None]:
             if asked is not None:
-                asked.result()  # the connection is free again (and its error raised here)
+                wait(asked)
+            start = time.monotonic()
             with leads_store.lead_stage_copy(conn) as copy:
                 for row in batch:
                     copy.write_row(row)
+            spent["copy"] = spent.get("copy", 0.0) + time.monotonic() - start
             return db_thread.submit(leads_store.lead_stage_mark_suppressed, conn,
                                     from_line=batch[0][0], to_line=batch[-1][0])
 
@@ -750,7 +762,7 @@ def _stage_rows(conn: Any, leads: LeadsCsv, progress: Callable[[int, float], Non
         if batch:
             asked = flush()
         if asked is not None:
-            asked.result()
+            wait(asked)
 
 
 def import_workers(path: Path) -> int:
@@ -809,18 +821,21 @@ def import_leads(url: str, campaign_file: str | Path, mailbox_file: str | Path,
     with open_leads_csv(csv_path, campaign) as leads, db.transaction(url) as conn:
         n = import_workers(csv_path) if workers is None else workers
         return apply_staged(conn, campaign, mailboxes, str(campaign_file), str(csv_file),
-                            lambda: _stage_rows(conn, leads, progress, progress_every, n)
+                            lambda spent: _stage_rows(conn, leads, progress, progress_every,
+                                                      n, spent)
                             or (leads.rows_total, leads.invalid), now=now,
                             stage_decides_suppression=True)
 
 
 def apply_staged(conn: Any, campaign: campaign_mod.Campaign, mailboxes: list[campaign_mod.Mailbox],
-                 campaign_file: str, name: str, stage: Callable[[], tuple[int, int]], *,
+                 campaign_file: str, name: str,
+                 stage: Callable[[dict[str, float]], tuple[int, int]], *,
                  now: dt.datetime | None = None,
                  stage_decides_suppression: bool = False) -> ImportResult:
     """The import pipeline after reading, inside the caller's transaction ``conn``: sync the
-    campaign, create the stage table, call ``stage()`` (it COPYs the rows in, see
-    :data:`StagedRow`, and returns ``(rows read, rows skipped)``), then mark suppressed addresses
+    campaign, create the stage table, call ``stage(spent)`` (it COPYs the rows in, see
+    :data:`StagedRow`, returns ``(rows read, rows skipped)`` and may add to ``spent`` the seconds
+    of its ``copy`` and of its ``suppression`` waits), then mark suppressed addresses
     and in-file duplicates, upsert the leads, enrol them and store the run — set-based
     statements returning counts. A CSV file (:func:`import_leads`) and a campaign's declared
     source (:mod:`outreach.sources`) both come through here.
@@ -843,11 +858,15 @@ def apply_staged(conn: Any, campaign: campaign_mod.Campaign, mailboxes: list[cam
         result.seconds[stage_name] = time.monotonic() - clock
         clock = time.monotonic()
 
-    result.rows_total, result.invalid = stage()
+    spent: dict[str, float] = {}
+    result.rows_total, result.invalid = stage(spent)
     lap("read")
+    result.seconds["read"] -= spent.get("copy", 0.0) + spent.get("suppression", 0.0)
+    result.seconds["copy"] = spent.get("copy", 0.0)
     if not stage_decides_suppression:
         leads_store.lead_stage_mark_suppressed(conn, from_line=None, to_line=None)
     lap("suppression")
+    result.seconds["suppression"] += spent.get("suppression", 0.0)
     leads_store.lead_stage_analyze(conn)
     leads_store.lead_stage_mark_duplicates(conn)
     counts = leads_store.lead_stage_counts(conn)

@@ -114,7 +114,7 @@ def _import_sql(url: str, campaign: campaign_mod.Campaign, mailboxes: list[campa
                                   f"no column {source.id_column!r} (columns: {headers[:20]})")
             i_key = headers.index(source.id_column)
         with db.transaction(url) as conn:
-            def stage() -> tuple[int, int]:
+            def stage(_spent: dict[str, float]) -> tuple[int, int]:  # timed as a whole
                 total = invalid = 0
                 rows = itertools.chain.from_iterable(itertools.chain(
                     [first], iter(lambda: cur.fetchmany(sql.fetch_size), [])))
@@ -208,7 +208,8 @@ def _import_object(url: str, campaign: campaign_mod.Campaign,
                 from outreach.leads import _stage_rows
 
                 result = apply_staged(conn, campaign, mailboxes, campaign_file, str(obj),
-                                      lambda: _stage_rows(conn, leads, None, 1 << 62, 0)
+                                      lambda spent: _stage_rows(conn, leads, None, 1 << 62,
+                                                                0, spent)
                                       or (leads.rows_total, leads.invalid), now=now,
                                       stage_decides_suppression=True)
         sources_store.source_object_done(conn, id=claim, run_id=result.run_id)

@@ -241,7 +241,8 @@ def test_an_import_says_where_its_time_went(db_url, tmp_path, caplog):
                     encoding="utf-8")
     with caplog.at_level(logging.INFO, logger="outreach"):
         r = import_leads(db_url, CAMPAIGN, MAILBOXES, path)
-    assert list(r.seconds) == ["read", "suppression", "duplicates", "upsert", "enrol", "record"]
+    assert list(r.seconds) == ["read", "copy", "suppression", "duplicates", "upsert", "enrol",
+                               "record"]
     assert all(s >= 0 for s in r.seconds.values()) and r.enrolled == 300
     line = next(m for m in caplog.messages if m.startswith(f"import {path}: seconds "))
     assert line == f"import {path}: seconds {r.timings()}" and "enrol " in line
