@@ -108,3 +108,26 @@ def test_db_stop_stops_the_embedded_server_whoever_runs_it(tmp_path):
     finally:
         if server.is_running():  # the test failed: leave no server behind
             server.terminate()
+
+
+def test_reap_and_the_queue_task_need_no_unsubscribe_secret(db_url, tmp_path, monkeypatch):
+    """Taking stale 'sending' rows back uses only the reaper's threshold: `outreach reap` after
+    the demo (no secret in the shell) and the queue DAG's task of a deployment that sends only
+    transactional mail run without OUTREACH_PUBLIC_URL or an unsubscribe secret."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OUTREACH_PUBLIC_URL", "OUTREACH_UNSUBSCRIBE_SECRET")}
+    env.update(OUTREACH_DATABASE_URL=db_url, OUTREACH_HOME=str(ROOT),
+               AIRFLOW_HOME=str(tmp_path / "airflow-home"))
+    p = subprocess.run([sys.executable, "-m", "outreach.cli", "reap"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "marked 0 email(s) unconfirmed" in p.stdout and "put 0 email(s) back" in p.stdout
+
+    from outreach.airflow.tasks import queue_task
+
+    for name in ("OUTREACH_PUBLIC_URL", "OUTREACH_UNSUBSCRIBE_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OUTREACH_DATABASE_URL", db_url)
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow-home"))
+    result = queue_task()
+    assert result["queued"] == 0 and result["reaped"] == 0 and result["reaped_requeued"] == 0

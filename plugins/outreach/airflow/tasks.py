@@ -100,7 +100,7 @@ def queue_task() -> dict[str, Any]:
     from outreach.queue import queue_due, reap
 
     url = database_url()
-    reaped = reap(url, settings().reaper_threshold)
+    reaped = reap(url, settings(unsubscribe=False).reaper_threshold)  # no unsubscribe secret needed
     result = queue_due(url)
     result["reaped"] = len(reaped.unconfirmed)
     result["reaped_requeued"] = len(reaped.requeued)

@@ -50,7 +50,8 @@ def cmd_reap(args: argparse.Namespace) -> int:
     from outreach.airflow.connections import settings as load_settings
     from outreach.queue import reap
 
-    reaped = reap(database_url(), load_settings().reaper_threshold)
+    # Only the reaper's threshold is used: no unsubscribe URL or secret is needed to take rows back.
+    reaped = reap(database_url(), load_settings(unsubscribe=False).reaper_threshold)
     print(f"marked {len(reaped.unconfirmed)} email(s) unconfirmed (handed over, outcome unknown)"
           + (f": {reaped.unconfirmed}" if reaped.unconfirmed else ""))
     print(f"put {len(reaped.requeued)} email(s) back in the queue (never handed over)"
