@@ -1,0 +1,148 @@
+"""Why a message was not delivered: one vocabulary of reasons and one owner per reason.
+
+Every delivery failure — an SMTP reply during our own session, a DSN or ARF report read from the
+inbox, an ESP's event — is described by a *reason* from :data:`REASONS` (sisimai's vocabulary,
+the field's reference: https://libsisimai.org/en/reason/) and by the reason's *owner*, which
+decides the effect (the one rule; :mod:`outreach.send` and :mod:`outreach.inbox` point here):
+
+* ``address``: the recipient's address is gone (no such user or domain, moved). Suppress the
+  address as ``bounced``; it counts toward the mailbox's bounce rate.
+* ``sender``: our mail was refused for something of *ours* (DMARC/SPF/DKIM, a blocklist, content,
+  missing PTR, TLS, relaying, size). Never the lead's fault: the lead is not suppressed, the
+  email fails with the reason, and the mailbox counts the block.
+* ``transient``: may work later (mailbox full, over quota, expired in a queue, 4.x.x). Recorded;
+  the address is suppressed only after repeated soft bounces.
+* ``none``: not a failure (a delivery report that says delivered or delayed, a complaint's
+  feedback, a vacation reply).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+Owner = Literal["address", "sender", "transient", "none"]
+
+REASONS: dict[str, Owner] = {
+    # The address is gone.
+    "userunknown": "address",    # no such mailbox (5.1.1, "user unknown")
+    "hostunknown": "address",    # no such domain or no MX (5.1.2, 5.4.4 on the domain)
+    "hasmoved": "address",       # the address moved and left no forward (5.1.6)
+    "notaccept": "address",      # the domain accepts no mail (null MX, RFC 7505; 5xx only)
+    # The sender (we) was refused.
+    "blocked": "sender",         # our IP or domain is on a blocklist, or refused by the host
+    "spamdetected": "sender",    # the message was judged spam (5.7.1 "spam")
+    "policyviolation": "sender",  # a site policy refused the message (5.7.x policy)
+    "authfailure": "sender",     # SPF, DKIM or DMARC failed (5.7.26, 5.7.25 …)
+    "requireptr": "sender",      # our sending IP has no PTR record (5.7.25 "reverse DNS")
+    "securityerror": "sender",   # TLS or authentication required (5.7.0, 5.7.10)
+    "failedstarttls": "sender",  # STARTTLS failed
+    "norelaying": "sender",      # the host refused to relay for us (5.7.1 "relay")
+    "rejected": "sender",        # the envelope sender was refused (5.1.7, 5.1.8)
+    "badreputation": "sender",   # the sender's reputation is too low
+    "contenterror": "sender",    # the content or its headers are malformed (5.6.x)
+    "virusdetected": "sender",   # the message was judged to carry a virus
+    "notcompliantrfc": "sender",  # the message does not follow the RFCs
+    "mesgtoobig": "sender",      # the message is larger than the host accepts (5.3.4)
+    "filtered": "sender",        # the recipient's filter refused this message
+    "syntaxerror": "sender",     # the host did not understand our SMTP command
+    # Transient: may work later.
+    "mailboxfull": "transient",  # over quota (4.2.2, 5.2.2)
+    "exceedlimit": "transient",  # the message exceeds the mailbox's limit (5.2.3)
+    "suspend": "transient",      # the mailbox is disabled or suspended for now (5.2.1)
+    "expired": "transient",      # delivery time expired in a queue (4.4.7)
+    "systemerror": "transient",  # the host had an error (4.3.0)
+    "systemfull": "transient",   # the host's disk is full (4.3.1)
+    "networkerror": "transient",  # DNS or network failure (4.4.x)
+    "toomanyconn": "transient",  # too many connections (4.7.0 "too many")
+    "speeding": "transient",     # rate limited (4.7.28, 421 "try again later")
+    "mailererror": "transient",  # the host's mailer program failed
+    "onhold": "transient",       # the host holds the message
+    "delayed": "transient",      # a DSN with Action: delayed
+    "undefined": "transient",    # a failure whose reason could not be told
+    # Not a failure.
+    "delivered": "none",         # a DSN with Action: delivered / relayed / expanded
+    "feedback": "none",          # a complaint (ARF, JMRP …): handled as a complaint
+    "vacation": "none",          # an auto-reply
+}
+"""Every reason with its owner (see the module docstring for what each owner causes)."""
+
+# Enhanced status codes (RFC 3463) whose subject and detail alone tell the reason.
+_BY_STATUS: dict[str, str] = {
+    "5.1.0": "userunknown", "5.1.1": "userunknown", "5.1.2": "hostunknown",
+    "5.1.3": "userunknown", "5.1.4": "userunknown", "5.1.6": "hasmoved",
+    "5.1.7": "rejected", "5.1.8": "rejected", "5.1.10": "notaccept",
+    "5.2.1": "suspend", "5.2.2": "mailboxfull", "5.2.3": "exceedlimit",
+    "5.3.4": "mesgtoobig", "5.3.0": "systemerror", "5.3.1": "systemfull",
+    "5.4.4": "hostunknown", "5.4.7": "expired", "4.4.7": "expired",
+    "5.7.23": "authfailure", "5.7.24": "authfailure", "5.7.25": "requireptr",
+    "5.7.26": "authfailure", "5.7.27": "notaccept", "5.7.10": "securityerror",
+    "5.7.11": "securityerror", "5.7.28": "speeding", "4.7.28": "speeding",
+    "4.2.2": "mailboxfull", "4.3.1": "systemfull", "4.4.1": "networkerror",
+    "4.4.2": "networkerror", "4.4.3": "networkerror",
+}
+
+# Words in the diagnostic that say the reason where the status does not (5.7.1, 5.0.0, 550 …),
+# in order: the first that matches decides.
+_BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (reason, re.compile(pattern, re.I)) for reason, pattern in (
+        ("authfailure", r"\bdmarc\b|\bspf\b.*\bfail|\bdkim\b.*\bfail|not authenticated.*(sender|domain)"),
+        ("requireptr", r"reverse (dns|lookup)|\bptr\b|no rdns|hostname does not resolve"),
+        ("blocked", r"block ?list|black ?list|\bdnsbl\b|\brbl\b|spamhaus|barracuda|spamcop|"
+                    r"listed (at|in|on)|\bblocked\b"),
+        ("spamdetected", r"\bspam\b|junk mail|unsolicited"),
+        ("norelaying", r"relay(ing)? (access )?(denied|not permitted)|not permitted to relay"),
+        ("securityerror", r"\btls\b|starttls|encryption required"),
+        ("mailboxfull", r"mailbox (is )?full|over ?quota|quota exceeded|insufficient storage"),
+        ("suspend", r"(account|mailbox) (is )?(disabled|suspended|inactive|deactivated)"),
+        ("hostunknown", r"host (or domain name )?not found|domain (does )?not exist|"
+                        r"no such domain|unrouteable address"),
+        ("userunknown", r"user unknown|unknown user|no such (user|mailbox|recipient)|"
+                        r"(mailbox|recipient|address|user)( address)? (is )?(unavailable|"
+                        r"not found|does not exist|rejected|invalid)|invalid recipient|"
+                        r"unknown (recipient|mailbox)|not our customer|account does not exist"),
+        ("mesgtoobig", r"message (size|is too (big|large))|too large|exceeds (the )?(maximum )?size"),
+        ("expired", r"retry time(out)? (not )?(exceeded|reached)|message expired|"
+                    r"could not be delivered for \d+"),
+        ("policyviolation", r"\bpolicy\b"),
+    ))
+
+_STATUS = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")
+
+
+def owner_of(reason: str) -> Owner:
+    """The owner of ``reason`` (a key of :data:`REASONS`); ``"transient"`` for one not there."""
+    return REASONS.get(reason, "transient")
+
+
+def status_in(text: str | None) -> str | None:
+    """The first RFC 3463 enhanced status code (``"5.1.1"``) in ``text``, or ``None``."""
+    m = _STATUS.search(text or "")
+    return ".".join(m.groups()) if m else None
+
+
+def reason_of(status: str | None, diagnostic: str | None = None, code: int | None = None) -> str:
+    """The reason (a key of :data:`REASONS`) for one failed recipient.
+
+    :param status: the RFC 3463 enhanced status (a DSN's ``Status:``, or the one in an SMTP
+        reply), e.g. ``"5.7.26"``; ``None`` when there is none (it is then looked for in the
+        diagnostic).
+    :param diagnostic: the server's text (an SMTP reply, a DSN's ``Diagnostic-Code``, a
+        plain-text bounce's explanation).
+    :param code: the basic SMTP reply code (``550``), when known.
+    :returns: the status's own reason when it has one (5.1.1 → ``userunknown``); else the first
+        reason whose words the diagnostic carries; else by class: ``undefined`` for 5.x.x and 5xx
+        (a permanent failure we cannot tell: transient, so it never suppresses at once),
+        ``delayed`` for 4.x.x and 4xx.
+    """
+    status = status or status_in(diagnostic)
+    if status in _BY_STATUS:
+        reason = _BY_STATUS[status]
+        if reason == "notaccept" and status.startswith("4"):
+            return "systemerror"
+        return reason
+    for reason, pattern in _BY_TEXT:
+        if pattern.search(diagnostic or ""):
+            return reason
+    permanent = (status or "").startswith("5") or (code is not None and 500 <= code <= 599)
+    return "undefined" if permanent else "delayed"
