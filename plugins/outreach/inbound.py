@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from email.message import Message
 from email.utils import getaddresses, parseaddr
 
+from outreach.reasons import Owner, owner_of, reason_of
+
 BOUNCE_SENDERS = frozenset({"mailer-daemon", "postmaster", "mail-daemon", "mailerdaemon"})
 BOUNCE_SUBJECT = re.compile(
     r"(undeliver|undelivered|delivery (status notification|failure|has failed)|"
@@ -87,8 +89,11 @@ class Classified:
     """The verdict: ``kind`` (``hard_bounce``, ``soft_bounce``, ``complaint``, ``unsubscribe``,
     ``auto_reply`` or ``reply``), ``evidence`` (which header or part decided), ``addresses`` the
     effect concerns (bounced or complaining recipients, lower-case), ``original_ids`` (Message-IDs
-    of the enclosed original, for DSNs and ARF reports), ``dsn_status`` (RFC 3463) and ``token``
-    (the unsubscribe token a mailto unsubscribe carried in its subject)."""
+    of the enclosed original, for DSNs and ARF reports), ``dsn_status`` (RFC 3463), ``token``
+    (the unsubscribe token a mailto unsubscribe carried in its subject), and for bounces and
+    complaints ``reason`` (a key of :data:`outreach.reasons.REASONS`), its ``owner`` (which
+    decides the effect, :mod:`outreach.reasons`) and ``diagnostic`` (the server's words, ≤ 500
+    characters, unmasked: mask before logging)."""
 
     kind: str
     evidence: str
@@ -97,6 +102,9 @@ class Classified:
     dsn_status: str | None = None
     token: str | None = None
     extra: dict = field(default_factory=dict)
+    reason: str | None = None
+    owner: Owner | None = None
+    diagnostic: str | None = None
 
 
 MAX_MESSAGE_ID = 998
@@ -237,6 +245,8 @@ def _classify_bounce(inbound: Inbound, compat: Message) -> Classified | None:
             dsn_soft.add(rcpt)
     original = _enclosed_ids(compat, inbound.message_id)
     code = codes[0] if codes else None
+    diagnostic = next((" ".join(f["diagnostic-code"].split()) for f in statuses
+                       if f.get("diagnostic-code")), None)
     if dsn_hard or dsn_soft:
         hard = bool(dsn_hard)
         addresses = sorted((dsn_hard if hard else dsn_soft) - {""}) or sorted(
@@ -249,8 +259,10 @@ def _classify_bounce(inbound: Inbound, compat: Message) -> Classified | None:
         evidence = f"{why}; flufl.bounce: {'permanent' if hard else 'temporary'} failure"
     else:
         return None  # looks like one, but no failing address: not a bounce we can act on
+    reason = reason_of(code, diagnostic)
     return Classified("hard_bounce" if hard else "soft_bounce", evidence, tuple(addresses),
-                      original, code)
+                      original, code, reason=reason, owner=owner_of(reason),
+                      diagnostic=diagnostic[:500] if diagnostic else None)
 
 
 def _classify_complaint(inbound: Inbound, compat: Message) -> Classified | None:
@@ -277,7 +289,8 @@ def _classify_complaint(inbound: Inbound, compat: Message) -> Classified | None:
     addresses = tuple(a for a in ([rcpt] if rcpt else original_to) if a)
     return Classified("complaint", f"Content-Type: multipart/report; report-type=feedback-report "
                       f"(RFC 5965), Feedback-Type: {fields.get('feedback-type', '?')}",
-                      addresses, _enclosed_ids(compat, inbound.message_id))
+                      addresses, _enclosed_ids(compat, inbound.message_id),
+                      reason="feedback", owner="none")
 
 
 def _classify_unsubscribe(inbound: Inbound) -> Classified | None:

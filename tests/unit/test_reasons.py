@@ -31,3 +31,20 @@ def test_owners_decide_the_effect():
     assert owner_of("feedback") == "none"
     assert owner_of("no-such-reason") == "transient"
     assert set(REASONS.values()) == {"address", "sender", "transient", "none"}
+
+
+def test_a_dsn_verdict_carries_reason_owner_and_diagnostic():
+    from outreach.inbound import classify
+
+    raw = (b"From: MAILER-DAEMON@mx.example.net\r\nTo: sender@example.com\r\n"
+           b"Subject: Undelivered Mail Returned to Sender\r\nMessage-ID: <dsn1@mx.example.net>\r\n"
+           b"MIME-Version: 1.0\r\n"
+           b"Content-Type: multipart/report; report-type=delivery-status; boundary=\"b\"\r\n\r\n"
+           b"--b\r\nContent-Type: text/plain\r\n\r\nDelivery failed.\r\n"
+           b"--b\r\nContent-Type: message/delivery-status\r\n\r\nReporting-MTA: dns; mx.example.net\r\n\r\n"
+           b"Final-Recipient: rfc822; lead@example.org\r\nAction: failed\r\nStatus: 5.7.26\r\n"
+           b"Diagnostic-Code: smtp; 550 5.7.26 Unauthenticated email is not accepted due to\r\n"
+           b" the sender domain's DMARC policy\r\n\r\n--b--\r\n")
+    _inbound, verdict = classify(raw)
+    assert (verdict.reason, verdict.owner) == ("authfailure", "sender")
+    assert verdict.diagnostic is not None and "DMARC policy" in verdict.diagnostic
