@@ -34,14 +34,13 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
-
 from outreach import db
 from outreach.feedback import mailbox_feedback_loop_id
 from outreach.logutil import log, mask
 from outreach.mailboxes import pause
-from outreach.postmaster import DEFAULT_BASE_URL, FEEDBACK_LOOP_SPAM_RATE, SPAM_RATE
-from outreach.settings import OutreachSettings, SettingsError
+from outreach.postmaster import FEEDBACK_LOOP_SPAM_RATE, SPAM_RATE
+from outreach.settings import HealthSettings as HealthSettings
+from outreach.settings import SettingsError
 from outreach.store import mailboxes as mailboxes_store
 from outreach.store import postmaster as postmaster_store
 
@@ -50,60 +49,10 @@ BOUNCE_ACTOR = "bounce-rate"
 COMPLAINT_ACTOR = "complaint-rate"
 
 
+# HealthSettings is defined with every other settings group in outreach.settings (which imports
+# nothing of the package, so no circle); it is imported above as itself and found here as before.
 HealthSettingsError = SettingsError
 """A health setting is invalid (the same one-line error as every setting)."""
-
-
-class HealthSettings(OutreachSettings):
-    """Thresholds (fractions: 0.001 = 0.1 %) and the Postmaster fetch, each read once from its
-    ``OUTREACH_*`` variable with its range (see :mod:`outreach.settings`).
-
-    | variable                         | field                 | default |
-    |----------------------------------|-----------------------|---------|
-    | OUTREACH_SPAM_RATE_THRESHOLD     | spam_rate_threshold   | 0.001 (0.1 %) |
-    | OUTREACH_BOUNCE_RATE_THRESHOLD   | bounce_rate_threshold | 0.03 (3 %) |
-    | OUTREACH_BOUNCE_MIN_SENDS        | bounce_min_sends      | 20 |
-    | OUTREACH_BOUNCE_WINDOW_DAYS      | bounce_window_days    | 28 (also the complaint rule's) |
-    | OUTREACH_COMPLAINT_RATE_THRESHOLD | complaint_rate_threshold | 0.001 (0.1 %; minimum sends as the bounce rule) |
-    | OUTREACH_BOUNCE_WARN_RATE        | bounce_warn_rate      | 0.02 (2 %: an alert before the pause) |
-    | OUTREACH_POSTMASTER_DAYS         | postmaster_days       | 14 (days fetched, today included) |
-    | OUTREACH_POSTMASTER_BASE_URL     | postmaster_base_url   | https://gmailpostmastertools.googleapis.com |
-    """
-
-    spam_rate_threshold: float = Field(0.001, gt=0, lt=0.003, description=(
-        "a fraction above 0 and below 0.003 (Gmail: never reach 0.3 %)"))
-    bounce_rate_threshold: float = Field(0.03, gt=0, lt=1, description=(
-        "a fraction above 0 and below 1 (0.03 = 3 %)"))
-    bounce_min_sends: int = Field(20, ge=1, le=1_000_000, description="sends, 1 to 1000000")
-    bounce_window_days: int = Field(28, ge=1, le=365, description="days, 1 to 365")
-    complaint_rate_threshold: float = Field(0.001, gt=0, lt=1, description=(
-        "a fraction above 0 and below 1 (0.001 = 0.1 %)"))
-    bounce_warn_rate: float = Field(0.02, gt=0, lt=1, description=(
-        "a fraction above 0 and below OUTREACH_BOUNCE_RATE_THRESHOLD (0.02 = 2 %: an alert "
-        "before the pause)"))
-    postmaster_days: int = Field(14, ge=1, le=120, description="days, 1 to 120")
-    postmaster_base_url: str = Field(DEFAULT_BASE_URL, pattern=r"^https?://\S+$", description=(
-        "an http(s):// URL (the API root)"))
-
-    @field_validator("postmaster_base_url")
-    @classmethod
-    def _no_trailing_slash(cls, v: str) -> str:
-        return v.rstrip("/")
-
-    @model_validator(mode="after")
-    def _warn_before_the_pause(self) -> HealthSettings:
-        if not self.bounce_warn_rate < self.bounce_rate_threshold:
-            raise ValueError("OUTREACH_BOUNCE_WARN_RATE must be below OUTREACH_BOUNCE_RATE_THRESHOLD "
-                             "(it warns before the pause)")
-        return self
-
-    @classmethod
-    def from_env(cls) -> HealthSettings:
-        """Build the settings from environment variables (see the class docstring).
-
-        :raises SettingsError: a value is not a number or out of range.
-        """
-        return cls()
 
 
 def percent(fraction: float) -> str:

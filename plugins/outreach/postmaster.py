@@ -31,9 +31,10 @@ from psycopg.types.json import Jsonb
 from outreach import db
 from outreach.feedback import mailbox_feedback_loop_id
 from outreach.logutil import log
+from outreach.settings import POSTMASTER_BASE_URL, HealthSettings
 from outreach.store import postmaster as store
 
-DEFAULT_BASE_URL = "https://gmailpostmastertools.googleapis.com"
+DEFAULT_BASE_URL = POSTMASTER_BASE_URL
 SCOPE = "https://www.googleapis.com/auth/postmaster.traffic.readonly"
 MAX_PAGE_SIZE = 200  # the API's maximum pageSize for domainStats.query
 SPAM_RATE = "SPAM_RATE"
@@ -51,12 +52,10 @@ class PostmasterError(RuntimeError):
 
 def base_url_from_env() -> str:
     """Return ``OUTREACH_POSTMASTER_BASE_URL`` or the Google endpoint (tests use a local server),
-    read by :class:`outreach.health.HealthSettings`.
+    read by :class:`outreach.settings.HealthSettings`.
 
     :raises outreach.settings.SettingsError: the value is not an http(s) URL.
     """
-    from outreach.health import HealthSettings
-
     return HealthSettings().postmaster_base_url
 
 

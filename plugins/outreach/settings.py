@@ -21,7 +21,7 @@ prints it as ``outreach: error: …`` and exits 2; an Airflow task fails with it
 | OUTREACH_TRANSACTIONAL_RETRY_SECONDS | Settings       | 1–5 comma-separated seconds, each 1 to 3600 (10,60) |
 | OUTREACH_SEND_GAP_SECONDS        | Settings           | least seconds between a mailbox's handoffs, 0 to 3600 (60) |
 | OUTREACH_SEND_GAP_JITTER         | Settings           | each gap up to this fraction longer, at random, 0 to 1 (0.5) |
-| OUTREACH_SPAM_RATE_THRESHOLD …   | :class:`outreach.health.HealthSettings` | see there          |
+| OUTREACH_SPAM_RATE_THRESHOLD …   | :class:`HealthSettings` | see there                     |
 | OUTREACH_PREFLIGHT               | PreflightSettings  | block/warn/off (warn)                      |
 | OUTREACH_SENDING_IP              | PreflightSettings  | an IP                                      |
 | OUTREACH_DNS_NAMESERVER          | PreflightSettings  | IP[:PORT]                                  |
@@ -351,10 +351,64 @@ class QueueSettings(OutreachSettings):
         "connections that queue the due leads at once, each a part of them, 1 to 16"))
 
 
+POSTMASTER_BASE_URL = "https://gmailpostmastertools.googleapis.com"
+"""The Google Postmaster Tools API root, the default of ``OUTREACH_POSTMASTER_BASE_URL``."""
+
+
+class HealthSettings(OutreachSettings):
+    """Thresholds (fractions: 0.001 = 0.1 %) and the Postmaster fetch, each read once from its
+    ``OUTREACH_*`` variable with its range (see :mod:`outreach.settings`).
+
+    | variable                         | field                 | default |
+    |----------------------------------|-----------------------|---------|
+    | OUTREACH_SPAM_RATE_THRESHOLD     | spam_rate_threshold   | 0.001 (0.1 %) |
+    | OUTREACH_BOUNCE_RATE_THRESHOLD   | bounce_rate_threshold | 0.03 (3 %) |
+    | OUTREACH_BOUNCE_MIN_SENDS        | bounce_min_sends      | 20 |
+    | OUTREACH_BOUNCE_WINDOW_DAYS      | bounce_window_days    | 28 (also the complaint rule's) |
+    | OUTREACH_COMPLAINT_RATE_THRESHOLD | complaint_rate_threshold | 0.001 (0.1 %; minimum sends as the bounce rule) |
+    | OUTREACH_BOUNCE_WARN_RATE        | bounce_warn_rate      | 0.02 (2 %: an alert before the pause) |
+    | OUTREACH_POSTMASTER_DAYS         | postmaster_days       | 14 (days fetched, today included) |
+    | OUTREACH_POSTMASTER_BASE_URL     | postmaster_base_url   | https://gmailpostmastertools.googleapis.com |
+    """
+
+    spam_rate_threshold: float = Field(0.001, gt=0, lt=0.003, description=(
+        "a fraction above 0 and below 0.003 (Gmail: never reach 0.3 %)"))
+    bounce_rate_threshold: float = Field(0.03, gt=0, lt=1, description=(
+        "a fraction above 0 and below 1 (0.03 = 3 %)"))
+    bounce_min_sends: int = Field(20, ge=1, le=1_000_000, description="sends, 1 to 1000000")
+    bounce_window_days: int = Field(28, ge=1, le=365, description="days, 1 to 365")
+    complaint_rate_threshold: float = Field(0.001, gt=0, lt=1, description=(
+        "a fraction above 0 and below 1 (0.001 = 0.1 %)"))
+    bounce_warn_rate: float = Field(0.02, gt=0, lt=1, description=(
+        "a fraction above 0 and below OUTREACH_BOUNCE_RATE_THRESHOLD (0.02 = 2 %: an alert "
+        "before the pause)"))
+    postmaster_days: int = Field(14, ge=1, le=120, description="days, 1 to 120")
+    postmaster_base_url: str = Field(POSTMASTER_BASE_URL, pattern=r"^https?://\S+$", description=(
+        "an http(s):// URL (the API root)"))
+
+    @field_validator("postmaster_base_url")
+    @classmethod
+    def _no_trailing_slash(cls, v: str) -> str:
+        return v.rstrip("/")
+
+    @model_validator(mode="after")
+    def _warn_before_the_pause(self) -> HealthSettings:
+        if not self.bounce_warn_rate < self.bounce_rate_threshold:
+            raise ValueError("OUTREACH_BOUNCE_WARN_RATE must be below OUTREACH_BOUNCE_RATE_THRESHOLD "
+                             "(it warns before the pause)")
+        return self
+
+    @classmethod
+    def from_env(cls) -> HealthSettings:
+        """Build the settings from environment variables (see the class docstring).
+
+        :raises SettingsError: a value is not a number or out of range.
+        """
+        return cls()
+
+
 def groups() -> Iterator[type[OutreachSettings]]:
     """Yield every settings group of the package (for documentation and tests)."""
-    from outreach.health import HealthSettings
-
     yield from (Settings, PreflightSettings, ScheduleSettings, QueueSettings, HealthSettings)
 
 
