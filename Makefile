@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint chaos bench bench-venv airflow venv clean stop browser imap-server
+.PHONY: demo test test-fast lint docs chaos bench bench-venv airflow venv clean stop browser imap-server
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
@@ -87,6 +87,11 @@ test-fast: venv imap-server
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+## The documentation site (mkdocs.yml): docs/, with the reference pages generated from the code
+## (tools/docs_reference.py), built --strict (a broken link fails) into site/; what .ci/run builds.
+docs: venv
+	$(BIN)/mkdocs build --strict --site-dir site
 
 ## Chaos: N SIGKILL iterations of real sender processes, then the invariant checker's totals.
 N ?= 50

@@ -90,7 +90,7 @@ def _describe(cls: type[OutreachSettings], exc: ValidationError) -> str:
         info = cls.model_fields.get(field)
         allowed = info.description if info is not None and info.description else err["msg"]
         if err["type"] == "missing":
-            parts.append(f"set {var} ({allowed}; see README: Configuration)")
+            parts.append(f"set {var} ({allowed}; see docs/reference/settings.md)")
         elif field in cls.SECRET_FIELDS:
             parts.append(f"{var} is not allowed: {allowed}")  # never echo a secret
         else:
@@ -155,13 +155,13 @@ class Settings(OutreachSettings):
     rows; Airflow's ``[core] max_map_length`` is 1024). The rule: ``mailbox_remaining_today`` in
     ``sql/queries/mailboxes.sql``.
 
-    Why 50 and 4 (measured by ``make bench``, "send at 100 ms a command"; README, "Sizing the
-    defaults"): a relay's 50–300 ms a command makes one message over an open session take about
-    3 × that latency, so a batch of 50 holds its rows 15–45 s — enough to amortise a task's start
-    and a session per mailbox (the reaper rule does not depend on the batch size). Throughput
-    grows with the number of sessions, not our CPU, so parallelism is
-    capacity: 4 × 50 = 200 emails a run, done well inside a 10-minute interval; raise it when the
-    mailboxes' run shares add up to more than ``send_parallelism × batch_size``.
+    Why 50 and 4 (measured by ``make bench``, "send at 100 ms a command";
+    docs/explanation/pacing.md, "Sizing the defaults"): a relay's 50–300 ms a command makes one
+    message over an open session take about 3 × that latency, so a batch of 50 holds its rows
+    15–45 s — enough to amortise a task's start and a session per mailbox (the reaper rule does not
+    depend on the batch size). Throughput grows with the number of sessions, not our CPU, so
+    parallelism is capacity: 4 × 50 = 200 emails a run, done well inside a 10-minute interval;
+    raise it when the mailboxes' run shares add up to more than ``send_parallelism × batch_size``.
 
     Gap: two handoffs of one mailbox are at least ``send_gap_seconds`` apart, each gap longer by a
     random fraction of up to ``send_gap_jitter`` (``mailbox_reserve_handoffs``); a sender waits
