@@ -61,7 +61,7 @@ imap-server:
 		if [ "$$(id -u)" = 0 ]; then \
 			DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dovecot-imapd; \
-		else echo "Dovecot is missing: sudo apt-get install dovecot-imapd (README: Quick start)" >&2; exit 1; fi; }
+		else echo "Dovecot is missing: sudo apt-get install dovecot-imapd (docs/tutorial/first-campaign.md)" >&2; exit 1; fi; }
 
 ## Debian's chromium and chromium-driver, the headless browser the campaign-page test drives
 ## (Selenium, never a downloaded browser): installed when missing, as root.
@@ -70,7 +70,7 @@ browser:
 		if [ "$$(id -u)" = 0 ]; then \
 			DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver; \
-		else echo "chromium is missing: sudo apt-get install chromium chromium-driver (README: Quick start)" >&2; exit 1; fi; }
+		else echo "chromium is missing: sudo apt-get install chromium chromium-driver (docs/tutorial/first-campaign.md)" >&2; exit 1; fi; }
 
 ## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow, real Dovecot, real chromium).
 test: venv bench-venv imap-server browser

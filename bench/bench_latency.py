@@ -121,5 +121,5 @@ def bench(server: Server, workdir: Path, *, delay: float, parallelism: list[int]
                 f"{rate:,.1f} emails/s ({label}, batches of {batch} over {mailboxes} mailboxes)",
                 f"concurrency limit {sessions} session(s) ÷ {per_message * 1000:.0f} ms a message "
                 f"= {limit:,.1f}/s → ours **{rate / limit:.2f}×**",
-                "reported (sizes the defaults: README, Configuration)", None))
+                "reported (sizes the defaults: docs/explanation/pacing.md)", None))
     return rows, details

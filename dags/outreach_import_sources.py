@@ -36,7 +36,7 @@ def _build(spec: dict) -> None:
         if not spec["campaigns"]:
             @task
             def no_sources() -> str:
-                return "no campaign file declares a source: (see README: Leads from a source)"
+                return "no campaign file declares a source: (see docs/howto/sources.md)"
 
             no_sources()
 

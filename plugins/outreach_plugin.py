@@ -7,7 +7,7 @@ Airflow 3 serves FastAPI apps that plugins list in ``fastapi_apps`` (``airflow/p
 
 * ``/outreach/unsubscribe/<token>``: the unsubscribe service, public by design (RFC 8058: no
   login); ``OUTREACH_PUBLIC_URL`` must end in ``/outreach``. Expose only that path publicly
-  (README: "The unsubscribe service").
+  (docs/howto/unsubscribe-service.md).
 * ``/outreach-campaigns/``: the campaign page (:mod:`outreach.web.campaign_page`), in the navigation
   under Browse as "Campaigns". A mounted plugin app is *not* behind Airflow's login by itself;
   every route of this one depends on Airflow's own check (``requires_access_view(WEBSITE)``: the

@@ -252,7 +252,7 @@ class Mailbox(_Model):
     List-Unsubscribe mailto) when that address is not delivered into this mailbox's inbox."""
     auth: Literal["basic", "oauth2"] | None = None
     """How this mailbox's SMTP and IMAP connections log in, as reviewed in this file: ``basic``
-    (password) or ``oauth2`` (XOAUTH2; README: OAuth 2.0 mailboxes). The connections' extra
+    (password) or ``oauth2`` (XOAUTH2; docs/howto/oauth-mailboxes.md). The connections' extra
     ``auth_type`` (with the credential next to it) is what logs in; ``outreach mailbox check``
     fails a connection that disagrees with this. ``None``: not declared."""
 

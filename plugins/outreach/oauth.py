@@ -8,7 +8,7 @@ mailbox's Airflow connection (conn type ``smtp`` or ``imap``) can say in its ext
 ``auth_type`` is the SMTP provider hook's own field (``basic``, the default, or ``oauth2``); the
 hook's XOAUTH2 exchange (``SmtpHook.get_conn``) is used for SMTP with the token this module fills
 in, IMAPClient's ``oauth2_login`` for IMAP. The XOAUTH2 user is the connection's login (the
-mailbox address). Providers (README: OAuth 2.0 mailboxes):
+mailbox address). Providers (docs/howto/oauth-mailboxes.md):
 
 - ``google``: a service account with domain-wide delegation; its JSON key in the extra
   ``keyfile_dict`` (an object or its text) or a file path in ``key_path``; google-auth signs a
@@ -164,8 +164,8 @@ def config(conn_id: str, login: str | None, extra: dict[str, Any] | None) -> OAu
                     else "token" if "access_token" in extra else "")
     if provider not in PROVIDERS:
         raise note(OAuthError(conn_id, f"extra oauth2_provider {provider!r} is not known",
-                         "set oauth2_provider to google, microsoft or token (README: OAuth 2.0 "
-                         "mailboxes)"))
+                         "set oauth2_provider to google, microsoft or token "
+                         "(docs/howto/oauth-mailboxes.md)"))
     if not login:
         raise note(OAuthError(conn_id, "no login", "set the connection's login to the mailbox "
                               "address (the XOAUTH2 user)"))
@@ -430,8 +430,8 @@ def with_token(cfg: OAuthConfig, login: Callable[[str], T], protocol: str) -> T:
 
 
 BASIC_FIX = ("check the connection's login and password (an app password where the provider "
-             "requires one); Google Workspace and Microsoft 365 need OAuth 2.0: README, OAuth 2.0 "
-             "mailboxes")
+             "requires one); Google Workspace and Microsoft 365 need OAuth 2.0: "
+             "docs/howto/oauth-mailboxes.md")
 
 
 def reply_text(reply: bytes | str) -> str:

@@ -73,8 +73,8 @@ def session_refusal(delivery: Delivery) -> str | None:
     the message or its recipient), and if so why, in words: ``"the server requires
     authentication"`` or ``"the server requires STARTTLS"``; ``None`` otherwise.
 
-    The one rule (pointed to from :func:`outreach.send._send_one`, the README's "When something
-    goes wrong"), kept narrow on purpose — a reply at stage ``MAIL`` only (nothing of a message
+    The one rule (pointed to from :func:`outreach.send._send_one` and
+    docs/howto/operating-failures.md), kept narrow on purpose — a reply at stage ``MAIL`` only (nothing of a message
     was accepted there), and only:
 
     * code 530: RFC 4954 §6 "530 5.7.0 Authentication required" (returned to any command but

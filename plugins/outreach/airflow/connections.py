@@ -77,7 +77,7 @@ def unsubscribe_secret(conn_id: str = UNSUBSCRIBE_CONN_ID) -> str:
         secret = conn.password if conn is not None else None
     if not secret:
         raise SettingsError(f"set OUTREACH_UNSUBSCRIBE_SECRET or the password of the Airflow "
-                            f"connection {conn_id!r} (see README: Configuration)")
+                            f"connection {conn_id!r} (see docs/reference/configuration.md)")
     return secret
 
 
@@ -135,7 +135,7 @@ def smtp_connector(smtp_conn_id: str) -> smtplib.SMTP:
     if _connection(smtp_conn_id) is None:
         raise smtplib.SMTPConnectError(
             -1, f"no Airflow connection {smtp_conn_id!r} (set AIRFLOW_CONN_{smtp_conn_id.upper()} "
-                "or add it in the Airflow UI; see README: Configuration)")
+                "or add it in the Airflow UI; see docs/reference/configuration.md)")
     conn = _connection(smtp_conn_id)
     oauth2 = oauth.config(smtp_conn_id, conn.login, conn.extra_dejson)
     if oauth2 is not None:  # extra auth_type oauth2: XOAUTH2 with a cached token (outreach.oauth)
@@ -170,7 +170,7 @@ def imap_account(imap_conn_id: str):
     if conn is None:
         raise LookupError(f"no Airflow connection {imap_conn_id!r} (set "
                           f"AIRFLOW_CONN_{imap_conn_id.upper()} or add it in the Airflow UI; "
-                          "README: Inbound mail)")
+                          "docs/howto/inbound-mail.md)")
     extra = conn.extra_dejson or {}
     ssl = str(extra.get("ssl", extra.get("use_ssl", True))).strip().lower() not in ("false", "0", "no")
     if not conn.host or not conn.login:

@@ -108,8 +108,8 @@ def _against(check: LoginCheck, declared: str | None) -> LoginCheck:
     if declared is None or check.method.split()[0] == declared:
         return check
     detail = (f"include/mailboxes.yaml declares auth {declared} but the connection logs in with "
-              f"{check.method}: set its extra auth_type to {declared!r} (README: OAuth 2.0 "
-              "mailboxes) or change the declaration")
+              f"{check.method}: set its extra auth_type to {declared!r} "
+              "(docs/howto/oauth-mailboxes.md) or change the declaration")
     return LoginCheck(check.protocol, check.conn_id, check.method, False,
                       detail + ("" if check.ok else f"; and: {check.detail}"))
 

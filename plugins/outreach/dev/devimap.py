@@ -29,7 +29,7 @@ from pathlib import Path
 
 from outreach.dev.devsmtp import free_port
 
-INSTALL_HINT = "install Dovecot: apt-get install dovecot-imapd (README: Quick start)"
+INSTALL_HINT = "install Dovecot: apt-get install dovecot-imapd (docs/tutorial/first-campaign.md)"
 
 
 class DovecotUnavailable(RuntimeError):
