@@ -91,7 +91,7 @@ lint: venv
 ## The documentation site (mkdocs.yml): docs/, with the reference pages generated from the code
 ## (tools/docs_reference.py), built --strict (a broken link fails) into site/; what .ci/run builds.
 docs: venv
-	$(BIN)/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 ## Chaos: N SIGKILL iterations of real sender processes, then the invariant checker's totals.
 N ?= 50
