@@ -577,6 +577,34 @@ CREATE TABLE outreach.inbound_cursors (
     CONSTRAINT outreach_inbound_cursors_pkey PRIMARY KEY (account, folder, uidvalidity)
 );
 
+-- ESP webhook events (outreach.esp, migration 0100): UNIQUE (provider, event_id, recipient) is
+-- the idempotency key (a provider's retry applies nothing twice); esp_tokens: Mailgun tokens used.
+CREATE TABLE outreach.esp_events (
+    id          bigserial PRIMARY KEY,
+    provider    text NOT NULL CHECK (provider IN ('ses', 'sendgrid', 'mailgun', 'postmark')),
+    event_id    text NOT NULL,     -- the provider's id (SNS MessageId, sg_event_id, event-data.id …)
+    recipient   text NOT NULL,
+    kind        text NOT NULL CHECK (kind IN ('bounce', 'complaint', 'unsubscribe', 'delivered',
+                                              'delayed', 'other')),
+    message_id  text,              -- our Message-ID when the provider echoed it
+    email_id    bigint REFERENCES outreach.emails (id),
+    status      text,              -- RFC 3463 enhanced status
+    diagnostic  text,
+    reason      text,              -- outreach.reasons.REASONS
+    owner       text CHECK (owner IN ('address', 'sender', 'transient', 'none')),
+    effect      text NOT NULL DEFAULT 'none',
+    occurred_at timestamptz,
+    received_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_esp_events_event_key UNIQUE (provider, event_id, recipient)
+);
+
+CREATE TABLE outreach.esp_tokens (
+    provider text NOT NULL,
+    token    text NOT NULL,
+    used_at  timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_esp_tokens_pkey PRIMARY KEY (provider, token)
+);
+
 -- =============================================================================================
 -- 3. Indexes (besides those of the PRIMARY KEY and UNIQUE constraints above)
 -- =============================================================================================
@@ -610,6 +638,8 @@ CREATE INDEX outreach_campaign_events_campaign_idx
 CREATE INDEX outreach_inbound_messages_email_idx ON outreach.inbound_messages (email_id, class)
     WHERE email_id IS NOT NULL;
 CREATE INDEX outreach_alerts_created_idx ON outreach.alerts (created_at);
+-- The ESP events of an email (lead show, the campaign page).
+CREATE INDEX outreach_esp_events_email_idx ON outreach.esp_events (email_id);
 
 -- =============================================================================================
 -- 4. Functions (bodies exactly as their latest migration wrote them)

@@ -35,6 +35,7 @@ prints it as ``outreach: error: …`` and exits 2; an Airflow task fails with it
 | OUTREACH_ALERT_NOTIFIER          | AlertSettings      | package.module:Class                       |
 | OUTREACH_ALERT_NOTIFIER_KWARGS   | AlertSettings      | a JSON object                              |
 | OUTREACH_DATABASE_URL            | DatabaseSettings   | a libpq URL (used when connection outreach_db is missing) |
+| OUTREACH_SES_TOPIC_ARNS …        | EspSettings        | the ESP webhooks' keys (:mod:`outreach.esp`) |
 | OUTREACH_HOME, OUTREACH_TEMPLATES | :mod:`outreach.paths` | read with ``os.environ`` (below)     |
 | OUTREACH_CAMPAIGNS, OUTREACH_STATE_DIR | :mod:`outreach.paths` | read with ``os.environ`` (below) |
 | OUTREACH_WORKER_HOSTNAME         | :mod:`outreach.hostname` | read with ``os.environ`` (below)      |
@@ -439,3 +440,21 @@ def import_roots(env: dict[str, str] | None = None) -> tuple[Path, ...]:
             raise SettingsError(f"OUTREACH_IMPORT_ROOTS: {part!r} is not a folder ({root})")
         roots.append(root)
     return tuple(roots)
+
+
+class EspSettings(OutreachSettings):
+    """The ESP webhooks' keys (:mod:`outreach.esp`, which says how each is checked); an unset
+    provider's endpoint answers 404."""
+
+    SECRET_FIELDS: ClassVar[frozenset[str]] = frozenset({"mailgun_signing_key",
+                                                         "postmark_webhook_secret"})
+    ses_topic_arns: Annotated[tuple[str, ...], NoDecode, _COMMA_LIST] = Field((), description=(
+        "comma-separated SNS topic ARNs whose SES notifications are ours"))
+    sendgrid_webhook_public_key: str | None = Field(None, min_length=40, description=(
+        "the Signed Event Webhook's public key, base64 DER (SendGrid: Mail Settings)"))
+    mailgun_signing_key: str | None = Field(None, min_length=16, description=(
+        "the HTTP webhook signing key (Mailgun: Sending → Webhooks)"))
+    postmark_webhook_secret: str | None = Field(None, min_length=16, description=(
+        "at least 16 characters: the secret in the webhook URL or its basic-auth password"))
+    esp_replay_window_seconds: int = Field(300, ge=30, le=86_400, description=(
+        "seconds a signed webhook's timestamp may differ from now, 30 to 86400"))

@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import datetime as dt
-import threading
 import time
 import urllib.parse
 
 import httpx
 import pytest
-import uvicorn
 from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 
 from outreach import tokens
@@ -20,35 +18,9 @@ from outreach.tokens import make_token
 from outreach.web.unsubscribe_app import create_app
 from support import invariants
 from support.flow import import_demo, rows, scalar, send_all
+from support.webservice import RunningService
 
 ONE_CLICK = {"List-Unsubscribe": "One-Click"}
-
-
-class RunningService:
-    """uvicorn serving the app in a thread on 127.0.0.1 and a free port."""
-
-    def __init__(self, app) -> None:
-        self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
-                                                    log_level="warning", lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> RunningService:
-        self.thread.start()
-        for _ in range(500):  # wait for readiness (bounded), not for a time
-            if self.server.started:
-                return self
-            if not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-        raise RuntimeError("uvicorn did not start")
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join()
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
 
 
 @pytest.fixture
@@ -208,7 +180,7 @@ def test_outreach_serve_unsubscribe_command(db_url, settings):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}/unsubscribe/" + make_token(settings.unsubscribe_secret, email_id)
-        with httpx.Client() as client:
+        with httpx.Client(timeout=60) as client:  # the first request resolves the secret (Airflow)
             for _ in range(600):  # until it listens (bounded), not a timed assertion
                 try:
                     r = client.post(url, data=ONE_CLICK)

@@ -13,6 +13,7 @@
 The path matches :attr:`outreach.settings.Settings.unsubscribe_base` (``<public URL>/unsubscribe/``).
 Mounted in the Airflow API server under a prefix (``plugins/outreach_plugin.py``: ``/outreach``),
 the public URL must include that prefix. Runs standalone with ``outreach serve-unsubscribe``.
+The same app serves the ESP event webhooks (``/esp/…``, :mod:`outreach.web.esp_webhooks`).
 """
 
 from __future__ import annotations
@@ -29,10 +30,13 @@ from fastapi.responses import HTMLResponse
 from starlette.concurrency import run_in_threadpool
 
 from outreach import db
+from outreach.esp import EspSettings
 from outreach.logutil import log, mask
 from outreach.store import emails as emails_store
 from outreach.suppression import is_suppressed
 from outreach.tokens import MAX_AGE_SECONDS, TokenError, read_token
+from outreach.web.esp_webhooks import add_routes as add_esp_routes
+from outreach.web.esp_webhooks import fetch_sns
 
 ONE_CLICK_FIELD, ONE_CLICK_VALUE = "List-Unsubscribe", "One-Click"
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -130,7 +134,9 @@ async def _is_one_click(request: Request) -> bool:
 
 
 def create_app(database_url: str | Callable[[], str], secret: str | Callable[[], str], *,
-               max_age: int = MAX_AGE_SECONDS) -> FastAPI:
+               max_age: int = MAX_AGE_SECONDS,
+               esp_settings: Callable[[], EspSettings] = EspSettings,
+               esp_fetch: Callable[[str], bytes] = fetch_sns) -> FastAPI:
     """Build the unsubscribe app.
 
     Nothing is read or connected here: ``database_url`` and ``secret`` may be callables, resolved
@@ -140,7 +146,11 @@ def create_app(database_url: str | Callable[[], str], secret: str | Callable[[],
     :param database_url: the outreach database URL, or a callable returning it.
     :param secret: the HMAC secret of unsubscribe tokens (the one the sender used), or a callable.
     :param max_age: seconds a token stays valid (default :data:`outreach.tokens.MAX_AGE_SECONDS`).
-    :returns: a FastAPI app serving ``/unsubscribe/{token}`` (GET, HEAD, POST) and nothing else.
+    :param esp_settings: builds the ESP webhooks' keys (:class:`outreach.esp.EspSettings`).
+    :param esp_fetch: fetches SNS certificates and subscription URLs
+        (:func:`outreach.web.esp_webhooks.fetch_sns`).
+    :returns: a FastAPI app serving ``/unsubscribe/{token}`` (GET, HEAD, POST) and the ESP
+        webhooks ``/esp/…`` (:mod:`outreach.web.esp_webhooks`), and nothing else.
     """
     url, key = _Lazy(database_url, "outreach database URL"), _Lazy(secret, "unsubscribe secret")
     app = FastAPI(title="outreach unsubscribe", docs_url=None, redoc_url=None, openapi_url=None)
@@ -219,4 +229,5 @@ def create_app(database_url: str | Callable[[], str], secret: str | Callable[[],
                      f"<p>{html.escape(mask(result.address))} will not receive any more emails "
                      "from us.</p>")
 
+    add_esp_routes(app, url.get, settings=esp_settings, fetch=esp_fetch)
     return app
