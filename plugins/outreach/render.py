@@ -406,6 +406,26 @@ def _render_part(template: jinja2.Template, context: dict[str, Any], part: str) 
     return "".join(pieces)
 
 
+def render_subject(subject: str, context: dict[str, Any], directory: Path | None = None) -> str:
+    """Render one step's subject alone, as :func:`render` renders it (the sandbox, a budget of
+    its own, white space folded to single spaces): the import checks each step's Subject for a
+    row with it (:func:`outreach.message.lead_header_problem`).
+
+    :raises RenderError: as :func:`render` for the subject.
+    """
+    directory = directory or templates_dir()
+    token = _budget.set(_Budget())
+    try:
+        return " ".join(_render_part(_subject_template(directory, subject), context,
+                                     "subject").split())
+    except jinja2.TemplateError as exc:
+        raise RenderError(f"subject {subject!r}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a filter or expression failing for this lead's data
+        raise RenderError(f"subject {subject!r}: {type(exc).__name__}: {exc}") from None
+    finally:
+        _budget.reset(token)
+
+
 def render(template: str, subject: str | None, context: dict[str, Any],
            directory: Path | None = None, *, require_unsubscribe: bool = True) -> Rendered:
     """Render one email in the sandbox (see the module docstring for what a template may use

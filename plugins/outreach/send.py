@@ -35,6 +35,7 @@ from outreach.message import (
     build_message,
     envelope_address,
     message_id_for,
+    recipient_name,
     to_wire,
 )
 from outreach.queue import Reaped, plan_batches, reap
@@ -330,7 +331,7 @@ def _build(row: dict[str, Any], settings: Settings, now: dt.datetime,
             rendered = dataclasses.replace(rendered, subject=reply_subject(first))
         envelope = Envelope(
             from_address=row["mailbox_address"], from_name=row["mailbox_name"],
-            to_address=row["email"], to_name=f"{row['first_name']} {row['last_name']}".strip(),
+            to_address=row["email"], to_name=recipient_name(row["first_name"], row["last_name"]),
             message_id=message_id, date=now, unsubscribe_url=url,
             unsubscribe_mailto=f"mailto:unsubscribe@{domain}?subject=unsubscribe%20{token}",
             feedback_id=feedback_id(row["campaign_key"], row["mailbox_id"], settings.feedback_sender_id),
