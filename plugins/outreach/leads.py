@@ -566,6 +566,8 @@ class _Layout:
     custom: tuple[tuple[str, int], ...] = ()
     required: tuple[str, ...] = ()
     header_safe: frozenset[str] = frozenset()
+    subjects: tuple[str, ...] = ()
+    subject_has_encoded_word: bool = False
 
 
 def layout_for(source: str, headers: list[str], campaign: campaign_mod.Campaign | None = None,
@@ -598,10 +600,47 @@ def layout_for(source: str, headers: list[str], campaign: campaign_mod.Campaign 
                               f"found: {sorted(have)[:20]}); add it or map a header to it under "
                               "columns:")
     in_subject = subject_custom_columns(campaign)
+    subjects = tuple(step.subject for step in campaign.steps) if campaign else ()
     return _Layout(tuple(_short(h) for h in headers), columns["email"], columns.get("timezone"),
                    tuple((name, columns.get(name)) for name in campaign_mod.LEAD_FIELDS),
                    columns, tuple(custom), required,
-                   frozenset(have if in_subject is None else in_subject & have))
+                   frozenset(have if in_subject is None else in_subject & have), subjects,
+                   any("=?" in subject for subject in subjects))
+
+
+def _combined_header_problem(layout: _Layout, email: str, values: list[str],
+                             custom: dict[str, str]) -> tuple[str, str] | None:
+    """``(field, reason)`` when the headers this row's messages would carry — To with the display
+    name, every step's Subject rendered for it — break the rule the builder applies
+    (:func:`outreach.message.lead_header_problem`), though each value alone passed it.
+
+    Values without ``=`` or ``?`` cannot start or end an RFC 2047 encoded word, so only such rows
+    (or campaigns whose subject text itself holds ``=?``) are rendered and checked: the common
+    row costs one scan of its values.
+    """
+    named = dict(zip((name for name, _ in layout.named), values, strict=True))
+    in_header = [*named.items(), *((n, custom.get(n, "")) for n in sorted(layout.header_safe)),
+                 ("email", email)]
+    suspect = [name for name, v in in_header if "=" in v or "?" in v]
+    if not suspect and not layout.subject_has_encoded_word:
+        return None
+    from outreach.message import lead_header_problem, recipient_name
+    from outreach.render import RenderError, render_subject
+
+    lead = {**named, "email": email, "custom": custom}
+    subjects = []
+    for position, subject in enumerate(layout.subjects, start=1):
+        try:
+            subjects.append(render_subject(subject, {**campaign_mod.SAMPLE_CONTEXT, "lead": lead,
+                                                     "step": position}))
+        except RenderError:
+            continue  # not a header question: the send fails this row at stage RENDER
+    why = lead_header_problem(email, recipient_name(named.get("first_name", ""),
+                                                    named.get("last_name", "")), subjects or [""])
+    if why is None:
+        return None
+    return (suspect[0] if suspect else "subject",
+            f"{why}: the values together would break a header (the message builder refuses it)")
 
 
 def _problem_row(p: Problem) -> StagedRow:
@@ -622,7 +661,9 @@ def _check_record(layout: _Layout, line: int, record: list[str]) -> StagedRow | 
     unsafe in a header (:func:`outreach.message.header_text_problem`: they are written in To:
     and Subject) or a field longer than :data:`_MAX_FIELD` characters skip the row, as does an
     extra column over :data:`MAX_CUSTOM_FIELD` (or all of them over :data:`MAX_CUSTOM_TOTAL`),
-    one a subject renders that is unsafe in a header, or a required one blank; an unknown
+    one a subject renders that is unsafe in a header, or a required one blank, or headers that
+    are unsafe once the values are put together (:func:`_combined_header_problem`: the To display
+    name and every step's Subject, checked as the message builder checks them); an unknown
     time zone only drops that field. A pure function of its arguments, so it can run in any process.
     """
     joined = "".join(record)  # one test per row instead of one per cell
@@ -679,6 +720,11 @@ def _check_record(layout: _Layout, line: int, record: list[str]) -> StagedRow | 
     blank = next((c for c in layout.required if not custom.get(c)), None)
     if blank:
         return problem(blank, "empty (the campaign needs it: custom_columns)")
+    # The whole record without "=" or "?" cannot form an encoded word: one scan for most rows.
+    if layout.subject_has_encoded_word or "=" in joined or "?" in joined:
+        combined = _combined_header_problem(layout, email, values, custom)
+        if combined:
+            return problem(*combined)
     extra = json.dumps(custom, ensure_ascii=False)
     i_tz = layout.i_tz
     tz: str | None = _clean(record[i_tz]) if i_tz is not None and i_tz < n else ""

@@ -10,10 +10,11 @@ Header safety does not rest on the interpreter's :mod:`email` package (releases 
 CVE-2024-6923 fix, such as 3.11.7, write a decoded encoded word's CR LF as a real line break).
 Three layers, each generic over every header:
 
-1. :func:`header_text_problem` is **the** rule on what header text may contain (lead data is
-   checked against it at import, see :mod:`outreach.leads`);
+1. :func:`header_text_problem` is **the** rule on what header text may contain;
 2. :func:`build_message` checks every header's value as the email package holds it (encoded
-   words decoded) against that rule;
+   words decoded) against that rule — and the import makes the same check of the headers lead
+   data reaches, To and every step's Subject rendered for the row
+   (:func:`lead_header_problem`, called by :mod:`outreach.leads`);
 3. :func:`to_wire` parses the bytes it produced back and refuses a message whose headers differ
    from those that were set (names, order and values).
 
@@ -30,6 +31,7 @@ import email.parser
 import email.policy
 import email.utils
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from email.headerregistry import Address
 from email.message import EmailMessage, Message
@@ -191,6 +193,61 @@ def _address(addr: str, name: str) -> Address:
         raise MessageError(f"cannot use address in a header: {exc}") from None
 
 
+def recipient_name(first_name: str, last_name: str) -> str:
+    """Return the To display name of a lead: ``"First Last"``, stripped (either may be blank)."""
+    return f"{first_name} {last_name}".strip()
+
+
+def _set_lead_headers(msg: EmailMessage, to_address: str, to_name: str, subject: str) -> None:
+    """Set the headers lead data reaches, To and Subject, as every message sets them."""
+    try:
+        msg["To"] = _address(to_address, to_name)
+        msg["Subject"] = subject
+    except (ValueError, TypeError) as exc:
+        raise MessageError(str(exc)) from None
+
+
+def _first_header_problem(msg: EmailMessage) -> tuple[str, str] | None:
+    """``(header name, reason)`` of the first header of ``msg`` that breaks
+    :func:`header_text_problem` as the email package holds it (encoded words decoded), or
+    ``None``."""
+    for name, value in msg.items():
+        problem = header_text_problem(str(value))
+        if problem:
+            return name, problem
+    return None
+
+
+def lead_header_problem(to_address: str, to_name: str, subjects: Iterable[str]) -> str | None:
+    """Return why a message to this lead would be refused for its headers, or ``None``: **the**
+    check :func:`build_message` makes of the headers lead data reaches (To with the display name,
+    Subject), made the same way — set through the same code, then every value as the email
+    package holds it against :func:`header_text_problem`. The import calls it with the subjects
+    of every step rendered for the row (:mod:`outreach.leads`), so a row the sender would refuse
+    is refused at import, with its line and field, instead of failing at stage RENDER.
+
+    Values that pass :func:`header_text_problem` one by one can still fail together: two fields
+    (or a field and the subject's own text) may form one RFC 2047 encoded word that decodes to a
+    line break (``=?utf-8?q?A=0D`` + ``=0ABcc:x?=``).
+
+    :param to_address: the recipient as stored (normalised).
+    :param to_name: :func:`recipient_name` of the lead.
+    :param subjects: the Subject of each message the lead may get, rendered and folded.
+    :returns: ``"header To: control character U+000D after decoding …"``-style text, or ``None``.
+    """
+    utf8 = not to_address.rpartition("@")[0].isascii()  # as build_message chooses its policy
+    for subject in subjects:
+        msg = EmailMessage(policy=email.policy.SMTPUTF8 if utf8 else email.policy.SMTP)
+        try:
+            _set_lead_headers(msg, to_address, to_name, subject)
+        except MessageError as exc:
+            return f"header To or Subject: {exc}"
+        found = _first_header_problem(msg)
+        if found:
+            return f"header {found[0]}: {found[1]}"
+    return None
+
+
 def build_message(rendered: Rendered, env: Envelope) -> EmailMessage:
     """Build the multipart/alternative message (text, then HTML).
 
@@ -213,10 +270,9 @@ def build_message(rendered: Rendered, env: Envelope) -> EmailMessage:
     msg = EmailMessage(policy=email.policy.SMTPUTF8 if utf8 else email.policy.SMTP)
     try:
         msg["From"] = _address(env.from_address, env.from_name)
-        msg["To"] = _address(env.to_address, env.to_name)
-        msg["Subject"] = rendered.subject
     except (ValueError, TypeError) as exc:
         raise MessageError(str(exc)) from None
+    _set_lead_headers(msg, env.to_address, env.to_name, rendered.subject)
     msg["Date"] = email.utils.format_datetime(env.date.astimezone(dt.UTC))
     msg["Message-ID"] = f"<{env.message_id}>"
     if env.unsubscribe_url:  # marketing; transactional mail carries neither header
@@ -227,10 +283,9 @@ def build_message(rendered: Rendered, env: Envelope) -> EmailMessage:
         msg["References"] = " ".join(_msg_id(m, "References") for m in env.references)
     msg["Feedback-ID"] = env.feedback_id
     msg["X-Outreach-Step"] = env.step_tag
-    for name, value in msg.items():
-        problem = header_text_problem(str(value))
-        if problem:
-            raise MessageError(f"header {name}: {problem} (lead data may not hold control characters)")
+    found = _first_header_problem(msg)  # the same check the import makes: lead_header_problem
+    if found:
+        raise MessageError(f"header {found[0]}: {found[1]} (lead data may not hold control characters)")
     msg.set_content(rendered.text)
     msg.add_alternative(rendered.html, subtype="html")
     return msg

@@ -21,6 +21,9 @@ Checks, each PASS / WARN / FAIL with the rule it serves:
 * **PTR** (Gmail: valid forward and reverse DNS): the sending IP has a PTR whose name resolves
   back to it.
 
+And of every active mailbox's relay (:func:`check_relays`, EHLO only): whether it offers
+SMTPUTF8 when queued rows need it (RFC 6531) and its SIZE (RFC 1870).
+
 A lookup that times out or fails is a WARN ("cannot tell"), never a PASS.
 """
 
@@ -30,6 +33,8 @@ import base64
 import functools
 import ipaddress
 import re
+import smtplib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import dns.exception
@@ -473,3 +478,79 @@ def run_preflight(domain: str, *, selector: str | None = None, sending_ip: str |
                      check_alignment(domain, spf, dkim_check, tags, signing=bool(selector)),
                      check_mx(lookups, domain), check_ptr(lookups, sending_ip)]
     return report
+
+
+# --- the relays --------------------------------------------------------------------------------
+
+RULE_RELAY = ("RFC 6531 §3.4: a non-ASCII address needs a relay that offers SMTPUTF8; RFC 1870: "
+              "no message over the relay's SIZE")
+
+
+@dataclass(frozen=True)
+class RelayCheck:
+    """What one mailbox's relay can carry: ``mailbox_id``, the Airflow ``conn_id``, the
+    :class:`Check` (``relay``: PASS, or WARN naming what it cannot carry or that it could not be
+    asked), ``smtputf8`` and ``size`` (bytes; ``None`` when not advertised or not known) and
+    ``cannot_carry`` (queued rows it would fail permanently)."""
+
+    mailbox_id: int
+    conn_id: str
+    check: Check
+    smtputf8: bool | None = None
+    size: int | None = None
+    cannot_carry: int = 0
+
+
+def check_relays(url: str, connector: Callable[[str], smtplib.SMTP]) -> list[RelayCheck]:
+    """Ask every active mailbox's relay what it can carry (EHLO; no message is sent), before the
+    first send of a run, and count the queued rows it could not carry.
+
+    The rule on what a relay cannot carry is :func:`outreach.transport.relay_cannot_carry`
+    (a non-ASCII address without SMTPUTF8, a message over SIZE); the sender fails such a row
+    permanently at once. Here a relay without SMTPUTF8 is a WARN naming the connection and how
+    many queued rows have a non-ASCII address (``email_queued_needing_smtputf8``); its SIZE is
+    shown (the size of a message is only known once it is built). A relay that cannot be reached
+    is a WARN ("cannot tell"), never a PASS; the send run reports it as unreachable.
+
+    :param url: outreach database URL.
+    :param connector: opens a connected, logged-in ``smtplib.SMTP`` by Airflow connection id
+        (:func:`outreach.airflow.connections.smtp_connector`).
+    :returns: one :class:`RelayCheck` per active mailbox, by mailbox id.
+    """
+    from outreach import db
+    from outreach.store import emails, mailboxes
+    from outreach.transport import RelayCapabilities
+
+    with db.connect(url, autocommit=True) as conn:
+        targets = mailboxes.mailbox_preflight_targets(conn)
+        needing = {c.mailbox_id: c.rows for c in emails.email_queued_needing_smtputf8(conn)}
+    out = []
+    for t in targets:
+        n = needing.get(t.id, 0)
+        who = f"relay of mailbox {t.id} (connection {t.smtp_conn_id!r})"
+        try:
+            client = connector(t.smtp_conn_id)
+            try:
+                client.ehlo_or_helo_if_needed()
+                caps = RelayCapabilities.of(client)
+            finally:
+                try:
+                    client.quit()
+                except (smtplib.SMTPException, OSError):
+                    client.close()
+        except Exception as exc:  # noqa: BLE001 - refused, TLS, AUTH, a missing connection
+            out.append(RelayCheck(t.id, t.smtp_conn_id, Check(
+                "relay", WARN, f"cannot tell: {who} could not be asked: {type(exc).__name__}: "
+                f"{str(exc)[:200]}", RULE_RELAY)))
+            continue
+        size = f"SIZE {caps.size:,} bytes" if caps.size else "no SIZE limit advertised"
+        if not caps.smtputf8 and n:
+            check = Check("relay", WARN, f"{who} does not offer SMTPUTF8: {n} queued row(s) with a "
+                          "non-ASCII address cannot go through it and will fail permanently "
+                          f"(use a relay that offers SMTPUTF8); {size}", RULE_RELAY)
+        else:
+            utf8 = "offers SMTPUTF8" if caps.smtputf8 else "no SMTPUTF8 (no queued row needs it)"
+            check = Check("relay", PASS, f"{who}: {utf8}; {size}", RULE_RELAY)
+        out.append(RelayCheck(t.id, t.smtp_conn_id, check, caps.smtputf8, caps.size,
+                              n if not caps.smtputf8 else 0))
+    return out

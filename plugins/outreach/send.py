@@ -35,6 +35,7 @@ from outreach.message import (
     build_message,
     envelope_address,
     message_id_for,
+    recipient_name,
     to_wire,
 )
 from outreach.queue import Reaped, plan_batches, reap
@@ -330,7 +331,7 @@ def _build(row: dict[str, Any], settings: Settings, now: dt.datetime,
             rendered = dataclasses.replace(rendered, subject=reply_subject(first))
         envelope = Envelope(
             from_address=row["mailbox_address"], from_name=row["mailbox_name"],
-            to_address=row["email"], to_name=f"{row['first_name']} {row['last_name']}".strip(),
+            to_address=row["email"], to_name=recipient_name(row["first_name"], row["last_name"]),
             message_id=message_id, date=now, unsubscribe_url=url,
             unsubscribe_mailto=f"mailto:unsubscribe@{domain}?subject=unsubscribe%20{token}",
             feedback_id=feedback_id(row["campaign_key"], row["mailbox_id"], settings.feedback_sender_id),
@@ -912,7 +913,7 @@ class PlannedSummary:
 def send_planned(url: str, quotas: Sequence[Sequence[int]], connector: SmtpConnector,
                  settings: Settings, *, label: str = "", worker: str | None = None,
                  now: dt.datetime | None = None, dkim_keys: DkimKeyLoader | None = None,
-                 clock: Clock | None = None) -> PlannedSummary:
+                 clock: Clock | None = None, limit: int | None = None) -> PlannedSummary:
     """Send one planned batch across mailboxes: for each ``(mailbox_id, n)`` of ``quotas``, claim
     and send up to ``n`` rows of that mailbox with :func:`send_batch`.
 
@@ -923,6 +924,8 @@ def send_planned(url: str, quotas: Sequence[Sequence[int]], connector: SmtpConne
 
     :param quotas: ``[(mailbox_id, rows at most), …]`` in claim order (JSON lists are fine).
     :param label: the batch's name in logs (the plan's ``label``).
+    :param limit: rows this planned batch claims at most, all its mailboxes together (``None``:
+        only the quotas); each mailbox's claim is cut to what is left of it.
     :raises outreach.db.OutreachDBError: see :func:`send_batch`; mailboxes after the failing one
         are not claimed (their rows stay queued for the next run).
     :raises MailboxUnreachable: after every mailbox was processed, when one or more of them could
@@ -931,9 +934,13 @@ def send_planned(url: str, quotas: Sequence[Sequence[int]], connector: SmtpConne
     worker = worker or worker_name()
     summary = PlannedSummary(label=label)
     for mailbox_id, n in quotas:
-        summary.batches.append(send_batch(url, int(mailbox_id), int(n), connector, settings,
-                                          worker=worker, now=now, dkim_keys=dkim_keys,
-                                          clock=clock))
+        left = None if limit is None else limit - summary.claimed
+        if left is not None and left <= 0:
+            break
+        summary.batches.append(send_batch(url, int(mailbox_id),
+                                          int(n) if left is None else min(int(n), left),
+                                          connector, settings, worker=worker, now=now,
+                                          dkim_keys=dkim_keys, clock=clock))
     log.info(summary.line())
     raise_if_unreachable(summary.batches)
     return summary
@@ -957,7 +964,7 @@ class SendRun:
 def send_run(url: str, connector: SmtpConnector, settings: Settings, *,
              mailbox_id: int | None = None, worker: str | None = None,
              now: dt.datetime | None = None, dkim_keys: DkimKeyLoader | None = None,
-             clock: Clock | None = None) -> SendRun:
+             clock: Clock | None = None, limit: int | None = None) -> SendRun:
     """One send run, in the send DAG's order: reap stale 'sending' rows
     (:func:`outreach.queue.reap`, ``settings.reaper_threshold``), plan the run's batches
     (:func:`outreach.queue.plan_batches`: cap, warm-up, pacing, paused mailboxes), then send every
@@ -970,6 +977,9 @@ def send_run(url: str, connector: SmtpConnector, settings: Settings, *,
     :param mailbox_id: plan for this mailbox only.
     :param worker: the ``claimed_by`` of every claim (default :func:`worker_name`).
     :param now: a fixed clock (UTC) for reap, plan and send; default the database clock.
+    :param limit: rows the whole run claims at most, every planned batch and mailbox together
+        (``outreach send --limit``; ``None``: as many as the plan allows). A claimed row is
+        handed over at most once, so this bounds the messages the run sends.
     :raises BatchAborted: the database connection was lost while planning (nothing was claimed).
     :raises outreach.db.OutreachDBError: see :func:`send_batch`.
     :raises MailboxUnreachable: after every planned batch was sent, when a mailbox could not
@@ -987,10 +997,13 @@ def send_run(url: str, connector: SmtpConnector, settings: Settings, *,
     run = SendRun(reaped, plan)
     failures: list[dict[str, Any]] = []
     for b in plan:
+        left = None if limit is None else limit - run.claimed
+        if left is not None and left <= 0:
+            break
         try:
             run.batches.append(send_planned(url, b["quotas"], connector, settings, label=b["label"],
                                             worker=worker, now=now, dkim_keys=dkim_keys,
-                                            clock=clock))
+                                            clock=clock, limit=left))
         except MailboxUnreachable as exc:  # the other planned batches still go out
             run.batches.append(PlannedSummary(label=b["label"], batches=list(exc.summaries)))
             failures += exc.failures

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from outreach import failpoints
-from outreach.logutil import mask_addresses
+from outreach.logutil import mask, mask_addresses
 
 
 class Outcome(enum.Enum):
@@ -98,6 +98,54 @@ def session_refusal(delivery: Delivery) -> str | None:
         if _TLS_TEXT.search(delivery.reply) and not _AUTH_TEXT.search(delivery.reply):
             return "the server requires STARTTLS"
         return "the server requires authentication"
+    return None
+
+
+@dataclass(frozen=True)
+class RelayCapabilities:
+    """What a relay said it can carry in its EHLO reply: ``smtputf8`` (RFC 6531: non-ASCII
+    addresses and UTF-8 headers) and ``size`` (RFC 1870 SIZE: the largest message in bytes it
+    takes; ``None`` when it names none, 0 counts as none)."""
+
+    smtputf8: bool
+    size: int | None
+
+    @classmethod
+    def of(cls, client: smtplib.SMTP) -> RelayCapabilities:
+        """Read them from a connected client after EHLO (``ehlo_or_helo_if_needed``); a relay
+        that only answered HELO offers neither."""
+        raw = (client.esmtp_features.get("size") or "").strip() if client.does_esmtp else ""
+        size = int(raw) if raw.isdigit() and int(raw) > 0 else None
+        return cls(bool(client.does_esmtp and client.has_extn("smtputf8")), size)
+
+
+def needs_smtputf8(*addresses: str) -> bool:
+    """Whether an envelope with ``addresses`` (as they go into MAIL FROM / RCPT TO: domains
+    already IDNA-encoded) needs SMTPUTF8 (RFC 6531 §3.4): a local part that is not ASCII."""
+    return not all(a.isascii() for a in addresses)
+
+
+def relay_cannot_carry(client: smtplib.SMTP, payload: bytes, sender: str, recipient: str) -> str | None:
+    """The one rule on what a relay cannot carry, or ``None`` when it can: a non-ASCII address
+    when the relay does not offer SMTPUTF8 (RFC 6531 §3.4: the client must not send it), or a
+    message larger than the relay's advertised SIZE (RFC 1870 §6: the client should not send
+    it). Either would fail the same way on every attempt, so the caller fails the row
+    permanently at once (stage ``MAIL``, nothing sent) instead of retrying it.
+
+    :param client: connected, after EHLO.
+    :param payload: the message bytes as they would go out (before dot-stuffing).
+    :returns: a one-line reason naming the relay's limit (never a full address).
+    """
+    caps = RelayCapabilities.of(client)
+    if needs_smtputf8(sender, recipient) and not caps.smtputf8:
+        which = "recipient" if not recipient.isascii() else "sender"
+        address = mask(recipient if which == "recipient" else sender)
+        return (f"the relay does not offer SMTPUTF8 (RFC 6531), so it cannot carry the non-ASCII "
+                f"{which} address {address}; failed permanently, not retried (send it through a "
+                "relay that offers SMTPUTF8)")
+    if caps.size is not None and len(payload) > caps.size:
+        return (f"the message is {len(payload):,} bytes, larger than the relay's SIZE limit of "
+                f"{caps.size:,} bytes (RFC 1870); failed permanently, not retried")
     return None
 
 
@@ -197,6 +245,9 @@ class SmtpSession:
             return failed
         client = self._client
         assert client is not None  # open() returned no failure: connected
+        cannot = relay_cannot_carry(client, payload, sender, recipient)
+        if cannot is not None:  # nothing was sent: the session stays usable for the next row
+            return Delivery(Outcome.PERMANENT, Stage.MAIL, None, cannot)
         stage = Stage.MAIL
         try:
             options = ["SMTPUTF8"] if not (sender + recipient).isascii() else []

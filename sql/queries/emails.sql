@@ -234,6 +234,18 @@ WHERE e.scheduled_for <= n.now
 GROUP BY m.id, m.address, m.status
 ORDER BY m.id;
 
+-- name: email_queued_needing_smtputf8
+-- Queued rows per mailbox whose recipient's local part is not ASCII: only a relay that offers
+-- SMTPUTF8 can carry them (RFC 6531 §3.4; the rule: outreach.transport.relay_cannot_carry). The
+-- relay preflight names how many a relay without it would fail.
+SELECT e.mailbox_id, count(*)::integer AS rows
+FROM outreach.emails e
+LEFT JOIN outreach.leads l ON l.id = e.lead_id
+WHERE e.status = 'queued'
+  AND split_part(coalesce(e.recipient, l.email), '@', 1) ~ '[^[:ascii:]]'
+GROUP BY e.mailbox_id
+ORDER BY e.mailbox_id;
+
 -- name: email_claim_state
 -- Read back a claimed row's state (used only to recover after a lost connection).
 SELECT status::text AS status, claim_token FROM outreach.emails WHERE id = %(email_id)s;

@@ -33,7 +33,8 @@ RETURNING id;
 --
 -- Active mailboxes with their DKIM settings: the preflight checks each sending domain once per
 -- selector. Paused mailboxes send nothing, so they are not checked.
-SELECT id, address, split_part(address, '@', 2) AS domain, dkim_selector, dkim_key_conn_id
+SELECT id, address, split_part(address, '@', 2) AS domain, dkim_selector, dkim_key_conn_id,
+       smtp_conn_id
 FROM outreach.mailboxes
 WHERE status = 'active'
 ORDER BY id;

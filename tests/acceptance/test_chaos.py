@@ -48,8 +48,8 @@ def prepare(db_url: str, tmp_path: Path, n: int, tag: str) -> None:
 def test_eight_concurrent_send_processes_over_2000_rows(db_url, tmp_path):
     prepare(db_url, tmp_path, 2000, "c")
     with FaultSMTPServer() as smtp:
-        env = cli_env(db_url, smtp, tmp_path)
-        procs = [subprocess.Popen(outreach_cmd("send", "--until-empty", "--limit", "25"), env=env,
+        env = cli_env(db_url, smtp, tmp_path, OUTREACH_BATCH_SIZE="25")
+        procs = [subprocess.Popen(outreach_cmd("send", "--until-empty"), env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                  for _ in range(8)]
         outputs = [p.communicate(timeout=600)[0] for p in procs]
@@ -71,8 +71,9 @@ def test_senders_sigkilled_at_failpoints_never_send_twice_or_lose_a_row(db_url, 
         for i in range(ITERATIONS):
             point = POINTS[i % len(POINTS)]
             nth = rng.randint(1, 4 if point.startswith(("claim", "after_claim")) else 8)
-            env = cli_env(db_url, smtp, tmp_path, OUTREACH_FAILPOINTS=f"{point}:{nth}")
-            proc = subprocess.run(outreach_cmd("send", "--until-empty", "--limit", "10"), env=env,
+            env = cli_env(db_url, smtp, tmp_path, OUTREACH_FAILPOINTS=f"{point}:{nth}",
+                          OUTREACH_BATCH_SIZE="10")
+            proc = subprocess.run(outreach_cmd("send", "--until-empty"), env=env,
                                   capture_output=True, text=True, timeout=300)
             assert proc.returncode in (0, -9), f"seed {seed}, {point}:{nth}\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
             kills[point] += proc.returncode == -9
@@ -80,8 +81,9 @@ def test_senders_sigkilled_at_failpoints_never_send_twice_or_lose_a_row(db_url, 
             reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31))
             assert scalar(db_url, "SELECT count(*) FROM outreach.emails WHERE status = 'sending'") == 0
         # A sender that is not killed finishes the rest.
-        proc = subprocess.run(outreach_cmd("send", "--until-empty", "--limit", "50"),
-                              env=cli_env(db_url, smtp, tmp_path), capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(outreach_cmd("send", "--until-empty"),
+                              env=cli_env(db_url, smtp, tmp_path, OUTREACH_BATCH_SIZE="50"),
+                              capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         messages = smtp.messages()
     totals = invariants.assert_ok(db_url, messages)
@@ -161,8 +163,9 @@ def test_random_external_kills_never_duplicate_or_lose(db_url, tmp_path):
             env[f"AIRFLOW_CONN_{conn_id.upper()}"] = smtp.connection_json(timeout=5)
         env.pop("OUTREACH_FAILPOINTS", None)
         cmd = [sys.executable, "-m", "outreach.cli"]
-        for _ in range(8):
-            procs = [subprocess.Popen(cmd + ["send", "--until-empty", "--limit", "5"], env=env,
+        for _ in range(8):  # batches of 5 rows: --limit now bounds the whole command
+            procs = [subprocess.Popen(cmd + ["send", "--until-empty"],
+                                      env={**env, "OUTREACH_BATCH_SIZE": "5"},
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
             q = subprocess.Popen(cmd + ["queue-due"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(rng.uniform(1.5, 4.0))
@@ -173,7 +176,8 @@ def test_random_external_kills_never_duplicate_or_lose(db_url, tmp_path):
                 p.wait(timeout=120)
             reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31))
         subprocess.run(cmd + ["queue-due"], env=env, check=True, capture_output=True)
-        p = subprocess.run(cmd + ["send", "--until-empty", "--limit", "50"], env=env, capture_output=True, text=True,
+        p = subprocess.run(cmd + ["send", "--until-empty"], env={**env, "OUTREACH_BATCH_SIZE": "50"},
+                           capture_output=True, text=True,
                            timeout=300)
         assert p.returncode == 0, p.stderr[-2000:]
         messages = smtp.messages()

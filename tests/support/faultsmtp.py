@@ -91,10 +91,12 @@ class _Handler:
 class FaultSMTPServer(LoopbackSMTPServer):
     """The fault-injection server. ``rules``: ``{recipient: [action, …]}``; ``nth``:
     ``{message number: action}`` (1-based, counted at DATA); ``slow_seconds``: the delay of
-    ``slow``; ``on_message``: the ``hook`` callback."""
+    ``slow``; ``on_message``: the ``hook`` callback; ``smtputf8``: whether EHLO offers SMTPUTF8;
+    ``size_limit``: the EHLO SIZE in bytes (``None``: aiosmtpd's 32 MiB)."""
 
     def __init__(self, rules: dict[str, list[str]] | None = None, nth: dict[int, str] | None = None,
-                 slow_seconds: float = 3.0, on_message: Callable[[int], None] | None = None) -> None:
+                 slow_seconds: float = 3.0, on_message: Callable[[int], None] | None = None,
+                 *, smtputf8: bool = True, size_limit: int | None = None) -> None:
         self.rules = {k.lower(): list(v) for k, v in (rules or {}).items()}
         self.nth = dict(nth or {})
         self.slow_seconds = slow_seconds
@@ -103,7 +105,7 @@ class FaultSMTPServer(LoopbackSMTPServer):
         self.attempts: Counter[str] = Counter()
         self.message_count = 0
         self._lock = threading.Lock()
-        super().__init__(_Handler(self))
+        super().__init__(_Handler(self), smtputf8=smtputf8, size_limit=size_limit)
 
     def _action(self, rcpt: str, *, n: int | None = None, peek: bool = False) -> str:
         rcpt = rcpt.lower()

@@ -128,8 +128,14 @@ def preflight_task() -> dict[str, Any]:
     Every FAIL raises an alert (:func:`alert_preflight`: once per domain, failing checks and
     UTC day), in ``warn`` and ``block`` mode.
 
+    Then every active mailbox's relay is asked what it can carry
+    (:func:`outreach.preflight.check_relays`): a relay without SMTPUTF8 while queued rows need it
+    is a warning naming the relay and how many rows it cannot carry (those rows fail permanently
+    when sent); it blocks nothing.
+
     :returns: ``{"mode", "blocked": [{"mailbox_id", "domain", "reason"}], "domains": {domain:
-        "PASS"|"WARN"|"FAIL"}, "failed": {domain: [check, …]}}``.
+        "PASS"|"WARN"|"FAIL"}, "failed": {domain: [check, …]}, "relays": {mailbox id:
+        {"status", "cannot_carry"}}}``.
     """
     from dataclasses import asdict
 
@@ -183,6 +189,15 @@ def preflight_task() -> dict[str, Any]:
             else:
                 log.warning("preflight: mailbox %s (%s) sends anyway: %s failed "
                             "(OUTREACH_PREFLIGHT=warn)", t["id"], mask(t["address"]), failed)
+    # The relays, before the first send: what each can carry (outreach.preflight.check_relays).
+    from outreach.preflight import check_relays
+
+    out["relays"] = {}
+    for relay in check_relays(database_url(), smtp_connector):
+        (log.warning if relay.check.status != "PASS" else log.info)("preflight: %s",
+                                                                     relay.check.line())
+        out["relays"][str(relay.mailbox_id)] = {"status": relay.check.status,
+                                                "cannot_carry": relay.cannot_carry}
     if out["failed"]:
         alert_preflight(out)
     return out

@@ -26,13 +26,16 @@ def cmd_send(args: argparse.Namespace) -> int:
     from outreach.send import MailboxUnreachable, send_run
 
     settings = load_settings()
-    if args.limit:  # validated like OUTREACH_BATCH_SIZE
-        settings = settings.replace(batch_size=args.limit)
     url = database_url()
+    claimed = 0  # --limit counts the rows of the whole command, every run of --until-empty too
     while True:
+        left = None if args.limit is None else args.limit - claimed
+        if left is not None and left <= 0:
+            print(f"--limit {args.limit} reached: claimed {claimed} row(s) in all")
+            return 0
         try:
             run = send_run(url, smtp_connector, settings, mailbox_id=args.mailbox,
-                           dkim_keys=dkim_private_key)
+                           dkim_keys=dkim_private_key, limit=left)
         except MailboxUnreachable as exc:  # its rows were released: --until-empty would only claim them again
             for part in exc.summaries:
                 print(part.line(), flush=True)
@@ -41,6 +44,7 @@ def cmd_send(args: argparse.Namespace) -> int:
             print("nothing due, or nothing more allowed in this run (daily cap, pacing, paused)")
         for part in (p for b in run.batches for p in b.batches):
             print(part.line(), flush=True)
+        claimed += run.claimed
         if not args.until_empty or run.claimed == 0:
             return 0
 
@@ -59,6 +63,17 @@ def cmd_reap(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    """An argument that must be a whole number of at least 1, digits only (``int()`` would take
+    ``1_0`` and `` 5``)."""
+    if not text.isascii() or not text.isdigit():
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def add_queue_due(sub: Any) -> None:
     """Add ``outreach queue-due`` to the sub-commands ``sub``."""
     s = sub.add_parser("queue-due", help="queue every due sequence step")
@@ -68,10 +83,21 @@ def add_queue_due(sub: Any) -> None:
 
 def add_send(sub: Any) -> None:
     """Add ``outreach send`` to the sub-commands ``sub``."""
-    s = sub.add_parser("send", help="one send run: plan, then claim and send each planned batch")
-    s.add_argument("--mailbox", type=int, help="mailbox id")
-    s.add_argument("--limit", type=int, help="rows to claim at most (default OUTREACH_BATCH_SIZE)")
-    s.add_argument("--until-empty", action="store_true", help="keep claiming until nothing is due")
+    s = sub.add_parser(
+        "send", help="one send run: plan, then claim and send each planned batch",
+        description="One send run, as the send DAG does it: reap, plan, then claim and send each "
+        "planned batch. What bounds it, each counted in rows (one row is one message, handed "
+        "over at most once): the mailbox's daily cap and warm-up (per local calendar day), "
+        "pacing (OUTREACH_SEND_INTERVAL_MINUTES: this run's share of the day), "
+        "OUTREACH_BATCH_SIZE (rows one planned batch claims), OUTREACH_SEND_PARALLELISM "
+        "(planned batches per run), and --limit.")
+    s.add_argument("--mailbox", type=int, help="only this mailbox id")
+    s.add_argument("--limit", type=_positive, metavar="N",
+                   help="rows (messages) the whole command claims at most: every planned batch "
+                   "and mailbox together, and every run of --until-empty (default: no limit "
+                   "beyond the caps above)")
+    s.add_argument("--until-empty", action="store_true",
+                   help="run again until a run claims nothing (or --limit is reached)")
     s.set_defaults(func=cmd_send)
 
 

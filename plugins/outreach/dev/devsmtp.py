@@ -28,10 +28,14 @@ class LoopbackSMTPServer:
     Use as a context manager, or call :meth:`start` / :meth:`stop`. ``port`` 0 picks a free port.
     """
 
-    def __init__(self, handler: object, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, handler: object, host: str = "127.0.0.1", port: int = 0, *,
+                 smtputf8: bool = True, size_limit: int | None = None) -> None:
         self.host = host
         self.port = port or free_port(host)
-        self._controller = Controller(handler, hostname=host, port=self.port, enable_SMTPUTF8=True)
+        # size_limit: bytes, advertised as EHLO SIZE (RFC 1870); aiosmtpd's default is 32 MiB.
+        limits = {} if size_limit is None else {"data_size_limit": size_limit}
+        self._controller = Controller(handler, hostname=host, port=self.port,
+                                      enable_SMTPUTF8=smtputf8, **limits)
 
     def start(self):
         """Start serving in a background thread; return ``self``."""

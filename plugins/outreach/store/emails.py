@@ -706,3 +706,18 @@ def email_thread(conn: Conn, *, email_id: int) -> list[ThreadMember]:
     messages in the same campaign that went out for step 1 and every earlier threaded step,
     oldest first; no row for position 1 when step 1 was not sent to this lead."""
     return many(conn, "email_thread", {"email_id": email_id}, ThreadMember)
+
+
+@dataclass(frozen=True, slots=True)
+class Smtputf8Count:
+    """A row of ``email_queued_needing_smtputf8`` (columns as the query names them)."""
+
+    mailbox_id: int
+    rows: int
+
+
+def email_queued_needing_smtputf8(conn: Conn) -> list[Smtputf8Count]:
+    """``email_queued_needing_smtputf8``: Queued rows per mailbox whose recipient's local part
+    is not ASCII: only a relay that offers SMTPUTF8 can carry them (RFC 6531 §3.4; the rule:
+    :func:`outreach.transport.relay_cannot_carry`)."""
+    return many(conn, "email_queued_needing_smtputf8", {}, Smtputf8Count)

@@ -81,6 +81,7 @@ class PreflightTarget:
     domain: str
     dkim_selector: str | None
     dkim_key_conn_id: str | None
+    smtp_conn_id: str
 
 
 def mailbox_preflight_targets(conn: Conn) -> list[PreflightTarget]:
