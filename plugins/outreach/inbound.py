@@ -35,13 +35,18 @@ from dataclasses import dataclass, field
 from email.message import Message
 from email.utils import getaddresses, parseaddr
 
-from outreach.reasons import Owner, owner_of, reason_of
+from outreach.bounces import DAEMONS, Failure
+from outreach.bounces import complaint as bounce_complaint
+from outreach.bounces import failures as bounce_failures
+from outreach.reasons import Owner
 
 BOUNCE_SENDERS = frozenset({"mailer-daemon", "postmaster", "mail-daemon", "mailerdaemon"})
 BOUNCE_SUBJECT = re.compile(
     r"(undeliver|undelivered|delivery (status notification|failure|has failed)|"
     r"mail delivery (failed|failure|system)|returned mail|failure notice|"
-    r"delivery report|non[- ]?delivery|could not be delivered|unzustellbar)", re.I)
+    r"delivery report|non[- ]?delivery|could not be delivered|unzustellbar|delivery status|"
+    r"mail system error|returned mail|メールエラー|エラー通知|不達|are not member|"
+    r"AWS Notification Message)", re.I)
 AUTO_REPLY_SUBJECT = re.compile(
     r"^\s*(re:\s*)?(out of (the )?office|automatic reply|auto[- ]?reply|auto[- ]?response|"
     r"autoresponse|abwesenheitsnotiz|automatische antwort|r[ée]ponse automatique|"
@@ -105,6 +110,7 @@ class Classified:
     reason: str | None = None
     owner: Owner | None = None
     diagnostic: str | None = None
+    failures: tuple[Failure, ...] = ()
 
 
 MAX_MESSAGE_ID = 998
@@ -166,22 +172,6 @@ def _report_type(compat: Message) -> str:
     return (compat.get_param("report-type") or "").lower()
 
 
-def _delivery_status(compat: Message) -> list[dict[str, str]]:
-    """Return the per-recipient fields of every ``message/delivery-status`` part."""
-    out = []
-    for part in compat.walk():
-        if part.get_content_type() != "message/delivery-status":
-            continue
-        blocks = part.get_payload()
-        if isinstance(blocks, str):  # an unparsed body: split the blocks ourselves
-            blocks = [email.message_from_string(b) for b in re.split(r"\n\s*\n", blocks)]
-        for block in blocks if isinstance(blocks, list) else []:
-            fields = {k.lower(): str(v) for k, v in block.items()}
-            if "final-recipient" in fields or "original-recipient" in fields:
-                out.append(fields)
-    return out
-
-
 def _enclosed_ids(compat: Message, own: str) -> tuple[str, ...]:
     """Message-IDs of the original message a report or bounce encloses (message/rfc822,
     text/rfc822-headers, or quoted in the text), ours first in order; never the report's own."""
@@ -203,94 +193,64 @@ def _enclosed_ids(compat: Message, own: str) -> tuple[str, ...]:
     return tuple(i for i in found if not (i in seen or seen.add(i)))
 
 
-def _looks_like_bounce(inbound: Inbound, compat: Message) -> str:
-    """Return why this may be a bounce (the evidence), or '' when it does not look like one."""
-    if _report_type(compat) == "delivery-status":
-        return "Content-Type: multipart/report; report-type=delivery-status (RFC 3464)"
+AUTOMATED_HEADERS = ("X-Failed-Recipients", "X-Autoreply", "X-Autorespond", "X-Autoresponder",
+                     "X-Auto-Response-Suppress", "X-Apple-Unsubscribe")
+"""Headers only machines write; any of them makes a message automated (never a human reply)."""
+
+
+def automated(inbound: Inbound, compat: Message) -> str:
+    """Return why this message was written by a machine (the evidence), or '' when it may be a
+    person's: a ``multipart/report`` (RFC 6522), a null reverse-path (RFC 5321 §4.5.5), a
+    daemon or postmaster sender, ``Auto-Submitted`` other than ``no`` (RFC 3834), one of
+    :data:`AUTOMATED_HEADERS`, or a delivery-failure subject. Decided before any reply matching
+    (issue 23): a bounce with ``Re:`` and our In-Reply-To is still a bounce."""
+    if compat.get_content_type() == "multipart/report":
+        return f"Content-Type: multipart/report; report-type={_report_type(compat) or '?'}"
+    for part in compat.walk():
+        if part.get_content_type() in ("message/delivery-status", "message/feedback-report"):
+            return f"a {part.get_content_type()} part"
+    if str(compat.get("Return-Path", "")).strip() in ("<>", "<MAILER-DAEMON>"):
+        return f"Return-Path: {str(compat.get('Return-Path')).strip()} (null reverse-path)"
     local = inbound.from_address.partition("@")[0]
-    if local in BOUNCE_SENDERS:
+    if DAEMONS.match(local) or str(compat.get("From", "")).strip().endswith("<>"):
         return f"From: {local}@…"
-    if str(compat.get("Return-Path", "")).strip() == "<>":
-        return "Return-Path: <> (null reverse-path)"
+    auto = str(compat.get("Auto-Submitted", "")).strip()
+    if auto and auto.split(";")[0].strip().lower() != "no":
+        return f"Auto-Submitted: {auto[:40]} (RFC 3834)"
+    for header in AUTOMATED_HEADERS:
+        if compat.get(header) is not None:
+            return f"{header}: {str(compat.get(header))[:40]}"
     if BOUNCE_SUBJECT.search(inbound.subject):
         return f"Subject: {inbound.subject[:60]}"
     return ""
 
 
-def _classify_bounce(inbound: Inbound, compat: Message) -> Classified | None:
-    why = _looks_like_bounce(inbound, compat)
-    if not why:
-        return None
-    from flufl.bounce import all_failures
+_KIND_BY_OWNER = {"address": "hard_bounce", "transient": "soft_bounce", "sender": "sender_block",
+                  "none": "delivery_report"}
+_OWNER_ORDER = ("address", "sender", "transient", "none")
 
-    try:
-        temporary, permanent = all_failures(compat)
-    except Exception:  # noqa: BLE001 - a detector choking on odd input is "no addresses found"
-        temporary, permanent = set(), set()
-    dec = lambda s: {a.decode("utf-8", "replace").strip("<>").lower() if isinstance(a, bytes)  # noqa: E731 - the decoder of the two sets on the next line
-                     else str(a).lower() for a in s}
-    temporary, permanent = dec(temporary), dec(permanent)
-    statuses = _delivery_status(compat)
-    dsn_hard, dsn_soft, codes = set(), set(), []
-    for f in statuses:
-        rcpt = (f.get("final-recipient") or f.get("original-recipient") or "").partition(";")[2]
-        rcpt = rcpt.strip().strip("<>").lower()
-        status = f.get("status", "").split()[0] if f.get("status") else ""
-        action = f.get("action", "").strip().lower()
-        if status:
-            codes.append(status)
-        if status.startswith("5") or (action == "failed" and not status.startswith("4")):
-            dsn_hard.add(rcpt)
-        elif status.startswith("4") or action == "delayed":
-            dsn_soft.add(rcpt)
+
+def _classify_bounce(inbound: Inbound, compat: Message, why: str) -> Classified | None:
+    found, how = bounce_failures(compat)
+    if not found:
+        return None
+    failed = [f for f in found if f.owner != "none"]
+    lead = min(failed or found, key=lambda f: _OWNER_ORDER.index(f.owner))
     original = _enclosed_ids(compat, inbound.message_id)
-    code = codes[0] if codes else None
-    diagnostic = next((" ".join(f["diagnostic-code"].split()) for f in statuses
-                       if f.get("diagnostic-code")), None)
-    if dsn_hard or dsn_soft:
-        hard = bool(dsn_hard)
-        addresses = sorted((dsn_hard if hard else dsn_soft) - {""}) or sorted(
-            permanent if hard else temporary)
-        evidence = (f"{why}; message/delivery-status Status {code or '(none)'}, Action "
-                    f"{statuses[0].get('action', '?').strip()}")
-    elif permanent or temporary:
-        hard = bool(permanent)
-        addresses = sorted(permanent if hard else temporary)
-        evidence = f"{why}; flufl.bounce: {'permanent' if hard else 'temporary'} failure"
-    else:
-        return None  # looks like one, but no failing address: not a bounce we can act on
-    reason = reason_of(code, diagnostic)
-    return Classified("hard_bounce" if hard else "soft_bounce", evidence, tuple(addresses),
-                      original, code, reason=reason, owner=owner_of(reason),
-                      diagnostic=diagnostic[:500] if diagnostic else None)
+    evidence = (f"{why}; {how}: Status {lead.status or '(none)'}, Action {lead.action}, "
+                f"reason {lead.reason}")
+    return Classified(_KIND_BY_OWNER[lead.owner], evidence, tuple(f.address for f in failed),
+                      original, lead.status, reason=lead.reason, owner=lead.owner,
+                      diagnostic=lead.diagnostic, failures=tuple(found))
 
 
 def _classify_complaint(inbound: Inbound, compat: Message) -> Classified | None:
-    if _report_type(compat) != "feedback-report":
+    found = bounce_complaint(compat, inbound.subject)
+    if found is None:
         return None
-    fields: dict[str, str] = {}
-    original_to: list[str] = []
-    for part in compat.walk():
-        ctype = part.get_content_type()
-        if ctype == "message/feedback-report":
-            payload = part.get_payload()
-            blocks = payload if isinstance(payload, list) else [email.message_from_string(str(payload))]
-            for block in blocks:
-                fields.update({k.lower(): str(v).strip() for k, v in block.items()})
-        elif ctype == "message/rfc822":
-            payload = part.get_payload()
-            inner = payload[0] if isinstance(payload, list) and payload else None
-            if isinstance(inner, Message):
-                original_to += [a.lower() for _, a in getaddresses([str(inner.get("To", ""))]) if a]
-        elif ctype == "text/rfc822-headers":
-            inner = email.message_from_bytes(part.get_payload(decode=True) or b"")
-            original_to += [a.lower() for _, a in getaddresses([str(inner.get("To", ""))]) if a]
-    rcpt = _addr(fields.get("original-rcpt-to", ""))
-    addresses = tuple(a for a in ([rcpt] if rcpt else original_to) if a)
-    return Classified("complaint", f"Content-Type: multipart/report; report-type=feedback-report "
-                      f"(RFC 5965), Feedback-Type: {fields.get('feedback-type', '?')}",
-                      addresses, _enclosed_ids(compat, inbound.message_id),
-                      reason="feedback", owner="none")
+    addresses, evidence, feedback_type = found
+    return Classified("complaint", evidence, addresses, _enclosed_ids(compat, inbound.message_id),
+                      reason="feedback", owner="none", extra={"feedback_type": feedback_type})
 
 
 def _classify_unsubscribe(inbound: Inbound) -> Classified | None:
@@ -331,8 +291,12 @@ def classify(raw: bytes) -> tuple[Inbound, Classified]:
         lead (:mod:`outreach.inbox`), and becomes ``unmatched`` when it cannot be.
     """
     inbound, _msg, compat = parse(raw)
-    verdict = (_classify_bounce(inbound, compat) or _classify_complaint(inbound, compat)
-               or _classify_unsubscribe(inbound) or _classify_auto_reply(inbound, compat))
+    why = automated(inbound, compat)
+    verdict = _classify_complaint(inbound, compat)
+    if verdict is None and why:
+        verdict = _classify_bounce(inbound, compat, why) or _classify_auto_reply(inbound, compat) \
+            or Classified("auto_reply", f"{why}; automated, but no recipient or report found")
+    verdict = verdict or _classify_unsubscribe(inbound) or _classify_auto_reply(inbound, compat)
     if verdict is None:
         verdict = Classified("reply", "a message from a person (no bounce, report or "
                              "auto-reply header)")

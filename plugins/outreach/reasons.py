@@ -82,6 +82,11 @@ _BY_STATUS: dict[str, str] = {
     "4.4.2": "networkerror", "4.4.3": "networkerror",
 }
 
+# Statuses that decide whatever the words say; for the others (5.2.1 "User Unknown", 5.0.0 …),
+# servers' words are more often right than the code, as sisimai's tables show (issue 23).
+_DECISIVE = frozenset({"5.1.1", "5.1.2", "5.1.6", "5.1.7", "5.1.8", "5.1.10", "5.7.23", "5.7.24", "5.7.25",
+                       "5.7.26", "5.7.27", "5.3.4", "5.4.4"})
+
 # Words in the diagnostic that say the reason where the status does not (5.7.1, 5.0.0, 550 …),
 # in order: the first that matches decides.
 _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
@@ -93,14 +98,32 @@ _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("spamdetected", r"\bspam\b|junk mail|unsolicited"),
         ("norelaying", r"relay(ing)? (access )?(denied|not permitted)|not permitted to relay"),
         ("securityerror", r"\btls\b|starttls|encryption required"),
-        ("mailboxfull", r"mailbox (is )?full|over ?quota|quota exceeded|insufficient storage"),
+        ("mailboxfull", r"mailbox (is )?full|over ?quota|quota exceeded|insufficient storage|"
+                        r"disk quota|mailbox (size|storage) (limit )?exceeded|box is full|"
+                        r"メールボックスが一杯|exceeded (the )?storage"),
         ("suspend", r"(account|mailbox) (is )?(disabled|suspended|inactive|deactivated)"),
-        ("hostunknown", r"host (or domain name )?not found|domain (does )?not exist|"
-                        r"no such domain|unrouteable address"),
-        ("userunknown", r"user unknown|unknown user|no such (user|mailbox|recipient)|"
-                        r"(mailbox|recipient|address|user)( address)? (is )?(unavailable|"
-                        r"not found|does not exist|rejected|invalid)|invalid recipient|"
-                        r"unknown (recipient|mailbox)|not our customer|account does not exist"),
+        ("rejected", r"sender address rejected|after mail from|sender (address )?(is )?(invalid|"
+                     r"unknown|not allowed|denied)|domain of sender address"),
+        ("networkerror", r"name service error|temporary failure in name resolution|"
+                         r"host not found, try again|unexpected name server reply"),
+        ("notaccept", r"null mx|no mx (record )?found|no smtp service|doesn'?t receive e?-?mail|"
+                      r"does not accept mail"),
+        ("hostunknown", r"host (or domain name )?(not found|unknown)|domain (does )?not exist|"
+                        r"no such domain|unrouteable address|domain is not reachable|"
+                        r"dns lookup failure|name or service not known|unknown host|"
+                        r"domain (name )?not found|\bnxdomain\b"),
+        ("userunknown", r"user ?unknown|unknown user|no such (user|mailbox|recipient|address|"
+                        r"account)|(mailbox|recipient|address|user|account)( address| name)? "
+                        r"(is )?(unavailable|not found|does not exist|doesn'?t exist|rejected|"
+                        r"invalid|unknown|couldn'?t be found|wasn.t found|not valid)|"
+                        r"invalid (final delivery )?(recipient|user ?id|address|mailbox)|"
+                        r"unknown (recipient|mailbox|address)|not our customer|"
+                        r"account (does not|doesn'?t) exist|doesn'?t have an? [\w.-]+ account|"
+                        r"not listed in (the )?(public )?name|no valid recipients?|"
+                        r"(user|recipient|addressee) (not found|not exist|doesn'?t exist)|"
+                        r"address (couldn'?t|could not) be found|no mailbox here|"
+                        r"mailbox not (found|available)|is not a valid (mailbox|user)|"
+                        r"there is no one at this address|destination address (is )?invalid"),
         ("mesgtoobig", r"message (size|is too (big|large))|too large|exceeds (the )?(maximum )?size"),
         ("expired", r"retry time(out)? (not )?(exceeded|reached)|message expired|"
                     r"could not be delivered for \d+"),
@@ -130,19 +153,22 @@ def reason_of(status: str | None, diagnostic: str | None = None, code: int | Non
     :param diagnostic: the server's text (an SMTP reply, a DSN's ``Diagnostic-Code``, a
         plain-text bounce's explanation).
     :param code: the basic SMTP reply code (``550``), when known.
-    :returns: the status's own reason when it has one (5.1.1 → ``userunknown``); else the first
-        reason whose words the diagnostic carries; else by class: ``undefined`` for 5.x.x and 5xx
-        (a permanent failure we cannot tell: transient, so it never suppresses at once),
-        ``delayed`` for 4.x.x and 4xx.
+    :returns: the status's own reason when the status is decisive (5.1.1 → ``userunknown``,
+        5.7.26 → ``authfailure``: ``_DECISIVE``); else the first reason whose words the
+        diagnostic carries; else the status's own reason (5.2.2 → ``mailboxfull``); else by
+        class: ``undefined`` for 5.x.x and 5xx (a permanent failure we cannot tell: transient,
+        so it never suppresses at once), ``delayed`` for 4.x.x and 4xx.
     """
     status = status or status_in(diagnostic)
+    if status in _BY_STATUS and status in _DECISIVE:
+        return _BY_STATUS[status]
+    for reason, pattern in _BY_TEXT:
+        if pattern.search(diagnostic or ""):
+            return reason
     if status in _BY_STATUS:
         reason = _BY_STATUS[status]
         if reason == "notaccept" and status.startswith("4"):
             return "systemerror"
         return reason
-    for reason, pattern in _BY_TEXT:
-        if pattern.search(diagnostic or ""):
-            return reason
     permanent = (status or "").startswith("5") or (code is not None and 500 <= code <= 599)
     return "undefined" if permanent else "delayed"
