@@ -210,25 +210,31 @@ def _usable(address: str, excluded: set[str]) -> bool:
 
 
 def _around(notice: str, address: str, others: tuple[str, ...] = ()) -> str:
-    """The diagnostic words of a plain-text bounce for ``address``: from its line to the next
-    of ``others`` (the other failed recipients) or the end of the next paragraph; the whole
-    notice when it is not named (at most 500 characters, whitespace folded)."""
+    """The diagnostic words of a plain-text bounce for ``address``: from its line to the end
+    of the next paragraph, or to the next of ``others`` (the other failed recipients); when
+    that says little (the address alone), the 300 characters above it too; the whole notice
+    when it is not named (at most 500 characters, whitespace folded)."""
     low = notice.lower()
     i = low.find(address)
     if i < 0:
-        text = notice
-    else:
-        start = low.rfind("\n", 0, i) + 1
-        end = low.find("\n\n", i)
-        end = low.find("\n\n", end + 2) if end >= 0 and end - i < 80 else end
-        end = end if end >= 0 else len(notice)
-        for other in others:
-            j = low.find(other, i + len(address))
-            if other != address and 0 <= j < end:
-                end = j
-        text = notice[start:end]
-        if len(text.split()) < 4:  # the address alone on its line: the words are above it
-            text = notice[max(0, i - 300):end]
+        return " ".join(notice.split())[:500]
+    start = low.rfind("\n", 0, i) + 1
+    end = i
+    for _ in range(2):  # this paragraph and the next
+        nxt = low.find("\n\n", end + 1)
+        while nxt >= 0 and low[nxt:nxt + 3].strip() == "" and nxt + 2 < len(low) and \
+                low[nxt + 2] == "\n":
+            nxt += 1
+        end = nxt if nxt >= 0 else len(notice)
+        if len(notice[i:end].split()) >= 6:
+            break
+    for other in others:
+        j = low.find(other, i + len(address))
+        if other != address and 0 <= j < end:
+            end = j
+    text = notice[start:end]
+    if len(text.split()) < 6:
+        text = notice[max(0, i - 300):end]
     return " ".join(text.split())[:500]
 
 
@@ -243,7 +249,8 @@ def _failure(address: str, status: str | None, diagnostic: str | None, action: s
     reason = reason_of(status, diagnostic, int(m.group(1)) if m else None)
     if reason == "delayed" and action == "failed":
         reason = "undefined"  # a failure whose words say nothing: never "delayed"
-    if reason == "userunknown" and _AFTER_DATA.search(f"{diagnostic} {context}"):
+    said = f"{diagnostic} {context}"
+    if reason == "userunknown" and _AFTER_DATA.search(said) and not re.search(r"\brcpt\b", said, re.I):
         # Refused after DATA, when every recipient had been accepted: the content was refused,
         # not the address (sisimai calls it "filtered").
         reason = "filtered"

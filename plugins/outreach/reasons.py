@@ -91,21 +91,50 @@ _DECISIVE = frozenset({"5.1.1", "5.1.2", "5.1.6", "5.1.7", "5.1.8", "5.1.10", "5
 # in order: the first that matches decides.
 _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (reason, re.compile(pattern, re.I)) for reason, pattern in (
-        ("authfailure", r"\bdmarc\b|\bspf\b.*\bfail|\bdkim\b.*\bfail|not authenticated.*(sender|domain)"),
-        ("requireptr", r"reverse (dns|lookup)|\bptr\b|no rdns|hostname does not resolve"),
+        ("authfailure", r"\bdmarc\b|\bspf\b.*\bfail|\bdkim\b.*\bfail|not authenticated.*(sender|domain)|"
+                        r"bad spf|unauthenticated e-?mail from|does not have authentication "
+                        r"information|fails? to pass authentication|\bspf (check|record)"),
+        ("requireptr", r"reverse (dns|lookup)|\bptr\b|no rdns|hostname does not resolve|"
+                       r"mismatches client ip|ip name lookup failed|cannot find your hostname"),
+        ("securityerror", r"\btls\b|starttls|encryption required|authentication required|"
+                          r"authrequired|unauthenticated senders|smtp authentication|"
+                          r"without authentication|must (be )?authenticat"),
+        ("norelaying", r"relay(ing)? (access )?(denied|not permitted)|not permitted to relay|"
+                       r"not configured to relay|relay through this server|"
+                       r"email address is not verified|unable to relay"),
+        ("rejected", r"sender address rejected|after mail from|in reply to mail from|"
+                     r"sender (address )?(is )?(invalid|unknown|not allowed|denied)|"
+                     r"domain of sender address|sender was rejected|not a member of this "
+                     r"(mailing )?list|permission to post|'send mail as'|not a registered "
+                     r"gateway user|from: domain is invalid|purported responsible address|"
+                     r"my name was rejected"),
+        ("badreputation", r"user complaints|ip reputation|(bad|poor|low) reputation"),
+        ("virusdetected", r"\bvirus"),
         ("blocked", r"block ?list|black ?list|\bdnsbl\b|\brbl\b|spamhaus|barracuda|spamcop|"
-                    r"listed (at|in|on)|\bblocked\b"),
-        ("spamdetected", r"\bspam\b|junk mail|unsolicited"),
-        ("norelaying", r"relay(ing)? (access )?(denied|not permitted)|not permitted to relay"),
-        ("securityerror", r"\btls\b|starttls|encryption required"),
+                    r"listed (at|in|on)|\bblocked\b|access denied|banned sending ip|invalid ip "
+                    r"for sending|client host rejected|not accepting connections|service "
+                    r"refused|refused to talk to me|\(bl\)|weren'?t sent|daily relay quota|"
+                    r"connection (refused|rejected)"),
+        ("spamdetected", r"\bspam\b|junk mail|unsolicited|\bube\b|content rejected|mail rejete"),
+        ("notcompliantrfc", r"multiple addresses in from|duplicate header|not rfc ?\d* ?compliant"),
+        ("contenterror", r"improper use of 8-bit|8-bit data|header error|malformed (message|header)"),
+        ("mesgtoobig", r"line limit exceeded|message (size|is too (big|large))|too large|"
+                       r"exceeds (the )?(maximum )?size"),
+        ("policyviolation", r"protocol violation|security polic|host network not allowed"),
+        ("syntaxerror", r"command parameter not implemented|improper sequence of commands|"
+                        r"malformed address|syntax error|command not recognized"),
+        ("expired", r"envelope expired|still undelivered after|undeliverable for \d+|"
+                    r"in the queue too long|retry time(out)? (not )?(exceeded|reached)|"
+                    r"message expired|could not be delivered for \d+|timed out"),
         ("mailboxfull", r"mailbox (is )?full|over ?quota|quota exceeded|insufficient storage|"
                         r"disk quota|mailbox (size|storage) (limit )?exceeded|box is full|"
                         r"メールボックスが一杯|exceeded (the )?storage"),
-        ("suspend", r"(account|mailbox) (is )?(disabled|suspended|inactive|deactivated)"),
+        ("suspend", r"(account|mailbox) (is )?(disabled|suspended|inactive|deactivated)|"
+                    r"disabled recipient|temporar(y|ily) locked"),
         ("rejected", r"sender address rejected|after mail from|sender (address )?(is )?(invalid|"
                      r"unknown|not allowed|denied)|domain of sender address"),
-        ("networkerror", r"name service error|temporary failure in name resolution|"
-                         r"host not found, try again|unexpected name server reply"),
+        ("networkerror", r"temporary failure in name resolution|host not found, try again|"
+                         r"unexpected name server reply"),
         ("notaccept", r"null mx|no mx (record )?found|no smtp service|doesn'?t receive e?-?mail|"
                       r"does not accept mail"),
         ("hostunknown", r"host (or domain name )?(not found|unknown)|domain (does )?not exist|"
@@ -114,7 +143,7 @@ _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                         r"domain (name )?not found|\bnxdomain\b"),
         ("userunknown", r"user ?unknown|unknown user|no such (user|mailbox|recipient|address|"
                         r"account)|(mailbox|recipient|address|user|account)( address| name)? "
-                        r"(is )?(unavailable|not found|does not exist|doesn'?t exist|rejected|"
+                        r"(is )?(unavailable|not found|does not exist|doesn'?t exist|"
                         r"invalid|unknown|couldn'?t be found|wasn.t found|not valid)|"
                         r"invalid (final delivery )?(recipient|user ?id|address|mailbox)|"
                         r"unknown (recipient|mailbox|address)|not our customer|"
@@ -124,9 +153,6 @@ _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                         r"address (couldn'?t|could not) be found|no mailbox here|"
                         r"mailbox not (found|available)|is not a valid (mailbox|user)|"
                         r"there is no one at this address|destination address (is )?invalid"),
-        ("mesgtoobig", r"message (size|is too (big|large))|too large|exceeds (the )?(maximum )?size"),
-        ("expired", r"retry time(out)? (not )?(exceeded|reached)|message expired|"
-                    r"could not be delivered for \d+"),
         ("policyviolation", r"\bpolicy\b"),
     ))
 
@@ -162,9 +188,11 @@ def reason_of(status: str | None, diagnostic: str | None = None, code: int | Non
     status = status or status_in(diagnostic)
     if status in _BY_STATUS and status in _DECISIVE:
         return _BY_STATUS[status]
+    temporary = (status or "").startswith("4") or (code is not None and 400 <= code <= 499)
     for reason, pattern in _BY_TEXT:
         if pattern.search(diagnostic or ""):
-            return reason
+            # A 4xx "domain not found" is a resolver failing for now, not a domain gone.
+            return "networkerror" if reason == "hostunknown" and temporary else reason
     if status in _BY_STATUS:
         reason = _BY_STATUS[status]
         if reason == "notaccept" and status.startswith("4"):
