@@ -148,8 +148,10 @@ def _parts(compat: Message) -> _Parts:
     body = "\n".join(notice)
     cut = RETURNED.search(body)
     header = _HEADER_LINE.search(body)
-    # A header block (two header lines in a row) also starts a returned message.
-    while header is not None and not _HEADER_LINE.match(body, body.find("\n", header.end()) + 1):
+    # A header block (two header lines in a row, or a Received: / Return-Path: line, which no
+    # notice starts a line with) also starts a returned message.
+    while header is not None and not header.group(1).startswith(("Received", "Return-Path")) and \
+            not _HEADER_LINE.match(body, body.find("\n", header.end()) + 1):
         header = _HEADER_LINE.search(body, header.end())
     ends = [m.start() for m in (cut, header) if m is not None]
     if ends:
@@ -169,21 +171,19 @@ def _dsn_blocks(compat: Message, texts: list[str]) -> list[dict[str, str]]:
         if part.get_content_type() == "message/delivery-status":
             payload = part.get_payload()
             if isinstance(payload, list):
-                raw += ["\n".join(f"{k}: {v}" for k, v in block.items()) for block in payload
-                        if isinstance(block, Message)]
+                raw += ["\n".join(f"{k}: {v}" for k, v in block.items()) + "\n\n"
+                        for block in payload if isinstance(block, Message)]
             else:
                 raw.append(text_of(part))
     if not any("final-recipient" in r.lower() or "original-recipient" in r.lower() for r in raw):
         raw = [t for t in texts if re.search(r"^(Final|Original)-Recipient\s*:", t, re.I | re.M)]
     out: list[dict[str, str]] = []
-    for text in raw:
+    for block in (b for text in raw for b in re.split(r"\n[ \t]*\n", text)):
         current: dict[str, str] = {}
-        for m in _DSN_FIELD.finditer(text):
+        for m in _DSN_FIELD.finditer(block):
             key, value = m.group(1).lower(), " ".join(m.group(2).split())
-            if key in ("final-recipient", "original-recipient") and (
-                    "final-recipient" in current or (key == "original-recipient" and
-                                                     "original-recipient" in current)):
-                out.append(current)
+            if key in current and key in ("final-recipient", "original-recipient"):
+                out.append(current)  # no blank line between two recipients (broken text)
                 current = {}
             current.setdefault(key, value)
         if current:
@@ -215,25 +215,27 @@ def _around(notice: str, address: str, others: tuple[str, ...] = ()) -> str:
     that says little (the address alone), the 300 characters above it too; the whole notice
     when it is not named (at most 500 characters, whitespace folded)."""
     low = notice.lower()
-    i = low.find(address)
-    if i < 0:
+    hits = [m.start() for m in re.finditer(re.escape(address), low)]
+    if not hits:
         return " ".join(notice.split())[:500]
+    # Not the "To: <address>" of a summary of the returned message, when it is named again.
+    i = next((h for h in hits if not re.match(r"\s*(to|cc|from|subject)\s*:", low[
+        low.rfind("\n", 0, h) + 1:h])), hits[0])
     start = low.rfind("\n", 0, i) + 1
     end = i
-    for _ in range(2):  # this paragraph and the next
+    for _ in range(4):  # this paragraph and the next ones, until there are words
         nxt = low.find("\n\n", end + 1)
-        while nxt >= 0 and low[nxt:nxt + 3].strip() == "" and nxt + 2 < len(low) and \
-                low[nxt + 2] == "\n":
+        while nxt >= 0 and nxt + 2 < len(low) and low[nxt + 2] == "\n":
             nxt += 1
         end = nxt if nxt >= 0 else len(notice)
-        if len(notice[i:end].split()) >= 6:
+        if len(re.findall(r"[^\W\d_]{2,}", notice[i + len(address):end])) >= 4:
             break
     for other in others:
         j = low.find(other, i + len(address))
         if other != address and 0 <= j < end:
             end = j
     text = notice[start:end]
-    if len(text.split()) < 6:
+    if len(re.findall(r"[^\W\d_]{2,}", text)) < 5:
         text = notice[max(0, i - 300):end]
     return " ".join(text.split())[:500]
 
@@ -322,7 +324,8 @@ def failures(compat: Message) -> tuple[tuple[Failure, ...], str]:
         for a in list(permanent) + list(temporary):
             text = a.decode("utf-8", "replace") if isinstance(a, bytes) else str(a)
             address = text.strip().strip("<>").lower()
-            if _ONLY_ADDRESS.match(address) and _usable(address, excluded):
+            if _ONLY_ADDRESS.match(address) and _usable(address, excluded) and \
+                    not _MSGID_LOCAL.match(address.partition("@")[0]):
                 found.append(address)
         evidence = "flufl.bounce detectors"
     if not found:
@@ -366,9 +369,19 @@ def _named(notice: str, compat: Message, excluded: set[str]) -> list[str]:
     return []
 
 
+_NOT_RECIPIENT = re.compile(r"((https?://|www\.)\S*|(contact|assistance,? please|send (e-?)?mail to|"
+                            r"write to|questions?)[^@\n]{0,40})$", re.I)
+_MSGID_LOCAL = re.compile(r"^[0-9a-f][0-9a-f.\-]{15,}$", re.I)
+
+
 def _in_url(text: str, address: str) -> bool:
-    i = text.lower().find(address)
-    return i > 0 and bool(re.search(r"(https?://|www\.)\S*$", text[max(0, i - 200):i]))
+    """Whether ``address`` appears only as a contact (a URL, "please contact …") or looks like
+    a Message-ID (a long hex local part), not as a recipient."""
+    if _MSGID_LOCAL.match(address.partition("@")[0]):
+        return True
+    low = text.lower()
+    hits = [m.start() for m in re.finditer(re.escape(address), low)]
+    return bool(hits) and all(_NOT_RECIPIENT.search(text[max(0, i - 200):i]) for i in hits)
 
 
 def original_of(compat: Message) -> Message | None:
@@ -438,7 +451,7 @@ def _ses(texts: list[str], kind: str) -> dict | None:  # type: ignore[type-arg]
             continue
         if isinstance(doc, dict) and isinstance(doc.get("Message"), str):
             try:
-                doc = json.loads(doc["Message"])
+                doc = json.loads(doc["Message"], strict=False)
             except ValueError:
                 continue
         if isinstance(doc, dict) and doc.get("notificationType") == kind:

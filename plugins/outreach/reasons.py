@@ -152,7 +152,9 @@ _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                         r"(user|recipient|addressee) (not found|not exist|doesn'?t exist)|"
                         r"address (couldn'?t|could not) be found|no mailbox here|"
                         r"mailbox not (found|available)|is not a valid (mailbox|user)|"
-                        r"there is no one at this address|destination address (is )?invalid"),
+                        r"there is no one at this address|destination address (is )?invalid|"
+                        r"recipient name is not recognized|not listed in (the )?domino directory|"
+                        r"please check if (the )?address is correct"),
         ("policyviolation", r"\bpolicy\b"),
     ))
 
