@@ -56,10 +56,14 @@ RETURNED = re.compile(
     r"headers of the original|\[?original message|your message (follows|reads)|"
     r"message text follows|content-type: (message|text)/rfc822|rfc822 header|"
     r"the headers of your message|this is the original|the original e?-?mail|"
-    r"(以下|元の)|---+ ?(message|mail) ?(header|body)|---+ ?original)", re.I | re.M)
+    r"original mail info|---+ ?(message|mail) ?(header|body)|---+ ?original)", re.I | re.M)
 """The line that starts the returned message inside a plain-text bounce."""
 _HEADER_LINE = re.compile(r"^(Received|Return-Path|Message-I[Dd]|Date|From|To|Subject|"
                           r"MIME-Version|X-[\w-]+|DKIM-Signature|Content-Type):[ \t]", re.M)
+_ORIGINAL_HEADER = re.compile(r"^(Message-I[Dd]|Received|Return-Path|MIME-Version|Content-Type|"
+                              r"DKIM-Signature|X-Mailer):", re.M | re.I)
+"""A header that only a returned message's header block has (a notice's summary "To: … Subject: …
+Date: …" has none of them)."""
 _DSN_FIELD = re.compile(r"^(Final-Recipient|Original-Recipient|Action|Status|Diagnostic-Code|"
                         r"Remote-MTA|X-Actual-Recipient)[ \t]*:[ \t]*(.*(?:\n[ \t]+.*)*)", re.I | re.M)
 _CODE = re.compile(r"(?<![\d.])([245]\d\d)(?=[ -])")
@@ -138,6 +142,8 @@ def _parts(compat: Message) -> _Parts:
             continue
         if part.is_multipart() or ctype == "message/delivery-status":
             continue
+        if ctype.startswith("multipart/"):
+            ctype = "text/plain"  # broken MIME: a multipart whose boundary is never found
         if ctype.startswith("text/") or (ctype == "application/octet-stream" and part is compat):
             text = text_of(part)
             if ctype == "text/html":
@@ -151,7 +157,8 @@ def _parts(compat: Message) -> _Parts:
     # A header block (two header lines in a row, or a Received: / Return-Path: line, which no
     # notice starts a line with) also starts a returned message.
     while header is not None and not header.group(1).startswith(("Received", "Return-Path")) and \
-            not _HEADER_LINE.match(body, body.find("\n", header.end()) + 1):
+            not (_HEADER_LINE.match(body, body.find("\n", header.end()) + 1) and _ORIGINAL_HEADER.search(
+                body, header.start(), header.start() + 600)):
         header = _HEADER_LINE.search(body, header.end())
     ends = [m.start() for m in (cut, header) if m is not None]
     if ends:

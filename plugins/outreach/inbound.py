@@ -194,7 +194,7 @@ def _enclosed_ids(compat: Message, own: str) -> tuple[str, ...]:
 
 
 AUTOMATED_HEADERS = ("X-Failed-Recipients", "X-Autoreply", "X-Autorespond", "X-Autoresponder",
-                     "X-Auto-Response-Suppress", "X-Apple-Unsubscribe")
+                     "X-Auto-Response-Suppress", "X-Apple-Unsubscribe", "X-MLServer")
 """Headers only machines write; any of them makes a message automated (never a human reply)."""
 
 
