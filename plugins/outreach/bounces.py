@@ -242,7 +242,7 @@ def _around(notice: str, address: str, others: tuple[str, ...] = ()) -> str:
         if other != address and 0 <= j < end:
             end = j
     text = notice[start:end]
-    if len(re.findall(r"[^\W\d_]{2,}", text)) < 5:
+    if len(re.findall(r"[^\W\d_]{2,}", text.lower().replace(address, " "))) < 5:
         text = notice[max(0, i - 300):end]
     return " ".join(text.split())[:500]
 

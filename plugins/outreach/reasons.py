@@ -82,6 +82,12 @@ _BY_STATUS: dict[str, str] = {
     "4.4.2": "networkerror", "4.4.3": "networkerror",
 }
 
+# RFC 3463 subjects that tell the owner when neither the status nor the words say more:
+# X.3.XXX mail system, X.4.XXX network and routing, X.6.XXX message content, X.7.XXX security or
+# policy (never the address: sisimai's tables have no X.7 reason owned by the address).
+_BY_SUBJECT: dict[str, str] = {"3": "systemerror", "4": "networkerror", "6": "contenterror",
+                               "7": "policyviolation"}
+
 # Statuses that decide whatever the words say; for the others (5.2.1 "User Unknown", 5.0.0 …),
 # servers' words are more often right than the code, as sisimai's tables show (issue 23).
 _DECISIVE = frozenset({"5.1.1", "5.1.2", "5.1.6", "5.1.7", "5.1.8", "5.1.10", "5.7.23", "5.7.24", "5.7.25",
@@ -183,9 +189,11 @@ def reason_of(status: str | None, diagnostic: str | None = None, code: int | Non
     :param code: the basic SMTP reply code (``550``), when known.
     :returns: the status's own reason when the status is decisive (5.1.1 → ``userunknown``,
         5.7.26 → ``authfailure``: ``_DECISIVE``); else the first reason whose words the
-        diagnostic carries; else the status's own reason (5.2.2 → ``mailboxfull``); else by
-        class: ``undefined`` for 5.x.x and 5xx (a permanent failure we cannot tell: transient,
-        so it never suppresses at once), ``delayed`` for 4.x.x and 4xx.
+        diagnostic carries; else the status's own reason (5.2.2 → ``mailboxfull``); else the
+        status's subject (5.6.x ``contenterror``, 5.7.x ``policyviolation``, x.3.x
+        ``systemerror``, x.4.x ``networkerror``); else by class: ``undefined`` for 5.x.x and
+        5xx (a permanent failure we cannot tell: transient, so it never suppresses at once),
+        ``delayed`` for 4.x.x and 4xx.
     """
     status = status or status_in(diagnostic)
     if status in _BY_STATUS and status in _DECISIVE:
@@ -200,5 +208,9 @@ def reason_of(status: str | None, diagnostic: str | None = None, code: int | Non
         if reason == "notaccept" and status.startswith("4"):
             return "systemerror"
         return reason
+    if status:  # the class's subject (RFC 3463 §3): content, routing and system say that much
+        subject = status.split(".")[1]
+        if subject in _BY_SUBJECT:
+            return _BY_SUBJECT[subject]
     permanent = (status or "").startswith("5") or (code is not None and 500 <= code <= 599)
     return "undefined" if permanent else "delayed"
