@@ -252,17 +252,29 @@ _AFTER_DATA = re.compile(r"end of data|after data|data command|>>> data|after en
 
 
 def _failure(address: str, status: str | None, diagnostic: str | None, action: str = "failed",
-             context: str = "") -> Failure:
+             context: str = "", whole: str = "") -> Failure:
     status = status or status_in(diagnostic)
     m = _CODE.search(diagnostic or "")
     reason = reason_of(status, diagnostic, int(m.group(1)) if m else None)
     if reason == "delayed" and action == "failed":
         reason = "undefined"  # a failure whose words say nothing: never "delayed"
+    if reason in ("undefined", "delayed") and whole and whole != diagnostic:
+        # The words are elsewhere in a notice that names one recipient (above its address).
+        reason = reason_of(status, whole, int(m.group(1)) if m else None)
+        reason = "undefined" if reason == "delayed" and action == "failed" else reason
     said = f"{diagnostic} {context}"
-    if reason == "userunknown" and _AFTER_DATA.search(said) and not re.search(r"\brcpt\b", said, re.I):
+    at_rcpt = re.search(r"\brcpt\b", said, re.I)
+    if reason == "userunknown" and not at_rcpt and status and status[2] in "237":
+        # "User unknown" under a mailbox (5.2), system (5.3) or policy (5.7) status, and no sign
+        # of RCPT: a filter's answer to the message (sisimai: "filtered"), not proof the
+        # address is gone.
+        reason = "filtered"
+    if reason == "userunknown" and _AFTER_DATA.search(said) and not at_rcpt:
         # Refused after DATA, when every recipient had been accepted: the content was refused,
         # not the address (sisimai calls it "filtered").
         reason = "filtered"
+    if address.endswith("@googlegroups.com") and owner_of(reason) != "sender":
+        reason = "rejected"  # Google Groups refuses a post from a non-member: our sender
     if action in _NOT_FAILED:
         reason = "delayed" if action == "delayed" else "delivered"
     owner: Owner = "none" if action in _NOT_FAILED else owner_of(reason)
@@ -345,7 +357,8 @@ def failures(compat: Message) -> tuple[tuple[Failure, ...], str]:
     if not found:
         return (), ""
     others = tuple(found)
-    return tuple(_failure(a, None, _around(notice, a, others) or None, context=notice)
+    whole = " ".join(notice.split())[:1500] if len(found) == 1 else ""
+    return tuple(_failure(a, None, _around(notice, a, others) or None, context=notice, whole=whole)
                  for a in found), evidence
 
 

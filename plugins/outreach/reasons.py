@@ -97,6 +97,10 @@ _DECISIVE = frozenset({"5.1.1", "5.1.2", "5.1.6", "5.1.7", "5.1.8", "5.1.10", "5
 # in order: the first that matches decides.
 _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (reason, re.compile(pattern, re.I)) for reason, pattern in (
+        # Exchange Online's answer for an unknown user (DBEB), before "access denied" = blocked.
+        ("userunknown", r"recipient address rejected: access denied|recipient address rejected\.?\s*$|"
+                        r"\(and other recipients in the same domain\)"),
+        ("filtered", r"message filtered|rejected by the domain filter|content filter"),
         ("authfailure", r"\bdmarc\b|\bspf\b.*\bfail|\bdkim\b.*\bfail|not authenticated.*(sender|domain)|"
                         r"bad spf|unauthenticated e-?mail from|does not have authentication "
                         r"information|fails? to pass authentication|\bspf (check|record)"),
@@ -117,7 +121,7 @@ _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("badreputation", r"user complaints|ip reputation|(bad|poor|low) reputation"),
         ("virusdetected", r"\bvirus"),
         ("blocked", r"block ?list|black ?list|\bdnsbl\b|\brbl\b|spamhaus|barracuda|spamcop|"
-                    r"listed (at|in|on)|\bblocked\b|access denied|banned sending ip|invalid ip "
+                    r"(?<!not )listed (at|in|on)|\bblocked\b|access denied|banned sending ip|invalid ip "
                     r"for sending|client host rejected|not accepting connections|service "
                     r"refused|refused to talk to me|\(bl\)|weren'?t sent|daily relay quota|"
                     r"connection (refused|rejected)"),

@@ -398,3 +398,79 @@ def test_flufl_bounce_says_nothing_at_info(caplog):
 ], ids=["4xx-nxdomain", "rejected-media", "521-user-unknown", "511-decides", "yahoo-dd", "ube"])
 def test_words_decide_before_a_weak_status(status, diagnostic, reason):
     assert reason_of(status, diagnostic) == reason
+
+
+MARSHAL_WORDS_ABOVE = """
+From: MailMarshal <postmaster@gw.lead.example>
+To: anna@outreach.example
+Subject: Undeliverable Mail
+Content-Type: text/plain
+
+Your message:
+   From:    anna@outreach.example
+   Subject: Quick question
+
+Could not be delivered because of
+
+550 5.1.1 User unknown
+
+The following recipients were affected:
+    gone@lead.example
+
+Additional Information
+======================
+Original Sender:    <anna@outreach.example>
+Reporting-MTA:      <gw.lead.example>
+"""
+
+
+def _dsn(diagnostic: str, status: str, text: str = "") -> bytes:
+    return _raw(f"""
+Return-Path: <>
+From: MAILER-DAEMON@mx.outreach.example
+To: anna@outreach.example
+Subject: Undelivered Mail Returned to Sender
+MIME-Version: 1.0
+Content-Type: multipart/report; report-type=delivery-status; boundary="B"
+
+--B
+Content-Type: text/plain
+
+{text or "Your message could not be delivered."}
+
+--B
+Content-Type: message/delivery-status
+
+Reporting-MTA: dns; mx.outreach.example
+
+Final-Recipient: rfc822; x@lead.example
+Action: failed
+Status: {status}
+Diagnostic-Code: smtp; {diagnostic}
+
+--B--
+""")
+
+
+def test_words_above_the_only_recipient_give_its_reason():
+    _i, v = classify(_raw(MARSHAL_WORDS_ABOVE))
+    assert (v.kind, v.addresses, v.reason) == ("hard_bounce", ("gone@lead.example",), "userunknown"), v
+
+
+def test_user_unknown_under_a_filter_status_suppresses_only_when_said_to_rcpt():
+    _i, filtered = classify(_dsn("550 5.2.1 <x@lead.example>... User Unknown", "5.2.1"))
+    _i, at_rcpt = classify(_dsn("550 5.2.1 <x@lead.example>... User Unknown", "5.2.1",
+                                "<x@lead.example>: host mx.lead.example said: 550 5.2.1 User Unknown "
+                                "(in reply to RCPT TO command)"))
+    assert (filtered.kind, filtered.reason) == ("sender_block", "filtered"), filtered
+    assert (at_rcpt.kind, at_rcpt.reason) == ("hard_bounce", "userunknown"), at_rcpt
+
+
+@pytest.mark.parametrize("status, diagnostic, reason", [
+    ("5.4.1", "550 5.4.1 <x@lead.example>: Recipient address rejected: Access denied [EOP]",
+     "userunknown"),
+    (None, "User some.name (x@lead.example) not listed in Domino Directory", "userunknown"),
+    ("5.2.0", "550 5.2.0 Message Filtered", "filtered"),
+], ids=["exchange-online-dbeb", "domino-not-listed", "message-filtered"])
+def test_words_that_looked_like_a_block(status, diagnostic, reason):
+    assert reason_of(status, diagnostic) == reason
