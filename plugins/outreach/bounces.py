@@ -242,7 +242,8 @@ def _around(notice: str, address: str, others: tuple[str, ...] = ()) -> str:
         if other != address and 0 <= j < end:
             end = j
     text = notice[start:end]
-    if len(re.findall(r"[^\W\d_]{2,}", text.lower().replace(address, " "))) < 5:
+    own = text.lower().replace(address, " ")
+    if not _CODE.search(own) and len(re.findall(r"[^\W\d_]{2,}", own)) < 5:
         text = notice[max(0, i - 300):end]
     return " ".join(text.split())[:500]
 
@@ -263,17 +264,18 @@ def _failure(address: str, status: str | None, diagnostic: str | None, action: s
         reason = reason_of(status, whole, int(m.group(1)) if m else None)
         reason = "undefined" if reason == "delayed" and action == "failed" else reason
     said = f"{diagnostic} {context}"
-    at_rcpt = re.search(r"\brcpt\b", said, re.I)
+    at_rcpt = re.search(r"\brcpt|does not like recipient", said, re.I)
     if reason == "userunknown" and not at_rcpt and status and status[2] in "237":
         # "User unknown" under a mailbox (5.2), system (5.3) or policy (5.7) status, and no sign
         # of RCPT: a filter's answer to the message (sisimai: "filtered"), not proof the
         # address is gone.
         reason = "filtered"
-    if reason == "userunknown" and _AFTER_DATA.search(said) and not at_rcpt:
+    if reason == "userunknown" and _AFTER_DATA.search(said) and not at_rcpt and not (
+            status or "").startswith("5.1."):
         # Refused after DATA, when every recipient had been accepted: the content was refused,
         # not the address (sisimai calls it "filtered").
         reason = "filtered"
-    if address.endswith("@googlegroups.com") and owner_of(reason) != "sender":
+    if address.endswith("@googlegroups.com") and owner_of(reason) == "transient":
         reason = "rejected"  # Google Groups refuses a post from a non-member: our sender
     if action in _NOT_FAILED:
         reason = "delayed" if action == "delayed" else "delivered"

@@ -93,6 +93,16 @@ _BY_SUBJECT: dict[str, str] = {"3": "systemerror", "4": "networkerror", "6": "co
 _DECISIVE = frozenset({"5.1.1", "5.1.2", "5.1.6", "5.1.7", "5.1.8", "5.1.10", "5.7.23", "5.7.24", "5.7.25",
                        "5.7.26", "5.7.27", "5.3.4", "5.4.4"})
 
+# Words that decide even over a decisive status: servers answer a rate limit, a full mailbox
+# or a resolver failure with 5.1.1 or 5.4.4 too (GoDaddy, qmail, Postfix in sisimai's tables).
+_OVERRIDES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (reason, re.compile(pattern, re.I)) for reason, pattern in (
+        ("speeding", r"too many recipients this hour|sending rate|rate limit(ed)?\b"),
+        ("toomanyconn", r"too many (connections|concurrent)"),
+        ("mailboxfull", r"over ?quota|mailbox (is )?full|quota exceeded"),
+        ("networkerror", r"unexpected name server reply|temporary failure in name resolution"),
+    ))
+
 # Words in the diagnostic that say the reason where the status does not (5.7.1, 5.0.0, 550 …),
 # in order: the first that matches decides.
 _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
@@ -114,7 +124,7 @@ _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                        r"email address is not verified|unable to relay"),
         ("rejected", r"sender address rejected|after mail from|in reply to mail from|"
                      r"sender (address )?(is )?(invalid|unknown|not allowed|denied)|"
-                     r"domain of sender address|sender was rejected|not a member of this "
+                     r"domain of sender address|sender was rejected|sender rejected|not a member of this "
                      r"(mailing )?list|permission to post|'send mail as'|not a registered "
                      r"gateway user|from: domain is invalid|purported responsible address|"
                      r"my name was rejected"),
@@ -135,7 +145,7 @@ _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                         r"malformed address|syntax error|command not recognized"),
         ("expired", r"envelope expired|still undelivered after|undeliverable for \d+|"
                     r"in the queue too long|retry time(out)? (not )?(exceeded|reached)|"
-                    r"message expired|could not be delivered for \d+|timed out"),
+                    r"message expired|could not be delivered for \d+"),
         ("mailboxfull", r"mailbox (is )?full|over ?quota|quota exceeded|insufficient storage|"
                         r"disk quota|mailbox (size|storage) (limit )?exceeded|box is full|"
                         r"メールボックスが一杯|exceeded (the )?storage"),
@@ -145,12 +155,13 @@ _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                      r"unknown|not allowed|denied)|domain of sender address"),
         ("networkerror", r"temporary failure in name resolution|host not found, try again|"
                          r"unexpected name server reply"),
-        ("notaccept", r"null mx|no mx (record )?found|no smtp service|doesn'?t receive e?-?mail|"
-                      r"does not accept mail"),
+        ("notaccept", r"not accepting (network )?messages|null mx|no mx (record )?found|"
+                      r"no smtp service|doesn'?t receive e?-?mail|does not accept mail"),
         ("hostunknown", r"host (or domain name )?(not found|unknown)|domain (does )?not exist|"
                         r"no such domain|unrouteable address|domain is not reachable|"
                         r"dns lookup failure|name or service not known|unknown host|"
-                        r"domain (name )?not found|\bnxdomain\b"),
+                        r"domain (name )?not found|\bnxdomain\b|"
+                        r"(?<![@\w.-])[a-z0-9-]+(\.[a-z0-9-]+)+ does not exist"),
         ("userunknown", r"user ?unknown|unknown user|no such (user|mailbox|recipient|address|"
                         r"account)|(mailbox|recipient|address|user|account)( address| name)? "
                         r"(is )?(unavailable|not found|does not exist|doesn'?t exist|"
@@ -165,6 +176,9 @@ _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                         r"there is no one at this address|destination address (is )?invalid|"
                         r"recipient name is not recognized|not listed in (the )?domino directory|"
                         r"please check if (the )?address is correct"),
+        # Last: a queue that gave up ("Deferred: Connection timed out", Sendmail's final notice)
+        # says less than any reason above.
+        ("expired", r"deferred: connection timed out|cannot send message for \d+ days?"),
         ("policyviolation", r"\bpolicy\b"),
     ))
 
@@ -200,6 +214,9 @@ def reason_of(status: str | None, diagnostic: str | None = None, code: int | Non
         ``delayed`` for 4.x.x and 4xx.
     """
     status = status or status_in(diagnostic)
+    for reason, pattern in _OVERRIDES:
+        if pattern.search(diagnostic or ""):
+            return reason
     if status in _BY_STATUS and status in _DECISIVE:
         return _BY_STATUS[status]
     temporary = (status or "").startswith("4") or (code is not None and 400 <= code <= 499)

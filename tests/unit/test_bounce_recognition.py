@@ -462,8 +462,12 @@ def test_user_unknown_under_a_filter_status_suppresses_only_when_said_to_rcpt():
     _i, at_rcpt = classify(_dsn("550 5.2.1 <x@lead.example>... User Unknown", "5.2.1",
                                 "<x@lead.example>: host mx.lead.example said: 550 5.2.1 User Unknown "
                                 "(in reply to RCPT TO command)"))
+    _i, qmail = classify(_dsn("550 5.2.1 <x@lead.example>... User Unknown", "5.2.1",
+                              "<x@lead.example>: 192.0.2.1 does not like recipient.\nRemote host "
+                              "said: 550 5.2.1 <x@lead.example>... User Unknown"))
     assert (filtered.kind, filtered.reason) == ("sender_block", "filtered"), filtered
     assert (at_rcpt.kind, at_rcpt.reason) == ("hard_bounce", "userunknown"), at_rcpt
+    assert (qmail.kind, qmail.reason) == ("hard_bounce", "userunknown"), qmail
 
 
 @pytest.mark.parametrize("status, diagnostic, reason", [
@@ -471,6 +475,14 @@ def test_user_unknown_under_a_filter_status_suppresses_only_when_said_to_rcpt():
      "userunknown"),
     (None, "User some.name (x@lead.example) not listed in Domino Directory", "userunknown"),
     ("5.2.0", "550 5.2.0 Message Filtered", "filtered"),
-], ids=["exchange-online-dbeb", "domino-not-listed", "message-filtered"])
+    ("5.1.1", "550 5.1.1 <x@lead.example> - 203.0.113.1 has sent to too many recipients this hour",
+     "speeding"),
+    ("5.4.4", "Name service error for name=lead.example type=MX: Malformed or unexpected name "
+              "server reply", "networkerror"),
+    (None, "SMTP error from remote mail server after end of data: 553 mx.lead.example does not "
+           "exist", "hostunknown"),
+    ("5.1.0", "550 5.1.0 <bounce@mailer.outreach.example> sender rejected. AUP#CXSNDR", "rejected"),
+], ids=["exchange-online-dbeb", "domino-not-listed", "message-filtered", "rate-over-511",
+        "resolver-over-544", "host-does-not-exist", "sender-rejected"])
 def test_words_that_looked_like_a_block(status, diagnostic, reason):
     assert reason_of(status, diagnostic) == reason
