@@ -105,12 +105,23 @@ def text_of(part: Message) -> str:
     return data.decode("latin-1")
 
 
+_QUOTED = re.compile(r'"[^"\r\n]+"@[A-Za-z0-9.-]+\.[A-Za-z0-9-]+')
+_ATEXT_ADDRESS = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-][A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]*@"
+                            r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*"
+                            r"[A-Za-z0-9])?)+")
+
+
 def _clean(address: str) -> str:
-    """An address found in text, or '' when it is not one (a route, a pipe, an X.400 name)."""
-    address = address.strip().strip("<>\"'.,;:()[]").lower()
-    if address.startswith("rfc822;"):
-        address = address[7:].strip().strip("<>")
-    m = ADDRESS.findall(address)
+    """The address a DSN field or header names (a quoted local part and RFC 5322 atext such as
+    ``=?utf-8?…?=@host`` kept as written), or '' when it is none (a route, a pipe, X.400)."""
+    address = address.strip()
+    if address.lower().startswith("rfc822;"):
+        address = address[7:].strip()
+    quoted = _QUOTED.search(address)
+    if quoted:
+        return quoted.group(0).lower()
+    address = address.strip("<>\"'.,;:()[] ").lower()
+    m = _ATEXT_ADDRESS.findall(address)
     return m[-1].lower().rstrip(".") if m else ""
 
 
@@ -346,7 +357,7 @@ def failures(compat: Message) -> tuple[tuple[Failure, ...], str]:
             text = a.decode("utf-8", "replace") if isinstance(a, bytes) else str(a)
             address = text.strip().strip("<>").lower()
             if _ONLY_ADDRESS.match(address) and _usable(address, excluded) and \
-                    not _MSGID_LOCAL.match(address.partition("@")[0]):
+                    not _in_url(notice, address):
                 found.append(address)
         evidence = "flufl.bounce detectors"
     if not found:
@@ -397,13 +408,13 @@ _MSGID_LOCAL = re.compile(r"^[0-9a-f][0-9a-f.\-]{15,}$", re.I)
 
 
 def _in_url(text: str, address: str) -> bool:
-    """Whether ``address`` appears only as a contact (a URL, "please contact …") or looks like
+    """Whether ``address`` appears as a contact anywhere (a URL, "please contact …") or looks like
     a Message-ID (a long hex local part), not as a recipient."""
     if _MSGID_LOCAL.match(address.partition("@")[0]):
         return True
     low = text.lower()
     hits = [m.start() for m in re.finditer(re.escape(address), low)]
-    return bool(hits) and all(_NOT_RECIPIENT.search(text[max(0, i - 200):i]) for i in hits)
+    return any(_NOT_RECIPIENT.search(text[max(0, i - 200):i]) for i in hits)
 
 
 def original_of(compat: Message) -> Message | None:

@@ -98,6 +98,7 @@ _DECISIVE = frozenset({"5.1.1", "5.1.2", "5.1.6", "5.1.7", "5.1.8", "5.1.10", "5
 _OVERRIDES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (reason, re.compile(pattern, re.I)) for reason, pattern in (
         ("speeding", r"too many recipients this hour|sending rate|rate limit(ed)?\b"),
+        ("filtered", r"refused due to recipient preferences"),
         ("toomanyconn", r"too many (connections|concurrent)"),
         ("mailboxfull", r"over ?quota|mailbox (is )?full|quota exceeded"),
         ("networkerror", r"unexpected name server reply|temporary failure in name resolution"),
@@ -110,7 +111,10 @@ _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # Exchange Online's answer for an unknown user (DBEB), before "access denied" = blocked.
         ("userunknown", r"recipient address rejected: access denied|recipient address rejected\.?\s*$|"
                         r"\(and other recipients in the same domain\)"),
-        ("filtered", r"message filtered|rejected by the domain filter|content filter"),
+        # "550 : User unknown" (no address before the colon) is how Japanese carriers (au,
+        # docomo) answer after DATA when the recipient's domain filter refuses the sender.
+        ("filtered", r"message filtered|rejected by the domain filter|content filter|"
+                     r"\b550 ?:( ?:)? ?user unknown|recipient preferences"),
         ("authfailure", r"\bdmarc\b|\bspf\b.*\bfail|\bdkim\b.*\bfail|not authenticated.*(sender|domain)|"
                         r"bad spf|unauthenticated e-?mail from|does not have authentication "
                         r"information|fails? to pass authentication|\bspf (check|record)"),

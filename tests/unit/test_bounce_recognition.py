@@ -486,3 +486,41 @@ def test_user_unknown_under_a_filter_status_suppresses_only_when_said_to_rcpt():
         "resolver-over-544", "host-does-not-exist", "sender-rejected"])
 def test_words_that_looked_like_a_block(status, diagnostic, reason):
     assert reason_of(status, diagnostic) == reason
+
+
+CONTACT_NAMED = """
+Return-Path: <>
+From: MAILER-DAEMON@mx.isp.example
+To: anna@outreach.example
+Subject: Undelivered Mail Returned to Sender
+
+I'm sorry to have to inform you that the message returned
+below could not be delivered to one or more destinations.
+
+For further assistance, please contact <support@isp.example>
+
+解決できない場合は、<support@isp.example>へご連絡ください。
+
+<gone@lead.example>: host mx.lead.example[192.0.2.22] said: 550
+    <gone@lead.example>: User unknown (in reply to RCPT TO command)
+"""
+
+
+def test_an_address_given_as_a_contact_is_not_a_failed_recipient():
+    _i, v = classify(_raw(CONTACT_NAMED))
+    assert (v.kind, v.addresses) == ("hard_bounce", ("gone@lead.example",)), v
+
+
+@pytest.mark.parametrize("final, address", [
+    ('rfc822; "first..last."@lead.example', '"first..last."@lead.example'),
+    ("rfc822; =?utf-8?B?8J+Qsg==?=@lead.example", "=?utf-8?b?8j+qsg==?=@lead.example"),
+], ids=["quoted-local-part", "encoded-word-local-part"])
+def test_a_dsn_recipient_is_kept_as_written(final, address):
+    raw = _dsn("550 5.1.1 User unknown", "5.1.1").replace(b"rfc822; x@lead.example", final.encode())
+    _i, v = classify(raw)
+    assert v.addresses == (address,), v
+
+
+def test_a_carriers_after_data_user_unknown_is_a_filter():
+    _i, v = classify(_dsn("550 : User unknown", "5.0.0"))
+    assert (v.kind, v.reason) == ("sender_block", "filtered"), v
