@@ -320,6 +320,8 @@ def failures(compat: Message) -> tuple[tuple[Failure, ...], str]:
             return tuple(seen.values()), f"Amazon SES bounce notification ({kind})"
 
     blocks = _dsn_blocks(compat, parts.texts)
+    named = tuple(a for a in (_clean(b.get("final-recipient", "")) or _clean(
+        b.get("original-recipient", "")) for b in blocks) if a)
     for b in blocks:
         address = _clean(b.get("final-recipient", "")) or _clean(b.get("original-recipient", ""))
         if not address or address in seen:
@@ -331,13 +333,14 @@ def failures(compat: Message) -> tuple[tuple[Failure, ...], str]:
         diagnostic = b.get("diagnostic-code", "").partition(";")[2].strip() or b.get(
             "diagnostic-code") or None
         if not diagnostic or len(diagnostic) < 12:
-            diagnostic = " ".join(filter(None, [diagnostic, _around(notice, address)])) or None
+            diagnostic = " ".join(filter(None, [diagnostic, _around(notice, address, named)])) or None
         if status and diagnostic and status_in(diagnostic) not in (None, status) and \
                 status_in(diagnostic)[0] == status[0]:
             # The server's own code in its words ("552 5.2.2 Over quota") is more precise than
             # the reporting MTA's Status (often 5.0.0, or a 5.1.1 for every failure).
             status = status_in(diagnostic)
-        seen[address] = _failure(address, status, diagnostic, action, context=_around(notice, address))
+        seen[address] = _failure(address, status, diagnostic, action,
+                                 context=_around(notice, address, named))
     if seen:
         return tuple(seen.values()), "RFC 3464 delivery-status fields"
 

@@ -90,14 +90,16 @@ _BY_SUBJECT: dict[str, str] = {"3": "systemerror", "4": "networkerror", "6": "co
 
 # Statuses that decide whatever the words say; for the others (5.2.1 "User Unknown", 5.0.0 …),
 # servers' words are more often right than the code, as sisimai's tables show (issue 23).
-_DECISIVE = frozenset({"5.1.1", "5.1.2", "5.1.6", "5.1.7", "5.1.8", "5.1.10", "5.7.23", "5.7.24", "5.7.25",
+_DECISIVE = frozenset({"5.1.1", "5.1.2", "5.1.6", "5.1.7", "5.1.8", "5.1.10", "5.2.3", "5.7.23", "5.7.24", "5.7.25",
                        "5.7.26", "5.7.27", "5.3.4", "5.4.4"})
 
 # Words that decide even over a decisive status: servers answer a rate limit, a full mailbox
 # or a resolver failure with 5.1.1 or 5.4.4 too (GoDaddy, qmail, Postfix in sisimai's tables).
 _OVERRIDES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (reason, re.compile(pattern, re.I)) for reason, pattern in (
+        ("badreputation", r"due to ip reputation|poor reputation"),
         ("speeding", r"too many recipients this hour|sending rate|rate limit(ed)?\b"),
+        ("toomanyconn", r"(ip|connection) frequency limited"),
         ("filtered", r"refused due to recipient preferences"),
         ("toomanyconn", r"too many (connections|concurrent)"),
         ("mailboxfull", r"over ?quota|mailbox (is )?full|quota exceeded"),
@@ -113,6 +115,7 @@ _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                         r"\(and other recipients in the same domain\)"),
         # "550 : User unknown" (no address before the colon) is how Japanese carriers (au,
         # docomo) answer after DATA when the recipient's domain filter refuses the sender.
+        ("suspend", r"recipient account is blocked|account (has been |is )?(locked|blocked)"),
         ("filtered", r"message filtered|rejected by the domain filter|content filter|"
                      r"\b550 ?:( ?:)? ?user unknown|recipient preferences"),
         ("authfailure", r"\bdmarc\b|\bspf\b.*\bfail|\bdkim\b.*\bfail|not authenticated.*(sender|domain)|"
@@ -137,8 +140,7 @@ _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("blocked", r"block ?list|black ?list|\bdnsbl\b|\brbl\b|spamhaus|barracuda|spamcop|"
                     r"(?<!not )listed (at|in|on)|\bblocked\b|access denied|banned sending ip|invalid ip "
                     r"for sending|client host rejected|not accepting connections|service "
-                    r"refused|refused to talk to me|\(bl\)|weren'?t sent|daily relay quota|"
-                    r"connection (refused|rejected)"),
+                    r"refused|refused to talk to me|\(bl\)|weren'?t sent|daily relay quota"),
         ("spamdetected", r"\bspam\b|junk mail|unsolicited|\bube\b|content rejected|mail rejete"),
         ("notcompliantrfc", r"multiple addresses in from|duplicate header|not rfc ?\d* ?compliant"),
         ("contenterror", r"improper use of 8-bit|8-bit data|header error|malformed (message|header)"),

@@ -482,8 +482,15 @@ def test_user_unknown_under_a_filter_status_suppresses_only_when_said_to_rcpt():
     (None, "SMTP error from remote mail server after end of data: 553 mx.lead.example does not "
            "exist", "hostunknown"),
     ("5.1.0", "550 5.1.0 <bounce@mailer.outreach.example> sender rejected. AUP#CXSNDR", "rejected"),
+    ("5.2.3", "552 5.2.3 Message size exceeds fixed maximum message size", "exceedlimit"),
+    ("5.0.0", "550 Ip frequency limited [Blocked IP 192.0.2.22]", "toomanyconn"),
+    ("4.7.650", "451 4.7.650 The mail server has been temporarily rate limited due to IP "
+                "reputation.", "badreputation"),
+    ("5.5.0", "550 5.5.0 The recipient account is blocked.", "suspend"),
+    ("5.4.316", "550 5.4.316 Message expired, connection refused", "expired"),
 ], ids=["exchange-online-dbeb", "domino-not-listed", "message-filtered", "rate-over-511",
-        "resolver-over-544", "host-does-not-exist", "sender-rejected"])
+        "resolver-over-544", "host-does-not-exist", "sender-rejected", "523-decides",
+        "frequency-limited", "ip-reputation", "account-blocked", "expired-refused"])
 def test_words_that_looked_like_a_block(status, diagnostic, reason):
     assert reason_of(status, diagnostic) == reason
 
@@ -524,3 +531,14 @@ def test_a_dsn_recipient_is_kept_as_written(final, address):
 def test_a_carriers_after_data_user_unknown_is_a_filter():
     _i, v = classify(_dsn("550 : User unknown", "5.0.0"))
     assert (v.kind, v.reason) == ("sender_block", "filtered"), v
+
+
+def test_each_dsn_recipient_gets_only_its_own_line_of_the_notice():
+    # OpenSMTPD: the DSN has no Diagnostic-Code; the notice lists each recipient's reply.
+    raw = TWO_OUTCOMES.replace("Two recipients failed.", (
+        "gone@lead.example: 550 5.1.1 <gone@lead.example>: User unknown\n"
+        "full@lead.example: 552 5.2.2 <full@lead.example>: Mailbox full"))
+    raw = "\n".join(line for line in raw.splitlines() if not line.startswith("Diagnostic-Code"))
+    _i, v = classify(_raw(raw.replace("Status: 5.2.2", "Status: 5.0.0")))
+    assert [(f.address, f.reason) for f in v.failures] == [
+        ("gone@lead.example", "userunknown"), ("full@lead.example", "mailboxfull")], v
