@@ -185,8 +185,13 @@ def _parts(compat: Message) -> _Parts:
 def _dsn_blocks(compat: Message, texts: list[str]) -> list[dict[str, str]]:
     """Per-recipient RFC 3464 fields, from ``message/delivery-status`` parts, else from text."""
     raw: list[str] = []
+    inside: set[int] = set()  # the returned message may be a bounce itself: not ours to read
     for part in compat.walk():
-        if part.get_content_type() == "message/delivery-status":
+        if id(part) in inside:
+            continue
+        if part.get_content_type() == "message/rfc822":
+            inside.update(id(p) for p in part.walk() if p is not part)
+        elif part.get_content_type() == "message/delivery-status":
             payload = part.get_payload()
             if isinstance(payload, list):
                 raw += ["\n".join(f"{k}: {v}" for k, v in block.items()) + "\n\n"

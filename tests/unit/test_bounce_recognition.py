@@ -542,3 +542,13 @@ def test_each_dsn_recipient_gets_only_its_own_line_of_the_notice():
     _i, v = classify(_raw(raw.replace("Status: 5.2.2", "Status: 5.0.0")))
     assert [(f.address, f.reason) for f in v.failures] == [
         ("gone@lead.example", "userunknown"), ("full@lead.example", "mailboxfull")], v
+
+
+def test_a_bounce_returned_inside_a_bounce_names_only_the_outer_recipients():
+    inner = TWO_OUTCOMES.split("MIME-Version: 1.0\n", 1)[1].replace('boundary="B"', 'boundary="I"')
+    inner = inner.replace("--B", "--I").replace("gone@lead.example", "old@other.example")
+    outer = DELAYED.replace("Action: delayed", "Action: failed").replace("Status: 4.4.1", "Status: 5.1.1")
+    outer = outer.replace("--B--", "--B\nContent-Type: message/rfc822\n\nFrom: a@b.example\n"
+                          "MIME-Version: 1.0\n" + inner + "\n--B--")
+    _i, v = classify(_raw(outer))
+    assert v.addresses == ("slow@lead.example",), v
