@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint docs chaos bench bench-venv airflow venv clean stop browser imap-server
+.PHONY: demo test test-fast lint docs chaos bench bench-inbound bench-venv airflow venv clean stop browser imap-server
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
@@ -46,6 +46,13 @@ bench: bench-venv
 	$(BENCH_VENV)/bin/python bench/run.py --claim-rows $(CLAIM_ROWS) --send-emails $(SEND_EMAILS) \
 		--import-rows $(IMPORT_ROWS) --fanout-tasks $(FANOUT_TASKS) \
 		--scaleout-emails $(SCALEOUT_EMAILS) --repeats $(REPEATS) $(BENCH_ARGS)
+
+## Inbound classification scored against sisimai on its public corpus (issue 23): clone github
+## sisimai/set-of-emails, then make bench-inbound CORPUS=…/set-of-emails/maildir/bsd; writes
+## bench/results/inbound.md. Not part of `make test` (the corpus is not in this repository).
+bench-inbound: venv
+	@test -n "$(CORPUS)" || { echo "set CORPUS=/path/to/set-of-emails/maildir/bsd (a clone of github sisimai/set-of-emails)" >&2; exit 2; }
+	$(BIN)/python bench/bench_inbound.py $(CORPUS)
 
 ## Run Airflow as people run it until Ctrl-C: LocalExecutor (embedded PostgreSQL unless configured),
 ## or EXECUTOR=celery WORKERS=N: the CeleryExecutor on OUTREACH_DATABASE_URL and REDIS_URL.

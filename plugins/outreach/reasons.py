@@ -82,28 +82,109 @@ _BY_STATUS: dict[str, str] = {
     "4.4.2": "networkerror", "4.4.3": "networkerror",
 }
 
+# RFC 3463 subjects that tell the owner when neither the status nor the words say more:
+# X.3.XXX mail system, X.4.XXX network and routing, X.6.XXX message content, X.7.XXX security or
+# policy (never the address: sisimai's tables have no X.7 reason owned by the address).
+_BY_SUBJECT: dict[str, str] = {"3": "systemerror", "4": "networkerror", "6": "contenterror",
+                               "7": "policyviolation"}
+
+# Statuses that decide whatever the words say; for the others (5.2.1 "User Unknown", 5.0.0 …),
+# servers' words are more often right than the code, as sisimai's tables show (issue 23).
+_DECISIVE = frozenset({"5.1.1", "5.1.2", "5.1.6", "5.1.7", "5.1.8", "5.1.10", "5.2.3", "5.7.23", "5.7.24", "5.7.25",
+                       "5.7.26", "5.7.27", "5.3.4", "5.4.4"})
+
+# Words that decide even over a decisive status: servers answer a rate limit, a full mailbox
+# or a resolver failure with 5.1.1 or 5.4.4 too (GoDaddy, qmail, Postfix in sisimai's tables).
+_OVERRIDES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (reason, re.compile(pattern, re.I)) for reason, pattern in (
+        ("badreputation", r"due to ip reputation|poor reputation"),
+        ("speeding", r"too many recipients this hour|sending rate|rate limit(ed)?\b"),
+        ("toomanyconn", r"(ip|connection) frequency limited"),
+        ("filtered", r"refused due to recipient preferences"),
+        ("toomanyconn", r"too many (connections|concurrent)"),
+        ("mailboxfull", r"over ?quota|mailbox (is )?full|quota exceeded"),
+        ("networkerror", r"unexpected name server reply|temporary failure in name resolution"),
+    ))
+
 # Words in the diagnostic that say the reason where the status does not (5.7.1, 5.0.0, 550 …),
 # in order: the first that matches decides.
 _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (reason, re.compile(pattern, re.I)) for reason, pattern in (
-        ("authfailure", r"\bdmarc\b|\bspf\b.*\bfail|\bdkim\b.*\bfail|not authenticated.*(sender|domain)"),
-        ("requireptr", r"reverse (dns|lookup)|\bptr\b|no rdns|hostname does not resolve"),
+        # Exchange Online's answer for an unknown user (DBEB), before "access denied" = blocked.
+        ("userunknown", r"recipient address rejected: access denied|recipient address rejected\.?\s*$|"
+                        r"\(and other recipients in the same domain\)"),
+        # "550 : User unknown" (no address before the colon) is how Japanese carriers (au,
+        # docomo) answer after DATA when the recipient's domain filter refuses the sender.
+        ("suspend", r"recipient account is blocked|account (has been |is )?(locked|blocked)"),
+        ("filtered", r"message filtered|rejected by the domain filter|content filter|"
+                     r"\b550 ?:( ?:)? ?user unknown|recipient preferences"),
+        ("authfailure", r"\bdmarc\b|\bspf\b.*\bfail|\bdkim\b.*\bfail|not authenticated.*(sender|domain)|"
+                        r"bad spf|unauthenticated e-?mail from|does not have authentication "
+                        r"information|fails? to pass authentication|\bspf (check|record)"),
+        ("requireptr", r"reverse (dns|lookup)|\bptr\b|no rdns|hostname does not resolve|"
+                       r"mismatches client ip|ip name lookup failed|cannot find your hostname"),
+        ("securityerror", r"\btls\b|starttls|encryption required|authentication required|"
+                          r"authrequired|unauthenticated senders|smtp authentication|"
+                          r"without authentication|must (be )?authenticat"),
+        ("norelaying", r"relay(ing)? (access )?(denied|not permitted)|not permitted to relay|"
+                       r"not configured to relay|relay through this server|"
+                       r"email address is not verified|unable to relay"),
+        ("rejected", r"sender address rejected|after mail from|in reply to mail from|"
+                     r"sender (address )?(is )?(invalid|unknown|not allowed|denied)|"
+                     r"domain of sender address|sender was rejected|sender rejected|not a member of this "
+                     r"(mailing )?list|permission to post|'send mail as'|not a registered "
+                     r"gateway user|from: domain is invalid|purported responsible address|"
+                     r"my name was rejected"),
+        ("badreputation", r"user complaints|ip reputation|(bad|poor|low) reputation"),
+        ("virusdetected", r"\bvirus"),
         ("blocked", r"block ?list|black ?list|\bdnsbl\b|\brbl\b|spamhaus|barracuda|spamcop|"
-                    r"listed (at|in|on)|\bblocked\b"),
-        ("spamdetected", r"\bspam\b|junk mail|unsolicited"),
-        ("norelaying", r"relay(ing)? (access )?(denied|not permitted)|not permitted to relay"),
-        ("securityerror", r"\btls\b|starttls|encryption required"),
-        ("mailboxfull", r"mailbox (is )?full|over ?quota|quota exceeded|insufficient storage"),
-        ("suspend", r"(account|mailbox) (is )?(disabled|suspended|inactive|deactivated)"),
-        ("hostunknown", r"host (or domain name )?not found|domain (does )?not exist|"
-                        r"no such domain|unrouteable address"),
-        ("userunknown", r"user unknown|unknown user|no such (user|mailbox|recipient)|"
-                        r"(mailbox|recipient|address|user)( address)? (is )?(unavailable|"
-                        r"not found|does not exist|rejected|invalid)|invalid recipient|"
-                        r"unknown (recipient|mailbox)|not our customer|account does not exist"),
-        ("mesgtoobig", r"message (size|is too (big|large))|too large|exceeds (the )?(maximum )?size"),
-        ("expired", r"retry time(out)? (not )?(exceeded|reached)|message expired|"
-                    r"could not be delivered for \d+"),
+                    r"(?<!not )listed (at|in|on)|\bblocked\b|access denied|banned sending ip|invalid ip "
+                    r"for sending|client host rejected|not accepting connections|service "
+                    r"refused|refused to talk to me|\(bl\)|weren'?t sent|daily relay quota"),
+        ("spamdetected", r"\bspam\b|junk mail|unsolicited|\bube\b|content rejected|mail rejete"),
+        ("notcompliantrfc", r"multiple addresses in from|duplicate header|not rfc ?\d* ?compliant"),
+        ("contenterror", r"improper use of 8-bit|8-bit data|header error|malformed (message|header)"),
+        ("mesgtoobig", r"line limit exceeded|message (size|is too (big|large))|too large|"
+                       r"exceeds (the )?(maximum )?size"),
+        ("policyviolation", r"protocol violation|security polic|host network not allowed"),
+        ("syntaxerror", r"command parameter not implemented|improper sequence of commands|"
+                        r"malformed address|syntax error|command not recognized"),
+        ("expired", r"envelope expired|still undelivered after|undeliverable for \d+|"
+                    r"in the queue too long|retry time(out)? (not )?(exceeded|reached)|"
+                    r"message expired|could not be delivered for \d+"),
+        ("mailboxfull", r"mailbox (is )?full|over ?quota|quota exceeded|insufficient storage|"
+                        r"disk quota|mailbox (size|storage) (limit )?exceeded|box is full|"
+                        r"メールボックスが一杯|exceeded (the )?storage"),
+        ("suspend", r"(account|mailbox) (is )?(disabled|suspended|inactive|deactivated)|"
+                    r"disabled recipient|temporar(y|ily) locked"),
+        ("rejected", r"sender address rejected|after mail from|sender (address )?(is )?(invalid|"
+                     r"unknown|not allowed|denied)|domain of sender address"),
+        ("networkerror", r"temporary failure in name resolution|host not found, try again|"
+                         r"unexpected name server reply"),
+        ("notaccept", r"not accepting (network )?messages|null mx|no mx (record )?found|"
+                      r"no smtp service|doesn'?t receive e?-?mail|does not accept mail"),
+        ("hostunknown", r"host (or domain name )?(not found|unknown)|domain (does )?not exist|"
+                        r"no such domain|unrouteable address|domain is not reachable|"
+                        r"dns lookup failure|name or service not known|unknown host|"
+                        r"domain (name )?not found|\bnxdomain\b|"
+                        r"(?<![@\w.-])[a-z0-9-]+(\.[a-z0-9-]+)+ does not exist"),
+        ("userunknown", r"user ?unknown|unknown user|no such (user|mailbox|recipient|address|"
+                        r"account)|(mailbox|recipient|address|user|account)( address| name)? "
+                        r"(is )?(unavailable|not found|does not exist|doesn'?t exist|"
+                        r"invalid|unknown|couldn'?t be found|wasn.t found|not valid)|"
+                        r"invalid (final delivery )?(recipient|user ?id|address|mailbox)|"
+                        r"unknown (recipient|mailbox|address)|not our customer|"
+                        r"account (does not|doesn'?t) exist|doesn'?t have an? [\w.-]+ account|"
+                        r"not listed in (the )?(public )?name|no valid recipients?|"
+                        r"(user|recipient|addressee) (not found|not exist|doesn'?t exist)|"
+                        r"address (couldn'?t|could not) be found|no mailbox here|"
+                        r"mailbox not (found|available)|is not a valid (mailbox|user)|"
+                        r"there is no one at this address|destination address (is )?invalid|"
+                        r"recipient name is not recognized|not listed in (the )?domino directory|"
+                        r"please check if (the )?address is correct"),
+        # Last: a queue that gave up ("Deferred: Connection timed out", Sendmail's final notice)
+        # says less than any reason above.
+        ("expired", r"deferred: connection timed out|cannot send message for \d+ days?"),
         ("policyviolation", r"\bpolicy\b"),
     ))
 
@@ -130,19 +211,33 @@ def reason_of(status: str | None, diagnostic: str | None = None, code: int | Non
     :param diagnostic: the server's text (an SMTP reply, a DSN's ``Diagnostic-Code``, a
         plain-text bounce's explanation).
     :param code: the basic SMTP reply code (``550``), when known.
-    :returns: the status's own reason when it has one (5.1.1 → ``userunknown``); else the first
-        reason whose words the diagnostic carries; else by class: ``undefined`` for 5.x.x and 5xx
-        (a permanent failure we cannot tell: transient, so it never suppresses at once),
+    :returns: the status's own reason when the status is decisive (5.1.1 → ``userunknown``,
+        5.7.26 → ``authfailure``: ``_DECISIVE``); else the first reason whose words the
+        diagnostic carries; else the status's own reason (5.2.2 → ``mailboxfull``); else the
+        status's subject (5.6.x ``contenterror``, 5.7.x ``policyviolation``, x.3.x
+        ``systemerror``, x.4.x ``networkerror``); else by class: ``undefined`` for 5.x.x and
+        5xx (a permanent failure we cannot tell: transient, so it never suppresses at once),
         ``delayed`` for 4.x.x and 4xx.
     """
     status = status or status_in(diagnostic)
+    for reason, pattern in _OVERRIDES:
+        if pattern.search(diagnostic or ""):
+            return reason
+    if status in _BY_STATUS and status in _DECISIVE:
+        return _BY_STATUS[status]
+    temporary = (status or "").startswith("4") or (code is not None and 400 <= code <= 499)
+    for reason, pattern in _BY_TEXT:
+        if pattern.search(diagnostic or ""):
+            # A 4xx "domain not found" is a resolver failing for now, not a domain gone.
+            return "networkerror" if reason == "hostunknown" and temporary else reason
     if status in _BY_STATUS:
         reason = _BY_STATUS[status]
         if reason == "notaccept" and status.startswith("4"):
             return "systemerror"
         return reason
-    for reason, pattern in _BY_TEXT:
-        if pattern.search(diagnostic or ""):
-            return reason
+    if status:  # the class's subject (RFC 3463 §3): content, routing and system say that much
+        subject = status.split(".")[1]
+        if subject in _BY_SUBJECT:
+            return _BY_SUBJECT[subject]
     permanent = (status or "").startswith("5") or (code is not None and 500 <= code <= 599)
     return "undefined" if permanent else "delayed"

@@ -24,10 +24,12 @@ BOUNCE_SAMPLES = [
     ("postfix_01.txt", "xxxxx@local.ie", "Postfix", "hard_bounce"),
     ("exim_01.txt", "userx@its.example.nl", "Exim", "hard_bounce"),
     ("microsoft_01.txt", "userx@example.COM", "Exchange", "hard_bounce"),
-    ("simple_17.txt", "userx@example.com", "Gmail", "hard_bounce"),
+    # "failed permanently" and no reason: undefined, transient (outreach.reasons.reason_of).
+    ("simple_17.txt", "userx@example.com", "Gmail", "soft_bounce"),
     ("dsn_11.txt", "joem@example.com", "Sendmail DSN 5.1.1", "hard_bounce"),
     ("simple_28.txt", "userx@example.com", "Gmail delay", "soft_bounce"),
-    ("dsn_05.txt", "userx@example.cz", "DSN 4.4.1 delayed", "soft_bounce"),
+    # Issue 23: a DSN saying "delayed" changes nothing (its recipient is in failures, not addresses).
+    ("dsn_05.txt", "userx@example.cz", "DSN 4.4.1 delayed", "delivery_report"),
 ]
 
 
