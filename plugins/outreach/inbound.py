@@ -36,9 +36,9 @@ from email.header import decode_header, make_header
 from email.message import Message
 from email.utils import getaddresses, parseaddr
 
-from outreach.bounces import DAEMONS, Failure, text_of
-from outreach.bounces import complaint as bounce_complaint
-from outreach.bounces import failures as bounce_failures
+from outreach.dsn import DAEMONS, Failure, text_of
+from outreach.dsn import complaint as bounce_complaint
+from outreach.dsn import failures as bounce_failures
 from outreach.reasons import Owner
 
 BOUNCE_SENDERS = frozenset({"mailer-daemon", "postmaster", "mail-daemon", "mailerdaemon"})
