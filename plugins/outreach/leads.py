@@ -19,6 +19,7 @@ import functools
 import itertools
 import json
 import re
+import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -66,11 +67,85 @@ PROGRESS_ROWS = 50_000  # a progress line every this many rows read (about every
 # processes when there are enough cores (import_workers).
 PARALLEL_FROM_BYTES = 4 << 20  # about 40,000 rows of a typical CRM export
 MAX_WORKERS = 8
+MAX_ROW_CHARS = 1 << 20
+"""Characters of one CSV row as read, line breaks included (1,048,576): a physical line, or the
+lines of one record joined by a quoted field. The reader (:class:`BoundedLines`) reads a line at
+most this long plus one, so a file without line breaks (or ``/dev/zero`` behind a name) costs this
+much memory and is refused at once, naming its line; a CRM export's row is a few hundred."""
+MAX_FIELD_CHARS = 131_072
+"""Characters of one CSV field (Python's ``csv.field_size_limit``, set to this when this module
+is imported): longer, even within one row's limit, is a malformed-CSV problem of that row."""
+csv.field_size_limit(MAX_FIELD_CHARS)
 
 
 class ImportFileError(ValueError):
-    """The file as a whole cannot be imported (outside the import roots, unreadable, not UTF-8,
-    no email column)."""
+    """The file as a whole cannot be imported (outside the import roots, not a regular file,
+    unreadable, not UTF-8, a row over :data:`MAX_ROW_CHARS`, no email column)."""
+
+
+def regular_file(path: Path, shown: str | Path | None = None) -> Path:
+    """Return ``path`` if it is a regular file (or does not exist: opening it then says so).
+
+    Checked with ``stat``, which opens nothing: opening a FIFO blocks until a writer comes, and a
+    device (``/dev/zero``) or socket has no end. Symlinks are followed (:func:`import_path`
+    resolved them already).
+
+    :param shown: the path as the user gave it, named in the error (default ``path``).
+    :raises ImportFileError: it is a FIFO, a device, a socket or a folder.
+    """
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return path
+    if stat.S_ISREG(mode):
+        return path
+    kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a folder" if stat.S_ISDIR(mode) else "not a regular file")
+    raise ImportFileError(f"{shown or path}: {kind}, not a regular file; only regular files are "
+                          "imported (nothing was read from it)")
+
+
+class BoundedLines:
+    """Iterate the lines of a text file opened with ``newline=""``, none longer than ``limit``
+    characters, for :func:`csv.reader`: each line is read with ``readline(limit + 1)``, so memory
+    is bounded by ``limit`` whatever the file holds.
+
+    ``line`` is the number of the last line returned (``first_line`` - 1 before any);
+    :meth:`new_row` starts a row: the lines returned until the next call count together against
+    ``limit`` too (a quoted field may join lines into one record).
+
+    :raises ImportFileError: (while iterating) a line, or a row's lines together, are longer
+        than ``limit`` (the file and line are named; nothing was imported).
+    """
+
+    def __init__(self, file: Any, path: str | Path, *, limit: int = MAX_ROW_CHARS,
+                 first_line: int = 1) -> None:
+        self._file, self._path, self._limit = file, path, limit
+        self.line = first_line - 1
+        self._row_start, self._row_chars = first_line, 0
+
+    def new_row(self) -> None:
+        """Start counting a new row at the next line."""
+        self._row_start, self._row_chars = self.line + 1, 0
+
+    def __iter__(self) -> BoundedLines:
+        return self
+
+    def __next__(self) -> str:
+        text = self._file.readline(self._limit + 1)
+        if not text:
+            raise StopIteration
+        self.line += 1
+        self._row_chars += len(text)
+        if self._row_chars > self._limit:
+            where = (f"line {self.line}" if self._row_start >= self.line
+                     else f"lines {self._row_start}–{self.line} (one quoted row)")
+            raise ImportFileError(
+                f"{self._path}, {where}: a row longer than {self._limit:,} characters "
+                "(outreach.leads.MAX_ROW_CHARS): no line breaks, or not a CSV export?; "
+                "nothing was imported")
+        return str(text)
 
 
 def import_path(path: str | Path, *, base: Path | None = None,
@@ -85,7 +160,8 @@ def import_path(path: str | Path, *, base: Path | None = None,
     outside them is opened, so no error can show its content; the message does not say whether
     such a file exists. ``hint`` ends the message (what to do instead).
 
-    :raises ImportFileError: the resolved path is outside every root.
+    :raises ImportFileError: the resolved path is outside every root, or it is not a regular
+        file (a FIFO, device or socket: :func:`regular_file`, nothing opened).
     :raises outreach.settings.SettingsError: ``OUTREACH_IMPORT_ROOTS`` is invalid.
     """
     from outreach.paths import project_root
@@ -97,7 +173,7 @@ def import_path(path: str | Path, *, base: Path | None = None,
     if not any(real.is_relative_to(root) for root in roots):
         raise ImportFileError(f"{path}: not inside an import folder ({', '.join(map(str, roots))}); "
                               f"{hint}")
-    return real
+    return regular_file(real, path)
 
 
 @dataclass(frozen=True)
@@ -293,10 +369,13 @@ def _first_bad_byte(path: Path, encoding: str) -> tuple[int, int]:
     line, pending = 1, b""
     if encoding == "utf-16":
         with path.open("r", encoding="utf-16", errors="replace", newline="") as t:
-            for n, text in enumerate(t, start=1):
-                if "\ufffd" in text:
-                    return n, 0
-        return line, 0
+            tail = ""  # a CR at the end of a block may be the first half of a CRLF
+            while text := t.read(1 << 20):
+                data, tail = (tail + text)[:-1], (tail + text)[-1:]
+                if (bad := data.find("\ufffd")) >= 0:
+                    return line + breaks(data[:bad]), 0
+                line += breaks(data)
+        return line, 0  # a last character that did not decode is on the last line anyway
     with path.open("rb") as f:
         while True:
             block = f.read(1 << 20)
@@ -385,14 +464,16 @@ class LeadsCsv:
                  encoding: str | None = None, delimiter: str | None = None) -> None:
         self.path = Path(path)
         fmt = campaign.csv if campaign else campaign_mod.CsvFormat()
+        regular_file(self.path)
         try:
             self.encoding = detect_encoding(self.path, encoding or fmt.encoding)
             self._file = self.path.open("r", encoding=self.encoding, newline="")
         except OSError as exc:
             raise ImportFileError(f"{self.path}: cannot read: {exc.strerror}") from exc
         try:
+            self._lines = BoundedLines(self._file, self.path)
             try:
-                first = self._file.readline()
+                first = next(self._lines, "")
             except UnicodeDecodeError:
                 raise self._undecodable() from None
             if not first.strip("\r\n\ufeff"):
@@ -400,7 +481,7 @@ class LeadsCsv:
             self.delimiter = detect_delimiter(first.lstrip("\ufeff"), delimiter or fmt.delimiter)
             # strict: a quote never closed is an error at the end of the file, not a last field
             # that silently swallowed every row after it.
-            self._reader = csv.reader(itertools.chain([first.lstrip("\ufeff")], self._file),
+            self._reader = csv.reader(itertools.chain([first.lstrip("\ufeff")], self._lines),
                                       strict=True, delimiter=self.delimiter)
             try:
                 self.headers: list[str] = next(self._reader)
@@ -452,6 +533,7 @@ class LeadsCsv:
         reader = self._reader
         start = reader.line_num + 1
         while True:
+            self._lines.new_row()
             try:
                 record = next(reader)
             except StopIteration:

@@ -8,6 +8,13 @@ value out of range, not a number, ``inf``/``nan`` or missing is refused with
 (``OUTREACH_SMTP_TIMEOUT='0' is not allowed: seconds any SMTP reply may take, 1 to 600``). The CLI
 prints it as ``outreach: error: …`` and exits 2; an Airflow task fails with it.
 
+Strict values (issue 31; the rule lives in :meth:`OutreachSettings._strict`): a variable that is
+set but empty is an error (unset it for the default), not the default; a number is written in
+plain decimal (``10``, ``0.5``, ``1e-3``): ``1_0``, ``0x10`` or ``inf`` are errors; a list is
+comma-separated without empty items (``10,,60`` and a trailing comma are errors).
+``outreach config check`` (:mod:`outreach.configcheck`) builds every group below at once and
+reports every problem, one line each.
+
 | variable                         | group              | allowed (default)                          |
 |----------------------------------|--------------------|--------------------------------------------|
 | OUTREACH_PUBLIC_URL              | Settings           | an https:// URL (required for marketing)   |
@@ -55,7 +62,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 HANDOFF_REPLIES = 8
@@ -72,15 +86,26 @@ class SettingsError(ValueError):
 
 class SettingValueError(SettingsError):
     """A value of a settings class (:class:`OutreachSettings`) is out of range, not a number or
-    missing: the usage is wrong, so the CLI exits 2 (like argparse)."""
+    missing: the usage is wrong, so the CLI exits 2 (like argparse). ``problems``: one line per
+    variable (the message joins them with ``; ``)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = tuple(problems)
+
+
+_INT = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+"""Numbers as the settings take them: plain decimal, no ``_`` separators, no ``inf``/``nan``
+(Python's ``int()``/``float()`` and pydantic accept ``1_0``)."""
 
 
 def _variable(cls: type[BaseSettings], field: str) -> str:
     return f"{cls.model_config.get('env_prefix', '')}{field}".upper()
 
 
-def _describe(cls: type[OutreachSettings], exc: ValidationError) -> str:
-    """Turn pydantic's errors into one line per variable, joined by '; '."""
+def _describe(cls: type[OutreachSettings], exc: ValidationError) -> list[str]:
+    """Turn pydantic's errors into one line per variable."""
     parts = []
     for err in exc.errors(include_url=False):
         if not err["loc"]:  # a rule across fields (model validator): its own message
@@ -92,14 +117,18 @@ def _describe(cls: type[OutreachSettings], exc: ValidationError) -> str:
         allowed = info.description if info is not None and info.description else err["msg"]
         if err["type"] == "missing":
             parts.append(f"set {var} ({allowed}; see docs/reference/settings.md)")
+        elif isinstance(err.get("input"), str) and not err["input"].strip():
+            parts.append(f"{var} is set but empty: unset it for the default, or set {allowed}")
         elif field in cls.SECRET_FIELDS:
             parts.append(f"{var} is not allowed: {allowed}")  # never echo a secret
         else:
             value = err.get("input")
             shown = value if isinstance(value, str) else ",".join(map(str, value)) \
                 if isinstance(value, (list, tuple)) else str(value)
-            parts.append(f"{var}={shown[:80]!r} is not allowed: {allowed}")
-    return "; ".join(dict.fromkeys(parts))
+            why = err["msg"].removeprefix("Value error, ") if err["type"] == "value_error" else ""
+            why = f" ({why})" if why and why != allowed else ""
+            parts.append(f"{var}={shown[:80]!r} is not allowed{why}: {allowed}")
+    return list(dict.fromkeys(parts))
 
 
 class OutreachSettings(BaseSettings):
@@ -109,8 +138,28 @@ class OutreachSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="OUTREACH_", extra="ignore", frozen=True,
                                       validate_default=True, allow_inf_nan=False,
-                                      env_ignore_empty=True)
+                                      env_ignore_empty=False)
     SECRET_FIELDS: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _strict(cls, value: Any, info: ValidationInfo) -> Any:
+        """The rule on every value given as text (the environment's): not empty (an empty
+        variable is a mistake, not "the default"), and a number field's text is plain decimal
+        (:data:`_DECIMAL`; whole fields :data:`_INT`). Lists: :data:`_COMMA_LIST`.
+
+        :raises ValueError: empty, or not a plain number.
+        """
+        if not isinstance(value, str):
+            return value
+        if not value.strip():
+            raise ValueError("empty (unset the variable to get the default)")
+        kind = cls.model_fields[info.field_name].annotation if info.field_name else None
+        if kind in (int, float):
+            pattern = _INT if kind is int else _DECIMAL
+            if not pattern.fullmatch(value.strip()):
+                raise ValueError("not a plain decimal number")
+        return value
 
     def __init__(self, **values: Any) -> None:
         try:
@@ -130,9 +179,33 @@ class OutreachSettings(BaseSettings):
 _LOWER = BeforeValidator(lambda v: v.strip().lower() if isinstance(v, str) else v)
 """Choices are read case-insensitively (``OUTREACH_PREFLIGHT=Block``)."""
 
-_COMMA_LIST = BeforeValidator(
-    lambda v: [p.strip() for p in v.split(",") if p.strip()] if isinstance(v, str) else v)
-"""A list setting is written comma-separated (``10,60``), not as JSON."""
+def _comma_list(value: Any) -> Any:
+    """Split a list setting's text at commas; an empty item (``10,,60``, ``a,``) is an error.
+
+    :raises ValueError: an empty item.
+    """
+    if not isinstance(value, str):
+        return value
+    parts = [p.strip() for p in value.split(",")]
+    if "" in parts:
+        raise ValueError("an empty item between commas")
+    return parts
+
+
+def _int_items(value: Any) -> Any:
+    """Each item of a list of whole numbers is plain decimal (:data:`_INT`: ``1_0`` is an error).
+
+    :raises ValueError: an item that is not.
+    """
+    if isinstance(value, list) and not all(_INT.fullmatch(p) for p in value if isinstance(p, str)):
+        raise ValueError("an item that is not a plain whole number")
+    return value
+
+
+_COMMA_LIST = BeforeValidator(_comma_list)
+"""A list setting is written comma-separated (``10,60``), not as JSON, without empty items."""
+_INT_ITEMS = BeforeValidator(_int_items)
+"""Applied before :data:`_COMMA_LIST`'s split (Annotated runs the last first): whole items."""
 
 
 class Settings(OutreachSettings):
@@ -196,7 +269,7 @@ class Settings(OutreachSettings):
     send_gap_jitter: float = Field(0.5, ge=0, le=1, description=(
         "the random lengthening of each gap, a fraction from 0 to 1"))
     transactional_retry_seconds: Annotated[tuple[Annotated[int, Field(ge=1, le=3600)], ...],
-                                           NoDecode, _COMMA_LIST] = Field(
+                                           NoDecode, _INT_ITEMS, _COMMA_LIST] = Field(
         (10, 60), min_length=1, max_length=5, description=(
             "1 to 5 comma-separated waits in seconds, each 1 to 3600: the n-th after the n-th "
             "attempt that was not accepted (the last one repeats)"))
@@ -423,15 +496,19 @@ def import_roots(env: dict[str, str] | None = None) -> tuple[Path, ...]:
     must not read (or report lines of) any other file it can reach. The check itself is
     :func:`outreach.leads.import_path`.
 
-    :raises SettingsError: the value names no folder, or a folder that does not exist.
+    :raises SettingsError: the value names no folder, has an empty item (``a,,b``), or names a
+        folder that does not exist.
     """
     from outreach.paths import project_root
 
     env = os.environ if env is None else env
     raw = env.get("OUTREACH_IMPORT_ROOTS", "include/data")
-    parts = [p.strip() for p in re.split(f"[,{re.escape(os.pathsep)}]", raw) if p.strip()]
-    if not parts:
+    parts = [p.strip() for p in re.split(f"[,{re.escape(os.pathsep)}]", raw)]
+    if not any(parts):
         raise SettingsError("OUTREACH_IMPORT_ROOTS names no folder (default include/data)")
+    if "" in parts:  # the strict list rule of every setting (OutreachSettings._strict)
+        raise SettingsError(f"OUTREACH_IMPORT_ROOTS={raw[:80]!r} is not allowed: an empty item "
+                            "between separators")
     roots = []
     for part in parts:
         path = Path(part).expanduser()

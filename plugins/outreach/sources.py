@@ -37,6 +37,7 @@ from outreach.leads import (
     apply_staged,
     layout_for,
     open_leads_csv,
+    regular_file,
 )
 from outreach.logutil import log
 from outreach.paths import resolve
@@ -168,11 +169,11 @@ def _import_files(url: str, campaign: campaign_mod.Campaign,
     results: list[ImportResult] = []
     failed: list[str] = []
     for obj in sorted(root.glob(glob or "*"), key=str):
-        if not obj.is_file():
-            continue
-        info = obj.fs.info(obj.path)
-        version = object_version(info)
         try:
+            if not _regular_object(obj):
+                continue
+            info = obj.fs.info(obj.path)
+            version = object_version(info)
             result = _import_object(url, campaign, mailboxes, campaign_file, pattern, obj,
                                     version, now)
         except ImportFileError as exc:
@@ -187,6 +188,23 @@ def _import_files(url: str, campaign: campaign_mod.Campaign,
                               f"above; fix or remove them, the next run tries again): "
                               f"{', '.join(failed[:5])}")
     return results
+
+
+def _regular_object(obj: Any) -> bool:
+    """Whether ``obj`` (an ``ObjectStoragePath`` of a file source's glob) is an object to import:
+    ``False`` for a folder; a local path must be a regular file, checked by ``stat`` before
+    anything opens it (:func:`outreach.leads.regular_file`: a FIFO would block the run, a
+    device never end).
+
+    :raises ImportFileError: a local FIFO, device or socket (the path named).
+    """
+    if obj.protocol in ("file", "local"):
+        path = Path(obj.path)
+        if path.is_dir():
+            return False
+        regular_file(path, str(obj))
+        return True
+    return bool(obj.is_file())
 
 
 def _import_object(url: str, campaign: campaign_mod.Campaign,

@@ -10,7 +10,8 @@ covers in the same transaction. Every addition and removal is recorded in
 from __future__ import annotations
 
 import csv
-import io
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from email_validator import EmailNotValidError
 
 from outreach import db
 from outreach.addresses import normalize_address
-from outreach.leads import Problem, import_path
+from outreach.leads import BoundedLines, Problem, import_path
 from outreach.store import Conn, emails, suppressions
 
 REASONS = ("unsubscribed", "bounced", "complained", "manual", "do-not-contact")
@@ -83,6 +84,16 @@ def suppress(conn: Conn, value: str, reason: str, source: str, *, actor: str | N
     return added, cancelled
 
 
+def _rows(reader: Iterator[list[str]], lines: BoundedLines) -> Iterator[list[str]]:
+    """The records of ``reader``, each counted against the row limit on its own."""
+    while True:
+        lines.new_row()
+        record = next(reader, None)
+        if record is None:
+            return
+        yield record
+
+
 def import_suppressions(url: str, csv_file: str | Path, reason: str = "do-not-contact",
                         ) -> SuppressionImport:
     """Import a do-not-contact CSV (first column, or a column named email/domain) in one
@@ -90,23 +101,27 @@ def import_suppressions(url: str, csv_file: str | Path, reason: str = "do-not-co
 
     :param csv_file: inside an import folder (see :func:`outreach.leads.import_path`; a relative
         path is relative to the project root).
-    :raises ImportFileError: the file is outside the import folders.
+    :raises ImportFileError: the file is outside the import folders, not a regular file, or a
+        row is longer than :data:`outreach.leads.MAX_ROW_CHARS` (nothing imported).
     :raises OSError: the file cannot be read.
     """
     path = import_path(csv_file)
-    rows = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8-sig"), newline="")))
     result = SuppressionImport(file=str(csv_file))
-    if not rows:
-        return result
-    header = [h.strip().lower() for h in rows[0]]
-    col = next((i for i, h in enumerate(header) if h in ("email", "email address", "domain",
-                                                         "address", "value")), None)
-    body = rows[1:] if col is not None else rows
-    first_line = 2 if col is not None else 1
-    col = col or 0
-    with db.transaction(url) as conn:
-        for offset, record in enumerate(body):
-            line = first_line + offset
+    with path.open("r", encoding="utf-8-sig", newline="") as f, db.transaction(url) as conn:
+        lines = BoundedLines(f, csv_file)  # rows of at most MAX_ROW_CHARS: read in bounded memory
+        reader = csv.reader(lines)
+        first = next(reader, None)
+        if first is None:
+            return result
+        header = [h.strip().lower() for h in first]
+        col = next((i for i, h in enumerate(header) if h in ("email", "email address", "domain",
+                                                             "address", "value")), None)
+        body: Iterator[tuple[int, list[str]]] = (
+            (reader.line_num, record) for record in _rows(reader, lines))
+        if col is None:
+            body = itertools.chain([(1, first)], body)
+        col = col or 0
+        for line, record in body:
             if not record or col >= len(record) or not record[col].strip():
                 continue
             try:

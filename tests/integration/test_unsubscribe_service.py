@@ -216,3 +216,34 @@ def test_secret_from_the_environment_or_the_airflow_connection(monkeypatch):
     assert connections.settings().unsubscribe_base == "https://u.example/outreach/unsubscribe/"
     monkeypatch.setenv("OUTREACH_UNSUBSCRIBE_SECRET", "from-environment-0123456789")
     assert connections.unsubscribe_secret() == "from-environment-0123456789"
+
+
+def test_a_body_over_the_cap_gets_413_and_changes_nothing(db_url, settings, service):
+    """Issue 31: a 1 MB body, declared or chunked (no Content-Length), gets 413 from the running
+    app without being read whole; a body at the cap is still understood."""
+    from outreach.web.unsubscribe_app import MAX_BODY_BYTES
+
+    import_demo(db_url)
+    queue_due(db_url)
+    email_id, address = rows(db_url, "SELECT e.id, l.email FROM outreach.emails e JOIN outreach.leads l"
+                                     " ON l.id = e.lead_id ORDER BY e.id LIMIT 1")[0].values()
+    url = service.url("/unsubscribe/" + make_token(settings.unsubscribe_secret, email_id))
+    big, form = multipart({**ONE_CLICK, "padding": "p" * (1 << 20)})
+    assert len(big) > 1 << 20
+
+    def chunks():  # a generator body: httpx sends it chunked, without Content-Length
+        for start in range(0, len(big), 16_384):
+            yield big[start:start + 16_384]
+
+    with httpx.Client() as client:
+        declared = client.post(url, content=big, headers={"Content-Type": form})
+        assert declared.status_code == 413, declared.text
+        assert f"at most {MAX_BODY_BYTES} bytes" in declared.text
+        chunked = client.post(url, content=chunks(), headers={"Content-Type": form})
+        assert chunked.status_code == 413, chunked.text
+        assert "content-length" not in chunked.request.headers
+        assert suppressions_of(db_url, address) == 0
+        padded, form = multipart({**ONE_CLICK, "padding": "p" * (MAX_BODY_BYTES - 300)})
+        assert len(padded) <= MAX_BODY_BYTES
+        assert client.post(url, content=padded, headers={"Content-Type": form}).status_code == 200
+    assert suppressions_of(db_url, address) == 1

@@ -88,3 +88,59 @@ def test_every_default_holds_and_the_other_groups_refuse_bad_values(monkeypatch)
     monkeypatch.setenv("OUTREACH_PREFLIGHT", "BLOCK")
     with pytest.raises(SettingsError, match="OUTREACH_SENDING_IP='not-an-ip'"):
         PreflightSettings()
+
+
+@pytest.mark.parametrize("variable,value,why", [
+    ("OUTREACH_SMTP_TIMEOUT", "", "is set but empty"),               # used to mean the default
+    ("OUTREACH_BATCH_SIZE", "", "is set but empty"),
+    ("OUTREACH_SMTP_TIMEOUT", "1_0", "not a plain decimal number"),  # int('1_0') == 10
+    ("OUTREACH_BATCH_SIZE", "1_000", "not a plain decimal number"),
+    ("OUTREACH_SEND_GAP_SECONDS", "0x10", "not a plain decimal number"),
+    ("OUTREACH_BATCH_SIZE", "10.0", "not a plain decimal number"),    # a whole number field
+    ("OUTREACH_TRANSACTIONAL_RETRY_SECONDS", "10,,60", "an empty item between commas"),
+    ("OUTREACH_TRANSACTIONAL_RETRY_SECONDS", "10,60,", "an empty item between commas"),
+    ("OUTREACH_TRANSACTIONAL_RETRY_SECONDS", "1_0,60", "not a plain whole number"),
+    ("OUTREACH_TRANSACTIONAL_RETRY_SECONDS", "", "is set but empty"),
+])
+def test_empty_underscored_and_malformed_values_are_refused(monkeypatch, variable, value, why):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as exc:
+        Settings(public_url="https://x.example", unsubscribe_secret="x" * 16)
+    [line] = exc.value.problems
+    assert line.startswith(f"{variable}") and why in line, line
+
+
+@pytest.mark.parametrize("variable,value", [
+    ("OUTREACH_ALERT_TO", "ops@x.example,,oncall@x.example"), ("OUTREACH_ALERT_FROM", " "),
+    ("OUTREACH_SENDING_IP", ""), ("OUTREACH_QUEUE_DUE_WORKERS", "1_0"),
+    ("OUTREACH_BOUNCE_MIN_SENDS", "2_0"), ("OUTREACH_SPAM_RATE_THRESHOLD", ""),
+])
+def test_every_group_takes_the_same_rule(monkeypatch, variable, value):
+    from outreach.settings import groups
+
+    monkeypatch.setenv(variable, value)
+    refused = []
+    for group in (*groups(), __import__("outreach.settings").settings.AlertSettings):
+        try:
+            group(**({"public_url": "https://x.example", "unsubscribe_secret": "x" * 16}
+                     if group is Settings else {}))
+        except SettingsError as exc:
+            refused.append(str(exc))
+    assert refused and all(variable in line for line in refused), refused
+
+
+def test_plain_numbers_and_lists_still_read(monkeypatch):
+    for name, value in {"OUTREACH_SMTP_TIMEOUT": " 12 ", "OUTREACH_SEND_GAP_JITTER": ".25",
+                        "OUTREACH_SEND_GAP_SECONDS": "1e1", "OUTREACH_BATCH_SIZE": "+20",
+                        "OUTREACH_TRANSACTIONAL_RETRY_SECONDS": "5, 30 ,60"}.items():
+        monkeypatch.setenv(name, value)
+    s = Settings(public_url="https://x.example", unsubscribe_secret="x" * 16)
+    assert (s.smtp_timeout, s.send_gap_jitter, s.send_gap_seconds, s.batch_size,
+            s.transactional_retry_seconds) == (12.0, 0.25, 10.0, 20, (5, 30, 60))
+
+
+def test_import_roots_refuse_an_empty_item(tmp_path):
+    from outreach.settings import import_roots
+
+    with pytest.raises(SettingsError, match=r"OUTREACH_IMPORT_ROOTS='.*,,.*' is not allowed"):
+        import_roots({"OUTREACH_IMPORT_ROOTS": f"{tmp_path},,{tmp_path}"})

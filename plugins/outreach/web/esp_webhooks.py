@@ -32,11 +32,8 @@ from outreach.logutil import log
 from outreach.settings import SettingsError
 
 MAX_BODY = 1024 * 1024
-"""Bytes a webhook body may have (SendGrid batches events; each is well under 1 KB)."""
-
-
-class _TooLarge(Exception):
-    pass
+"""Bytes a webhook body may have (SendGrid batches events; each is well under 1 KB); the app's
+:class:`outreach.web.unsubscribe_app.BodyLimit` answers 413 above it."""
 
 
 def fetch_sns(url: str) -> bytes:
@@ -44,19 +41,6 @@ def fetch_sns(url: str) -> bytes:
     before): at most 64 KB, within 10 seconds."""
     with urllib.request.urlopen(url, timeout=10) as response:
         return bytes(response.read(65536))
-
-
-async def _body(request: Request) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
-        raise _TooLarge
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise _TooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _answer(status: int, **body: Any) -> JSONResponse:
@@ -94,10 +78,7 @@ def add_routes(app: FastAPI, database_url: Callable[[], str], *,
     async def handle(provider: str, request: Request,
                      work: Callable[[esp.EspSettings, bytes], tuple[list[esp.EspEvent], str | None]]
                      ) -> JSONResponse:
-        try:
-            body = await _body(request)
-        except _TooLarge:
-            return _answer(413, detail=f"a webhook body may have at most {MAX_BODY} bytes")
+        body = await request.body()  # at most MAX_BODY: the app's BodyLimit answered 413 above it
         try:
             config = settings()
             events, token = await run_in_threadpool(work, config, body)

@@ -9,6 +9,9 @@
   The GET alone never unsubscribes: link scanners and previews fetch links (RFC 8058 §3.2).
 * A tampered, forged or malformed token gets a 400 page, an expired one 410, an unknown email row
   404; a missing secret or an unreachable database 503. Never a 500 for bad input.
+* A request body over :data:`MAX_BODY_BYTES` (4 KiB; a one-click body is 26 bytes, RFC 8058 §3.1)
+  gets 413 before the app sees it (:class:`BodyLimit`): by its Content-Length without reading
+  it, or, when chunked, as soon as the bytes read pass the cap.
 
 The path matches :attr:`outreach.settings.Settings.unsubscribe_base` (``<public URL>/unsubscribe/``).
 Mounted in the Airflow API server under a prefix (``plugins/outreach_plugin.py``: ``/outreach``),
@@ -35,10 +38,14 @@ from outreach.logutil import log, mask
 from outreach.store import emails as emails_store
 from outreach.suppression import is_suppressed
 from outreach.tokens import MAX_AGE_SECONDS, TokenError, read_token
+from outreach.web.esp_webhooks import MAX_BODY as ESP_MAX_BODY
 from outreach.web.esp_webhooks import add_routes as add_esp_routes
 from outreach.web.esp_webhooks import fetch_sns
 
 ONE_CLICK_FIELD, ONE_CLICK_VALUE = "List-Unsubscribe", "One-Click"
+MAX_BODY_BYTES = 4096
+"""Bytes a request body may have: ``List-Unsubscribe=One-Click`` is 26, a multipart form of it
+from a mail provider a few hundred (RFC 8058 §3.1); anything larger is not a one-click request."""
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 _MAX_TOKEN = 512
 
@@ -51,6 +58,76 @@ _HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'",
 }
+
+
+class BodyLimit:
+    """ASGI middleware: answer 413 to a request whose body is over ``limit`` bytes, never reading
+    more than ``limit`` + one chunk of it.
+
+    A declared ``Content-Length`` over the limit is refused before any byte is read; otherwise
+    (chunked, or a length that lies) the body is read here up to the limit and handed to the app
+    from memory, or refused once it passes the limit. Starlette has no body limit of its own,
+    and uvicorn's limits are on headers and concurrency.
+
+    :param app: the ASGI app to protect.
+    :param limit: bytes, default :data:`MAX_BODY_BYTES`.
+    :param larger: ``{path prefix: bytes}`` for routes whose bodies are larger (the ESP
+        webhooks, ``/esp/``: a provider batches events); the path is read below the app's mount
+        point (``root_path``).
+    """
+
+    def __init__(self, app: Any, limit: int = MAX_BODY_BYTES,
+                 larger: dict[str, int] | None = None) -> None:
+        self.app, self.default, self.larger = app, limit, dict(larger or {})
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Serve one ASGI connection scope (see the class docstring)."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path, root = scope.get("path", ""), scope.get("root_path", "")
+        path = path[len(root):] if root and path.startswith(root) else path
+        limit = next((n for prefix, n in self.larger.items() if path.startswith(prefix)),
+                     self.default)
+        declared = dict(scope.get("headers") or ()).get(b"content-length", b"")
+        if declared.strip().isdigit() and int(declared) > limit:
+            await self._refuse(scope, send, limit)
+            return
+        chunks: list[bytes] = []
+        size, more = 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > limit:
+                await self._refuse(scope, send, limit)
+                return
+        body, sent = b"".join(chunks), False
+
+        async def replay() -> Any:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: wait for the disconnect
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Any, send: Any, limit: int) -> None:
+        what = ("An unsubscribe request" if limit == self.default else "A webhook request")
+        response = _page(413, "Request too large",
+                         f"<p>{what} is at most {limit} bytes"
+                         + (f" ({ONE_CLICK_FIELD}={ONE_CLICK_VALUE}, RFC 8058)" if limit == self.default
+                            else "") + ".</p>")
+        response.headers["Connection"] = "close"
+        await response(scope, _nothing, send)
+
+
+async def _nothing() -> Any:
+    return {"type": "http.disconnect"}
 
 
 class ServiceUnavailable(RuntimeError):
@@ -150,10 +227,13 @@ def create_app(database_url: str | Callable[[], str], secret: str | Callable[[],
     :param esp_fetch: fetches SNS certificates and subscription URLs
         (:func:`outreach.web.esp_webhooks.fetch_sns`).
     :returns: a FastAPI app serving ``/unsubscribe/{token}`` (GET, HEAD, POST) and the ESP
-        webhooks ``/esp/…`` (:mod:`outreach.web.esp_webhooks`), and nothing else.
+        webhooks ``/esp/…`` (:mod:`outreach.web.esp_webhooks`), and nothing else; bodies capped
+        at :data:`MAX_BODY_BYTES`, a webhook's at :data:`outreach.web.esp_webhooks.MAX_BODY`
+        (:class:`BodyLimit`).
     """
     url, key = _Lazy(database_url, "outreach database URL"), _Lazy(secret, "unsubscribe secret")
     app = FastAPI(title="outreach unsubscribe", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(BodyLimit, larger={"/esp/": ESP_MAX_BODY})
 
     def email_id_of(token: str) -> int:
         if len(token) > _MAX_TOKEN:
