@@ -20,7 +20,7 @@ Authentication, per provider (sources: each provider's webhook documentation; RE
   ``X-Twilio-Email-Event-Webhook-Signature`` / ``-Timestamp``), public key
   ``OUTREACH_SENDGRID_WEBHOOK_PUBLIC_KEY`` (base64 DER, from the account).
 * **Mailgun**: hex HMAC-SHA256 of ``timestamp + token`` with ``OUTREACH_MAILGUN_SIGNING_KEY``;
-  the timestamp within :attr:`EspSettings.esp_replay_window_seconds` of now; a token used twice
+  the timestamp within :attr:`outreach.settings.EspSettings.esp_replay_window_seconds` of now; a token used twice
   is refused (``outreach.esp_tokens``).
 * **Postmark** (no signature scheme): a secret in the URL path or as HTTP basic auth password,
   ``OUTREACH_POSTMARK_WEBHOOK_SECRET``, compared in constant time.
@@ -147,7 +147,7 @@ def verify_sns(body: dict[str, Any], topics: Iterable[str], fetch: Callable[[str
     """Check an SNS message's signature and topic.
 
     :param body: the POSTed JSON object.
-    :param topics: the topic ARNs that are ours (:attr:`EspSettings.ses_topic_arns`).
+    :param topics: the topic ARNs that are ours (:attr:`outreach.settings.EspSettings.ses_topic_arns`).
     :param fetch: ``url -> bytes`` of the PEM certificate (called only for an SNS host).
     :raises WebhookAuthError: unknown type or topic, a certificate not on an SNS host, a bad
         signature.

@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import NameOID
 
-from outreach.esp import EspSettings
 from outreach.queue import queue_due
+from outreach.settings import EspSettings
 from outreach.web.unsubscribe_app import create_app
 from support.flow import import_demo, rows, scalar, send_all
 from support.webservice import RunningService

@@ -8,7 +8,7 @@
 
 Answers: 200 with ``{"events": n, "applied": n, "duplicates": n}``; 401 when the request is not
 authentically the provider's (nothing changes); 400 for an authentic body we cannot read; 404
-when the provider is not configured (its key unset, :class:`outreach.esp.EspSettings`); 413 for a
+when the provider is not configured (its key unset, :class:`outreach.settings.EspSettings`); 413 for a
 body over :data:`MAX_BODY`; 503 when the database is unreachable (the provider retries). The
 rules live in :mod:`outreach.esp`.
 """
@@ -29,7 +29,7 @@ from starlette.concurrency import run_in_threadpool
 
 from outreach import db, esp
 from outreach.logutil import log
-from outreach.settings import SettingsError
+from outreach.settings import EspSettings, SettingsError
 
 MAX_BODY = 1024 * 1024
 """Bytes a webhook body may have (SendGrid batches events; each is well under 1 KB); the app's
@@ -48,7 +48,7 @@ def _answer(status: int, **body: Any) -> JSONResponse:
 
 
 def add_routes(app: FastAPI, database_url: Callable[[], str], *,
-               settings: Callable[[], esp.EspSettings] = esp.EspSettings,
+               settings: Callable[[], EspSettings] = EspSettings,
                fetch: Callable[[str], bytes] = fetch_sns) -> None:
     """Add the ``/esp/…`` endpoints to ``app``.
 
@@ -76,7 +76,7 @@ def add_routes(app: FastAPI, database_url: Callable[[], str], *,
         return {"events": len(events), "applied": applied, "duplicates": len(events) - applied}
 
     async def handle(provider: str, request: Request,
-                     work: Callable[[esp.EspSettings, bytes], tuple[list[esp.EspEvent], str | None]]
+                     work: Callable[[EspSettings, bytes], tuple[list[esp.EspEvent], str | None]]
                      ) -> JSONResponse:
         body = await request.body()  # at most MAX_BODY: the app's BodyLimit answered 413 above it
         try:
@@ -114,7 +114,7 @@ def add_routes(app: FastAPI, database_url: Callable[[], str], *,
     @app.post("/esp/ses")
     async def ses(request: Request) -> JSONResponse:
         """Amazon SES through SNS."""
-        def work(config: esp.EspSettings, body: bytes) -> tuple[list[esp.EspEvent], str | None]:
+        def work(config: EspSettings, body: bytes) -> tuple[list[esp.EspEvent], str | None]:
             topics = need(config.ses_topic_arns, "OUTREACH_SES_TOPIC_ARNS", "SES")
             try:
                 message = json.loads(body)
@@ -138,7 +138,7 @@ def add_routes(app: FastAPI, database_url: Callable[[], str], *,
     @app.post("/esp/sendgrid")
     async def sendgrid(request: Request) -> JSONResponse:
         """SendGrid's Signed Event Webhook."""
-        def work(config: esp.EspSettings, body: bytes) -> tuple[list[esp.EspEvent], str | None]:
+        def work(config: EspSettings, body: bytes) -> tuple[list[esp.EspEvent], str | None]:
             key = need(config.sendgrid_webhook_public_key, "OUTREACH_SENDGRID_WEBHOOK_PUBLIC_KEY",
                        "SendGrid")
             esp.verify_sendgrid(key, request.headers.get("x-twilio-email-event-webhook-signature"),
@@ -150,7 +150,7 @@ def add_routes(app: FastAPI, database_url: Callable[[], str], *,
     @app.post("/esp/mailgun")
     async def mailgun(request: Request) -> JSONResponse:
         """Mailgun webhooks (JSON)."""
-        def work(config: esp.EspSettings, body: bytes) -> tuple[list[esp.EspEvent], str | None]:
+        def work(config: EspSettings, body: bytes) -> tuple[list[esp.EspEvent], str | None]:
             key = need(config.mailgun_signing_key, "OUTREACH_MAILGUN_SIGNING_KEY", "Mailgun")
             try:
                 payload = json.loads(body)
@@ -161,7 +161,7 @@ def add_routes(app: FastAPI, database_url: Callable[[], str], *,
         return await handle("mailgun", request, work)
 
     def postmark_work(presented: str | None) -> Callable[..., tuple[list[esp.EspEvent], str | None]]:
-        def work(config: esp.EspSettings, body: bytes) -> tuple[list[esp.EspEvent], str | None]:
+        def work(config: EspSettings, body: bytes) -> tuple[list[esp.EspEvent], str | None]:
             secret = need(config.postmark_webhook_secret, "OUTREACH_POSTMARK_WEBHOOK_SECRET",
                           "Postmark")
             esp.verify_postmark(secret, presented)

@@ -33,8 +33,8 @@ from fastapi.responses import HTMLResponse
 from starlette.concurrency import run_in_threadpool
 
 from outreach import db
-from outreach.esp import EspSettings
 from outreach.logutil import log, mask
+from outreach.settings import EspSettings
 from outreach.store import emails as emails_store
 from outreach.suppression import is_suppressed
 from outreach.tokens import MAX_AGE_SECONDS, TokenError, read_token
@@ -223,7 +223,7 @@ def create_app(database_url: str | Callable[[], str], secret: str | Callable[[],
     :param database_url: the outreach database URL, or a callable returning it.
     :param secret: the HMAC secret of unsubscribe tokens (the one the sender used), or a callable.
     :param max_age: seconds a token stays valid (default :data:`outreach.tokens.MAX_AGE_SECONDS`).
-    :param esp_settings: builds the ESP webhooks' keys (:class:`outreach.esp.EspSettings`).
+    :param esp_settings: builds the ESP webhooks' keys (:class:`outreach.settings.EspSettings`).
     :param esp_fetch: fetches SNS certificates and subscription URLs
         (:func:`outreach.web.esp_webhooks.fetch_sns`).
     :returns: a FastAPI app serving ``/unsubscribe/{token}`` (GET, HEAD, POST) and the ESP
