@@ -181,7 +181,8 @@ _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                         r"mailbox not (found|available)|is not a valid (mailbox|user)|"
                         r"there is no one at this address|destination address (is )?invalid|"
                         r"recipient name is not recognized|not listed in (the )?domino directory|"
-                        r"please check if (the )?address is correct"),
+                        r"please check if (the )?address is correct|"
+                        r"account that you tried to reach does not exist"),
         # Last: a queue that gave up ("Deferred: Connection timed out", Sendmail's final notice)
         # says less than any reason above.
         ("expired", r"deferred: connection timed out|cannot send message for \d+ days?"),

@@ -488,9 +488,11 @@ def test_user_unknown_under_a_filter_status_suppresses_only_when_said_to_rcpt():
                 "reputation.", "badreputation"),
     ("5.5.0", "550 5.5.0 The recipient account is blocked.", "suspend"),
     ("5.4.316", "550 5.4.316 Message expired, connection refused", "expired"),
+    ("5.0.0", "The email account that you tried to reach does not exist.", "userunknown"),
 ], ids=["exchange-online-dbeb", "domino-not-listed", "message-filtered", "rate-over-511",
         "resolver-over-544", "host-does-not-exist", "sender-rejected", "523-decides",
-        "frequency-limited", "ip-reputation", "account-blocked", "expired-refused"])
+        "frequency-limited", "ip-reputation", "account-blocked", "expired-refused",
+        "gmail-does-not-exist"])
 def test_words_that_looked_like_a_block(status, diagnostic, reason):
     assert reason_of(status, diagnostic) == reason
 
