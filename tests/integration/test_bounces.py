@@ -251,3 +251,39 @@ def test_the_smtp_time_and_the_dsn_5_7_1_end_in_the_same_state(db_url, tmp_path,
     from outreach.resolve import requeue_failed
 
     assert requeue_failed(db_url, "sender_refused", "ops", "policy fixed").requeued == [e["id"]]
+
+
+def test_the_cli_inbox_runs_the_rate_rules_and_lead_show_tells_why(db_url, tmp_path, sink,
+                                                                   settings, accounts):
+    import subprocess
+    import sys
+
+    from support.flow import cli_env
+
+    leads = [f"r{i}@rate.example" for i in range(20)]
+    sent = sent_campaign(db_url, tmp_path, settings, leads)
+    accounts.append("outreach_imap_anna", dsn(leads[0], sent[leads[0]]["message_id"], "5.1.1",
+                                              "550 5.1.1 <r0@rate.example>: user unknown"))
+    env = {**cli_env(db_url, sink, tmp_path), **accounts.env()}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "outreach.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    p = run("inbox")
+    assert p.returncode == 0, p.stderr
+    # 1 hard bounce in 20 sends = 5 % > 3 %: paused by the CLI's read, as by the DAG's.
+    assert "paused by the bounce_rate rule: hard-bounce rate 5 % (1 of 20" in p.stdout, p.stdout
+    assert scalar(db_url, "SELECT status FROM outreach.mailboxes WHERE id = 1") == "paused"
+    assert "Running detector" not in p.stdout + p.stderr and "INFO" not in p.stdout, p.stdout
+    show = run("lead", "show", leads[0])
+    assert show.returncode == 0, show.stderr
+    lines = show.stdout.splitlines()
+    assert any(" sent " in f" {line} " and "step 1" in line for line in lines), show.stdout
+    assert any("inbound hard_bounce" in line and "reason userunknown 5.1.1" in line
+               and "suppressed r***@rate.example (bounced" in line for line in lines), show.stdout
+    assert any(line.split()[3:4] == ["suppress"] and "bounced" in line for line in lines), show.stdout
+    assert any("enrolled" in line and "status suppressed" in line for line in lines), show.stdout
+    assert run("lead", "show", "nobody@nowhere.example").returncode == 1
+    report = run("report")
+    assert "hard_bounce  userunknown" in report.stdout, report.stdout
