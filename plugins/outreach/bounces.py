@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
+from outreach.addresses import normal_form
 from outreach.logutil import log, mask
 from outreach.mailboxes import pause
 from outreach.reasons import REASONS, owner_of, reason_of
@@ -152,7 +153,7 @@ def apply_failure(conn: Conn, *, email_id: int, mailbox_id: int | None, address:
     :param email_id: our email the failure is about (a report that names none of ours changes
         nothing: call :func:`apply_reported_failure`).
     :param mailbox_id: the mailbox that sent it (counts the block); ``None`` counts none.
-    :param address: the failed recipient, normal form.
+    :param address: the failed recipient (put in the normal form here).
     :param reason: a key of :data:`outreach.reasons.REASONS` (unknown keys are transient).
     :param status: RFC 3463 (``"5.7.26"``), or ``None``.
     :param diagnostic: the server's words (kept at most 500 characters).
@@ -166,6 +167,7 @@ def apply_failure(conn: Conn, *, email_id: int, mailbox_id: int | None, address:
     """
     settings = settings or BounceSettings()
     owner = owner or owner_of(reason)
+    address = normal_form(address).lower()
     diagnostic = diagnostic[:500] if diagnostic else None
     if owner == "none":
         return Effect(f"none: a delivery report ({reason}) changes nothing")

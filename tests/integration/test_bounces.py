@@ -287,3 +287,47 @@ def test_the_cli_inbox_runs_the_rate_rules_and_lead_show_tells_why(db_url, tmp_p
     assert run("lead", "show", "nobody@nowhere.example").returncode == 1
     report = run("report")
     assert "hard_bounce  userunknown" in report.stdout, report.stdout
+
+
+def test_apply_reported_failure_is_the_one_entry_for_other_reporters(db_url, tmp_path, sink,
+                                                                    settings):
+    """What the ESP webhooks will call: our Message-ID, the recipient, the report's own id."""
+    from outreach import db
+    from outreach.bounces import apply_reported_failure
+
+    leads = ["esp@gone.example", "keep@quiet.example"]
+    sent = sent_campaign(db_url, tmp_path, settings, leads)
+    ours = sent[leads[0]]["message_id"]
+
+    def report(message_id: str, source: str):
+        with db.transaction(db_url) as conn:
+            return apply_reported_failure(conn, message_id=f"<{message_id}>", recipient=leads[0],
+                                          reason=None, status="5.1.1",
+                                          diagnostic="550 5.1.1 no such user", source=source,
+                                          actor="esp")
+
+    assert not report("stranger@elsewhere.example", "esp:test:0").applied
+    assert scalar(db_url, "SELECT count(*) FROM outreach.suppressions") == 0
+    first = report(ours, "esp:test:1")
+    assert first.applied and first.suppressed, first
+    assert not report(ours, "esp:test:1").applied  # the same event again
+    assert not report(ours, "esp:test:2").applied  # another event about the same failure
+    assert rows(db_url, "SELECT source, reason, owner FROM outreach.delivery_failures") == [
+        {"source": "esp:test:1", "reason": "userunknown", "owner": "address"}]
+
+
+def test_a_large_backlog_is_read_in_one_run_and_large_messages_in_part(db_url, tmp_path, sink,
+                                                                       settings, accounts):
+    sent_campaign(db_url, tmp_path, settings, ["keep@quiet.example"])
+    for i in range(3):  # 3 MB each, of which 1 MB is read
+        accounts.append("outreach_imap_anna", mail("stranger@big.example", f"Photos {i}",
+                                                   ("y" * 998 + "\n") * 3000))
+    for i in range(30):
+        accounts.append("outreach_imap_anna", mail(f"s{i}@small.example", f"Hello {i}", "hi\n"))
+    (t,) = [t for t in plan_targets(db_url) if t["mailbox_id"] == 1]
+    part = read_target(db_url, t, imap_account, limit=10)
+    assert (part.fetched, part.left) == (10, 23), part.line()
+    rest = read_target(db_url, t, imap_account)
+    assert (rest.fetched, rest.left) == (23, 0), rest.line()
+    assert part.truncated + rest.truncated == 3
+    assert scalar(db_url, "SELECT count(*) FROM outreach.inbound_messages") == 33
