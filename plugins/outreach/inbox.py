@@ -14,12 +14,16 @@ is recognised by its Message-ID.
 
 Effects (the classes and their order: :mod:`outreach.inbound`):
 
-* ``hard_bounce``: the recipient of our email (matched by the Message-ID the bounce encloses,
-  else the latest email this mailbox sent to the bouncing address) is suppressed ``bounced``,
-  which cancels their queued steps; the row is recorded against the email (it *was* sent: the
-  send log stays) and counts toward the mailbox's bounce rate (``mailbox_bounce_counts``).
-* ``soft_bounce``: recorded against the email; nothing else.
-* ``complaint``: the recipient is suppressed ``complained``; it counts toward the complaint rate
+* ``hard_bounce``, ``soft_bounce``, ``sender_block``: a report of a failure of our email, matched
+  by the Message-ID the report encloses (or its In-Reply-To/References); its effect is decided by
+  its reason's owner in :func:`outreach.bounces.apply_failure` (address gone: suppressed
+  ``bounced``; transient: suppressed after repeated soft bounces; sender refused: the mailbox
+  counts the block, the lead is not suppressed). The email stays ``sent`` (the send log stays).
+  A report that names none of our Message-IDs is recorded against the lead it mentions and
+  changes nothing (a stranger could mail us one).
+* ``delivery_report``: a DSN saying delayed, relayed or delivered: recorded, nothing else.
+* ``complaint``: the recipient of the email the report names (by Message-ID, as above) is
+  suppressed ``complained``; it counts toward the complaint rate
   (:func:`outreach.health.pause_on_complaint_rate`).
 * ``unsubscribe``: the one-click path (:func:`outreach.suppression.unsubscribe_email`) when the
   mail carries a valid token of an email row (List-Unsubscribe's mailto subject); else the sender's
@@ -27,7 +31,9 @@ Effects (the classes and their order: :mod:`outreach.inbound`):
   cancelled in the same transaction either way.
 * ``auto_reply``: recorded; the enrolment stops (``stopped``) only when the campaign says
   ``stop_on_auto_reply: true``.
-* ``reply``: matched by In-Reply-To / References against our Message-IDs (the send log), else by
+* ``reply``: never an automated message (:func:`automated`: null sender, MAILER-DAEMON,
+  multipart/report, Auto-Submitted …, which is ``unmatched`` whatever its Subject); matched by
+  In-Reply-To / References against our Message-IDs (the send log), else by
   the sender's address to a lead with an active enrolment in this mailbox: the enrolment stops
   (``replied``) and its queued steps are cancelled (``outreach.stop_enrollment``); with
   ``stop_on_domain_reply: true`` every other active lead of the same company domain in that

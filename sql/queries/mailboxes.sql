@@ -259,7 +259,8 @@ ORDER BY m.id;
 
 -- name: mailbox_bounce_counts
 -- Per mailbox, over the last %(window)s (28 days) or since the last operator resume if later:
--- sends = emails handed off with a final verdict (sent, or failed permanently), and hard bounces
+-- sends = emails handed off with a final verdict (sent, or failed permanently, also as
+-- 'sender_refused'), and hard bounces
 -- among them = a permanent failure at RCPT with a 5.1.x reply (outreach.send stores last_error as
 -- 'RCPT 550 5.1.1 …'), a hard bounce the inbox reader recorded against the email (a DSN that
 -- arrived after the server accepted it), or the address now suppressed with reason 'bounced';
@@ -296,7 +297,7 @@ SELECT mb.id, mb.address, mb.status, mb.since,
 FROM mb
 LEFT JOIN outreach.emails e
        ON e.mailbox_id = mb.id AND e.claimed_at >= mb.since
-      AND (e.status = 'sent' OR e.failure_kind = 'permanent')
+      AND (e.status = 'sent' OR e.failure_kind IN ('permanent', 'sender_refused'))
 LEFT JOIN outreach.leads l ON l.id = e.lead_id
 GROUP BY mb.id, mb.address, mb.status, mb.since
 ORDER BY mb.id;

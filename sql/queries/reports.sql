@@ -166,24 +166,26 @@ ORDER BY d.mailbox_id, d.day;
 
 -- name: report_mailbox_health
 -- Per mailbox over the last %(window)s: sends (handed off with a final verdict, as the
--- bounce-rate rule counts them), hard bounces (the same rule) and complaints (recipients
--- suppressed as 'complained'); paused state with who, when and why.
+-- bounce-rate rule counts them), hard bounces (the same rule, per address) and complaints
+-- (recipients suppressed as 'complained', per address); paused state with who, when and why.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT m.id, m.label, m.display_name, m.address, m.status, m.paused_by, m.paused_at, m.paused_reason,
        count(e.id)::integer AS sends,
-       count(e.id) FILTER (WHERE
+       count(DISTINCT lower(coalesce(l.email, e.recipient))) FILTER (WHERE
            (e.failure_kind = 'permanent' AND e.last_error ~ '^RCPT 5[0-9][0-9] (.* )?5\.1\.[0-9]+')
+           OR EXISTS (SELECT 1 FROM outreach.delivery_failures f
+                      WHERE f.email_id = e.id AND f.owner = 'address')
            OR EXISTS (SELECT 1 FROM outreach.suppressions s
                       WHERE s.kind = 'address' AND s.value = lower(coalesce(l.email, e.recipient))
                         AND s.reason = 'bounced'))::integer AS hard_bounces,
-       count(e.id) FILTER (WHERE EXISTS (
+       count(DISTINCT lower(coalesce(l.email, e.recipient))) FILTER (WHERE EXISTS (
            SELECT 1 FROM outreach.suppressions s
            WHERE s.kind = 'address' AND s.value = lower(coalesce(l.email, e.recipient))
              AND s.reason = 'complained'))::integer AS complaints
 FROM outreach.mailboxes m CROSS JOIN n
 LEFT JOIN outreach.emails e
        ON e.mailbox_id = m.id AND e.claimed_at >= n.now - %(window)s::interval
-      AND (e.status = 'sent' OR e.failure_kind = 'permanent')
+      AND (e.status = 'sent' OR e.failure_kind IN ('permanent', 'sender_refused'))
 LEFT JOIN outreach.leads l ON l.id = e.lead_id
 GROUP BY m.id
 ORDER BY m.id;
