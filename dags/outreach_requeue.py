@@ -29,9 +29,10 @@ from outreach.airflow import defaults, tasks
     doc_md=__doc__,
     **defaults.dag_kwargs(operator=True),
     params={
-        "failed_kind": Param("retries_exhausted", type="string", enum=["retries_exhausted"],
+        "failed_kind": Param("retries_exhausted", type="string", enum=["retries_exhausted", "sender_refused"],
                              title="Failure kind",
-                             values_display={"retries_exhausted": "Not accepted, attempts used up"}),
+                             values_display={"retries_exhausted": "Not accepted, attempts used up",
+                                             "sender_refused": "Refused for a reason of ours (fixed)"}),
         "email_ids": Param([], type="array", items={"type": "integer"}, title="Email ids",
                            description="Leave empty to select by campaign and/or mailbox."),
         "campaign_key": Param(None, type=["null", "string"], title="Campaign key"),

@@ -307,12 +307,17 @@ CREATE TABLE outreach.emails (
     late_accepted_at       timestamptz,
     late_accept_reply      text,
     late_accept_message_id text,
+    -- The last delivery failure (0091, issue 23): at SMTP time or by a DSN read later.
+    failure_reason     text,   -- outreach.reasons key ('authfailure', 'userunknown' ...)
+    failure_status     text,   -- its RFC 3463 status ('5.7.26'), when one was given
+    failure_diagnostic text,   -- the server's words (<= 500 characters)
     CONSTRAINT outreach_emails_lead_step_key UNIQUE (lead_id, step_id),
     CONSTRAINT outreach_emails_idempotency_key_key UNIQUE (idempotency_key),
     CONSTRAINT outreach_emails_attempts_check CHECK (attempts >= 0),
     CONSTRAINT outreach_emails_failure_kind_check CHECK (
         (status = 'failed') = (failure_kind IS NOT NULL)
-        AND failure_kind IN ('permanent', 'retries_exhausted', 'unconfirmed', 'render', 'operator')
+        AND failure_kind IN ('permanent', 'retries_exhausted', 'unconfirmed', 'render', 'operator',
+                             'sender_refused')
     ),
     CONSTRAINT outreach_emails_claim_check CHECK (
         status <> 'sending' OR (claim_token IS NOT NULL AND claimed_at IS NOT NULL)
@@ -391,7 +396,8 @@ CREATE TABLE outreach.email_resolutions (
 );
 
 -- Operator requeues of not-accepted failures (outreach requeue: email_requeue_failed). Only
--- 'retries_exhausted': nothing was accepted, so a new attempt cannot send twice.
+-- 'retries_exhausted' and 'sender_refused': nothing was accepted, so a new attempt cannot send
+-- twice.
 CREATE TABLE outreach.email_requeues (
     id           bigserial PRIMARY KEY,
     email_id     bigint NOT NULL REFERENCES outreach.emails (id),
@@ -401,7 +407,8 @@ CREATE TABLE outreach.email_requeues (
     requeued_by  text NOT NULL,
     reason       text NOT NULL,
     requeued_at  timestamptz NOT NULL DEFAULT now(),
-    CONSTRAINT outreach_email_requeues_kind_check CHECK (failure_kind = 'retries_exhausted'),
+    CONSTRAINT outreach_email_requeues_kind_check
+        CHECK (failure_kind IN ('retries_exhausted', 'sender_refused')),
     CONSTRAINT outreach_email_requeues_by_check CHECK (length(btrim(requeued_by)) > 0),
     CONSTRAINT outreach_email_requeues_reason_check CHECK (length(btrim(reason)) > 0)
 );
@@ -553,16 +560,42 @@ CREATE TABLE outreach.inbound_messages (
     effect       text NOT NULL DEFAULT 'none',
     received_at  timestamptz,
     recorded_at  timestamptz NOT NULL DEFAULT now(),
+    reason       text,   -- outreach.reasons key (bounces, blocks, reports, complaints; 0091)
+    diagnostic   text,   -- the report's Diagnostic-Code or the bounce's text (<= 500)
     CONSTRAINT outreach_inbound_messages_uid_key UNIQUE (account, folder, uidvalidity, uid),
     CONSTRAINT outreach_inbound_messages_message_id_key UNIQUE (account, message_id),
     CONSTRAINT outreach_inbound_messages_class_check CHECK (class IN (
         'hard_bounce',  -- permanent failure (DSN 5.x.x): the address is suppressed 'bounced'
-        'soft_bounce',  -- transient failure or delay (4.x.x): recorded only
+        'soft_bounce',  -- transient failure (mailbox full, 4.x.x): suppressed after repeats
+        'sender_block', -- refused for something of ours (DMARC, blocklist): the mailbox counts it
+        'delivery_report', -- a DSN saying delayed, relayed or delivered: no effect
         'complaint',    -- ARF feedback report (RFC 5965): suppressed 'complained'
         'unsubscribe',  -- mail to the List-Unsubscribe mailto, or "unsubscribe" as first line
         'auto_reply',   -- RFC 3834 and the common out-of-office forms: recorded only (by default)
         'reply',        -- a person answered one of our emails: the enrolment stops ('replied')
         'unmatched'))   -- anything else, or a reply we cannot tie to a lead: no effect
+);
+
+-- One row per delivery failure of one recipient, whatever reported it (0091, issue 23): the effect
+-- is applied only by whoever inserted the row (ON CONFLICT DO NOTHING RETURNING), so a report
+-- read twice, two reports of one failure, or an SMTP failure and a DSN about the same email
+-- apply once. The rules count these rows (outreach.bounces).
+CREATE TABLE outreach.delivery_failures (
+    id          bigserial PRIMARY KEY,
+    -- Who reported it: 'smtp:<email id>:<claim token>', 'inbound:<inbound id>',
+    -- 'esp:<provider>:<event id>'.
+    source      text NOT NULL,
+    email_id    bigint REFERENCES outreach.emails (id),
+    mailbox_id  bigint REFERENCES outreach.mailboxes (id),
+    address     text NOT NULL,            -- the failed recipient, normal form
+    reason      text NOT NULL,            -- outreach.reasons key
+    owner       text NOT NULL,
+    status      text,                     -- RFC 3463
+    diagnostic  text,
+    occurred_at timestamptz NOT NULL,     -- when it was reported (the soft-bounce rule's day)
+    CONSTRAINT outreach_delivery_failures_source_key UNIQUE (source),
+    CONSTRAINT outreach_delivery_failures_owner_check
+        CHECK (owner IN ('address', 'sender', 'transient'))
 );
 
 -- How far the reader got per account, folder and UIDVALIDITY; advanced only upwards, in the same
@@ -640,6 +673,18 @@ CREATE INDEX outreach_inbound_messages_email_idx ON outreach.inbound_messages (e
 CREATE INDEX outreach_alerts_created_idx ON outreach.alerts (created_at);
 -- The ESP events of an email (lead show, the campaign page).
 CREATE INDEX outreach_esp_events_email_idx ON outreach.esp_events (email_id);
+-- One failure per email and recipient after the handoff: a second report of it (another DSN,
+-- the same bounce forwarded, an ESP event after the DSN) is not a second bounce. Our own SMTP
+-- session reports once per claim ('smtp:<email id>:<claim token>'): a requeued email refused
+-- again is a second block.
+CREATE UNIQUE INDEX outreach_delivery_failures_email_key
+    ON outreach.delivery_failures (email_id, address)
+    WHERE email_id IS NOT NULL AND source NOT LIKE 'smtp:%';
+-- The soft-bounce rule reads an address's failures; the block rule a mailbox's.
+CREATE INDEX outreach_delivery_failures_address_idx
+    ON outreach.delivery_failures (address, occurred_at);
+CREATE INDEX outreach_delivery_failures_mailbox_idx
+    ON outreach.delivery_failures (mailbox_id, occurred_at) WHERE owner = 'sender';
 
 -- =============================================================================================
 -- 4. Functions (bodies exactly as their latest migration wrote them)

@@ -14,8 +14,11 @@ feedback-loop complaints arrive:
   happens.
 * **Hard-bounce rate** (:func:`pause_on_bounce_rate`), our own signal whatever Postmaster says:
   above 3 % (0.03) of at least 20 sends over the last 28 days, the mailbox is paused by
-  ``bounce-rate``. A hard bounce is a permanent failure at RCPT with a 5.1.x reply, or an address
-  suppressed as 'bounced' (see ``mailbox_bounce_counts`` in ``sql/queries/mailboxes.sql``).
+  ``bounce-rate``. A hard bounce is a failure whose reason's owner is "the address is gone"
+  (:mod:`outreach.bounces`, at SMTP time or by a DSN), or an address suppressed as 'bounced';
+  counted once per address (see ``mailbox_bounce_counts`` in ``sql/queries/mailboxes.sql``).
+  Sender blocks (DMARC, blocklists …) are not bounces: they have their own pause rule
+  (:mod:`outreach.bounces`, docs/explanation/bounces-and-complaints.md).
 * **Complaint rate** (:func:`pause_on_complaint_rate`): feedback-loop complaints (ARF reports the
   inbox reader recorded, or addresses suppressed as 'complained') above 0.1 % (0.001) of the
   same sends, after the same minimum and window as the bounce rule, pause the mailbox by

@@ -23,6 +23,11 @@ from typing import Any
 
 FETCH_CHUNK = 25
 """Messages fetched per FETCH command (bounded memory; a bounce can carry a large original)."""
+MAX_MESSAGE_BYTES = 1024 * 1024
+"""Bytes of one message read at most (``BODY.PEEK[]<0.N>``, RFC 3501 §6.4.5 partial fetch):
+the header, the text and a report's parts come first; what a 25 MB reply carries beyond (its
+attachments) is never needed to classify it. Such a message is marked ``truncated``. Memory
+of a read is then at most :data:`FETCH_CHUNK` × this, whatever the messages' sizes."""
 
 
 class ImapError(RuntimeError):
@@ -63,6 +68,7 @@ class Fetched:
     uid: int
     raw: bytes
     internaldate: dt.datetime | None
+    truncated: bool = False  # larger than MAX_MESSAGE_BYTES: ``raw`` is its first part
 
 
 def _reason(exc: BaseException) -> str:
@@ -164,26 +170,31 @@ class ImapSession:
             raise ImapError("SEARCH", _reason(exc)) from None
 
     def fetch(self, uids: list[int]) -> Iterator[Fetched]:
-        r"""Yield the messages ``uids`` with ``BODY.PEEK[]`` (never sets ``\Seen``), in UID
-        order, :data:`FETCH_CHUNK` at a time. A UID expunged meanwhile is skipped.
+        r"""Yield the messages ``uids`` with ``BODY.PEEK[]<0.N>`` (never sets ``\Seen``; at
+        most :data:`MAX_MESSAGE_BYTES` of each, with ``RFC822.SIZE`` saying whether it was cut),
+        in UID order, :data:`FETCH_CHUNK` at a time. A UID expunged meanwhile is skipped.
 
         :raises ImapError: at FETCH.
         """
+        part = f"BODY.PEEK[]<0.{MAX_MESSAGE_BYTES}>"
         for start in range(0, len(uids), FETCH_CHUNK):
             chunk = uids[start:start + FETCH_CHUNK]
             try:
-                data = self.client.fetch(chunk, ["BODY.PEEK[]", "INTERNALDATE"])
+                data = self.client.fetch(chunk, [part, "INTERNALDATE", "RFC822.SIZE"])
             except Exception as exc:  # noqa: BLE001 - every failure here is this stage's ImapError
                 raise ImapError("FETCH", _reason(exc)) from None
             for uid in chunk:
-                item = data.get(uid)
-                if not item or b"BODY[]" not in item:
+                item = data.pop(uid, None)
+                body = None if not item else next(
+                    (v for k, v in item.items() if k.startswith(b"BODY[]")), None)
+                if body is None:
                     continue
                 when = item.get(b"INTERNALDATE")
                 if isinstance(when, dt.datetime):
                     when = (when.astimezone(dt.UTC) if when.tzinfo
                             else when.replace(tzinfo=dt.UTC))
-                yield Fetched(uid, bytes(item[b"BODY[]"]), when)
+                size = int(item.get(b"RFC822.SIZE") or 0)
+                yield Fetched(uid, bytes(body), when, size > MAX_MESSAGE_BYTES)
 
     def sent_folder(self) -> str | None:
         r"""Return the folder flagged ``\Sent`` (special use, RFC 6154: Gmail's

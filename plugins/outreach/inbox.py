@@ -14,12 +14,16 @@ is recognised by its Message-ID.
 
 Effects (the classes and their order: :mod:`outreach.inbound`):
 
-* ``hard_bounce``: the recipient of our email (matched by the Message-ID the bounce encloses,
-  else the latest email this mailbox sent to the bouncing address) is suppressed ``bounced``,
-  which cancels their queued steps; the row is recorded against the email (it *was* sent: the
-  send log stays) and counts toward the mailbox's bounce rate (``mailbox_bounce_counts``).
-* ``soft_bounce``: recorded against the email; nothing else.
-* ``complaint``: the recipient is suppressed ``complained``; it counts toward the complaint rate
+* ``hard_bounce``, ``soft_bounce``, ``sender_block``: a report of a failure of our email, matched
+  by the Message-ID the report encloses (or its In-Reply-To/References); its effect is decided by
+  its reason's owner in :func:`outreach.bounces.apply_failure` (address gone: suppressed
+  ``bounced``; transient: suppressed after repeated soft bounces; sender refused: the mailbox
+  counts the block, the lead is not suppressed). The email stays ``sent`` (the send log stays).
+  A report that names none of our Message-IDs is recorded against the lead it mentions and
+  changes nothing (a stranger could mail us one).
+* ``delivery_report``: a DSN saying delayed, relayed or delivered: recorded, nothing else.
+* ``complaint``: the recipient of the email the report names (by Message-ID, as above) is
+  suppressed ``complained``; it counts toward the complaint rate
   (:func:`outreach.health.pause_on_complaint_rate`).
 * ``unsubscribe``: the one-click path (:func:`outreach.suppression.unsubscribe_email`) when the
   mail carries a valid token of an email row (List-Unsubscribe's mailto subject); else the sender's
@@ -27,7 +31,9 @@ Effects (the classes and their order: :mod:`outreach.inbound`):
   cancelled in the same transaction either way.
 * ``auto_reply``: recorded; the enrolment stops (``stopped``) only when the campaign says
   ``stop_on_auto_reply: true``.
-* ``reply``: matched by In-Reply-To / References against our Message-IDs (the send log), else by
+* ``reply``: never an automated message (:func:`automated`: null sender, MAILER-DAEMON,
+  multipart/report, Auto-Submitted …, which is ``unmatched`` whatever its Subject); matched by
+  In-Reply-To / References against our Message-IDs (the send log), else by
   the sender's address to a lead with an active enrolment in this mailbox: the enrolment stops
   (``replied``) and its queued steps are cancelled (``outreach.stop_enrollment``); with
   ``stop_on_domain_reply: true`` every other active lead of the same company domain in that
@@ -47,9 +53,11 @@ import psycopg
 
 from outreach import db, failpoints
 from outreach.addresses import normal_form
+from outreach.bounces import apply_failure, kind_of
 from outreach.imap import ImapAccount, ImapError, ImapSession
 from outreach.inbound import Classified, Inbound, classify
 from outreach.logutil import log, mask, mask_addresses
+from outreach.reasons import reason_of
 from outreach.store import emails as emails_store
 from outreach.store import enrollments as enrollments_store
 from outreach.store import inbound as inbound_store
@@ -57,8 +65,6 @@ from outreach.store import leads as leads_store
 from outreach.suppression import suppress, unsubscribe_email
 
 FOLDER = "INBOX"
-MAX_PER_RUN = 500
-"""Messages one read of an account handles at most; the next run goes on from the cursor."""
 ACTOR = "inbox"
 FREE_MAIL_DOMAINS = frozenset({
     "gmail.com", "googlemail.com", "outlook.com", "hotmail.com", "live.com", "msn.com",
@@ -70,8 +76,12 @@ FREE_MAIL_DOMAINS = frozenset({
 AccountLoader = Callable[[str], ImapAccount]
 """Given an Airflow IMAP connection id, return the account (raise when it cannot)."""
 
-COUNTED = ("reply", "auto_reply", "hard_bounce", "soft_bounce", "complaint", "unsubscribe",
-           "unmatched", "already_seen")
+COUNTED = ("reply", "auto_reply", "hard_bounce", "soft_bounce", "sender_block",
+           "delivery_report", "complaint", "unsubscribe", "unmatched", "already_seen")
+OWNERS = {"hard_bounce": "address", "soft_bounce": "transient", "sender_block": "sender"}
+"""The owner a bounce class implies, for a report that told no reason (no status, diagnostic)."""
+REPORTS = ("hard_bounce", "soft_bounce", "sender_block", "delivery_report", "complaint")
+"""Classes that report on one of our emails: matched by our Message-ID, never by a reply."""
 
 
 class InboxError(RuntimeError):
@@ -95,10 +105,14 @@ class InboxSummary:
     auto_reply: int = 0
     hard_bounce: int = 0
     soft_bounce: int = 0
+    sender_block: int = 0
+    delivery_report: int = 0
     complaint: int = 0
     unsubscribe: int = 0
     unmatched: int = 0
     already_seen: int = 0
+    truncated: int = 0   # messages above outreach.imap.MAX_MESSAGE_BYTES, read in part
+    left: int = 0        # messages waiting for the next run (only with a limit)
     uidvalidity: int | None = None
     error: str = ""
 
@@ -107,8 +121,10 @@ class InboxSummary:
         text = (f"inbox {self.label} (connection {self.conn_id}): fetched={self.fetched} "
                 f"replies={self.reply} auto_replies={self.auto_reply} "
                 f"hard_bounces={self.hard_bounce} soft_bounces={self.soft_bounce} "
+                f"sender_blocks={self.sender_block} delivery_reports={self.delivery_report} "
                 f"complaints={self.complaint} unsubscribes={self.unsubscribe} "
-                f"unmatched={self.unmatched} already_seen={self.already_seen}")
+                f"unmatched={self.unmatched} already_seen={self.already_seen} "
+                f"truncated={self.truncated} left={self.left}")
         return text + (f" FAILED {self.error}" if self.error else "")
 
     def to_dict(self) -> dict[str, Any]:
@@ -142,7 +158,8 @@ def plan_targets(url: str) -> list[dict[str, Any]]:
 
 
 def read_target(url: str, target: dict[str, Any], accounts: AccountLoader, *,
-                unsubscribe_secret: str | None = None, limit: int = MAX_PER_RUN) -> InboxSummary:
+                unsubscribe_secret: str | None = None, limit: int | None = None,
+                now: dt.datetime | None = None) -> InboxSummary:
     """Read one account's INBOX (read-only, ``BODY.PEEK``) from where the last run stopped and
     process every new message (see the module docstring).
 
@@ -150,7 +167,12 @@ def read_target(url: str, target: dict[str, Any], accounts: AccountLoader, *,
     :param accounts: turns the connection id into an :class:`~outreach.imap.ImapAccount`.
     :param unsubscribe_secret: the HMAC secret of unsubscribe tokens (a mailto unsubscribe's
         subject carries one); without it such mail is handled by its sender's address.
-    :param limit: messages at most in this read (the rest wait for the next run).
+    :param limit: messages at most in this read (the rest wait for the next run, and the
+        summary's ``left`` says how many); default none: the whole backlog is read in this run,
+        :data:`outreach.imap.FETCH_CHUNK` messages in memory at a time, each committed as it
+        is processed (a run stopped midway loses nothing: the cursor is where it stopped).
+    :param now: a fixed clock (UTC) for the effects' rules (the soft-bounce days, the block
+        window); default the database clock.
     :returns: the summary (also logged as one line).
     :raises InboxError: the account could not be read (connection missing, CONNECT, LOGIN,
         SELECT, SEARCH or FETCH failed); what was processed before stays processed.
@@ -173,11 +195,15 @@ def read_target(url: str, target: dict[str, Any], accounts: AccountLoader, *,
                     first = inbound_store.inbound_first_send(
                         conn, mailbox_ids=target["mailbox_ids"])
                     since = ((first or dt.datetime.now(dt.UTC)) - dt.timedelta(days=1)).date()
-                uids = session.uids_after(last_uid if last_uid is not None else 0, since)[:limit]
+                uids = session.uids_after(last_uid if last_uid is not None else 0, since)
+                if limit is not None:
+                    uids, summary.left = uids[:limit], max(0, len(uids) - limit)
                 for fetched in session.fetch(uids):
                     summary.fetched += 1
+                    if fetched.truncated:
+                        summary.truncated += 1
                     outcome = _process(conn, target, uidvalidity, fetched.uid, fetched.raw,
-                                       fetched.internaldate, unsubscribe_secret)
+                                       fetched.internaldate, unsubscribe_secret, now)
                     setattr(summary, outcome, getattr(summary, outcome) + 1)
         except ImapError as exc:
             return _fail(summary, exc.stage, exc.reason)
@@ -195,16 +221,50 @@ def _fail(summary: InboxSummary, stage: str, reason: str) -> InboxSummary:
                      f"{summary.error}", summary)
 
 
+_AUTOMATED_HEADERS = ("Auto-Submitted", "X-Failed-Recipients", "X-Autoreply", "X-Autorespond",
+                      "X-Auto-Response-Suppress")
+
+
+def automated(raw: bytes) -> str:
+    """Why the message ``raw`` was written by a program, not a person (the header that says
+    so), or ``''``: a null reverse-path (``Return-Path: <>``, RFC 5321 §4.5.5), a sender
+    ``MAILER-DAEMON`` / ``postmaster`` (:data:`outreach.inbound.BOUNCE_SENDERS`),
+    ``multipart/report`` (RFC 6522), RFC 3834 ``Auto-Submitted`` (not ``no``),
+    ``X-Failed-Recipients`` (Exim) and the common auto-responder headers. Reads the header only.
+    The guard of issue 23: such a message never goes through reply matching."""
+    from email.parser import BytesHeaderParser
+    from email.utils import parseaddr
+
+    from outreach.inbound import BOUNCE_SENDERS
+
+    head = BytesHeaderParser().parsebytes(raw[:256 * 1024])
+    if str(head.get("Return-Path", "")).strip() == "<>":
+        return "Return-Path: <>"
+    sender = parseaddr(str(head.get("From", "")))[1].partition("@")[0].lower()
+    if sender in BOUNCE_SENDERS:
+        return f"From: {sender}@…"
+    if str(head.get("Content-Type", "")).strip().lower().startswith("multipart/report"):
+        return "Content-Type: multipart/report"
+    for name in _AUTOMATED_HEADERS:
+        value = head.get(name)
+        if value is not None and not (name == "Auto-Submitted"
+                                      and str(value).split(";")[0].strip().lower() == "no"):
+            return f"{name}: {str(value)[:40]}"
+    return ""
+
+
 def _process(conn: psycopg.Connection, target: dict[str, Any], uidvalidity: int, uid: int,
-             raw: bytes, received: dt.datetime | None, secret: str | None) -> str:
+             raw: bytes, received: dt.datetime | None, secret: str | None,
+             now: dt.datetime | None = None) -> str:
     """Classify, record and apply one message in one transaction; return the summary field it
     counts toward (a class, or ``already_seen``). A deadlock with a concurrent reader is retried."""
     inbound, verdict = (_without_nul(v) for v in classify(raw))
+    why_automated = automated(raw)
     for attempt in range(3):
         try:
             with conn.transaction():
                 outcome = _record_and_apply(conn, target, uidvalidity, uid, inbound, verdict,
-                                            received, secret)
+                                            received, secret, why_automated, now)
                 failpoints.hit("inbox_before_commit")
             failpoints.hit("inbox_after_commit")
             return outcome
@@ -267,14 +327,18 @@ def _match(conn, target: dict[str, Any], inbound: Inbound, verdict: Classified,
             email_id = None
         if email_id is not None:
             return _Match({"id": email_id}, None, how="unsubscribe token")
-    if verdict.kind in ("hard_bounce", "soft_bounce", "complaint"):
+    if verdict.kind in REPORTS:
+        # A report that names none of our Message-IDs is unverified (anyone can mail us one): it
+        # is recorded against the lead, for the timeline, but never against an email, and
+        # changes nothing (outreach.bounces, "Forged reports").
         for address in verdict.addresses:
             # Leads are stored in the normal form; a DSN names RCPT TO (the domain in ACE).
             latest = emails_store.email_latest_sent_to(conn, address=normal_form(address),
                                                        mailbox_id=target["mailbox_id"])
             if latest is not None:
-                return _Match(asdict(latest), latest.lead_id,
-                              how=f"latest email sent to {mask(address)}")
+                return _Match(None, latest.lead_id, how=f"unverified: names none of our "
+                              f"Message-IDs; latest email sent to {mask(address)} is "
+                              f"{latest.id}")
         return _Match()
     if inbound.from_address:
         lead = leads_store.lead_by_address(conn, address=normal_form(inbound.from_address))
@@ -287,14 +351,28 @@ def _match(conn, target: dict[str, Any], inbound: Inbound, verdict: Classified,
 
 
 def _record_and_apply(conn, target: dict[str, Any], uidvalidity: int, uid: int, inbound: Inbound,
-                      verdict: Classified, received: dt.datetime | None, secret: str | None) -> str:
-    match = _match(conn, target, inbound, verdict, secret)
-    kind = verdict.kind
+                      verdict: Classified, received: dt.datetime | None, secret: str | None,
+                      automated: str = "", now: dt.datetime | None = None) -> str:
+    told = bool(verdict.dsn_status or verdict.diagnostic)
+    kind = kind_of(verdict.kind, verdict.owner, verdict.evidence, told=told)
+    if kind in ("hard_bounce", "soft_bounce", "sender_block") and not told:
+        # Nothing to tell a reason from: the classifier's hard/soft stands (outreach.bounces).
+        verdict = dataclasses.replace(verdict, reason="undefined" if kind == "hard_bounce"
+                                      else "delayed")
+    verdict = dataclasses.replace(verdict, kind=kind)
+    evidence = verdict.evidence
+    if kind == "reply" and automated:
+        # An automated message is never a person's reply, whatever its Subject or In-Reply-To
+        # (issue 23): it never goes through reply matching.
+        kind, evidence = "unmatched", f"automated ({automated}): never a reply; {evidence}"
+        match = _Match()
+    else:
+        match = _match(conn, target, inbound, verdict, secret)
     if kind == "reply" and match.email is None and not match.enrollments:
         kind = "unmatched"
-    evidence = verdict.evidence + (f"; matched by {match.how}" if match.how else "")
+    evidence = evidence + (f"; matched by {match.how}" if match.how else "")
     address = (verdict.addresses[0] if verdict.addresses else None)
-    if match.email and match.email.get("email") and kind in ("hard_bounce", "soft_bounce", "complaint"):
+    if match.email and match.email.get("email") and kind in REPORTS:
         address = match.email["email"]
     inbound_store.inbound_cursor_advance(conn, account=target["conn_id"], folder=FOLDER,
                                          uidvalidity=uidvalidity, uid=uid)
@@ -304,10 +382,11 @@ def _record_and_apply(conn, target: dict[str, Any], uidvalidity: int, uid: int, 
         from_address=inbound.from_address, subject=inbound.subject, class_=kind,
         evidence=evidence[:500], email_id=match.email["id"] if match.email else None,
         lead_id=match.lead_id, address=address, dsn_status=verdict.dsn_status,
-        received_at=received)
+        received_at=received, reason=verdict.reason if kind in REPORTS else None,
+        diagnostic=verdict.diagnostic if kind in REPORTS else None)
     if inbound_id is None:
         return "already_seen"
-    effect = _apply(conn, kind, inbound_id, inbound, match, address)
+    effect = _apply(conn, kind, inbound_id, inbound, match, address, verdict, now)
     inbound_store.inbound_set_effect(conn, id=inbound_id, effect=effect[:500])
     log.info("inbound %s uid %s: %s (%s) -> %s", target["label"], uid, kind,
              mask_addresses(evidence[:120]), effect)
@@ -320,15 +399,22 @@ def _stop(conn, enrollment_id: int, status: str, reason: str) -> int:
 
 
 def _apply(conn, kind: str, inbound_id: int, inbound: Inbound, match: _Match,
-           address: str | None) -> str:
+           address: str | None, verdict: Classified, now: dt.datetime | None = None) -> str:
     """Apply the effect of one newly recorded message; return what was done, for people."""
     source = f"inbound:{inbound_id}"
-    if kind == "hard_bounce":
+    if kind == "delivery_report":
+        return "none: a delivery report (delayed, relayed or delivered) changes nothing"
+    if kind in ("hard_bounce", "soft_bounce", "sender_block"):
         if not (match.email and match.email.get("email")):
-            return "none: no email of ours matched"
-        added, cancelled = suppress(conn, match.email["email"], "bounced", source, actor=ACTOR)
-        return (f"suppressed {mask(match.email['email'])} (bounced), {cancelled} queued cancelled"
-                if added else f"{mask(match.email['email'])} was already suppressed")
+            return ("none: names none of our Message-IDs (unverified report: recorded only)"
+                    if match.how else "none: no email of ours matched")
+        told = bool(verdict.dsn_status or verdict.diagnostic)
+        reason = verdict.reason or reason_of(verdict.dsn_status, verdict.diagnostic)
+        return apply_failure(
+            conn, email_id=match.email["id"], mailbox_id=match.email.get("mailbox_id"),
+            address=match.email["email"], reason=reason, status=verdict.dsn_status,
+            diagnostic=verdict.diagnostic, source=source, actor=ACTOR, now=now,
+            owner=None if told else OWNERS[kind]).text
     if kind == "complaint":
         target = match.email["email"] if match.email and match.email.get("email") else None
         if target is None:

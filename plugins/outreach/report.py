@@ -27,7 +27,10 @@ def collect(url: str, *, now: Any = None) -> dict[str, Any]:
       (campaign, step, missing, leads);
     * ``mailboxes``: today's sends against the limit, pause status (address masked, ``name``);
     * ``funnel``: per campaign and step: enrolled, queued, sent, replied, bounced,
-      unsubscribed, unconfirmed, failed (``report_funnel``);
+      unsubscribed, unconfirmed, failed, complained, sender_blocked, stopped_domain_reply,
+      stopped_auto_reply (``report_funnel``);
+    * ``inbound``: inbound mail by class and reason: messages, and how many changed something
+      (``report_inbound_counts``);
     * ``health``: per mailbox over :data:`HISTORY_DAYS` days: sends, hard bounces, complaints
       and their rates (fractions), paused state with who, when, why (``report_mailbox_health``);
     * ``days``: per mailbox and local day: sent, cap, the day's warm-up limit and the domain's
@@ -52,6 +55,8 @@ def collect(url: str, *, now: Any = None) -> dict[str, Any]:
         last_import = asdict(latest) if latest is not None else None
         held = [asdict(r) for r in reports.report_missing_fields(conn, campaign_key=None)]
         funnel = [asdict(r) for r in reports.report_funnel(conn)]
+        inbound = [{"class": r.class_, "reason": r.reason, "messages": r.n, "applied": r.applied}
+                   for r in reports.report_inbound_counts(conn)]
         health = [asdict(r) for r in reports.report_mailbox_health(conn, now=now, window=window)]
         days = [asdict(r) for r in reports.report_mailbox_days(conn, now=now, days=HISTORY_DAYS)]
         names = {r.id: mailbox_name(r.label, r.display_name, r.address)
@@ -68,7 +73,7 @@ def collect(url: str, *, now: Any = None) -> dict[str, Any]:
     from outreach.resolve import unconfirmed_details
 
     return {"rows": rows, "mailboxes": mailboxes, "totals": totals, "last_import": last_import,
-            "held": held, "funnel": funnel, "health": health, "days": days,
+            "held": held, "funnel": funnel, "inbound": inbound, "health": health, "days": days,
             "spam_rate_threshold": HealthSettings.from_env().spam_rate_threshold,
             "unconfirmed": unconfirmed_details(url)}
 
@@ -86,9 +91,10 @@ def render_text(report: dict[str, Any]) -> str:
     """Return the report as text tables."""
     cols = ["queued", "sending", "sent", "failed", "unconfirmed", "suppressed", "cancelled"]
     parts = ["Emails by campaign, step and mailbox"]
-    parts.append(_table(["campaign", "step", "mailbox"] + cols + ["failed by reason"], [
+    parts.append(_table(["campaign", "step", "mailbox"] + cols + ["failed by kind",
+                                                                  "delivery failures by reason"], [
         [r["campaign"], r["step"] if r["step"] is not None else r["template"], r["mailbox_id"]]
-        + [r[c] for c in cols] + [r["failed_reasons"] or "-"]
+        + [r[c] for c in cols] + [r["failed_reasons"] or "-", r.get("failure_reasons") or "-"]
         for r in report["rows"]]))
     parts.append("\nMailboxes today (local day)")
     parts.append(_table(["mailbox", "address", "status", "sent today", "limit today", "reason"], [
@@ -101,6 +107,11 @@ def render_text(report: dict[str, Any]) -> str:
 
         parts.append("\nNot queued: leads lacking a field the step requires")
         parts += [f"  {held_line(h)}" for h in report["held"]]
+    if report.get("inbound"):
+        parts.append("\nInbound mail by class and reason (outreach lead show ADDRESS: one lead's)")
+        parts.append(_table(["class", "reason", "messages", "changed something"], [
+            [i["class"], i["reason"] or "-", i["messages"], i["applied"]]
+            for i in report["inbound"]]))
     t = report["totals"] or {}
     parts.append(f"\nsend log entries: {t.get('send_log', 0)}; emails: {t.get('emails', 0)}")
     return "\n".join(parts)

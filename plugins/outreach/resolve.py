@@ -267,7 +267,7 @@ def resolve_found(url: str, resolved_by: str, accounts: Callable[[str], Any], *,
     return result
 
 
-REQUEUE_KINDS = ("retries_exhausted",)
+REQUEUE_KINDS = ("retries_exhausted", "sender_refused")
 """Failure kinds an operator may requeue: not accepted by any attempt, so never sent twice."""
 
 
@@ -296,7 +296,8 @@ def requeue_failed(url: str, failure_kind: str, requeued_by: str, reason: str, *
     why and the failure it came from. Unconfirmed rows (may have gone out; see :func:`resolve`)
     and permanent failures are never requeued. The pre-send suppression check still applies.
 
-    :param failure_kind: one of :data:`REQUEUE_KINDS` (``retries_exhausted``).
+    :param failure_kind: one of :data:`REQUEUE_KINDS` (``retries_exhausted``, or
+        ``sender_refused``: a permanent reply whose reason was ours, once fixed).
     :param requeued_by: the person deciding (recorded).
     :param reason: why (recorded), e.g. "relay fixed, ticket 4711".
     :param ids: email ids; with ``campaign_key`` and/or ``mailbox`` (address or id) to narrow,

@@ -26,8 +26,9 @@ import psycopg
 
 from outreach import db, failpoints
 from outreach.addresses import EmailNotValidError, normalize_address
+from outreach.bounces import apply_failure
 from outreach.feedback import feedback_id
-from outreach.logutil import log, mailbox_name, mask
+from outreach.logutil import log, mailbox_name, mask, mask_addresses
 from outreach.message import (
     Envelope,
     MessageError,
@@ -39,11 +40,12 @@ from outreach.message import (
     to_wire,
 )
 from outreach.queue import Reaped, plan_batches, reap
+from outreach.reasons import owner_of, reason_of, status_in
 from outreach.render import RenderError, render
 from outreach.settings import Settings
 from outreach.signing import DkimKey, SigningError, sign
 from outreach.store import Conn, RowMissing, emails, mailboxes
-from outreach.suppression import is_suppressed, suppress
+from outreach.suppression import is_suppressed
 from outreach.tokens import make_token
 from outreach.transport import Delivery, Outcome, SmtpSession, Stage, session_refusal
 
@@ -858,18 +860,24 @@ def _record(conn: Conn, row: dict[str, Any], delivery: Delivery, message_id: str
     if delivery.outcome is Outcome.RETRY:
         _retry(conn, row, settings, summary, now, reason)
     elif delivery.outcome is Outcome.PERMANENT:
-        suppressed = ""
+        # The one rule for every failure (outreach.reasons, outreach.bounces): the reply's reason
+        # and its owner decide the effect, as for a DSN about the same email.
+        why = reason_of(status_in(delivery.reply), delivery.reply, delivery.code)
+        kind = "sender_refused" if owner_of(why) == "sender" else "permanent"
+        effect = ""
         with conn.transaction():
             ok = _guarded(conn, emails.email_mark_failed,
-                          {**guard, "failure_kind": "permanent", "error": reason}, summary, "fail")
-            if ok and delivery.is_no_such_user:
-                added, cancelled = suppress(conn, row["email"], "bounced", f"smtp:{reason[:200]}")
-                suppressed = (f"; the address is now suppressed (bounced), {cancelled} queued "
-                              "email(s) to it cancelled" if added
-                              else "; the address was already suppressed")
+                          {**guard, "failure_kind": kind, "error": reason}, summary, "fail")
+            if ok:
+                effect = "; " + apply_failure(
+                    conn, email_id=row["id"], mailbox_id=row["mailbox_id"], address=row["email"],
+                    reason=why, status=status_in(delivery.reply), diagnostic=reason,
+                    source=f"smtp:{row['id']}:{row['claim_token']}", actor="send",
+                    now=now).text
         if ok:
             summary.failed += 1
-            log.error("%s failed permanently at stage %s%s", who, reason, suppressed)
+            log.error("%s failed permanently at stage %s (%s)%s", who, reason, kind,
+                      mask_addresses(effect))
     else:  # AMBIGUOUS
         if _guarded(conn, emails.email_mark_failed, {**guard, "failure_kind": "unconfirmed",
                     "error": f"{reason} - check Sent Items before doing anything"},

@@ -55,15 +55,6 @@ class Delivery:
         code = f" {self.code}" if self.code is not None else ""
         return f"{self.stage.value}{code} {self.reply}".strip()
 
-    @property
-    def is_no_such_user(self) -> bool:
-        """Whether this is a permanent 5.1.x (bad mailbox/address) reply, which suppresses."""
-        return (self.outcome is Outcome.PERMANENT and self.code is not None
-                and (re.search(r"\b5\.1\.\d+\b", self.reply) is not None
-                     or (self.stage is Stage.RCPT and self.code in (550, 551, 553)
-                         and re.search(r"\b5\.\d+\.\d+\b", self.reply) is None)))
-
-
 _AUTH_TEXT = re.compile(r"(?i)\bauth")
 _TLS_TEXT = re.compile(r"(?i)starttls|\btls\b")
 

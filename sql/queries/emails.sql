@@ -396,7 +396,9 @@ RETURNING e.id;
 -- outreach_requeue DAG), after fixing what made every attempt fail (a relay down for an hour, a
 -- full mailbox since emptied). Only failure_kind 'retries_exhausted': nothing of those was ever
 -- accepted, so another attempt cannot send twice. Never 'unconfirmed' (may have gone out: its
--- own resolution) nor 'permanent'/'render' (they would fail the same way). Guarded by status and
+-- own resolution) nor 'permanent'/'render' (they would fail the same way). Also 'sender_refused'
+-- (0091: a 5xx whose reason is ours -- DMARC, a blocklist, policy -- once the operator fixed it;
+-- refused, so nothing was accepted either). Guarded by status and
 -- failure kind in one statement, so requeuing twice changes nothing; the row gets its full
 -- attempts again (same idempotency key, so the same Message-ID), and the requeue is recorded
 -- with who, why and the failure it came from. %(ids)s, %(campaign_key)s, %(mailbox)s: NULL = any.
@@ -405,7 +407,7 @@ WITH picked AS (
     FROM outreach.emails e
     JOIN outreach.mailboxes m ON m.id = e.mailbox_id
     LEFT JOIN outreach.campaigns c ON c.id = e.campaign_id
-    WHERE e.status = 'failed' AND e.failure_kind = 'retries_exhausted'
+    WHERE e.status = 'failed' AND e.failure_kind IN ('retries_exhausted', 'sender_refused')
       AND e.failure_kind = %(failure_kind)s
       AND (%(ids)s::bigint[] IS NULL OR e.id = ANY (%(ids)s::bigint[]))
       AND (%(campaign_key)s::text IS NULL OR c.key = %(campaign_key)s::text)
@@ -421,7 +423,7 @@ done AS (
         last_error = format('operator %%s requeued it (%%s); was: %%s', %(requeued_by)s::text,
                             %(reason)s::text, p.last_error)
     FROM picked p
-    WHERE e.id = p.id AND e.status = 'failed' AND e.failure_kind = 'retries_exhausted'
+    WHERE e.id = p.id AND e.status = 'failed' AND e.failure_kind IN ('retries_exhausted', 'sender_refused')
     RETURNING e.id
 )
 INSERT INTO outreach.email_requeues (email_id, failure_kind, last_error, attempts, requeued_by, reason)

@@ -36,10 +36,10 @@ WHERE %(mailbox_ids)s::bigint[] IS NULL OR s.mailbox_id = ANY (%(mailbox_ids)s::
 -- applies nothing. A second reader inserting the same message waits for the first's commit.
 INSERT INTO outreach.inbound_messages (account, folder, uidvalidity, uid, mailbox_id, message_id,
                                        from_address, subject, class, evidence, email_id, lead_id,
-                                       address, dsn_status, received_at)
+                                       address, dsn_status, received_at, reason, diagnostic)
 VALUES (%(account)s, %(folder)s, %(uidvalidity)s, %(uid)s, %(mailbox_id)s, %(message_id)s,
         %(from_address)s, %(subject)s, %(class)s, %(evidence)s, %(email_id)s, %(lead_id)s,
-        %(address)s, %(dsn_status)s, %(received_at)s)
+        %(address)s, %(dsn_status)s, %(received_at)s, %(reason)s, %(diagnostic)s)
 ON CONFLICT DO NOTHING
 RETURNING id;
 

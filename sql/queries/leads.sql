@@ -128,3 +128,52 @@ LIMIT %(limit)s;
 -- name: lead_stage_suppressed_lines
 -- The first %(limit)s suppressed lines (all are counted and stored with the run).
 SELECT line FROM outreach_lead_stage WHERE suppressed ORDER BY line LIMIT %(limit)s;
+
+-- name: lead_timeline
+-- Everything that happened to one lead (outreach lead show), oldest first: enrolments and their
+-- stops, emails queued, sent, failed (with the failure's reason), inbound messages (class,
+-- reason, effect), delivery failures, suppressions and unsuppressions of its address. Its
+-- enrolment reads 'suppressed' while the address is suppressed (the stored status stays: an
+-- unsuppress resumes the sequence).
+WITH l AS (SELECT id, email FROM outreach.leads WHERE email = %(address)s)
+SELECT * FROM (
+    SELECT en.enrolled_at AS at, 'enrolled' AS what,
+           format('campaign %%s, status %%s', c.key,
+                  CASE WHEN en.status = 'active' AND outreach.is_suppressed(l.email)
+                       THEN 'suppressed' ELSE en.status END) AS detail
+    FROM l JOIN outreach.enrollments en ON en.lead_id = l.id
+    JOIN outreach.campaigns c ON c.id = en.campaign_id
+    UNION ALL
+    SELECT en.stopped_at, 'stopped', format('campaign %%s: %%s (%%s, by %%s)', c.key, en.status,
+                                            en.stop_reason, en.stopped_by)
+    FROM l JOIN outreach.enrollments en ON en.lead_id = l.id
+    JOIN outreach.campaigns c ON c.id = en.campaign_id
+    WHERE en.stopped_at IS NOT NULL
+    UNION ALL
+    SELECT coalesce(s.accepted_at, e.updated_at),
+           CASE WHEN s.id IS NOT NULL THEN 'sent' ELSE e.status::text END,
+           concat_ws(', ', format('email %%s, step %%s', e.id, st.position),
+                     CASE WHEN s.id IS NOT NULL THEN format('Message-ID <%%s>', s.message_id) END,
+                     e.failure_kind, e.last_error,
+                     CASE WHEN e.failure_reason IS NOT NULL
+                          THEN format('reason %%s %%s', e.failure_reason,
+                                      coalesce(e.failure_status, '')) END)
+    FROM l JOIN outreach.emails e ON e.lead_id = l.id
+    LEFT JOIN outreach.sequence_steps st ON st.id = e.step_id
+    LEFT JOIN outreach.send_log s ON s.email_id = e.id
+    UNION ALL
+    SELECT coalesce(im.received_at, im.recorded_at), 'inbound ' || im.class,
+           concat_ws(', ', CASE WHEN im.reason IS NOT NULL
+                                THEN format('reason %%s %%s', im.reason, coalesce(im.dsn_status, ''))
+                           END, 'effect: ' || im.effect)
+    FROM l JOIN outreach.inbound_messages im
+         ON im.lead_id = l.id OR im.address = l.email
+    UNION ALL
+    SELECT ev.created_at, ev.action,
+           format('%%s (%%s, source %%s%%s)', ev.reason, ev.kind, ev.source,
+                  CASE WHEN ev.actor IS NOT NULL THEN ', by ' || ev.actor ELSE '' END)
+    FROM l JOIN outreach.suppression_events ev
+         ON (ev.kind = 'address' AND ev.value = l.email)
+         OR (ev.kind = 'domain' AND ev.value = split_part(l.email, '@', 2))
+) t
+ORDER BY at NULLS LAST, what;

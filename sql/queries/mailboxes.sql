@@ -260,12 +260,16 @@ ORDER BY m.id;
 
 -- name: mailbox_bounce_counts
 -- Per mailbox, over the last %(window)s (28 days) or since the last operator resume if later:
--- sends = emails handed off with a final verdict (sent, or failed permanently), and hard bounces
+-- sends = emails handed off with a final verdict (sent, or failed permanently, also as
+-- 'sender_refused'), and hard bounces
 -- among them = a permanent failure at RCPT with a 5.1.x reply (outreach.send stores last_error as
 -- 'RCPT 550 5.1.1 …'), a hard bounce the inbox reader recorded against the email (a DSN that
 -- arrived after the server accepted it), or the address now suppressed with reason 'bounced';
 -- complaints among them = an ARF complaint recorded against the email, or the address now
--- suppressed with reason 'complained' (the complaint-rate rule).
+-- suppressed with reason 'complained' (the complaint-rate rule). Bounces and complaints count
+-- addresses, not emails (issue 23: one bounce of a lead with two emails in the window is one),
+-- and a hard bounce is also a failure of owner 'address' recorded in outreach.delivery_failures
+-- (outreach.bounces). A sender block ('sender_refused', class 'sender_block') is no bounce.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 mb AS (
     SELECT m.id, m.address, m.status,
@@ -276,14 +280,16 @@ mb AS (
 )
 SELECT mb.id, mb.address, mb.status, mb.since,
        count(e.id)::integer AS sends,
-       count(e.id) FILTER (WHERE
+       count(DISTINCT lower(coalesce(l.email, e.recipient))) FILTER (WHERE
            (e.failure_kind = 'permanent' AND e.last_error ~ '^RCPT 5[0-9][0-9] (.* )?5\.1\.[0-9]+')
+           OR EXISTS (SELECT 1 FROM outreach.delivery_failures f
+                      WHERE f.email_id = e.id AND f.owner = 'address')
            OR EXISTS (SELECT 1 FROM outreach.inbound_messages im
                       WHERE im.email_id = e.id AND im.class = 'hard_bounce')
            OR EXISTS (SELECT 1 FROM outreach.suppressions s
                       WHERE s.kind = 'address' AND s.value = lower(coalesce(l.email, e.recipient))
                         AND s.reason = 'bounced'))::integer AS hard_bounces,
-       count(e.id) FILTER (WHERE
+       count(DISTINCT lower(coalesce(l.email, e.recipient))) FILTER (WHERE
            EXISTS (SELECT 1 FROM outreach.inbound_messages im
                    WHERE im.email_id = e.id AND im.class = 'complaint')
            OR EXISTS (SELECT 1 FROM outreach.suppressions s
@@ -292,7 +298,7 @@ SELECT mb.id, mb.address, mb.status, mb.since,
 FROM mb
 LEFT JOIN outreach.emails e
        ON e.mailbox_id = mb.id AND e.claimed_at >= mb.since
-      AND (e.status = 'sent' OR e.failure_kind = 'permanent')
+      AND (e.status = 'sent' OR e.failure_kind IN ('permanent', 'sender_refused'))
 LEFT JOIN outreach.leads l ON l.id = e.lead_id
 GROUP BY mb.id, mb.address, mb.status, mb.since
 ORDER BY mb.id;
@@ -302,9 +308,10 @@ ORDER BY mb.id;
 SELECT id, label, display_name, address FROM outreach.mailboxes ORDER BY id;
 
 -- name: mailbox_auto_pauses
--- Automatic pauses (by the spam-rate, bounce-rate or complaint-rate rule) of the last 7 days, for their alerts.
+-- Automatic pauses (by the spam-rate, bounce-rate, complaint-rate or sender-block rule) of the last 7 days, for their alerts.
 SELECT ev.id, ev.mailbox_id, ev.actor, ev.reason, ev.created_at
 FROM outreach.mailbox_events ev
-WHERE ev.event = 'paused' AND ev.actor IN ('postmaster', 'bounce-rate', 'complaint-rate')
+WHERE ev.event = 'paused'
+  AND ev.actor IN ('postmaster', 'bounce-rate', 'complaint-rate', 'sender-block')
   AND ev.created_at > now() - interval '7 days'
 ORDER BY ev.id;

@@ -17,7 +17,14 @@ SELECT coalesce(c.key, e.message_class) AS campaign, st.position AS step, e.temp
             WHERE e2.mailbox_id = e.mailbox_id AND e2.status = 'failed'
               AND (e2.step_id = st.id OR (st.id IS NULL AND e2.step_id IS NULL
                                           AND e2.template = e.template))
-            GROUP BY e2.failure_kind) f) AS failed_reasons
+            GROUP BY e2.failure_kind) f) AS failed_reasons,
+       -- Delivery failures by reason (outreach.reasons), at SMTP time or by a later DSN.
+       (SELECT string_agg(k || '=' || n, ', ' ORDER BY k) FROM (
+            SELECT e3.failure_reason AS k, count(*) AS n FROM outreach.emails e3
+            WHERE e3.mailbox_id = e.mailbox_id AND e3.failure_reason IS NOT NULL
+              AND (e3.step_id = st.id OR (st.id IS NULL AND e3.step_id IS NULL
+                                          AND e3.template = e.template))
+            GROUP BY e3.failure_reason) r) AS failure_reasons
 FROM outreach.emails e
 LEFT JOIN outreach.sequence_steps st ON st.id = e.step_id
 LEFT JOIN outreach.campaigns c ON c.id = st.campaign_id
@@ -77,7 +84,10 @@ ORDER BY c.key, st.position, m.missing;
 -- mailbox_bounce_counts); unsubscribed: a one-click unsubscribe from this very email, or the
 -- List-Unsubscribe mailto carrying its token (source mailto:inbound:<id>; a mailto matched only by
 -- the sender's address names no email, so no step);
--- unconfirmed; failed: any other failure.
+-- unconfirmed; failed: any other failure; complained: an ARF/feedback-loop complaint about this
+-- email; sender_blocked: refused for a reason of ours (outreach.bounces); stopped_domain_reply /
+-- stopped_auto_reply: the last step sent before the enrolment stopped because a colleague at the
+-- same company replied (stop_on_domain_reply) or an auto-reply came (stop_on_auto_reply).
 SELECT c.key AS campaign, st.position AS step,
        (SELECT count(*) FROM outreach.enrollments en WHERE en.campaign_id = c.id)::integer AS enrolled,
        count(e.id) FILTER (WHERE e.status IN ('queued', 'sending'))::integer AS queued,
@@ -88,6 +98,8 @@ SELECT c.key AS campaign, st.position AS step,
              AND later.status = 'sent'))::integer AS replied,
        count(e.id) FILTER (WHERE
            (e.failure_kind = 'permanent' AND e.last_error ~ '^RCPT 5[0-9][0-9] (.* )?5\.1\.[0-9]+')
+           OR EXISTS (SELECT 1 FROM outreach.delivery_failures f
+                      WHERE f.email_id = e.id AND f.owner = 'address')
            OR (e.status = 'sent' AND EXISTS (
                SELECT 1 FROM outreach.suppressions s
                WHERE s.kind = 'address' AND s.value = lower(l.email) AND s.reason = 'bounced'))
@@ -100,7 +112,23 @@ SELECT c.key AS campaign, st.position AS step,
                                   FROM outreach.inbound_messages im
                                   WHERE im.email_id = e.id AND im.class = 'unsubscribe'))))::integer AS unsubscribed,
        count(e.id) FILTER (WHERE e.failure_kind = 'unconfirmed')::integer AS unconfirmed,
-       count(e.id) FILTER (WHERE e.status = 'failed' AND e.failure_kind <> 'unconfirmed')::integer AS failed
+       count(e.id) FILTER (WHERE e.status = 'failed' AND e.failure_kind <> 'unconfirmed')::integer AS failed,
+       count(e.id) FILTER (WHERE EXISTS (
+           SELECT 1 FROM outreach.inbound_messages im
+           WHERE im.email_id = e.id AND im.class = 'complaint'))::integer AS complained,
+       count(e.id) FILTER (WHERE EXISTS (
+           SELECT 1 FROM outreach.delivery_failures f
+           WHERE f.email_id = e.id AND f.owner = 'sender'))::integer AS sender_blocked,
+       count(e.id) FILTER (WHERE e.status = 'sent' AND en.status = 'stopped'
+                             AND en.stop_reason LIKE 'a colleague at %%' AND NOT EXISTS (
+           SELECT 1 FROM outreach.emails later JOIN outreach.sequence_steps ls ON ls.id = later.step_id
+           WHERE later.lead_id = e.lead_id AND ls.campaign_id = c.id AND ls.position > st.position
+             AND later.status = 'sent'))::integer AS stopped_domain_reply,
+       count(e.id) FILTER (WHERE e.status = 'sent' AND en.status = 'stopped'
+                             AND en.stop_reason LIKE 'auto-reply%%' AND NOT EXISTS (
+           SELECT 1 FROM outreach.emails later JOIN outreach.sequence_steps ls ON ls.id = later.step_id
+           WHERE later.lead_id = e.lead_id AND ls.campaign_id = c.id AND ls.position > st.position
+             AND later.status = 'sent'))::integer AS stopped_auto_reply
 FROM outreach.campaigns c
 JOIN outreach.sequence_steps st ON st.campaign_id = c.id
 LEFT JOIN outreach.emails e ON e.step_id = st.id
@@ -138,24 +166,35 @@ ORDER BY d.mailbox_id, d.day;
 
 -- name: report_mailbox_health
 -- Per mailbox over the last %(window)s: sends (handed off with a final verdict, as the
--- bounce-rate rule counts them), hard bounces (the same rule) and complaints (recipients
--- suppressed as 'complained'); paused state with who, when and why.
+-- bounce-rate rule counts them), hard bounces (the same rule, per address) and complaints
+-- (recipients suppressed as 'complained', per address); paused state with who, when and why.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT m.id, m.label, m.display_name, m.address, m.status, m.paused_by, m.paused_at, m.paused_reason,
        count(e.id)::integer AS sends,
-       count(e.id) FILTER (WHERE
+       count(DISTINCT lower(coalesce(l.email, e.recipient))) FILTER (WHERE
            (e.failure_kind = 'permanent' AND e.last_error ~ '^RCPT 5[0-9][0-9] (.* )?5\.1\.[0-9]+')
+           OR EXISTS (SELECT 1 FROM outreach.delivery_failures f
+                      WHERE f.email_id = e.id AND f.owner = 'address')
            OR EXISTS (SELECT 1 FROM outreach.suppressions s
                       WHERE s.kind = 'address' AND s.value = lower(coalesce(l.email, e.recipient))
                         AND s.reason = 'bounced'))::integer AS hard_bounces,
-       count(e.id) FILTER (WHERE EXISTS (
+       count(DISTINCT lower(coalesce(l.email, e.recipient))) FILTER (WHERE EXISTS (
            SELECT 1 FROM outreach.suppressions s
            WHERE s.kind = 'address' AND s.value = lower(coalesce(l.email, e.recipient))
              AND s.reason = 'complained'))::integer AS complaints
 FROM outreach.mailboxes m CROSS JOIN n
 LEFT JOIN outreach.emails e
        ON e.mailbox_id = m.id AND e.claimed_at >= n.now - %(window)s::interval
-      AND (e.status = 'sent' OR e.failure_kind = 'permanent')
+      AND (e.status = 'sent' OR e.failure_kind IN ('permanent', 'sender_refused'))
 LEFT JOIN outreach.leads l ON l.id = e.lead_id
 GROUP BY m.id
 ORDER BY m.id;
+
+-- name: report_inbound_counts
+-- Inbound mail by class and reason (the text report's inbound lines), and how many of each
+-- changed something (an effect other than 'none…').
+SELECT im.class, coalesce(im.reason, '') AS reason, count(*)::integer AS n,
+       count(*) FILTER (WHERE im.effect NOT LIKE 'none%%')::integer AS applied
+FROM outreach.inbound_messages im
+GROUP BY im.class, coalesce(im.reason, '')
+ORDER BY im.class, 2;

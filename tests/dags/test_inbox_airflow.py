@@ -20,9 +20,10 @@ def test_inbox_dag_reads_each_mailbox_and_fails_red_on_a_bad_login(
         db_url, sink, settings, tmp_path, imap_accounts, migrated_airflow_home):
     for conn_id in IMAP_CONN_IDS:
         imap_accounts.add(conn_id)
-    sent_campaign(db_url, tmp_path, settings, ["gone@bounce.example", "stays@quiet.example"])
+    sent = sent_campaign(db_url, tmp_path, settings, ["gone@bounce.example", "stays@quiet.example"])
     imap_accounts.append("outreach_imap_anna",
-                         bounce_sample("postfix_01.txt", "xxxxx@local.ie", "gone@bounce.example"))
+                         bounce_sample("postfix_01.txt", "xxxxx@local.ie", "gone@bounce.example",
+                                       sent["gone@bounce.example"]["message_id"]))
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
     env.update(imap_accounts.env())
     # Ben's password is wrong: his task fails red with one line; Anna's read still runs.

@@ -72,18 +72,20 @@ def test_each_smtp_fault_class_lands_in_the_right_state(db_url, settings, tmp_pa
         # The reply quoted the address; what is stored (and logged) masks it.
         assert "<n***@faults.example>" in s["nouser@faults.example"]["last_error"]
         assert "nouser@" not in s["nouser@faults.example"]["last_error"]
-        assert (s["spam@faults.example"]["failure_kind"], s["spam@faults.example"]["attempts"]) == ("permanent", 1)
+        assert (s["spam@faults.example"]["failure_kind"], s["spam@faults.example"]["attempts"]) == ("sender_refused", 1)
         for a in ("dropped", "slow"):
             row = s[f"{a}@faults.example"]
             assert (row["status"], row["failure_kind"], row["attempts"]) == ("failed", "unconfirmed", 1), a
             assert "check Sent Items" in row["last_error"]
-        # A 5.1.x "no such user" suppresses the address; a 5.7.1 spam rejection does not.
+        # A 5.1.x "no such user" suppresses the address; a 5.7.1 spam rejection does not (its
+        # reason is the sender's, and it fails as sender_refused: outreach.bounces).
         supp = {r["value"]: r["reason"] for r in rows(db_url, "SELECT value, reason FROM outreach.suppressions")}
         assert supp == {"nouser@faults.example": "bounced"}
         # ... and its log line says so (issue 12.6d), with the address masked.
         [bounce] = [r.getMessage() for r in caplog.records if "failed permanently" in r.getMessage()
                     and "RCPT 550" in r.getMessage()]
-        assert "the address is now suppressed (bounced)" in bounce and "nouser@" not in bounce
+        assert "suppressed n***@faults.example (bounced: userunknown (5.1.1))" in bounce
+        assert "nouser@" not in bounce
 
         # A retry is never claimed before 30 minutes have passed.
         assert sum(b.claimed for b in send_round(db_url, settings, T0 + 29 * MIN)) == 0

@@ -21,11 +21,13 @@ def accounts(imap_accounts):
     return imap_accounts
 
 
-def deliver(accounts, leads: list[str]) -> None:
-    """For each lead, alternately a real Postfix bounce and an "unsubscribe" reply."""
+def deliver(accounts, leads: list[str], sent: dict[str, dict]) -> None:
+    """For each lead, alternately a real Postfix bounce (enclosing our Message-ID) and an
+    "unsubscribe" reply."""
     for i, lead in enumerate(leads):
         accounts.append("outreach_imap_anna",
-                        bounce_sample("postfix_01.txt", "xxxxx@local.ie", lead) if i % 2 == 0
+                        bounce_sample("postfix_01.txt", "xxxxx@local.ie", lead,
+                                      sent[lead]["message_id"]) if i % 2 == 0
                         else mail(lead, "Re: hello", "unsubscribe\n\n> earlier text\n"))
 
 
@@ -49,8 +51,8 @@ def assert_each_effect_once(db_url: str, leads: list[str]) -> None:
 def test_reader_sigkilled_mid_mailbox_applies_every_effect_once(db_url, tmp_path, sink, settings,
                                                                  accounts):
     leads = [f"k{i}@kill{i}.example" for i in range(6)]
-    sent_campaign(db_url, tmp_path, settings, leads)
-    deliver(accounts, leads)
+    sent = sent_campaign(db_url, tmp_path, settings, leads)
+    deliver(accounts, leads, sent)
 
     def inbox(**failpoint: str) -> subprocess.CompletedProcess:
         env = cli_env(db_url, sink, tmp_path, **accounts.env(), **failpoint)
@@ -80,8 +82,8 @@ def test_two_readers_at_once_apply_every_effect_once(db_url, tmp_path, sink, set
     import outreach.inbox as inbox_mod
 
     leads = [f"t{i}@twice{i}.example" for i in range(8)]
-    sent_campaign(db_url, tmp_path, settings, leads)
-    deliver(accounts, leads)
+    sent = sent_campaign(db_url, tmp_path, settings, leads)
+    deliver(accounts, leads, sent)
     # Both readers start from the same cursor and fetch the same messages.
     results: list = []
     concurrently(lambda: results.append(read_all(db_url)), [(), ()])
@@ -95,13 +97,13 @@ def test_two_readers_at_once_apply_every_effect_once(db_url, tmp_path, sink, set
 def test_uidvalidity_change_rereads_by_message_id_without_double_effects(db_url, tmp_path, sink,
                                                                          settings, accounts, dovecot):
     leads = [f"v{i}@valid{i}.example" for i in range(4)]
-    sent_campaign(db_url, tmp_path, settings, leads)
-    deliver(accounts, leads[:3])
+    sent = sent_campaign(db_url, tmp_path, settings, leads)
+    deliver(accounts, leads[:3], sent)
     first = {s.label: s for s in read_all(db_url)}["a***@mail.outreach-demo.example"]
     assert first.fetched == 3
     # The server's UIDVALIDITY changes (a rebuilt index, a restored backup): every UID is void.
     dovecot.set_uidvalidity(accounts.logins["outreach_imap_anna"], first.uidvalidity + 1000)
-    deliver(accounts, leads[3:])
+    deliver(accounts, leads[3:], sent)
     again = {s.label: s for s in read_all(db_url)}["a***@mail.outreach-demo.example"]
     assert again.uidvalidity == first.uidvalidity + 1000
     assert (again.fetched, again.already_seen, again.hard_bounce) == (4, 3, 1), again.line()

@@ -4,7 +4,7 @@ Behaviour is chosen per recipient (a list of actions, one per attempt, the last 
 or per Nth message overall. Actions:
 
 * ``accept`` — 250 to the end of DATA.
-* ``rcpt_421`` / ``rcpt_451`` / ``rcpt_452`` / ``rcpt_550`` — that reply to RCPT TO.
+* ``rcpt_421`` / ``rcpt_451`` / ``rcpt_452`` / ``rcpt_550`` / ``rcpt_571`` — that reply to RCPT TO.
 * ``data_451`` / ``data_554`` — that reply after the end of DATA (the message is not accepted).
 * ``drop`` — take the data, store it, and drop the connection without replying.
 * ``slow`` — take the data, store it, and reply 250 only after ``slow_seconds`` (later than the
@@ -34,6 +34,7 @@ REPLIES = {
     "rcpt_451": "451 4.3.0 Temporary local problem, try later",
     "rcpt_452": "452 4.2.2 Mailbox full",
     "rcpt_550": "550 5.1.1 <{rcpt}>: Recipient address rejected: no such user here",
+    "rcpt_571": "550 5.7.1 <{rcpt}>: Message rejected due to local policy",
     "data_451": "451 4.7.1 Greylisted, try again later",
     "data_554": "554 5.7.1 Message rejected as spam",
 }

@@ -59,13 +59,22 @@ def mail(sender: str, subject: str, body: str, *, to: str = ANNA, headers: dict 
 
 def bounce_sample(name: str, sample_address: str, lead: str, our_message_id: str | None = None) -> str:
     """A real MTA bounce from flufl.bounce's corpus, about ``lead`` instead of its own address
-    (and, when given, enclosing our Message-ID instead of its own original's)."""
+    (and, when given, enclosing our Message-ID instead of its own original's; a sample that kept
+    no Message-ID of its original gets ours in its message/rfc822 part or at the end of its
+    text). Without ``our_message_id`` it names none of ours: unverified, it changes nothing."""
     import re
 
     text = (BOUNCES / name).read_text(encoding="latin-1").replace(sample_address, lead)
     head, sep, body = text.partition("\n\n")
     if our_message_id:  # the enclosed original's Message-ID lines (in the body) become ours
-        body = re.sub(r"(?im)^(\s*Message-ID:\s*)<[^>]+>", lambda m: m.group(1) + f"<{our_message_id}>", body)
+        body, n = re.subn(r"(?im)^(\s*Message-ID:\s*)<[^>]+>",
+                          lambda m: m.group(1) + f"<{our_message_id}>", body)
+        if not n:  # the sample kept no copy of the original: it enclosed only our header lines
+            body, n = re.subn(r"(?is)(Content-Type:\s*message/rfc822[^\n]*\n(?:[^\n]+\n)*\n)",
+                              lambda m: m.group(1) + f"Message-ID: <{our_message_id}>\n", body,
+                              count=1)
+        if not n:  # a plain-text bounce: it quotes the original's header
+            body += f"\n------ original message ------\nMessage-ID: <{our_message_id}>\n"
     # Each copy is its own message: a fresh Message-ID of the bounce itself (in the top headers).
     head = re.sub(r"(?im)^(Message-ID:\s*)<[^>]+>", lambda m: m.group(1) + f"<{uuid.uuid4().hex}@mta.example>", head)
     return head + sep + body

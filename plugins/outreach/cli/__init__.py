@@ -113,6 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The embedded server's own progress lines ("cleaning last handle …") would land on stdout
     # (Airflow's logging writes there) and break `outreach report --json`.
     logging.getLogger("pgserver").setLevel(logging.INFO if args.verbose else logging.WARNING)
+    # flufl.bounce logs "Running detector …" at INFO for every bounce (issue 23: thousands of
+    # lines on stdout for one read).
+    logging.getLogger("flufl.bounce").setLevel(logging.INFO if args.verbose else logging.WARNING)
     try:
         return args.func(args)
     except BrokenPipeError:

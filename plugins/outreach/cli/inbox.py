@@ -34,6 +34,19 @@ def cmd_inbox(args: argparse.Namespace) -> int:
         except InboxError as exc:
             print(exc.summary.line(), flush=True)
             failed.append(str(exc))
+    # The same rules as the outreach_inbox DAG runs after its reads (outreach.health): a read
+    # that found bounces or complaints pauses a mailbox above the rate before the next send.
+    from outreach.health import HealthSettings, pause_on_bounce_rate, pause_on_complaint_rate
+
+    health = HealthSettings.from_env()
+    verdicts = pause_on_bounce_rate(
+        url, threshold=health.bounce_rate_threshold, min_sends=health.bounce_min_sends,
+        window_days=health.bounce_window_days) + pause_on_complaint_rate(
+        url, threshold=health.complaint_rate_threshold, min_sends=health.bounce_min_sends,
+        window_days=health.bounce_window_days)
+    for v in verdicts:
+        print(f"mailbox {v.mailbox} {'paused' if v.paused else 'already paused'} by the "
+              f"{v.rule} rule: {v.reason}", flush=True)
     for line in failed:
         print(f"outreach: error: {line}", file=sys.stderr)
     return 1 if failed else 0

@@ -88,8 +88,9 @@ def add_requeue(sub: Any) -> None:
     """Add ``outreach requeue`` to the sub-commands ``sub``."""
     s = sub.add_parser("requeue", help="put emails that failed without being accepted "
                        "(retries exhausted) back in the queue, recording who and why")
-    s.add_argument("--failed-kind", required=True, choices=["retries_exhausted"],
-                   help="only not-accepted failures; unconfirmed ones: `outreach resolve`")
+    s.add_argument("--failed-kind", required=True, choices=["retries_exhausted", "sender_refused"],
+                   help="only not-accepted failures (sender_refused: a 5xx whose reason was "
+                   "ours, once fixed); unconfirmed ones: `outreach resolve`")
     s.add_argument("--ids", help="comma-separated email ids")
     s.add_argument("--campaign")
     s.add_argument("--mailbox", help="address or id")

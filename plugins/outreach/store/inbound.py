@@ -91,6 +91,8 @@ def inbound_insert(
     address: str | None,
     dsn_status: str | None,
     received_at: dt.datetime | None,
+    reason: str | None = None,
+    diagnostic: str | None = None,
 ) -> int | None:
     """``inbound_insert``: The record that decides who applies the effect: a conflict on either
     UNIQUE constraint (the same UID, or the same Message-ID after a UIDVALIDITY change) returns
@@ -119,6 +121,8 @@ def inbound_insert(
                 "address": address,
                 "dsn_status": dsn_status,
                 "received_at": received_at,
+                "reason": reason,
+                "diagnostic": diagnostic,
             },
             "id",
         ),

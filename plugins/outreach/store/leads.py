@@ -7,6 +7,7 @@ makes: enrollments.sql; its record: import_runs.sql; its source rows: sources.sq
 
 from __future__ import annotations
 
+import datetime as dt
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import cast
@@ -153,3 +154,17 @@ def lead_stage_suppressed_lines(conn: Conn, *, limit: int) -> list[int]:
     """``lead_stage_suppressed_lines``: The first %(limit)s suppressed lines (all are counted and
     stored with the run)."""
     return cast("list[int]", values(conn, "lead_stage_suppressed_lines", {"limit": limit}, "line"))
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineEntry:
+    """A row of ``lead_timeline`` (columns as the query names them)."""
+
+    at: dt.datetime | None
+    what: str
+    detail: str
+
+
+def lead_timeline(conn: Conn, *, address: str) -> list[TimelineEntry]:
+    """``lead_timeline``: everything that happened to one lead, oldest first."""
+    return many(conn, "lead_timeline", {"address": address}, TimelineEntry)

@@ -365,12 +365,13 @@ def mailbox_bounce_counts(
 ) -> list[BounceCounts]:
     """``mailbox_bounce_counts``: Per mailbox, over the last %(window)s (28 days) or since the last
     operator resume if later: sends = emails handed off with a final verdict (sent, or failed
-    permanently), and hard bounces among them = a permanent failure at RCPT with a 5.1.x reply
-    (outreach.send stores last_error as 'RCPT 550 5.1.1 …'), a hard bounce the inbox reader
-    recorded against the email (a DSN that arrived after the server accepted it), or the address
-    now suppressed with reason 'bounced'; complaints among them = an ARF complaint recorded
-    against the email, or the address now suppressed with reason 'complained' (the complaint-
-    rate rule)."""
+    permanently, also as 'sender_refused'), and hard bounces among them (counted per address) =
+    a failure of owner 'address' in outreach.delivery_failures (outreach.bounces: at SMTP time or
+    by a DSN), a permanent failure at RCPT with a 5.1.x reply or a hard bounce the inbox reader
+    recorded against the email (rows from before 0091), or the address now suppressed with
+    reason 'bounced'; complaints among them (per address) = an ARF complaint recorded against
+    the email, or the address now suppressed with reason 'complained' (the complaint-rate
+    rule)."""
     return many(conn, "mailbox_bounce_counts", {"window": window, "now": now}, BounceCounts)
 
 

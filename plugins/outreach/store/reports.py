@@ -27,6 +27,7 @@ class StepReport:
     suppressed: int
     cancelled: int
     failed_reasons: str | None
+    failure_reasons: str | None = None
 
 
 def report_by_step(conn: Conn) -> list[StepReport]:
@@ -131,6 +132,10 @@ class FunnelStep:
     unsubscribed: int
     unconfirmed: int
     failed: int
+    complained: int = 0
+    sender_blocked: int = 0
+    stopped_domain_reply: int = 0
+    stopped_auto_reply: int = 0
 
 
 def report_funnel(conn: Conn) -> list[FunnelStep]:
@@ -188,3 +193,19 @@ def report_mailbox_health(
     final verdict, as the bounce-rate rule counts them), hard bounces (the same rule) and
     complaints (recipients suppressed as 'complained'); paused state with who, when and why."""
     return many(conn, "report_mailbox_health", {"window": window, "now": now}, MailboxHealthReport)
+
+
+@dataclass(frozen=True, slots=True)
+class InboundCount:
+    """A row of ``report_inbound_counts`` (columns as the query names them)."""
+
+    class_: str
+    reason: str
+    n: int
+    applied: int
+
+
+def report_inbound_counts(conn: Conn) -> list[InboundCount]:
+    """``report_inbound_counts``: inbound mail by class and reason, and how many of each changed
+    something."""
+    return many(conn, "report_inbound_counts", {}, InboundCount)

@@ -24,7 +24,7 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 
 STATIC = Path(__file__).resolve().parent / "static"
 FUNNEL = ("enrolled", "queued", "sent", "replied", "bounced", "unsubscribed", "unconfirmed",
-          "failed")
+          "failed", "complained", "sender_blocked", "stopped_domain_reply", "stopped_auto_reply")
 
 
 def _e(value: Any) -> str:
@@ -58,6 +58,20 @@ def render_page(report: dict[str, Any], base: str = "") -> str:
             + [(f"funnel.{c}.{f['step']}.{k}", f[k]) for k in FUNNEL] for f in steps],
             f"funnel-{c}"))
         parts.append(f'<div class="chart"><canvas data-funnel="{_e(c)}"></canvas></div>')
+    reasons = [r for r in report["rows"] if r.get("failure_reasons")]
+    if reasons:
+        parts.append("<h2>Delivery failures by reason</h2>")
+        parts.append(_table(["campaign", "step", "mailbox", "reasons"], [
+            [(f"reasons.{i}.campaign", r["campaign"]), (f"reasons.{i}.step", r["step"] or ""),
+             (f"reasons.{i}.mailbox", r["mailbox_id"]),
+             (f"reasons.{i}.reasons", r["failure_reasons"])] for i, r in enumerate(reasons)],
+            "failure-reasons"))
+    if report.get("inbound"):
+        parts.append("<h2>Inbound mail</h2>")
+        parts.append(_table(["class", "reason", "messages", "changed something"], [
+            [(f"inbound.{i}.class", r["class"]), (f"inbound.{i}.reason", r["reason"]),
+             (f"inbound.{i}.messages", r["messages"]), (f"inbound.{i}.applied", r["applied"])]
+            for i, r in enumerate(report["inbound"])], "inbound"))
     parts.append("<h2>Mailboxes</h2>")
     parts.append(_table(
         ["mailbox", "address", "status", "paused by", "paused at", "why", "sends (30 days)",
