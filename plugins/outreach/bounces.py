@@ -37,13 +37,11 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
-from pydantic import Field
-
 from outreach.addresses import normal_form
 from outreach.logutil import log, mask
 from outreach.mailboxes import pause
 from outreach.reasons import REASONS, owner_of, reason_of
-from outreach.settings import OutreachSettings
+from outreach.settings import BounceSettings
 from outreach.store import Conn
 from outreach.store import emails as emails_store
 from outreach.store import failures as store
@@ -55,27 +53,6 @@ BLOCK_ACTOR = "sender-block"
 KINDS = {"address": "hard_bounce", "sender": "sender_block", "transient": "soft_bounce",
          "none": "delivery_report"}
 """The inbound class of a failure report by its reason's owner (``inbound_messages.class``)."""
-
-
-class BounceSettings(OutreachSettings):
-    """The thresholds of the soft-bounce and block rules, each read once from its ``OUTREACH_*``
-    variable with its range (see :mod:`outreach.settings`).
-
-    | variable                           | field                   | default |
-    |------------------------------------|-------------------------|---------|
-    | OUTREACH_SOFT_BOUNCE_DAYS          | soft_bounce_days        | 3 (different UTC days) |
-    | OUTREACH_SOFT_BOUNCE_WINDOW_DAYS   | soft_bounce_window_days | 30 |
-    | OUTREACH_BLOCK_PAUSE_COUNT         | block_pause_count       | 5 (blocks of a mailbox, or of its domain) |
-    | OUTREACH_BLOCK_WINDOW_HOURS        | block_window_hours      | 24 |
-
-    An ``authfailure`` (DMARC, SPF, DKIM) pauses at the first one, whatever the count: it is a
-    property of the sending domain, and every further message fails the same way.
-    """
-
-    soft_bounce_days: int = Field(3, ge=1, le=30, description="days, 1 to 30")
-    soft_bounce_window_days: int = Field(30, ge=1, le=365, description="days, 1 to 365")
-    block_pause_count: int = Field(5, ge=1, le=10_000, description="blocks, 1 to 10000")
-    block_window_hours: int = Field(24, ge=1, le=24 * 90, description="hours, 1 to 2160")
 
 
 def kind_of(kind: str, owner: str | None, evidence: str = "", *, told: bool = True) -> str:

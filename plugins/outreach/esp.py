@@ -404,9 +404,10 @@ def apply_event(conn: Conn, event: EspEvent) -> str | None:
     needs an email of ours: the one whose Message-ID the provider echoed, else the latest email
     sent to the recipient; an event about an address we never mailed changes nothing. Then, like
     a DSN read from the inbox: a bounce whose owner is ``address`` suppresses the address
-    (``bounced``) and cancels its queued steps; a complaint suppresses (``complained``); an
-    unsubscribe suppresses (``unsubscribed``); a ``sender`` or ``transient`` bounce is recorded
-    against the email and never suppresses the lead (:mod:`outreach.reasons`).
+    a bounce goes through :func:`outreach.bounces.apply_failure` (the one rule of every path:
+    suppressed when the address is gone, a sender block counted toward the mailbox's pause, a
+    soft bounce counted toward repeated soft bounces); a complaint suppresses (``complained``);
+    an unsubscribe suppresses (``unsubscribed``).
 
     :returns: what was done, in words for people (masked); ``None`` when already applied.
     """
@@ -441,13 +442,14 @@ def _effect(conn: Conn, event: EspEvent, matched: Any, source: str,
     if matched is None or not matched.email:
         return "none: no email of ours matched"
     actor = f"{event.provider} webhook"
-    reason = {"complaint": "complained", "unsubscribe": "unsubscribed"}.get(event.kind)
     if event.kind == "bounce":
-        if event.owner != "address":
-            return (f"recorded: {event.reason} ({event.owner}) on email {matched.id}; "
-                    f"{mask(matched.email)} is not suppressed")
-        reason = "bounced"
-    assert reason is not None
+        from outreach.bounces import apply_failure
+
+        return apply_failure(conn, email_id=matched.id, mailbox_id=matched.mailbox_id,
+                             address=matched.email, reason=event.reason or "undefined",
+                             status=event.status, diagnostic=event.diagnostic, source=source,
+                             actor=actor, now=None).text
+    reason = "complained" if event.kind == "complaint" else "unsubscribed"
     added, cancelled = suppress(conn, matched.email, reason, source, actor=actor)
     return (f"suppressed {mask(matched.email)} ({reason}), {cancelled} queued cancelled"
             if added else f"{mask(matched.email)} was already suppressed")

@@ -535,3 +535,24 @@ class EspSettings(OutreachSettings):
         "at least 16 characters: the secret in the webhook URL or its basic-auth password"))
     esp_replay_window_seconds: int = Field(300, ge=30, le=86_400, description=(
         "seconds a signed webhook's timestamp may differ from now, 30 to 86400"))
+
+
+class BounceSettings(OutreachSettings):
+    """The thresholds of the soft-bounce and block rules (:mod:`outreach.bounces`), each read once
+    from its ``OUTREACH_*`` variable with its range.
+
+    | variable                           | field                   | default |
+    |------------------------------------|-------------------------|---------|
+    | OUTREACH_SOFT_BOUNCE_DAYS          | soft_bounce_days        | 3 (different UTC days) |
+    | OUTREACH_SOFT_BOUNCE_WINDOW_DAYS   | soft_bounce_window_days | 30 |
+    | OUTREACH_BLOCK_PAUSE_COUNT         | block_pause_count       | 5 (blocks of a mailbox, or of its domain) |
+    | OUTREACH_BLOCK_WINDOW_HOURS        | block_window_hours      | 24 |
+
+    An ``authfailure`` (DMARC, SPF, DKIM) pauses at the first one, whatever the count: it is a
+    property of the sending domain, and every further message fails the same way.
+    """
+
+    soft_bounce_days: int = Field(3, ge=1, le=30, description="days, 1 to 30")
+    soft_bounce_window_days: int = Field(30, ge=1, le=365, description="days, 1 to 365")
+    block_pause_count: int = Field(5, ge=1, le=10_000, description="blocks, 1 to 10000")
+    block_window_hours: int = Field(24, ge=1, le=24 * 90, description="hours, 1 to 2160")

@@ -169,6 +169,9 @@ def test_ses_sender_side_and_transient_bounces_never_suppress(db_url, sent, serv
             body = keys.sns("Notification", ses_bounce(lead["email"], lead["message_id"], kind, status, diag))
             assert client.post(service.url("/esp/ses"), json=body).status_code == 200
     assert suppressed(db_url, dmarc["email"]) == [] and suppressed(db_url, full["email"]) == []
+    # A DMARC refusal is the sending domain's problem: its mailboxes pause at once (bounces.py).
+    assert scalar(db_url, "SELECT count(*) FROM outreach.mailboxes WHERE status = 'paused'") >= 1
+    assert scalar(db_url, "SELECT count(*) FROM outreach.delivery_failures WHERE source LIKE 'esp:ses:%%'") == 2
     assert rows(db_url, "SELECT reason, owner FROM outreach.esp_events ORDER BY id") == [
         {"reason": "authfailure", "owner": "sender"}, {"reason": "mailboxfull", "owner": "transient"}]
 
