@@ -223,6 +223,48 @@ def test_a_report_naming_none_of_our_message_ids_changes_nothing(db_url, tmp_pat
         assert r["effect"].startswith("none: names none of our Message-IDs"), r
 
 
+def jmrp(recipient: str, our_message_id: str) -> str:
+    """A Hotmail/Outlook JMRP complaint: multipart, the complained message attached with its
+    original recipient in X-HmXmrOriginalRecipient (no ARF report part)."""
+    return f"""From: staff@hotmail.com
+To: {ANNA}
+Subject: complaint about message from 192.0.2.1
+Date: {email.utils.formatdate()}
+Message-ID: <{uuid.uuid4().hex}@hotmail.com>
+MIME-Version: 1.0
+Content-Type: multipart/mixed; boundary="J"
+
+--J
+Content-Type: text/plain
+
+This is an email abuse report for an email message received from IP 192.0.2.1.
+
+--J
+Content-Type: message/rfc822
+Content-Disposition: inline
+
+X-HmXmrOriginalRecipient: <{recipient}>
+From: Anna Schmidt <{ANNA}>
+To: <{recipient}>
+Subject: Acme and late deliveries
+Message-ID: <{our_message_id}>
+
+Hello
+--J--
+"""
+
+
+def test_a_jmrp_complaint_suppresses_its_complainant(db_url, tmp_path, sink, settings, accounts):
+    leads = ["angry@outlook.example", "keep@quiet.example"]
+    sent = sent_campaign(db_url, tmp_path, settings, leads)
+    accounts.append("outreach_imap_anna", jmrp(leads[0], sent[leads[0]]["message_id"]))
+    (anna,) = [s for s in read(db_url) if s.fetched]
+    assert anna.complaint == 1, anna.line()
+    assert state(db_url, leads[0])["suppressed"] == "complained"
+    assert state(db_url, leads[1])["suppressed"] is None
+    assert next_step_recipients(db_url, settings, sink) == {leads[1]}
+
+
 def test_the_smtp_time_and_the_dsn_5_7_1_end_in_the_same_state(db_url, tmp_path, settings, accounts,
                                                                monkeypatch):
     at_rcpt, by_dsn = "refused@policy.example", "later@policy.example"
