@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from email.message import Message
 from email.utils import getaddresses, parseaddr
 
-from outreach.reasons import Owner, owner_of, reason_of, status_in
+from outreach.reasons import Owner, looked_up_by_the_mta, owner_of, reason_of, status_in
 
 # flufl.bounce logs "Running detector: …" at INFO for each of its ~30 detectors on every message:
 # thousands of lines in a task log (issue 23). Its warnings still show.
@@ -268,8 +268,30 @@ _AFTER_DATA = re.compile(r"end of data|after data|data command|>>> data|after en
                          r"in reply to (end of )?data", re.I)
 
 
+# Where a notice tells the SMTP command its failure answered, most telling first: a session
+# transcript's last ">>> COMMAND" (Sendmail), Postfix's "(in reply to RCPT TO command)", Exim's
+# "after RCPT TO:", qmail's "does not like recipient", then the word RCPT itself (sisimai's
+# Sisimai::SMTP::Command reads the upper-case command names the same way).
+_TRANSCRIPT = re.compile(r"^\s*>>>\s*(MAIL|RCPT|DATA)\b", re.I | re.M)
+_IN_REPLY = re.compile(r"(?:in reply to|after)\s+(?:the\s+)?(end of data|data|rcpt|mail)\b", re.I)
+
+
+def _stage(text: str) -> str | None:
+    """The SMTP command (``"MAIL"``, ``"RCPT"``, ``"DATA"``) a notice says its failure answered,
+    or ``None`` when it does not say (see ``_TRANSCRIPT`` and ``_IN_REPLY``)."""
+    said = _TRANSCRIPT.findall(text)
+    if said:
+        return said[-1].upper()
+    m = _IN_REPLY.search(text)
+    if m:
+        return "DATA" if "data" in m.group(1).lower() else m.group(1).upper()
+    if re.search(r"\bRCPT\b|does not like recipient", text):
+        return "RCPT"
+    return "DATA" if _AFTER_DATA.search(text) else None
+
+
 def _failure(address: str, status: str | None, diagnostic: str | None, action: str = "failed",
-             context: str = "", whole: str = "") -> Failure:
+             context: str = "", whole: str = "", stage: str | None = None) -> Failure:
     status = status or status_in(diagnostic)
     m = _CODE.search(diagnostic or "")
     reason = reason_of(status, diagnostic, int(m.group(1)) if m else None)
@@ -290,6 +312,13 @@ def _failure(address: str, status: str | None, diagnostic: str | None, action: s
             status or "").startswith("5.1."):
         # Refused after DATA, when every recipient had been accepted: the content was refused,
         # not the address (sisimai calls it "filtered").
+        reason = "filtered"
+    if reason == "userunknown" and (status or status_in(said)) in (None, "5.0.0") and \
+            stage != "RCPT" and not looked_up_by_the_mta(said):
+        # A bare "No such user" with no status that says more and no sign of RCPT: a gateway's
+        # filter (McAfee, SurfControl, m-FILTER, X1/X2) says it of mail it refuses, so sisimai
+        # calls it "filtered" (Sisimai::Reason::Filtered: user-unknown words at any stage but
+        # CONN/EHLO/MAIL/RCPT); a lead is never suppressed on it.
         reason = "filtered"
     if address.endswith("@googlegroups.com") and owner_of(reason) == "transient":
         reason = "rejected"  # Google Groups refuses a post from a non-member: our sender
@@ -345,7 +374,8 @@ def failures(compat: Message) -> tuple[tuple[Failure, ...], str]:
             # the reporting MTA's Status (often 5.0.0, or a 5.1.1 for every failure).
             status = status_in(diagnostic)
         seen[address] = _failure(address, status, diagnostic, action,
-                                 context=_around(notice, address, named))
+                                 context=_around(notice, address, named),
+                                 stage=_stage(diagnostic or "") or _stage(notice))
     if seen:
         return tuple(seen.values()), "RFC 3464 delivery-status fields"
 
@@ -379,8 +409,9 @@ def failures(compat: Message) -> tuple[tuple[Failure, ...], str]:
         return (), ""
     others = tuple(found)
     whole = " ".join(notice.split())[:1500] if len(found) == 1 else ""
-    return tuple(_failure(a, None, _around(notice, a, others) or None, context=notice, whole=whole)
-                 for a in found), evidence
+    stage = _stage(notice)
+    return tuple(_failure(a, None, _around(notice, a, others) or None, context=notice, whole=whole,
+                          stage=stage) for a in found), evidence
 
 
 _RCPT_TO = re.compile(r"^\s*(?:RCPT TO|Original-Recipient|Recipient address|To)\s*:\s*<?(\S+?@[^\s>]+)", re.I | re.M)

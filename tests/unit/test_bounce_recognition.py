@@ -554,3 +554,53 @@ def test_a_bounce_returned_inside_a_bounce_names_only_the_outer_recipients():
                           "MIME-Version: 1.0\n" + inner + "\n--B--")
     _i, v = classify(_raw(outer))
     assert v.addresses == ("slow@lead.example",), v
+
+
+def test_user_unknown_with_no_status_and_no_stage_is_a_filter():
+    # McAfee, SurfControl, m-FILTER: a gateway's "No such user" under 5.0.0 (or no status), with
+    # nothing telling the SMTP stage: sisimai calls it "filtered"; we do not suppress on it.
+    _i, v = classify(_dsn("550 x@lead.example... No such user", "5.0.0"))
+    assert (v.kind, v.reason) == ("sender_block", "filtered"), v
+
+
+def test_user_unknown_said_to_rcpt_under_5_0_0_is_a_gone_address():
+    _i, v = classify(_dsn("550 x@lead.example... No such user", "5.0.0",
+                          "<x@lead.example>: host mx.lead.example said: 550 No such user "
+                          "(in reply to RCPT TO command)"))
+    assert (v.kind, v.reason) == ("hard_bounce", "userunknown"), v
+
+
+def test_a_sendmail_transcript_refused_at_data_is_a_filter_even_if_it_mentions_rcpt():
+    # The last command of the transcript decides: ">>> DATA"; "503 Need RCPT" names no stage.
+    _i, v = classify(_dsn("550 5.0.0 <x@lead.example>... User unknown", "5.0.0",
+                          "----- Transcript of session follows -----\n>>> DATA\n"
+                          "<<< 550 5.0.0 <x@lead.example>... User unknown\n"
+                          "<<< 503 5.0.0 Need RCPT (recipient)"))
+    assert (v.kind, v.reason) == ("sender_block", "filtered"), v
+
+
+@pytest.mark.parametrize("diagnostic", [
+    "x@lead.example on Thu, 29 Apr 2010 00:00:00 -0000 The recipient name is not recognized",
+    "Invalid final delivery userid: x@lead.example",
+    "Your message wasn't delivered to x@lead.example because the address couldn't be found.",
+    "554 delivery error: dd This user doesn't have a lead.example account (x@lead.example) [0]",
+], ids=["exchange-2003", "imail", "microsoft", "yahoo-dd"])
+def test_an_mtas_own_unknown_user_words_suppress_at_any_stage(diagnostic):
+    _i, v = classify(_dsn(diagnostic, "5.0.0"))
+    assert (v.kind, v.reason) == ("hard_bounce", "userunknown"), v
+
+
+def test_a_domain_that_takes_no_mail_under_a_4xx_status_is_not_suppressed():
+    _i, v = classify(_dsn("DNS Error: DNS type 'mx' lookup of lead.example responded with code "
+                          "NOERROR The domain lead.example doesn't receive email", "4.0.0"))
+    assert v.kind == "soft_bounce", v
+
+
+@pytest.mark.parametrize("status, diagnostic, reason", [
+    ("5.1.1", 'procmail: Couldn\'t create "/var/spool/mail/x" id: r.lead.example: No such user',
+     "mailererror"),
+    (None, "554 <x@lead.example>... Remote protocol error: Connection reset by peer 550 "
+           "lead.example (smtp)... 550 Host unknown", "blocked"),
+], ids=["procmail", "remote-protocol-error"])
+def test_words_of_a_local_mailer_or_a_broken_session(status, diagnostic, reason):
+    assert reason_of(status, diagnostic) == reason
