@@ -285,13 +285,15 @@ def _stage(text: str) -> str | None:
     m = _IN_REPLY.search(text)
     if m:
         return "DATA" if "data" in m.group(1).lower() else m.group(1).upper()
-    if re.search(r"\bRCPT\b|does not like recipient", text):
+    # Oracle Messaging Server: "Remote SMTP server has rejected address" is its RCPT refusal.
+    if re.search(r"\bRCPT\b|does not like recipient|server has rejected address", text):
         return "RCPT"
     return "DATA" if _AFTER_DATA.search(text) else None
 
 
 def _failure(address: str, status: str | None, diagnostic: str | None, action: str = "failed",
-             context: str = "", whole: str = "", stage: str | None = None) -> Failure:
+             context: str = "", whole: str = "", stage: str | None = None,
+             explanation: str = "") -> Failure:
     status = status or status_in(diagnostic)
     m = _CODE.search(diagnostic or "")
     reason = reason_of(status, diagnostic, int(m.group(1)) if m else None)
@@ -313,6 +315,12 @@ def _failure(address: str, status: str | None, diagnostic: str | None, action: s
         # Refused after DATA, when every recipient had been accepted: the content was refused,
         # not the address (sisimai calls it "filtered").
         reason = "filtered"
+    if reason == "userunknown" and explanation and \
+            reason_of(None, explanation) in ("mailboxfull", "suspend"):
+        # The notice's own words for its only recipient say the mailbox is full or disabled
+        # ("Not enough disk space", "The user(s) account is disabled") under a relayed
+        # "User unknown": sisimai reads the notice too, and so the lead stays.
+        reason = reason_of(None, explanation)
     if reason == "userunknown" and (status or status_in(said)) in (None, "5.0.0") and \
             stage != "RCPT" and not looked_up_by_the_mta(said):
         # A bare "No such user" with no status that says more and no sign of RCPT: a gateway's
@@ -375,7 +383,8 @@ def failures(compat: Message) -> tuple[tuple[Failure, ...], str]:
             status = status_in(diagnostic)
         seen[address] = _failure(address, status, diagnostic, action,
                                  context=_around(notice, address, named),
-                                 stage=_stage(diagnostic or "") or _stage(notice))
+                                 stage=_stage(diagnostic or "") or _stage(notice),
+                                 explanation=notice if len(named) == 1 else "")
     if seen:
         return tuple(seen.values()), "RFC 3464 delivery-status fields"
 

@@ -156,7 +156,7 @@ _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                     r"in the queue too long|retry time(out)? (not )?(exceeded|reached)|"
                     r"message expired|could not be delivered for \d+"),
         ("mailboxfull", r"mailbox (is )?full|over ?quota|quota exceeded|insufficient storage|"
-                        r"disk quota|mailbox (size|storage) (limit )?exceeded|box is full|"
+                        r"disk quota|not enough disk space|mailbox (size|storage) (limit )?exceeded|box is full|"
                         r"メールボックスが一杯|exceeded (the )?storage"),
         ("suspend", r"(account|mailbox) (is )?(disabled|suspended|inactive|deactivated)|"
                     r"disabled recipient|temporar(y|ily) locked"),

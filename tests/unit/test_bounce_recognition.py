@@ -604,3 +604,19 @@ def test_a_domain_that_takes_no_mail_under_a_4xx_status_is_not_suppressed():
 ], ids=["procmail", "remote-protocol-error"])
 def test_words_of_a_local_mailer_or_a_broken_session(status, diagnostic, reason):
     assert reason_of(status, diagnostic) == reason
+
+
+@pytest.mark.parametrize("notice, reason", [
+    ("Your message to <x> was automatically rejected:\nNot enough disk space", "mailboxfull"),
+    ("The user(s) account is disabled.", "suspend"),
+], ids=["disk-space", "account-disabled"])
+def test_the_notices_words_for_its_only_recipient_outweigh_a_relayed_user_unknown(notice, reason):
+    _i, v = classify(_dsn("550 5.1.1 <x@lead.example>... User Unknown", "5.1.1", notice))
+    assert (v.kind, v.reason) == ("soft_bounce", reason), v
+
+
+def test_messaging_servers_rejected_address_is_an_answer_to_rcpt():
+    _i, v = classify(_dsn("550 <x@lead.example>: User unknown",
+                          "5.0.0 (Remote SMTP server has rejected address)",
+                          "Reason: Remote SMTP server has rejected address"))
+    assert (v.kind, v.reason) == ("hard_bounce", "userunknown"), v
