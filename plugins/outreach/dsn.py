@@ -56,7 +56,8 @@ RETURNED = re.compile(
     r"headers of the original|\[?original message|your message (follows|reads)|"
     r"message text follows|content-type: (message|text)/rfc822|rfc822 header|"
     r"the headers of your message|this is the original|the original e?-?mail|"
-    r"original mail info|---+ ?(message|mail) ?(header|body)|---+ ?original)", re.I | re.M)
+    r"original mail info|original mail as follows|---+ ?(message|mail) ?(header|body)|"
+    r"---+ ?original)", re.I | re.M)
 """The line that starts the returned message inside a plain-text bounce."""
 _HEADER_LINE = re.compile(r"^(Received|Return-Path|Message-I[Dd]|Date|From|To|Subject|"
                           r"MIME-Version|X-[\w-]+|DKIM-Signature|Content-Type):[ \t]", re.M)
@@ -225,6 +226,11 @@ def _excluded(compat: Message, parts: _Parts) -> set[str]:
             out.update(a.lower() for _, a in getaddresses([str(v) for v in msg.get_all(h, [])]) if a)
         for h in ("Message-ID", "In-Reply-To", "References"):
             out.update(i.lower() for i in _MSGID_ANY.findall(str(msg.get(h, "") or "")))
+    # A list manager's control addresses in its own List-* headers (RFC 2369; fml's "-ctl"),
+    # which its notice tells the sender to write to; List-Post (the list itself) stays.
+    for h in ("List-Subscribe", "List-Unsubscribe", "List-Help", "List-Owner"):
+        for v in compat.get_all(h, []):
+            out.update(a.lower() for a in re.findall(r"mailto:([^?>\s]+@[^?>\s]+)", str(v), re.I))
     return out
 
 
@@ -392,6 +398,11 @@ def failures(compat: Message) -> tuple[tuple[Failure, ...], str]:
     found = [_clean(a) for v in header for a in str(v).split(",")]
     found = [a for a in found if a]
     evidence = "X-Failed-Recipients"
+    listed = _exim_listed(notice, excluded)
+    if found and listed and not set(found) & set(listed):
+        # Exim lists each failed address in its notice; when the header names others, the
+        # notice (what Exim tried) is the one sisimai reads too.
+        found, evidence = listed, "the addresses Exim's notice lists as failed"
     if not found:
         from flufl.bounce import all_failures
 
@@ -423,6 +434,25 @@ def failures(compat: Message) -> tuple[tuple[Failure, ...], str]:
                           stage=stage) for a in found), evidence
 
 
+# Exim: "The following address(es) failed:" then each address on its own line, indented by
+# two spaces, its SMTP error indented further.
+_EXIM_FAILED = re.compile(r"following address(?:\(es\))? failed:[ \t]*\n((?:[ \t]*\n)?(?:[ \t]+\S.*\n?)+)",
+                          re.I)
+
+
+def _exim_listed(notice: str, excluded: set[str]) -> list[str]:
+    """The addresses an Exim notice lists under "The following address(es) failed:"."""
+    m = _EXIM_FAILED.search(notice.replace("\r\n", "\n"))
+    if not m:
+        return []
+    lines = re.findall(r"^ {2}(\S+@\S+?)[:\s]*$", m.group(1), re.M)
+    return [a for a in (_clean(x) for x in lines) if a and a not in excluded]
+
+
+# "first@x <second@y>": an address written as the display name of the one in angle brackets.
+_AS_DISPLAY_NAME = re.compile(r"\S+@\S+(?=[ \t]+<[^<>\s]+@[^<>\s]+>)")
+
+
 _RCPT_TO = re.compile(r"^\s*(?:RCPT TO|Original-Recipient|Recipient address|To)\s*:\s*<?(\S+?@[^\s>]+)", re.I | re.M)
 _SENDER_LINE = re.compile(r"^\s*(?:MAIL FROM|From|Sender|Reply-To|Return-Path|Envelope-From)\s*:.*$",
                           re.I | re.M)
@@ -437,6 +467,8 @@ def _named(notice: str, compat: Message, excluded: set[str]) -> list[str]:
     if rcpt:
         return rcpt[:1]
     text = _SENDER_LINE.sub(" ", notice)
+    # Exim's "<b@y> may not follow a@x": a is the display name, not an address (RFC 5322 §3.4).
+    text = _AS_DISPLAY_NAME.sub(" ", re.sub(r"may not follow \S+", " ", text))
     named = [a.lower().rstrip(".") for a in ADDRESS.findall(text)]
     named = [a for a in named if not _in_url(text, a)]
     own_to = {a.lower() for _, a in getaddresses([str(v) for v in compat.get_all("To", [])]) if a}

@@ -620,3 +620,96 @@ def test_messaging_servers_rejected_address_is_an_answer_to_rcpt():
                           "5.0.0 (Remote SMTP server has rejected address)",
                           "Reason: Remote SMTP server has rejected address"))
     assert (v.kind, v.reason) == ("hard_bounce", "userunknown"), v
+
+
+EXIM_LISTED = """
+From: Mail Delivery System <Mailer-Daemon@mx.outreach.example>
+To: anna@outreach.example
+X-Failed-Recipients: gone@lead.example
+Subject: Mail delivery failed: returning message to sender
+
+This message was created automatically by mail delivery software.
+
+A message that you sent could not be delivered to one or more of its
+recipients. This is a permanent error. The following address(es) failed:
+
+  gone@lead.co.example
+    SMTP error from remote mail server after RCPT TO:<gone@lead.co.example>:
+    host mx.lead.co.example [192.0.2.20]: 550 5.1.1 User unknown
+
+------ This is a copy of the message, including all the headers. ------
+
+To: gone@lead.co.example
+"""
+
+
+def test_exims_own_list_of_failed_addresses_outweighs_its_header():
+    _i, v = classify(_raw(EXIM_LISTED))
+    assert v.addresses == ("gone@lead.co.example",), v
+
+
+EXIM_MALFORMED = """
+From: Mail Delivery System <Mailer-Daemon@mx.outreach.example>
+To: anna@outreach.example
+Subject: Mail delivery failed: returning message to sender
+
+A message that you sent contained one or more recipient addresses that were
+incorrectly constructed:
+
+  first@lead.example <second@lead.example>: malformed address: <second@lead.example> may not follow first@lead.example
+
+This address has been ignored.
+"""
+
+
+def test_an_address_written_as_the_display_name_is_not_a_recipient():
+    _i, v = classify(_raw(EXIM_MALFORMED))
+    assert v.addresses == ("second@lead.example",), v
+
+
+FML_NOT_MEMBER = """
+From: list-admin@lists.lead.example
+To: anna@outreach.example
+Subject: You anna@outreach.example are not member (team ML)
+X-MLServer: fml [fml 4.0.3 release (20011202/4.0.3)]
+List-Subscribe: <mailto:team-ctl@lists.lead.example?body=subscribe>
+
+You are not a member of this mailing list <team@lists.lead.example>.
+
+If you know the general guide of this list, please send mail with
+the mail body
+
+\tguide
+
+to the address
+
+\tteam-ctl@lists.lead.example
+"""
+
+
+def test_a_lists_control_address_from_its_own_headers_is_not_a_recipient():
+    _i, v = classify(_raw(FML_NOT_MEMBER))
+    assert v.addresses == ("team@lists.lead.example",), v
+
+
+FML_DUPLICATE = """
+From: list-admin@lists.lead.example
+To: list-admin@lists.lead.example
+Subject: fml status report
+X-MLServer: fml [fml 4.0.3 release (20011202/4.0.3)]
+
+Duplicated Message-ID in <team@lists.lead.example>.
+
+
+Original mail as follows:
+
+   From owner-team@lists.lead.example  Thu Apr 29 23:34:45 2017
+   Return-Path: <owner-team@lists.lead.example>
+   From: someone@other.example
+   To: <member@other.example>
+"""
+
+
+def test_fmls_original_mail_as_follows_starts_the_returned_message():
+    _i, v = classify(_raw(FML_DUPLICATE))
+    assert v.addresses == ("team@lists.lead.example",), v
