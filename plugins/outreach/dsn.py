@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from email.message import Message
 from email.utils import getaddresses, parseaddr
 
-from outreach.reasons import Owner, owner_of, reason_of, status_in
+from outreach.reasons import Owner, looked_up_by_the_mta, owner_of, reason_of, status_in
 
 # flufl.bounce logs "Running detector: …" at INFO for each of its ~30 detectors on every message:
 # thousands of lines in a task log (issue 23). Its warnings still show.
@@ -56,7 +56,8 @@ RETURNED = re.compile(
     r"headers of the original|\[?original message|your message (follows|reads)|"
     r"message text follows|content-type: (message|text)/rfc822|rfc822 header|"
     r"the headers of your message|this is the original|the original e?-?mail|"
-    r"original mail info|---+ ?(message|mail) ?(header|body)|---+ ?original)", re.I | re.M)
+    r"original mail info|original mail as follows|---+ ?(message|mail) ?(header|body)|"
+    r"---+ ?original)", re.I | re.M)
 """The line that starts the returned message inside a plain-text bounce."""
 _HEADER_LINE = re.compile(r"^(Received|Return-Path|Message-I[Dd]|Date|From|To|Subject|"
                           r"MIME-Version|X-[\w-]+|DKIM-Signature|Content-Type):[ \t]", re.M)
@@ -225,6 +226,11 @@ def _excluded(compat: Message, parts: _Parts) -> set[str]:
             out.update(a.lower() for _, a in getaddresses([str(v) for v in msg.get_all(h, [])]) if a)
         for h in ("Message-ID", "In-Reply-To", "References"):
             out.update(i.lower() for i in _MSGID_ANY.findall(str(msg.get(h, "") or "")))
+    # A list manager's control addresses in its own List-* headers (RFC 2369; fml's "-ctl"),
+    # which its notice tells the sender to write to; List-Post (the list itself) stays.
+    for h in ("List-Subscribe", "List-Unsubscribe", "List-Help", "List-Owner"):
+        for v in compat.get_all(h, []):
+            out.update(a.lower() for a in re.findall(r"mailto:([^?>\s]+@[^?>\s]+)", str(v), re.I))
     return out
 
 
@@ -268,8 +274,32 @@ _AFTER_DATA = re.compile(r"end of data|after data|data command|>>> data|after en
                          r"in reply to (end of )?data", re.I)
 
 
+# Where a notice tells the SMTP command its failure answered, most telling first: a session
+# transcript's last ">>> COMMAND" (Sendmail), Postfix's "(in reply to RCPT TO command)", Exim's
+# "after RCPT TO:", qmail's "does not like recipient", then the word RCPT itself (sisimai's
+# Sisimai::SMTP::Command reads the upper-case command names the same way).
+_TRANSCRIPT = re.compile(r"^\s*>>>\s*(MAIL|RCPT|DATA)\b", re.I | re.M)
+_IN_REPLY = re.compile(r"(?:in reply to|after)\s+(?:the\s+)?(end of data|data|rcpt|mail)\b", re.I)
+
+
+def _stage(text: str) -> str | None:
+    """The SMTP command (``"MAIL"``, ``"RCPT"``, ``"DATA"``) a notice says its failure answered,
+    or ``None`` when it does not say (see ``_TRANSCRIPT`` and ``_IN_REPLY``)."""
+    said = _TRANSCRIPT.findall(text)
+    if said:
+        return said[-1].upper()
+    m = _IN_REPLY.search(text)
+    if m:
+        return "DATA" if "data" in m.group(1).lower() else m.group(1).upper()
+    # Oracle Messaging Server: "Remote SMTP server has rejected address" is its RCPT refusal.
+    if re.search(r"\bRCPT\b|does not like recipient|server has rejected address", text):
+        return "RCPT"
+    return "DATA" if _AFTER_DATA.search(text) else None
+
+
 def _failure(address: str, status: str | None, diagnostic: str | None, action: str = "failed",
-             context: str = "", whole: str = "") -> Failure:
+             context: str = "", whole: str = "", stage: str | None = None,
+             explanation: str = "") -> Failure:
     status = status or status_in(diagnostic)
     m = _CODE.search(diagnostic or "")
     reason = reason_of(status, diagnostic, int(m.group(1)) if m else None)
@@ -290,6 +320,19 @@ def _failure(address: str, status: str | None, diagnostic: str | None, action: s
             status or "").startswith("5.1."):
         # Refused after DATA, when every recipient had been accepted: the content was refused,
         # not the address (sisimai calls it "filtered").
+        reason = "filtered"
+    if reason == "userunknown" and explanation and \
+            reason_of(None, explanation) in ("mailboxfull", "suspend"):
+        # The notice's own words for its only recipient say the mailbox is full or disabled
+        # ("Not enough disk space", "The user(s) account is disabled") under a relayed
+        # "User unknown": sisimai reads the notice too, and so the lead stays.
+        reason = reason_of(None, explanation)
+    if reason == "userunknown" and (status or status_in(said)) in (None, "5.0.0") and \
+            stage != "RCPT" and not looked_up_by_the_mta(said):
+        # A bare "No such user" with no status that says more and no sign of RCPT: a gateway's
+        # filter (McAfee, SurfControl, m-FILTER, X1/X2) says it of mail it refuses, so sisimai
+        # calls it "filtered" (Sisimai::Reason::Filtered: user-unknown words at any stage but
+        # CONN/EHLO/MAIL/RCPT); a lead is never suppressed on it.
         reason = "filtered"
     if address.endswith("@googlegroups.com") and owner_of(reason) == "transient":
         reason = "rejected"  # Google Groups refuses a post from a non-member: our sender
@@ -345,7 +388,9 @@ def failures(compat: Message) -> tuple[tuple[Failure, ...], str]:
             # the reporting MTA's Status (often 5.0.0, or a 5.1.1 for every failure).
             status = status_in(diagnostic)
         seen[address] = _failure(address, status, diagnostic, action,
-                                 context=_around(notice, address, named))
+                                 context=_around(notice, address, named),
+                                 stage=_stage(diagnostic or "") or _stage(notice),
+                                 explanation=notice if len(named) == 1 else "")
     if seen:
         return tuple(seen.values()), "RFC 3464 delivery-status fields"
 
@@ -353,6 +398,11 @@ def failures(compat: Message) -> tuple[tuple[Failure, ...], str]:
     found = [_clean(a) for v in header for a in str(v).split(",")]
     found = [a for a in found if a]
     evidence = "X-Failed-Recipients"
+    listed = _exim_listed(notice, excluded)
+    if found and listed and not set(found) & set(listed):
+        # Exim lists each failed address in its notice; when the header names others, the
+        # notice (what Exim tried) is the one sisimai reads too.
+        found, evidence = listed, "the addresses Exim's notice lists as failed"
     if not found:
         from flufl.bounce import all_failures
 
@@ -379,8 +429,28 @@ def failures(compat: Message) -> tuple[tuple[Failure, ...], str]:
         return (), ""
     others = tuple(found)
     whole = " ".join(notice.split())[:1500] if len(found) == 1 else ""
-    return tuple(_failure(a, None, _around(notice, a, others) or None, context=notice, whole=whole)
-                 for a in found), evidence
+    stage = _stage(notice)
+    return tuple(_failure(a, None, _around(notice, a, others) or None, context=notice, whole=whole,
+                          stage=stage) for a in found), evidence
+
+
+# Exim: "The following address(es) failed:" then each address on its own line, indented by
+# two spaces, its SMTP error indented further.
+_EXIM_FAILED = re.compile(r"following address(?:\(es\))? failed:[ \t]*\n((?:[ \t]*\n)?(?:[ \t]+\S.*\n?)+)",
+                          re.I)
+
+
+def _exim_listed(notice: str, excluded: set[str]) -> list[str]:
+    """The addresses an Exim notice lists under "The following address(es) failed:"."""
+    m = _EXIM_FAILED.search(notice.replace("\r\n", "\n"))
+    if not m:
+        return []
+    lines = re.findall(r"^ {2}(\S+@\S+?)[:\s]*$", m.group(1), re.M)
+    return [a for a in (_clean(x) for x in lines) if a and a not in excluded]
+
+
+# "first@x <second@y>": an address written as the display name of the one in angle brackets.
+_AS_DISPLAY_NAME = re.compile(r"\S+@\S+(?=[ \t]+<[^<>\s]+@[^<>\s]+>)")
 
 
 _RCPT_TO = re.compile(r"^\s*(?:RCPT TO|Original-Recipient|Recipient address|To)\s*:\s*<?(\S+?@[^\s>]+)", re.I | re.M)
@@ -397,6 +467,8 @@ def _named(notice: str, compat: Message, excluded: set[str]) -> list[str]:
     if rcpt:
         return rcpt[:1]
     text = _SENDER_LINE.sub(" ", notice)
+    # Exim's "<b@y> may not follow a@x": a is the display name, not an address (RFC 5322 §3.4).
+    text = _AS_DISPLAY_NAME.sub(" ", re.sub(r"may not follow \S+", " ", text))
     named = [a.lower().rstrip(".") for a in ADDRESS.findall(text)]
     named = [a for a in named if not _in_url(text, a)]
     own_to = {a.lower() for _, a in getaddresses([str(v) for v in compat.get_all("To", [])]) if a}

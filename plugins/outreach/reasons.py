@@ -104,6 +104,8 @@ _OVERRIDES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("toomanyconn", r"too many (connections|concurrent)"),
         ("mailboxfull", r"over ?quota|mailbox (is )?full|quota exceeded"),
         ("networkerror", r"unexpected name server reply|temporary failure in name resolution"),
+        # A local delivery program failed (procmail, a pipe: sisimai's X-UNIX), whatever status.
+        ("mailererror", r"\bprocmail:|command died with status|\bx-unix;"),
     ))
 
 # Words in the diagnostic that say the reason where the status does not (5.7.1, 5.0.0, 550 …),
@@ -140,7 +142,8 @@ _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("blocked", r"block ?list|black ?list|\bdnsbl\b|\brbl\b|spamhaus|barracuda|spamcop|"
                     r"(?<!not )listed (at|in|on)|\bblocked\b|access denied|banned sending ip|invalid ip "
                     r"for sending|client host rejected|not accepting connections|service "
-                    r"refused|refused to talk to me|\(bl\)|weren'?t sent|daily relay quota"),
+                    r"refused|refused to talk to me|\(bl\)|weren'?t sent|daily relay quota|"
+                    r"remote protocol error"),
         ("spamdetected", r"\bspam\b|junk mail|unsolicited|\bube\b|content rejected|mail rejete"),
         ("notcompliantrfc", r"multiple addresses in from|duplicate header|not rfc ?\d* ?compliant"),
         ("contenterror", r"improper use of 8-bit|8-bit data|header error|malformed (message|header)"),
@@ -153,7 +156,7 @@ _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                     r"in the queue too long|retry time(out)? (not )?(exceeded|reached)|"
                     r"message expired|could not be delivered for \d+"),
         ("mailboxfull", r"mailbox (is )?full|over ?quota|quota exceeded|insufficient storage|"
-                        r"disk quota|mailbox (size|storage) (limit )?exceeded|box is full|"
+                        r"disk quota|not enough disk space|mailbox (size|storage) (limit )?exceeded|box is full|"
                         r"メールボックスが一杯|exceeded (the )?storage"),
         ("suspend", r"(account|mailbox) (is )?(disabled|suspended|inactive|deactivated)|"
                     r"disabled recipient|temporar(y|ily) locked"),
@@ -189,12 +192,35 @@ _BY_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("policyviolation", r"\bpolicy\b"),
     ))
 
+# Words for an unknown user that an MTA writes only when it looked the user up itself (sisimai's
+# Lhost modules set "userunknown" on them), so they prove the address gone at any SMTP stage;
+# a gateway's bare "No such user" / "User unknown" does not (see outreach.dsn, "filtered").
+_OWN_LOOKUP = re.compile("|".join((
+    r"recipient name is not recognized",                # Exchange 2003
+    r"not listed in (the )?(public name|domino directory)",  # Lotus Notes / Domino
+    r"invalid final delivery userid|unknown user: ",    # Ipswitch IMail
+    r"no valid recipients for this mm",                 # Verizon's MMS gateway
+    r"\(and other recipients in the same domain\)",     # Trend Micro, Exchange Online DBEB
+    r"recipient address rejected(: access denied|\.?\s*$)",  # Exchange Online DBEB
+    r"address couldn'?t be found|wasn.t found at the destination domain",  # Microsoft 365
+    r"delivery error: dd ",                             # Yahoo's own MTA
+    r"mail\.local: unknown user",                       # Sendmail's local delivery agent
+    r"requested action not taken: mailbox unavailable \(",  # Outlook.com's coded reply
+)), re.I | re.M)
+
 _STATUS = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")
 
 
 def owner_of(reason: str) -> Owner:
     """The owner of ``reason`` (a key of :data:`REASONS`); ``"transient"`` for one not there."""
     return REASONS.get(reason, "transient")
+
+
+def looked_up_by_the_mta(diagnostic: str | None) -> bool:
+    """Whether ``diagnostic`` carries an MTA's own unknown-user words (:data:`_OWN_LOOKUP`):
+    proof that the address is gone even when no status or SMTP stage says so (sisimai's
+    Lhost modules for Exchange 2003, Domino, IMail, Verizon, Trend Micro, Microsoft, Yahoo)."""
+    return bool(_OWN_LOOKUP.search(diagnostic or ""))
 
 
 def status_in(text: str | None) -> str | None:
@@ -229,8 +255,11 @@ def reason_of(status: str | None, diagnostic: str | None = None, code: int | Non
     temporary = (status or "").startswith("4") or (code is not None and 400 <= code <= 499)
     for reason, pattern in _BY_TEXT:
         if pattern.search(diagnostic or ""):
-            # A 4xx "domain not found" is a resolver failing for now, not a domain gone.
-            return "networkerror" if reason == "hostunknown" and temporary else reason
+            # A 4xx "domain not found" is a resolver failing for now, not a domain gone; a 4xx
+            # "accepts no mail" likewise may change (sisimai: a soft bounce).
+            if temporary and reason == "hostunknown":
+                return "networkerror"
+            return "systemerror" if temporary and reason == "notaccept" else reason
     if status in _BY_STATUS:
         reason = _BY_STATUS[status]
         if reason == "notaccept" and status.startswith("4"):

@@ -554,3 +554,162 @@ def test_a_bounce_returned_inside_a_bounce_names_only_the_outer_recipients():
                           "MIME-Version: 1.0\n" + inner + "\n--B--")
     _i, v = classify(_raw(outer))
     assert v.addresses == ("slow@lead.example",), v
+
+
+def test_user_unknown_with_no_status_and_no_stage_is_a_filter():
+    # McAfee, SurfControl, m-FILTER: a gateway's "No such user" under 5.0.0 (or no status), with
+    # nothing telling the SMTP stage: sisimai calls it "filtered"; we do not suppress on it.
+    _i, v = classify(_dsn("550 x@lead.example... No such user", "5.0.0"))
+    assert (v.kind, v.reason) == ("sender_block", "filtered"), v
+
+
+def test_user_unknown_said_to_rcpt_under_5_0_0_is_a_gone_address():
+    _i, v = classify(_dsn("550 x@lead.example... No such user", "5.0.0",
+                          "<x@lead.example>: host mx.lead.example said: 550 No such user "
+                          "(in reply to RCPT TO command)"))
+    assert (v.kind, v.reason) == ("hard_bounce", "userunknown"), v
+
+
+def test_a_sendmail_transcript_refused_at_data_is_a_filter_even_if_it_mentions_rcpt():
+    # The last command of the transcript decides: ">>> DATA"; "503 Need RCPT" names no stage.
+    _i, v = classify(_dsn("550 5.0.0 <x@lead.example>... User unknown", "5.0.0",
+                          "----- Transcript of session follows -----\n>>> DATA\n"
+                          "<<< 550 5.0.0 <x@lead.example>... User unknown\n"
+                          "<<< 503 5.0.0 Need RCPT (recipient)"))
+    assert (v.kind, v.reason) == ("sender_block", "filtered"), v
+
+
+@pytest.mark.parametrize("diagnostic", [
+    "x@lead.example on Thu, 29 Apr 2010 00:00:00 -0000 The recipient name is not recognized",
+    "Invalid final delivery userid: x@lead.example",
+    "Your message wasn't delivered to x@lead.example because the address couldn't be found.",
+    "554 delivery error: dd This user doesn't have a lead.example account (x@lead.example) [0]",
+], ids=["exchange-2003", "imail", "microsoft", "yahoo-dd"])
+def test_an_mtas_own_unknown_user_words_suppress_at_any_stage(diagnostic):
+    _i, v = classify(_dsn(diagnostic, "5.0.0"))
+    assert (v.kind, v.reason) == ("hard_bounce", "userunknown"), v
+
+
+def test_a_domain_that_takes_no_mail_under_a_4xx_status_is_not_suppressed():
+    _i, v = classify(_dsn("DNS Error: DNS type 'mx' lookup of lead.example responded with code "
+                          "NOERROR The domain lead.example doesn't receive email", "4.0.0"))
+    assert v.kind == "soft_bounce", v
+
+
+@pytest.mark.parametrize("status, diagnostic, reason", [
+    ("5.1.1", 'procmail: Couldn\'t create "/var/spool/mail/x" id: r.lead.example: No such user',
+     "mailererror"),
+    (None, "554 <x@lead.example>... Remote protocol error: Connection reset by peer 550 "
+           "lead.example (smtp)... 550 Host unknown", "blocked"),
+], ids=["procmail", "remote-protocol-error"])
+def test_words_of_a_local_mailer_or_a_broken_session(status, diagnostic, reason):
+    assert reason_of(status, diagnostic) == reason
+
+
+@pytest.mark.parametrize("notice, reason", [
+    ("Your message to <x> was automatically rejected:\nNot enough disk space", "mailboxfull"),
+    ("The user(s) account is disabled.", "suspend"),
+], ids=["disk-space", "account-disabled"])
+def test_the_notices_words_for_its_only_recipient_outweigh_a_relayed_user_unknown(notice, reason):
+    _i, v = classify(_dsn("550 5.1.1 <x@lead.example>... User Unknown", "5.1.1", notice))
+    assert (v.kind, v.reason) == ("soft_bounce", reason), v
+
+
+def test_messaging_servers_rejected_address_is_an_answer_to_rcpt():
+    _i, v = classify(_dsn("550 <x@lead.example>: User unknown",
+                          "5.0.0 (Remote SMTP server has rejected address)",
+                          "Reason: Remote SMTP server has rejected address"))
+    assert (v.kind, v.reason) == ("hard_bounce", "userunknown"), v
+
+
+EXIM_LISTED = """
+From: Mail Delivery System <Mailer-Daemon@mx.outreach.example>
+To: anna@outreach.example
+X-Failed-Recipients: gone@lead.example
+Subject: Mail delivery failed: returning message to sender
+
+This message was created automatically by mail delivery software.
+
+A message that you sent could not be delivered to one or more of its
+recipients. This is a permanent error. The following address(es) failed:
+
+  gone@lead.co.example
+    SMTP error from remote mail server after RCPT TO:<gone@lead.co.example>:
+    host mx.lead.co.example [192.0.2.20]: 550 5.1.1 User unknown
+
+------ This is a copy of the message, including all the headers. ------
+
+To: gone@lead.co.example
+"""
+
+
+def test_exims_own_list_of_failed_addresses_outweighs_its_header():
+    _i, v = classify(_raw(EXIM_LISTED))
+    assert v.addresses == ("gone@lead.co.example",), v
+
+
+EXIM_MALFORMED = """
+From: Mail Delivery System <Mailer-Daemon@mx.outreach.example>
+To: anna@outreach.example
+Subject: Mail delivery failed: returning message to sender
+
+A message that you sent contained one or more recipient addresses that were
+incorrectly constructed:
+
+  first@lead.example <second@lead.example>: malformed address: <second@lead.example> may not follow first@lead.example
+
+This address has been ignored.
+"""
+
+
+def test_an_address_written_as_the_display_name_is_not_a_recipient():
+    _i, v = classify(_raw(EXIM_MALFORMED))
+    assert v.addresses == ("second@lead.example",), v
+
+
+FML_NOT_MEMBER = """
+From: list-admin@lists.lead.example
+To: anna@outreach.example
+Subject: You anna@outreach.example are not member (team ML)
+X-MLServer: fml [fml 4.0.3 release (20011202/4.0.3)]
+List-Subscribe: <mailto:team-ctl@lists.lead.example?body=subscribe>
+
+You are not a member of this mailing list <team@lists.lead.example>.
+
+If you know the general guide of this list, please send mail with
+the mail body
+
+\tguide
+
+to the address
+
+\tteam-ctl@lists.lead.example
+"""
+
+
+def test_a_lists_control_address_from_its_own_headers_is_not_a_recipient():
+    _i, v = classify(_raw(FML_NOT_MEMBER))
+    assert v.addresses == ("team@lists.lead.example",), v
+
+
+FML_DUPLICATE = """
+From: list-admin@lists.lead.example
+To: list-admin@lists.lead.example
+Subject: fml status report
+X-MLServer: fml [fml 4.0.3 release (20011202/4.0.3)]
+
+Duplicated Message-ID in <team@lists.lead.example>.
+
+
+Original mail as follows:
+
+   From owner-team@lists.lead.example  Thu Apr 29 23:34:45 2017
+   Return-Path: <owner-team@lists.lead.example>
+   From: someone@other.example
+   To: <member@other.example>
+"""
+
+
+def test_fmls_original_mail_as_follows_starts_the_returned_message():
+    _i, v = classify(_raw(FML_DUPLICATE))
+    assert v.addresses == ("team@lists.lead.example",), v
