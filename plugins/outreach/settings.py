@@ -12,7 +12,7 @@ Strict values (issue 31; the rule lives in :meth:`OutreachSettings._strict`): a 
 set but empty is an error (unset it for the default), not the default; a number is written in
 plain decimal (``10``, ``0.5``, ``1e-3``): ``1_0``, ``0x10`` or ``inf`` are errors; a list is
 comma-separated without empty items (``10,,60`` and a trailing comma are errors).
-``outreach config check`` (:mod:`outreach.configcheck`) builds every group below at once and
+``outreach config check`` (:mod:`outreach.airflow.configcheck`) builds every group below at once and
 reports every problem, one line each.
 
 | variable                         | group              | allowed (default)                          |
