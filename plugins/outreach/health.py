@@ -56,7 +56,9 @@ HealthSettingsError = SettingsError
 
 class HealthSettings(OutreachSettings):
     """Thresholds (fractions: 0.001 = 0.1 %) and the Postmaster fetch, each read once from its
-    ``OUTREACH_*`` variable with its range (see :mod:`outreach.settings`).
+    ``OUTREACH_*`` variable with its range (see :mod:`outreach.settings`). Values are read by
+    the strict rule of :meth:`outreach.settings.OutreachSettings._strict` (empty, ``1_0`` are
+    errors).
 
     | variable                         | field                 | default |
     |----------------------------------|-----------------------|---------|
