@@ -1,28 +1,26 @@
 """Classifying one inbound message: a pure function from its bytes to a class and its evidence.
 
-The order is the rule (issue 11), and the first that matches decides:
+The order is the rule (issue 11, issue 23; the full account with the corpus figures:
+``docs/explanation/inbound-classification.md``), and the first that matches decides:
 
-1. **Bounce** (``hard_bounce`` / ``soft_bounce``): a message that looks like a bounce — a DSN
-   (RFC 3464 ``multipart/report; report-type=delivery-status``), or one from ``MAILER-DAEMON`` /
-   ``postmaster``, with an empty ``Return-Path`` (RFC 5321 §4.5.5: bounces have a null
-   reverse-path) or a delivery-failure subject — whose failing addresses ``flufl.bounce``
-   (Mailman's detectors for DSNs, Postfix, Exim, qmail, Exchange, Microsoft, AOL, Yahoo…) finds.
-   Hard or soft: a DSN's ``Status`` (RFC 3463: ``5.x.x`` permanent, ``4.x.x`` transient, Action
-   ``delayed``), else flufl.bounce's permanent / temporary split.
-2. **Complaint**: an ARF feedback report (RFC 5965 ``multipart/report;
-   report-type=feedback-report``); the address is its ``Original-Rcpt-To`` or the enclosed
-   original's ``To``.
-3. **Unsubscribe**: sent to the List-Unsubscribe ``mailto:unsubscribe@<domain>`` address (see
-   :func:`outreach.send.prepare`; the subject then carries the signed token of the email row), or
-   a reply whose first line is an unsubscribe request in the common forms (:data:`UNSUBSCRIBE_LINE`).
-4. **Auto-reply**: RFC 3834 ``Auto-Submitted`` (any value but ``no``), ``X-Autoreply``,
-   ``X-Autorespond``, ``X-Auto-Response-Suppress`` (Exchange), ``Precedence: auto_reply | bulk |
-   junk``, or an out-of-office subject (:data:`AUTO_REPLY_SUBJECT`).
+1. **Complaint**: ARF (RFC 5965), Outlook/Hotmail JMRP, SES notifications delivered as mail,
+   Apple one-tap (:func:`outreach.dsn.complaint`), every complainant.
+2. **Automated** (:func:`automated`: multipart/report, a null reverse-path, a daemon or
+   postmaster sender, ``Auto-Submitted``, X-Failed-Recipients and the like) — decided before any
+   reply matching, so a bounce with ``Re:`` and our In-Reply-To is never a reply:
+   a **bounce** whose recipients :func:`outreach.dsn.failures` finds, its kind by the owner of
+   its reason (:mod:`outreach.reasons`: ``hard_bounce``, ``sender_block``, ``soft_bounce``,
+   ``delivery_report``); else an **auto-reply**; else ``unmatched`` (no effect).
+3. **Unsubscribe**: sent to the List-Unsubscribe ``mailto:unsubscribe@<domain>`` address (the
+   subject then carries the signed token of the email row), or a reply whose first line is an
+   unsubscribe request in the common forms (:data:`UNSUBSCRIBE_LINE`).
+4. **Auto-reply** by its subject (:data:`AUTO_REPLY_SUBJECT`) or headers.
 5. **Reply**: anything else from a person; :mod:`outreach.inbox` matches it to our email by
    ``In-Reply-To`` / ``References`` (RFC 5322 §3.6.4), then by the sender's address — and calls it
    ``unmatched`` when neither finds a lead.
 
-Nothing here touches the database or the network; the effects live in :mod:`outreach.inbox`.
+Nothing here touches the database or the network; the effects live in :mod:`outreach.inbox`
+and :mod:`outreach.bounces`.
 """
 
 from __future__ import annotations
@@ -323,7 +321,8 @@ def classify(raw: bytes) -> tuple[Inbound, Classified]:
     verdict = _classify_complaint(inbound, compat)
     if verdict is None and why:
         verdict = _classify_bounce(inbound, compat, why) or _classify_auto_reply(inbound, compat) \
-            or Classified("auto_reply", f"{why}; automated, but no recipient or report found")
+            or Classified("unmatched", f"{why}; automated, but no recipient or report found: "
+                          "never a reply, no effect")
     verdict = verdict or _classify_unsubscribe(inbound) or _classify_auto_reply(inbound, compat)
     if verdict is None:
         verdict = Classified("reply", "a message from a person (no bounce, report or "

@@ -12,7 +12,7 @@ Strict values (issue 31; the rule lives in :meth:`OutreachSettings._strict`): a 
 set but empty is an error (unset it for the default), not the default; a number is written in
 plain decimal (``10``, ``0.5``, ``1e-3``): ``1_0``, ``0x10`` or ``inf`` are errors; a list is
 comma-separated without empty items (``10,,60`` and a trailing comma are errors).
-``outreach config check`` (:mod:`outreach.configcheck`) builds every group below at once and
+``outreach config check`` (:mod:`outreach.airflow.configcheck`) builds every group below at once and
 reports every problem, one line each.
 
 | variable                         | group              | allowed (default)                          |
@@ -211,6 +211,9 @@ _INT_ITEMS = BeforeValidator(_int_items)
 class Settings(OutreachSettings):
     """Sender settings (the ``send`` path, marketing and transactional).
 
+    Values are read by the strict rule of :meth:`OutreachSettings._strict` (empty, ``1_0`` and
+    ``10,,60`` are errors); ranges are the fields' own.
+
     Rules: at most :attr:`max_attempts` (3) attempts in total for mail that was not accepted;
     campaign mail is retried :attr:`retry_after` (30 minutes) later, transactional mail after
     :attr:`transactional_retry_seconds` (seconds: someone is waiting for it). The reaper
@@ -341,14 +344,20 @@ NO_DATABASE = ("no outreach database: set the Airflow connection outreach_db or 
 
 class DatabaseSettings(OutreachSettings):
     """The outreach database when the Airflow connection ``outreach_db`` does not exist
-    (:func:`outreach.airflow.connections.database_url`)."""
+    (:func:`outreach.airflow.connections.database_url`).
+
+    Values are read by the strict rule of :meth:`OutreachSettings._strict` (empty, ``1_0`` and
+    ``10,,60`` are errors); ranges are the fields' own."""
 
     SECRET_FIELDS: ClassVar[frozenset[str]] = frozenset({"database_url"})
     database_url: str | None = Field(None, description="a libpq URL of the outreach database")
 
 
 class PreflightSettings(OutreachSettings):
-    """The DNS preflight of the send DAG (see :func:`outreach.airflow.tasks.preflight_task`)."""
+    """The DNS preflight of the send DAG (see :func:`outreach.airflow.tasks.preflight_task`).
+
+    Values are read by the strict rule of :meth:`OutreachSettings._strict` (empty, ``1_0`` and
+    ``10,,60`` are errors); ranges are the fields' own."""
 
     preflight: Annotated[Literal["block", "warn", "off"], _LOWER] = Field("warn", description=(
         "what a failing DNS preflight does: block, warn or off"))
@@ -377,7 +386,10 @@ class PreflightSettings(OutreachSettings):
 class AlertSettings(OutreachSettings):
     """Where operator alerts go (:func:`outreach.airflow.alerts.alert_notifier`): the SMTP
     provider's notifier to ``alert_to`` through the Airflow SMTP connection ``alert_smtp_conn_id``,
-    or any notifier class named by ``alert_notifier`` built with ``alert_notifier_kwargs``."""
+    or any notifier class named by ``alert_notifier`` built with ``alert_notifier_kwargs``.
+
+    Values are read by the strict rule of :meth:`OutreachSettings._strict` (empty, ``1_0`` and
+    ``10,,60`` are errors); ranges are the fields' own."""
 
     alert_to: Annotated[tuple[str, ...], NoDecode, _COMMA_LIST] = Field((), description=(
         "comma-separated ops addresses"))
@@ -391,7 +403,10 @@ class AlertSettings(OutreachSettings):
 
 
 class ScheduleSettings(OutreachSettings):
-    """What the DAG files read at parse time (no database, no secret)."""
+    """What the DAG files read at parse time (no database, no secret).
+
+    Values are read by the strict rule of :meth:`OutreachSettings._strict` (empty, ``1_0`` and
+    ``10,,60`` are errors); ranges are the fields' own."""
 
     schedules: Annotated[Literal["on", "off"], _LOWER] = Field("on", description=(
         "on (DAGs keep their schedules) or off (they run only when triggered)"))
@@ -419,6 +434,9 @@ class QueueSettings(OutreachSettings):
     The default is one part because only one keeps the queue in (lead, step) order: rows due at
     the same moment are claimed by id (``outreach.claim_emails_v1``), and the ids of parts
     inserted at once interleave. Raise it for a large first run or backfill.
+
+    Values are read by the strict rule of :meth:`OutreachSettings._strict` (empty, ``1_0`` and
+    ``10,,60`` are errors); ranges are the fields' own.
     """
 
     queue_due_workers: int = Field(default=1, ge=1, le=16, description=(
@@ -431,7 +449,8 @@ POSTMASTER_BASE_URL = "https://gmailpostmastertools.googleapis.com"
 
 class HealthSettings(OutreachSettings):
     """Thresholds (fractions: 0.001 = 0.1 %) and the Postmaster fetch, each read once from its
-    ``OUTREACH_*`` variable with its range (see :mod:`outreach.settings`).
+    ``OUTREACH_*`` variable with its range. Values are read by the strict rule of
+    :meth:`OutreachSettings._strict` (empty, ``1_0`` are errors).
 
     | variable                         | field                 | default |
     |----------------------------------|-----------------------|---------|

@@ -73,7 +73,7 @@ def test_the_airflow_task_refuses_a_typed_path_outside_the_roots(db_url, outside
 
     secret, data = outside
     monkeypatch.setenv("OUTREACH_IMPORT_ROOTS", str(data))
-    monkeypatch.setenv("AIRFLOW_CONN_OUTREACH_DB", db_url)
+    monkeypatch.setenv("OUTREACH_DATABASE_URL", db_url)  # a key=value conninfo is no Airflow URI
     with pytest.raises(REFUSED, match="not inside an import folder") as exc:
         airflow_adapter.import_task("include/campaigns/demo.yaml", "include/mailboxes.yaml",
                                     str(secret), None)
@@ -113,7 +113,7 @@ def test_the_airflow_form_reads_campaign_and_mailbox_files_only_from_the_project
 
     secret, data = outside
     monkeypatch.setenv("OUTREACH_IMPORT_ROOTS", str(data))
-    monkeypatch.setenv("AIRFLOW_CONN_OUTREACH_DB", db_url)
+    monkeypatch.setenv("OUTREACH_DATABASE_URL", db_url)  # a key=value conninfo is no Airflow URI
     for campaign, mailboxes in ((str(secret), "include/mailboxes.yaml"),
                                 ("include/campaigns/demo.yaml", "include/../../../../etc/passwd")):
         with pytest.raises(REFUSED, match="campaign and mailbox files live in") as exc:

@@ -29,6 +29,31 @@ from outreach.airflow.defaults import REVIEW_OPTIONS
 from outreach.logutil import log, mask
 
 
+def config_check_task(*, marketing: bool = False) -> None:
+    """Check every setting and the outreach database (:func:`outreach.airflow.configcheck.check`, scopes
+    settings and database) before a DAG's work: the first step of the send DAG's preflight, of
+    the import, source import, transactional and inbox DAGs' first task. Each DAG's own tasks
+    check the connections they use (the preflight the DKIM keys, the inbox reader its IMAP
+    account).
+
+    :param marketing: the unsubscribe URL and secret are required too (the send DAG).
+    :raises airflow.sdk.exceptions.AirflowFailException: a problem, all of them in one line
+        (no retry: a bad value stays bad until someone changes it; clear the task after).
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from outreach.airflow.configcheck import ConfigReport, check_database, check_settings
+
+    report = ConfigReport()
+    check_settings(report, marketing=marketing)
+    check_database(report, database_url)  # the tasks' database: never an embedded one
+    if not report.ok:
+        for problem in report.problems:
+            log.error("config: %s", problem)
+        raise AirflowFailException(report.one_line())
+    log.info(report.summary())
+
+
 def import_task(campaign_file: str, mailbox_file: str, leads_file: str,
                 suppressions_file: str | None) -> dict[str, Any]:
     """Import a do-not-contact list (optional) then a leads CSV; return the import summary.
@@ -50,6 +75,7 @@ def import_task(campaign_file: str, mailbox_file: str, leads_file: str,
     from outreach.campaign import ConfigError
     from outreach.leads import ImportFileError
 
+    config_check_task()
     try:
         return _import(database_url(), campaign_file, mailbox_file, leads_file, suppressions_file)
     except (ImportFileError, ConfigError, FileNotFoundError) as exc:
@@ -144,6 +170,7 @@ def preflight_task() -> dict[str, Any]:
     from outreach.signing import SigningError, public_key_b64
     from outreach.store import mailboxes as mailboxes_store
 
+    config_check_task(marketing=True)
     mode = preflight_mode()
     out: dict[str, Any] = {"mode": mode, "blocked": [], "domains": {}, "failed": {}}
     if mode == "off":
@@ -636,6 +663,7 @@ def transactional_enqueue_task(params: dict[str, Any],
     from outreach import db
     from outreach.transactional import TransactionalError, enqueue
 
+    config_check_task()
     unknown = sorted((set(params) | set(conf or {})) - TRANSACTIONAL_PARAMS)
     if unknown:
         raise AirflowFailException(f"unknown conf key(s) {unknown}: the conf takes "
@@ -684,6 +712,7 @@ def source_import_task(campaign_file: str) -> dict[str, Any]:
     """
     from outreach.sources import import_source
 
+    config_check_task()
     results = import_source(database_url(), campaign_file, "include/mailboxes.yaml")
     total: dict[str, Any] = {"imports": len(results), "imported": 0, "updated": 0,
                              "unchanged": 0, "invalid": 0, "suppressed": 0, "stopped": 0,
@@ -704,6 +733,7 @@ def inbox_targets_task() -> list[dict[str, Any]]:
     """Return the IMAP accounts to read this run (see :func:`outreach.inbox.plan_targets`)."""
     from outreach.inbox import plan_targets
 
+    config_check_task()
     targets = plan_targets(database_url())
     log.info("inbox: %s account(s) to read: %s", len(targets), [t["label"] for t in targets])
     return targets

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from outreach.cli import (
     campaign,
+    config,
     db,
     dev,
     dns,
@@ -35,6 +36,7 @@ from outreach.cli import (
 
 COMMANDS = (
     db.add_db,
+    config.add_config,
     imports.add_import_leads,
     imports.add_import,
     imports.add_import_suppressions,
@@ -64,7 +66,7 @@ functions live next to their parser, one module per command group."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser (sub-commands: db upgrade, db stop, import-leads, import-suppressions,
+    """Return the argument parser (sub-commands: db upgrade, db stop, config check, import-leads, import-suppressions,
     suppress, unsuppress, queue-due, send, inbox, unconfirmed, resolve, mailbox, lead, campaign,
     transactional, postmaster, reap, report,
     serve-unsubscribe, preflight, dkim-record, airflow, demo)."""

@@ -227,6 +227,8 @@ class Deployment:
                 args += ["--host", "127.0.0.1", "--port", str(self.port)]
             self._spawn(cmd[0], args, env)
         if self.executor == "CeleryExecutor":
+            # issue 31: the workers' settings are checked before they start (config_gate)
+            config_gate({**env, "OUTREACH_WORKER_HOSTNAME": self.worker_name(1)}, "Celery workers")
             for i in range(1, self.workers + 1):
                 name = self.worker_name(i)
                 self._spawn(f"worker-{i}", [*WORKER[1], "--celery-hostname", f"{name}@%h",
@@ -410,6 +412,27 @@ def celery_databases() -> tuple[str, str]:
     return outreach_url, metadata
 
 
+def config_gate(env: dict[str, str], who: str) -> None:
+    """Run ``outreach config check --skip connections`` with the environment ``env`` a component
+    gets (:mod:`outreach.airflow.configcheck`), before it starts: a bad setting stops ``make airflow`` or
+    a Celery worker here, one line per problem, instead of failing some task later.
+    Connections are left to the DAGs' own checks: they are often added in the Airflow UI once it
+    is up.
+
+    :param who: what is about to start (in the error).
+    :raises outreach.settings.SettingsError: a problem (all of them, one line each).
+    """
+    from outreach.settings import SettingsError
+
+    proc = subprocess.run([sys.executable, "-m", "outreach.cli", "config", "check", "--skip",
+                           "connections"], env=env, capture_output=True, text=True)
+    if proc.returncode:
+        problems = [line.removeprefix("outreach: config: ") for line in proc.stderr.splitlines()
+                    if line.startswith("outreach: config: ")] or proc.stderr.strip().splitlines()[-3:]
+        raise SettingsError(f"{who} not started: config check found {len(problems)} "
+                            "problem(s):\n  " + "\n  ".join(problems))
+
+
 def run_foreground(executor: str = "local", workers: int = 2) -> int:
     """``make airflow [EXECUTOR=celery WORKERS=N]``: start the deployment and keep it up until
     Ctrl-C; return the exit code.
@@ -453,6 +476,7 @@ def run_foreground(executor: str = "local", workers: int = 2) -> int:
           + (f" with {workers} Celery worker(s)" if executor == "celery" else "")
           + f"; migrating the metadata database, SMTP pool of {dep.pool_slots} …", flush=True)
     dep.migrate()
+    config_gate(dep.env(), "Airflow")  # issue 31: a bad setting stops here, not in a task
     stop = {"now": False}
 
     def _handler(signum, frame):
