@@ -165,7 +165,7 @@ def test_required_actions_resolve_listed_rows_and_failures_turn_red_and_alert_on
             assert run["state"] == "failed"
             failed = [t for t in send_tis(dep, token, run["dag_run_id"]) if t["state"] == "failed"]
             assert failed and all("@" not in (t["rendered_map_index"] or "") for t in failed)
-            run_alerts = [m for m in alerts.messages() if "run failed" in subject_of(m)]
+            run_alerts = [m for m in alerts.messages() if " failed" in subject_of(m)]
             assert len(run_alerts) == 1 and run_alerts[0]["To"] == OPS
 
             # The server is back: clearing the failed tasks sends each email once.
@@ -176,7 +176,7 @@ def test_required_actions_resolve_listed_rows_and_failures_turn_red_and_alert_on
             accepted_once(messages)
             assert len(messages) > sent_before
             assert len(messages) == rows(db_url, "SELECT count(*) AS n FROM outreach.send_log")[0]["n"]
-            assert len([m for m in alerts.messages() if "run failed" in subject_of(m)]) == 1
+            assert len([m for m in alerts.messages() if " failed" in subject_of(m)]) == 1
     finally:
         alerts.stop()
         with contextlib.suppress(Exception):  # already stopped when the test ended in between
