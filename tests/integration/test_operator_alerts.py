@@ -159,7 +159,7 @@ def context_for(run_id: str, map_index: int = 0, try_number: int = 1) -> dict:
 
 
 def test_send_task_fails_on_unconfirmed_rows_and_summary_reads_the_ledger(db_url, alert_sink, sink,
-                                                                        monkeypatch):
+                                                                        monkeypatch, caplog):
     import_demo(db_url)
     queue_due(db_url)
     batches = adapter.plan_task({"blocked": []})
@@ -197,7 +197,25 @@ def test_send_task_fails_on_unconfirmed_rows_and_summary_reads_the_ledger(db_url
     with pytest.raises(AirflowFailException, match="1 of 2 send task"):
         adapter.summary_task(batches[:2], [result], "outreach_send", "manual__r1")
     # A cleared try of the failed task claims fresh rows, counted with the same run.
-    retry = adapter.send_task(batches[1], context_for("manual__r1", map_index=1, try_number=2))
+    import re
+
+    ctx3 = context_for("manual__r1", map_index=1, try_number=2)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="outreach"):
+        retry = adapter.send_task(batches[1], ctx3)
+    # The label sums both tries of the task: the first try's unconfirmed one is still in it.
+    tries = rows(db_url, "SELECT count(*) FILTER (WHERE status = 'sent') AS sent, "
+                         "count(*) FILTER (WHERE failure_kind = 'unconfirmed') AS unconfirmed "
+                         "FROM outreach.emails WHERE starts_with(claimed_by, %s)",
+                 ("outreach_send/manual__r1/send_batch[1]#try",))[0]
+    assert tries["sent"] > retry["sent"]  # the first try sent some too
+    label = ctx3["batch_label"]
+    assert sum(int(n) for n in re.findall(r"sent (\d+)", label)) == tries["sent"], label
+    assert "unconfirmed 1" in label, label
+    # One masked line per email handed over: id, step, mailbox, outcome.
+    lines = [r.getMessage() for r in caplog.records if ": sent, 250" in r.getMessage()]
+    assert len(lines) == retry["sent"] and all("@" in ln and "***@" in ln for ln in lines)
+    assert all(", step 1, mailbox " in ln and "Message-ID <" in ln for ln in lines), lines[:2]
     out = adapter.summary_task(batches[:2], [result, retry], "outreach_send", "manual__r1")
     sent = rows(db_url, "SELECT count(*) AS n FROM outreach.emails WHERE status = 'sent'")[0]["n"]
     assert out["totals"]["sent"] == sent == len(sink.messages())
