@@ -102,3 +102,8 @@ VACUUM ANALYZE;
 SELECT state, wait_event_type, wait_event
 FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend';
+
+-- name: bench_jit_on
+-- The campaign page's baseline: its report queries with the server's JIT on (as before
+-- report_jit_off).
+SET jit = on;

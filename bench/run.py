@@ -24,11 +24,12 @@ import bench_claim
 import bench_fanout
 import bench_import
 import bench_latency
+import bench_page
 import bench_scaleout
 import bench_send
 from common import BENCH, Report, Server, machine, write_report
 
-PATHS = ("claim", "send", "latency", "import", "fanout", "scaleout")
+PATHS = ("claim", "send", "latency", "import", "fanout", "scaleout", "page")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 slots=args.scaleout_slots, delay=args.scaleout_delay,
                 workers=[int(w) for w in args.scaleout_workers.split(",")], mailboxes=4,
                 repeats=args.repeats),
+            "page": lambda: bench_page.bench(server, workdir, repeats=args.repeats),
         }
         for name in PATHS:
             if name in only:

@@ -8,7 +8,9 @@ do-not-contact list.
   the leads: bad rows are logged by line number and reason, the good rows are imported, suppressed
   addresses are not stored. Everything is one transaction per file. Both CSV paths are relative
   to the project root and must lie inside an `OUTREACH_IMPORT_ROOTS` folder (default
-  `include/data`): any other path fails the task unread.
+  `include/data`): any other path fails the task unread. When leads were imported it updates
+  the campaign's leads Asset (`outreach://leads/<campaign>`), so `outreach_queue_due` queues
+  them right away instead of at its next quarter hour.
 
 **Clearing `import_leads` is safe**: the same files imported again change nothing (leads are
 unique by normalised address, enrolments by campaign and lead, suppressions by value).
@@ -39,11 +41,14 @@ from outreach.airflow import defaults, tasks
     },
 )
 def outreach_import_leads():
-    @task
+    @task(outlets=[defaults.leads_alias()])
     def import_leads() -> dict:
-        p = get_current_context()["params"]
-        return tasks.import_task(p["campaign_file"], p["mailbox_file"], p["leads_file"],
-                                 p.get("suppressions_file"))
+        context = get_current_context()
+        p = context["params"]
+        out = tasks.import_task(p["campaign_file"], p["mailbox_file"], p["leads_file"],
+                                p.get("suppressions_file"))
+        tasks.announce_leads(context["outlet_events"], out)
+        return out
 
     import_leads()
 

@@ -29,8 +29,8 @@ Sends queued emails: preflight → plan → one mapped **send_batch** per batch 
   whose log says `MailboxUnreachable` is a mailbox whose SMTP connection, login or DKIM key
   failed before any of its rows was handed over (the line names the Airflow connection and the
   reply): its rows are back in the queue with no attempt counted, the batch's other mailboxes
-  were sent. Fix the connection; the next run (or clearing) sends. Any failed task raises one
-  alert for the run.
+  were sent. Fix the connection; the next run (or clearing) sends. The first failed try of any
+  task raises one alert for the run (within a minute, before the retries).
 * **summary** reads what the run did from the ledger (every row its tasks claimed, cleared tries
   included) and fails when a send task failed.
 * **flag_unconfirmed** alerts once about unconfirmed emails never alerted before and then
@@ -54,7 +54,8 @@ from outreach.airflow import alerts, defaults, tasks
     dag_id="outreach_send",
     doc_md=__doc__,
     **defaults.dag_kwargs(schedule="*/10 * * * *", retries=2, max_active_runs=2,
-                          on_failure_callback=alerts.RunFailedNotifier()),
+                          on_failure_callback=alerts.RunFailedNotifier(),
+                          on_retry_callback=alerts.RunFailedNotifier(retrying=True)),
 )
 def outreach_send():
     @task

@@ -12,7 +12,8 @@ Airflow 3 serves FastAPI apps that plugins list in ``fastapi_apps`` (``airflow/p
   under Browse as "Campaigns". A mounted plugin app is *not* behind Airflow's login by itself;
   every route of this one depends on Airflow's own check (``requires_access_view(WEBSITE)``: the
   JWT of the UI's session cookie or an ``Authorization: Bearer`` token, validated by the auth
-  manager), so an anonymous request gets 401.
+  manager), so an anonymous request gets 401 — a browser is sent to Airflow's login page and
+  back instead. ``/outreach-campaigns`` (no slash) redirects to the page.
 
 Importing this file touches neither the database nor the network nor a secret: the apps read
 the database URL and the unsubscribe secret at request time, through the same functions the
@@ -49,8 +50,14 @@ class OutreachPlugin(AirflowPlugin):
         {"app": create_app(connections.database_url, connections.unsubscribe_secret),
          "url_prefix": URL_PREFIX, "name": "outreach-unsubscribe"},
         {"app": campaign_page.create_app(connections.database_url,
-                                         dependencies=_airflow_login()),
+                                         dependencies=_airflow_login(),
+                                         accounts=connections.imap_account),
          "url_prefix": CAMPAIGNS_PREFIX, "name": "outreach-campaigns"},
+    ]
+    # /outreach-campaigns (no slash) is the root app's, never the mounted one's: redirect it.
+    fastapi_root_middlewares = [
+        {"middleware": campaign_page.AddSlash, "kwargs": {"path": CAMPAIGNS_PREFIX},
+         "name": "outreach-campaigns-slash"},
     ]
     external_views = [
         {"name": "Campaigns", "href": CAMPAIGNS_PREFIX + "/", "destination": "nav",

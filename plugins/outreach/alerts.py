@@ -21,8 +21,9 @@ from outreach import db
 from outreach.logutil import log
 from outreach.store import alerts as store
 
-Deliver = Callable[[str, str], None]
-"""Given ``(subject, body)`` (plain text), deliver the alert; raise when it could not."""
+Deliver = Callable[[str, str], "bool | None"]
+"""Given ``(subject, body)`` (plain text), deliver the alert; raise when it could not; return
+``False`` when there is nowhere to deliver it (it is recorded, and the deliverer said why)."""
 
 KINDS = ("paused", "unconfirmed", "run_failed", "preflight_fail", "bounce_warning", "login_failed")
 """Alert kinds (``outreach_alerts_kind_check`` also allows ``required_action``: an unconfirmed
@@ -53,8 +54,9 @@ def raise_alert(url: str, kind: str, keys: str | Sequence[str],
             return []
         subject, body = compose(new)
         store.alert_describe(conn, event_keys=new, subject=subject, body=body)
-        deliver(subject, body)
-    log.warning("alert sent (%s, %s event(s)): %s", kind, len(new), subject)
+        delivered = deliver(subject, body)
+    if delivered is not False:  # one line per alert: sent, or the deliverer's "not delivered"
+        log.warning("alert sent (%s, %s event(s)): %s", kind, len(new), subject)
     return new
 
 

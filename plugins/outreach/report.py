@@ -16,7 +16,7 @@ HISTORY_DAYS = 30
 """Days of per-mailbox history in the report (the campaign page's charts), today included."""
 
 
-def collect(url: str, *, now: Any = None) -> dict[str, Any]:
+def collect(url: str, *, now: Any = None, accounts: Any = None) -> dict[str, Any]:
     """Return the report as a dict (``outreach report --json`` and the campaign page in Airflow
     show exactly this).
 
@@ -36,17 +36,25 @@ def collect(url: str, *, now: Any = None) -> dict[str, Any]:
     * ``days``: per mailbox and local day: sent, cap, the day's warm-up limit and the domain's
       Postmaster spam rate (``None`` when unknown, never 0) (``report_mailbox_days``);
     * ``spam_rate_threshold``: the pause threshold (a fraction; Gmail: keep below 0.1 %);
-    * ``unconfirmed``: every unconfirmed email as operators see it (recipient masked).
+    * ``unconfirmed``: every unconfirmed email as operators see it (recipient masked);
+    * ``progress``: per campaign its name, status, sent, queued and expected finish under the
+      current caps and pacing (:func:`outreach.progress.campaign_progress`).
 
     :param now: a fixed clock (UTC) for the day-based figures; default the database clock.
+    :param accounts: opens IMAP accounts for the unconfirmed emails' Sent-folder evidence (the
+        campaign page passes the one the Required Action uses, so both say the same);
+        ``None``: not searched (:func:`outreach.resolve.unconfirmed_details`).
     """
     import datetime as dt
 
     from outreach.health import HealthSettings
     from outreach.logutil import mailbox_name
+    from outreach.progress import campaign_progress
+    from outreach.settings import Settings
 
     window = dt.timedelta(days=HISTORY_DAYS)
     with db.connect(url, autocommit=True) as conn:
+        reports.report_jit_off(conn)
         # The report is JSON (``outreach report --json``, the campaign page): rows as dicts.
         rows = [asdict(r) for r in reports.report_by_step(conn)]
         mailboxes = [asdict(r) for r in reports.report_mailboxes(conn, now=now)]
@@ -61,6 +69,8 @@ def collect(url: str, *, now: Any = None) -> dict[str, Any]:
         days = [asdict(r) for r in reports.report_mailbox_days(conn, now=now, days=HISTORY_DAYS)]
         names = {r.id: mailbox_name(r.label, r.display_name, r.address)
                  for r in mailboxes_store.mailbox_names(conn)}
+        progress = campaign_progress(conn, now=now,
+                                     interval=Settings.from_env(unsubscribe=False).send_interval)
     for m in mailboxes:
         m["address"] = mask(m["address"])
         m["name"] = names.get(m["id"], m["address"])
@@ -75,7 +85,7 @@ def collect(url: str, *, now: Any = None) -> dict[str, Any]:
     return {"rows": rows, "mailboxes": mailboxes, "totals": totals, "last_import": last_import,
             "held": held, "funnel": funnel, "inbound": inbound, "health": health, "days": days,
             "spam_rate_threshold": HealthSettings.from_env().spam_rate_threshold,
-            "unconfirmed": unconfirmed_details(url)}
+            "unconfirmed": unconfirmed_details(url, accounts=accounts), "progress": progress}
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:

@@ -92,19 +92,23 @@ def unconfirmed_details(url: str, ids: list[int] | None = None, *,
     Action, the campaign page, ``outreach report --json``): ``id``, ``campaign``, ``step`` (or
     template), ``recipient`` (masked), ``mailbox`` (its name), ``message_id``, ``claimed_at`` and
     ``handed_over_at`` (ISO, UTC), ``stage`` (the SMTP stage of ``last_error``), ``error`` (the
-    reply, addresses masked) and ``evidence``: the late acceptance (:func:`evidence`) and, with
-    ``accounts``, what the mailbox's Sent folder says (:func:`sent_evidence`), or ``None``.
+    reply, addresses masked) and ``evidence``: what the mailbox's Sent folder says
+    (:meth:`SentEvidence.text`: always says whether it was checked) and the late acceptance
+    (:func:`evidence`) if any.
 
-    :param accounts: turns an IMAP connection id into an account; ``None``: no IMAP search.
+    :param accounts: turns an IMAP connection id into an account; ``None``: no IMAP search
+        (rows of mailboxes with an IMAP connection say ``not checked``, never "not found").
     """
     with db.connect(url, autocommit=True) as conn:
         # Dict rows: evidence(), row_message_id() and sent_evidence() read them by column name.
         rows = [asdict(r) for r in emails.email_unconfirmed_details(conn, ids=ids)]
-    sent = sent_evidence(rows, accounts) if accounts is not None and rows else {}
+    sent = (sent_evidence(rows, accounts) if accounts is not None else
+            {r["id"]: SentEvidence("not_searched" if r.get("imap_conn_id") else "no_imap")
+             for r in rows}) if rows else {}
     out = []
     for r in rows:
         error = mask_addresses(r["last_error"] or "")
-        seen = [t for t in (evidence(r), sent[r["id"]].text() if r["id"] in sent else None) if t]
+        seen = [t for t in (sent[r["id"]].text(), evidence(r)) if t]
         out.append({
             "id": r["id"], "campaign": r["campaign_key"] or r["message_class"],
             "step": r["step"] if r["step"] is not None else r["template"],
@@ -115,7 +119,7 @@ def unconfirmed_details(url: str, ids: list[int] | None = None, *,
             "handed_over_at": r["handed_over_at"].isoformat() if r["handed_over_at"] else None,
             "stage": _stage(error),
             "error": error,
-            "evidence": "; ".join(seen) or None,
+            "evidence": "; ".join(seen),
         })
     return out
 
@@ -180,8 +184,9 @@ def resolve(url: str, decision: str, resolved_by: str, *, ids: list[int] | None 
 class SentEvidence:
     r"""What the mailbox's Sent folder says about one email: ``state`` is ``found`` (``folder``
     and ``date``, UTC, of the copy), ``not_found``, ``no_sent_folder`` (the account has no folder
-    flagged ``\Sent``), ``no_imap`` (the mailbox has no ``imap_conn_id``) or ``unreadable``
-    (``detail`` names the connection and the IMAP stage)."""
+    flagged ``\Sent``), ``no_imap`` (the mailbox has no ``imap_conn_id``), ``not_searched``
+    (the caller gave no way to open IMAP accounts) or ``unreadable`` (``detail`` names the
+    connection and the IMAP stage)."""
 
     state: str
     folder: str | None = None
@@ -189,13 +194,20 @@ class SentEvidence:
     detail: str = ""
 
     def text(self) -> str:
-        """Return the evidence for people, one phrase."""
+        """Return the evidence for people, one phrase that starts with what was done: *checked:*
+        (the Sent folder was searched) or *not checked:* (and why). The Required Action, the
+        campaign page and ``outreach report`` show exactly this phrase."""
         if self.state == "found":
-            return f"found in Sent folder {self.folder!r}, dated {self.date:%Y-%m-%d %H:%M} UTC"
-        return {"not_found": f"not found in Sent folder {self.folder!r} (proves nothing)",
-                "no_sent_folder": "the IMAP account has no \\Sent folder",
-                "no_imap": "no imap_conn_id for this mailbox: check Sent Items by hand",
-                }.get(self.state, f"Sent folder unreadable: {self.detail}")
+            return (f"checked: found in Sent folder {self.folder!r}, dated "
+                    f"{self.date:%Y-%m-%d %H:%M} UTC")
+        return {"not_found": f"checked: not found in Sent folder {self.folder!r} (proves nothing:"
+                             " many relays file nothing there)",
+                "no_sent_folder": "not checked: the IMAP account has no \\Sent folder",
+                "no_imap": "not checked: no IMAP connection for this mailbox (check Sent Items "
+                           "by hand)",
+                "not_searched": "not checked: this command does not search Sent folders (the "
+                                "Required Action and the campaign page do)",
+                }.get(self.state, f"not checked: Sent folder unreadable ({self.detail})")
 
 
 def row_message_id(row: dict[str, Any]) -> str:

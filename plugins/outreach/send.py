@@ -226,11 +226,14 @@ def message_class(row: dict[str, Any]) -> str:
 
 
 def describe(row: dict[str, Any]) -> str:
-    """Return how logs name a claimed row: its id, the masked recipient and its step (marketing)
-    or template (transactional); never the full address."""
+    """Return how logs name a claimed row: its id, the masked recipient, its step (marketing)
+    or template (transactional) and its mailbox by name (:func:`outreach.logutil.mailbox_name`);
+    never the full address."""
     what = (f"step {row['step_position']}" if message_class(row) == "marketing"
             else f"transactional {row['template']}")
-    return f"email {row['id']} ({mask(row['email'])}, {what})"
+    mailbox = mailbox_name(row.get("mailbox_label"), row.get("mailbox_name"),
+                           row.get("mailbox_address"))
+    return f"email {row['id']} ({mask(row['email'])}, {what}, mailbox {mailbox})"
 
 
 @dataclass(frozen=True)
@@ -838,6 +841,9 @@ def _record(conn: Conn, row: dict[str, Any], delivery: Delivery, message_id: str
         if emails.email_mark_sent(conn, **guard, message_id=message_id, smtp_reply=reply,
                                   now=now, subject=subject):
             summary.sent += 1
+            # One line per email handed over: this one for the accepted, the lines below for
+            # every other outcome (an analyst reads which emails went out, not only counts).
+            log.info("%s: sent, %s, Message-ID <%s>", who, mask_addresses(reply), message_id)
         elif emails.email_record_late_accept(conn, **guard, message_id=message_id,
                                              smtp_reply=reply, now=now):
             # The reaper failed the row as unconfirmed while we waited for this reply: keep the

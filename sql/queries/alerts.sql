@@ -19,3 +19,13 @@ WHERE event_key = ANY (%(event_keys)s::text[]);
 
 -- name: alert_list
 SELECT id, event_key, kind, subject, body, created_at FROM outreach.alerts ORDER BY id;
+
+-- name: alert_keys_absent
+-- Which of these event keys no alert (or Required Action) has claimed yet, in the order given:
+-- the send run's flag_unconfirmed updates the review asset while any unconfirmed email is not
+-- listed by a Required Action (key review:<id>), so a review run missed while its DAG was
+-- paused is caught up by the next send run.
+SELECT k AS event_key
+FROM unnest(%(event_keys)s::text[]) WITH ORDINALITY AS t(k, i)
+WHERE NOT EXISTS (SELECT 1 FROM outreach.alerts a WHERE a.event_key = t.k)
+ORDER BY i;

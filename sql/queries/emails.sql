@@ -96,6 +96,7 @@ SELECT cl.id, cl.claim_token, cl.attempts, cl.idempotency_key, cl.lead_id, cl.st
        st.position AS step_position, st.template, st.subject, st.thread AS step_thread,
        c.key AS campaign_key, c.name AS campaign_name,
        m.id AS mailbox_id, m.address AS mailbox_address, m.display_name AS mailbox_name,
+       m.label AS mailbox_label,
        m.smtp_conn_id, m.dkim_selector, m.dkim_key_conn_id
 FROM claimed cl
 JOIN outreach.leads l ON l.id = cl.lead_id
@@ -117,6 +118,7 @@ WITH claimed AS (
 SELECT cl.id, cl.claim_token, cl.attempts, cl.idempotency_key, cl.lead_id, cl.step_id,
        cl.message_class, cl.recipient AS email, cl.template, cl.context, cl.delivery_key,
        m.id AS mailbox_id, m.address AS mailbox_address, m.display_name AS mailbox_name,
+       m.label AS mailbox_label,
        m.smtp_conn_id, m.dkim_selector, m.dkim_key_conn_id
 FROM claimed cl
 JOIN outreach.mailboxes m ON m.id = cl.mailbox_id

@@ -32,7 +32,11 @@ out = {"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": {}}
 for dag_id, dag in bag.dags.items():
     out["dags"][dag_id] = {
         "tags": sorted(dag.tags), "doc_md": bool(dag.doc_md),
-        "schedule": getattr(dag.timetable, "expression", None),
+        # A cron, or the cron of a cron-or-Asset schedule (outreach_queue_due's).
+        "schedule": getattr(dag.timetable, "expression", None)
+        or getattr(getattr(dag.timetable, "timetable", None), "expression", None),
+        "assets": sorted(a.uri for a in getattr(getattr(dag.timetable, "asset_condition", None),
+                                                "objects", []) if hasattr(a, "uri")),
         "tasks": {t.task_id: {"retries": t.retries, "owner": t.owner} for t in dag.tasks}}
 print("RESULT " + json.dumps(out))
 """
@@ -61,6 +65,8 @@ def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
                              "outreach_report": "0 7 * * *", "outreach_postmaster": "0 7 * * *",
                              "outreach_transactional": "* * * * *", "outreach_inbox": "*/10 * * * *",
                              "outreach_import_sources": "0 * * * *"}
+        # A file import from the form updates the demo campaign's leads Asset: queue-due starts.
+        assert result["dags"]["outreach_queue_due"]["assets"] == ["outreach://leads/q4-ops-intro"]
     else:  # OUTREACH_SCHEDULES=off: every DAG runs only when triggered
         assert scheduled == {}
     for dag_id, dag in result["dags"].items():

@@ -41,10 +41,10 @@ def test_unconfirmed_rows_get_sent_folder_evidence_and_auto_found_resolves_found
 
     p = subprocess.run(outreach_cmd("unconfirmed"), env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    assert f"Message-ID <{found_mid}>: found in Sent folder 'Sent', dated " in p.stdout
+    assert f"Message-ID <{found_mid}>: checked: found in Sent folder 'Sent', dated " in p.stdout
     for other in held[1:]:
-        assert (f"Message-ID <{row_message_id(unconfirmed[other])}>: not found in Sent folder 'Sent' "
-                "(proves nothing)") in p.stdout
+        assert (f"Message-ID <{row_message_id(unconfirmed[other])}>: checked: not found in Sent folder "
+                "'Sent' (proves nothing") in p.stdout
     assert "3 unconfirmed email(s), 1 found in a Sent folder" in p.stdout
 
     p = subprocess.run(outreach_cmd("resolve", "--auto-found", "--by", "Dana"), env=env,

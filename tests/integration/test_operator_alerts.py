@@ -101,11 +101,15 @@ def test_new_unconfirmed_emails_are_alerted_once_and_flag_the_review(db_url, ale
     import_demo(db_url)
     queue_due(db_url)
     first = make_unconfirmed(db_url, 2)
-    assert adapter.flag_unconfirmed_task() == {"new": first}
-    with pytest.raises(AirflowSkipException, match="no new unconfirmed"):
-        adapter.flag_unconfirmed_task()  # nothing new: no alert, no asset event
+    assert adapter.flag_unconfirmed_task() == {"new": first, "unlisted": first}
+    # No Required Action listed them yet (the review DAG was paused, say): the next send run
+    # updates the asset again, without a second alert.
+    assert adapter.flag_unconfirmed_task() == {"new": [], "unlisted": first}
+    assert adapter.review_collect_task("manual__r1")["ids"] == first
+    with pytest.raises(AirflowSkipException, match="no unconfirmed emails that a Required"):
+        adapter.flag_unconfirmed_task()  # all listed: no alert, no asset event
     second = make_unconfirmed(db_url, 1)
-    assert adapter.flag_unconfirmed_task() == {"new": second}
+    assert adapter.flag_unconfirmed_task() == {"new": second, "unlisted": second}
     messages = sorted(alert_sink.messages(), key=lambda m: subject_of(m), reverse=True)
     assert [subject_of(m) for m in messages] == [
         "outreach: 2 new unconfirmed email(s): check Sent Items",
@@ -113,6 +117,17 @@ def test_new_unconfirmed_emails_are_alerted_once_and_flag_the_review(db_url, ale
     body = body_of(messages[0])
     assert f"email {first[0]}: q4-ops-intro step 1" in body and "anna — sales" in body
     assert "anna.schmidt@" not in body and "@" in body  # recipients masked
+
+
+def test_an_alert_without_a_notifier_logs_one_line_not_sent(db_url, monkeypatch, caplog):
+    monkeypatch.delenv("OUTREACH_ALERT_TO", raising=False)
+    monkeypatch.delenv("OUTREACH_ALERT_NOTIFIER", raising=False)
+    with caplog.at_level("INFO", logger="outreach"):
+        assert raise_alert(db_url, "paused", "paused:8", lambda k: ("outreach: s", "b"),
+                           airflow_alerts.deliver_alert) == ["paused:8"]
+    said = [r.getMessage() for r in caplog.records if "alert" in r.getMessage()]
+    assert said == ["alert recorded, not delivered (no notifier: set OUTREACH_ALERT_TO or "
+                    "OUTREACH_ALERT_NOTIFIER): outreach: s"], said
 
 
 def test_automatic_pause_and_bounce_warning_are_alerted_once(db_url, alert_sink):
@@ -144,7 +159,7 @@ def context_for(run_id: str, map_index: int = 0, try_number: int = 1) -> dict:
 
 
 def test_send_task_fails_on_unconfirmed_rows_and_summary_reads_the_ledger(db_url, alert_sink, sink,
-                                                                        monkeypatch):
+                                                                        monkeypatch, caplog):
     import_demo(db_url)
     queue_due(db_url)
     batches = adapter.plan_task({"blocked": []})
@@ -182,7 +197,25 @@ def test_send_task_fails_on_unconfirmed_rows_and_summary_reads_the_ledger(db_url
     with pytest.raises(AirflowFailException, match="1 of 2 send task"):
         adapter.summary_task(batches[:2], [result], "outreach_send", "manual__r1")
     # A cleared try of the failed task claims fresh rows, counted with the same run.
-    retry = adapter.send_task(batches[1], context_for("manual__r1", map_index=1, try_number=2))
+    import re
+
+    ctx3 = context_for("manual__r1", map_index=1, try_number=2)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="outreach"):
+        retry = adapter.send_task(batches[1], ctx3)
+    # The label sums both tries of the task: the first try's unconfirmed one is still in it.
+    tries = rows(db_url, "SELECT count(*) FILTER (WHERE status = 'sent') AS sent, "
+                         "count(*) FILTER (WHERE failure_kind = 'unconfirmed') AS unconfirmed "
+                         "FROM outreach.emails WHERE starts_with(claimed_by, %s)",
+                 ("outreach_send/manual__r1/send_batch[1]#try",))[0]
+    assert tries["sent"] > retry["sent"]  # the first try sent some too
+    label = ctx3["batch_label"]
+    assert sum(int(n) for n in re.findall(r"sent (\d+)", label)) == tries["sent"], label
+    assert "unconfirmed 1" in label, label
+    # One masked line per email handed over: id, step, mailbox, outcome.
+    lines = [r.getMessage() for r in caplog.records if ": sent, 250" in r.getMessage()]
+    assert len(lines) == retry["sent"] and all("@" in ln and "***@" in ln for ln in lines)
+    assert all(", step 1, mailbox " in ln and "Message-ID <" in ln for ln in lines), lines[:2]
     out = adapter.summary_task(batches[:2], [result, retry], "outreach_send", "manual__r1")
     sent = rows(db_url, "SELECT count(*) AS n FROM outreach.emails WHERE status = 'sent'")[0]["n"]
     assert out["totals"]["sent"] == sent == len(sink.messages())
@@ -233,8 +266,28 @@ def test_required_action_records_exactly_the_listed_rows_by_the_airflow_user(db_
     listed = make_unconfirmed(db_url, 2)
     collected = adapter.review_collect_task("r1")
     assert collected["ids"] == listed
-    assert "| id | campaign | step | recipient |" in collected["body"]
-    assert f"| {listed[0]} | q4-ops-intro | 1 | " in collected["body"]
+    assert "| id | Sent-folder evidence | campaign | step | recipient |" in collected["body"]
+    # What was checked, in the words the campaign page uses (the same function, the same
+    # IMAP accounts): the demo's mailboxes name an IMAP connection this test does not have.
+    from outreach.airflow.connections import imap_account
+    from outreach.report import collect
+    from outreach.resolve import unconfirmed_details
+
+    page = {u["id"]: u["evidence"] for u in collect(db_url, accounts=imap_account)["unconfirmed"]}
+    assert page[listed[0]].startswith("not checked: Sent folder unreadable (connection "
+                                      "outreach_imap_anna"), page
+    import re
+
+    shown = re.sub(r"([\\|`*_\[\]<>#])", r"\\\1", page[listed[0]])  # Markdown made inert
+    assert f"| {listed[0]} | {shown} | q4-ops-intro | 1 | " in collected["body"]
+    assert {u["id"]: u["evidence"] for u in unconfirmed_details(db_url)}[listed[0]] == (
+        "not checked: this command does not search Sent folders (the Required Action and the "
+        "campaign page do)")
+    mid = unconfirmed_details(db_url)[0]["message_id"]
+    assert f"| `{mid}` |" in collected["body"]
+    assert "Confirm: send 2 email(s) again?" == collected["confirm_subject"]
+    assert "recipient gets it twice" in collected["confirm_body"]
+    assert f"| {listed[0]} | {shown} |" in collected["confirm_body"]
     assert "| unknown: the sender was lost mid-batch |" in collected["body"]
     assert "anna.schmidt@" not in collected["body"]
     with pytest.raises(AirflowSkipException):
@@ -250,10 +303,23 @@ def test_required_action_records_exactly_the_listed_rows_by_the_airflow_user(db_
     assert rows(db_url, "SELECT count(*) AS n FROM outreach.send_log WHERE source = 'operator'")[0]["n"] == 2
     assert rows(db_url, "SELECT failure_kind FROM outreach.emails WHERE id = %s", (later[0],))[0] == {
         "failure_kind": "unconfirmed"}
-    left = adapter.review_record_task(adapter.review_collect_task("r3"),
-                                      {**response, "chosen_options": ["leave for later"]},
+    third = adapter.review_collect_task("r3")
+    left = adapter.review_record_task(third, {**response, "chosen_options": ["leave for later"]},
                                       "outreach_unconfirmed_review", "r3")
     assert left["resolved"] == [] and left["skipped"] == later
+    # A requeue not confirmed (the confirmation said no, or never came) changes nothing.
+    requeue = {**response, "chosen_options": ["not sent, requeue"]}
+    for confirmation in (None, {**response, "chosen_options": [adapter.REQUEUE_CANCEL]}):
+        out = adapter.review_record_task(third, requeue, "outreach_unconfirmed_review", "r3",
+                                         confirmation)
+        assert out["decision"] == "leave_for_later" and out["resolved"] == []
+    assert rows(db_url, "SELECT failure_kind FROM outreach.emails WHERE id = %s", (later[0],))[0] == {
+        "failure_kind": "unconfirmed"}
+    out = adapter.review_record_task(third, requeue, "outreach_unconfirmed_review", "r3",
+                                     {**response, "chosen_options": [adapter.REQUEUE_CONFIRM]})
+    assert out["decision"] == "not_sent" and out["resolved"] == later
+    assert rows(db_url, "SELECT status::text AS s FROM outreach.emails WHERE id = %s",
+                (later[0],))[0] == {"s": "queued"}
 
 
 def test_import_fails_at_once_on_what_cannot_heal(db_url, alert_sink, tmp_path):

@@ -70,12 +70,13 @@ def alert_notifier() -> Any:
                         html_content="{{ outreach_alert.html }}")
 
 
-def deliver_alert(subject: str, body: str) -> None:
+def deliver_alert(subject: str, body: str) -> bool:
     """Send one alert through :func:`alert_notifier` (a log line only when none is configured).
 
     The subject is one line; the body is plain text, sent as escaped HTML (lead data never
     becomes markup or a header).
 
+    :returns: whether it was handed to a notifier (``False``: none is configured).
     :raises Exception: whatever the notifier raises (the alert's claim is rolled back, see
         :func:`outreach.alerts.raise_alert`).
     """
@@ -83,12 +84,13 @@ def deliver_alert(subject: str, body: str) -> None:
 
     notifier = alert_notifier()
     if notifier is None:
-        log.warning("alert (not delivered: set OUTREACH_ALERT_TO or OUTREACH_ALERT_NOTIFIER): %s",
-                    subject)
-        return
+        log.warning("alert recorded, not delivered (no notifier: set OUTREACH_ALERT_TO or "
+                    "OUTREACH_ALERT_NOTIFIER): %s", subject)
+        return False
     subject = " ".join(subject.split())
     notifier({"outreach_alert": {"subject": subject, "body": body,
                                  "html": f"<pre>{html.escape(body)}</pre>"}})
+    return True
 
 
 def alert(kind: str, keys: str | list[str], compose, url: str | None = None) -> list[str]:
@@ -114,9 +116,18 @@ def _utc_day() -> str:
 
 
 class RunFailedNotifier:
-    """``on_failure_callback`` of the send tasks: one alert per failed DAG run (key
-    ``run-failed:<dag id>:<run id>``), however many of its tasks fail or are cleared and fail
-    again. The alert names the task, its label and the error line."""
+    """``on_failure_callback`` and ``on_retry_callback`` of the send tasks: one alert per failed
+    DAG run (key ``run-failed:<dag id>:<run id>``), however many of its tasks fail or are
+    cleared and fail again. The first failed *try* raises it (``retrying``: the task will be
+    retried; the alert says when), so a relay that died is reported within a minute of the
+    task failing, not after every retry's delay (2 retries × 300 s took 11.5 minutes). The
+    alert names the task, its label and the error line.
+
+    :param retrying: this instance is the ``on_retry_callback``.
+    """
+
+    def __init__(self, retrying: bool = False) -> None:
+        self.retrying = retrying
 
     def __call__(self, context: dict[str, Any]) -> None:
         """Alert about the failed task of ``context``, unless its DAG run has had its alert."""
@@ -124,12 +135,19 @@ class RunFailedNotifier:
         error = context.get("exception")
         label = context.get("batch_label") or f"{ti.task_id}[{ti.map_index}]"
         key = f"run-failed:{ti.dag_id}:{ti.run_id}"
+        if self.retrying:
+            delay = getattr(context.get("task"), "retry_delay", None)
+            seconds = int(delay.total_seconds()) if delay is not None else None
+            then = (f"Airflow retries it in {seconds} s (try {ti.try_number} of "
+                    f"{getattr(ti, 'max_tries', 0) + 1}); if every try fails the task turns red.")
+            what = f"outreach: {ti.dag_id} task failed, retrying ({label})"
+        else:
+            then = "Clearing the failed task is safe: it claims fresh rows or none."
+            what = f"outreach: {ti.dag_id} run failed ({label})"
 
         def compose(_new: list[str]) -> tuple[str, str]:
-            return (f"outreach: {ti.dag_id} run failed ({label})",
-                    f"DAG {ti.dag_id}, run {ti.run_id}: task {ti.task_id}[{ti.map_index}] "
-                    f"({label}) failed.\n\n{error}\n\nClearing the failed task is safe: it "
-                    "claims fresh rows or none.")
+            return (what, f"DAG {ti.dag_id}, run {ti.run_id}: task {ti.task_id}[{ti.map_index}] "
+                          f"({label}) failed.\n\n{error}\n\n{then}")
 
         alert("run_failed", key, compose)
 

@@ -19,11 +19,13 @@ SMTP_POOL_DESCRIPTION = "outreach: concurrent SMTP sessions of the send tasks"
 
 
 def dag_kwargs(*, schedule: Any = None, retries: int = 1, operator: bool = False,
-               on_failure_callback: Any = None, **extra: Any) -> dict[str, Any]:
+               on_failure_callback: Any = None, on_retry_callback: Any = None,
+               **extra: Any) -> dict[str, Any]:
     """Return the ``@dag`` arguments every outreach DAG shares: ``schedule`` (cron or ``None`` for
     manual DAGs), a fixed start date (UTC), no catch-up, tag ``outreach`` (and ``operator`` for
     operator actions), owner ``outreach``, ``retries`` and ``on_failure_callback`` (after the last
-    retry; e.g. :class:`RunFailedNotifier`) per task; ``extra`` is passed through.
+    retry; e.g. :class:`RunFailedNotifier`) and ``on_retry_callback`` (a try failed, a retry
+    follows) per task; ``extra`` is passed through.
 
     ``OUTREACH_SCHEDULES=off`` in the environment of the DAG processor turns every schedule off:
     DAGs then run only when triggered (a staging deployment, a maintenance window, tests that
@@ -48,6 +50,8 @@ def dag_kwargs(*, schedule: Any = None, retries: int = 1, operator: bool = False
                                                         fallback=300))}
     if on_failure_callback is not None:
         default_args["on_failure_callback"] = on_failure_callback
+    if on_retry_callback is not None:
+        default_args["on_retry_callback"] = on_retry_callback
     return {"schedule": schedule if switch == "on" else None, "start_date": dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
             "catchup": False, "tags": ["outreach"] + (["operator"] if operator else []),
             "default_args": default_args, **extra}
@@ -122,20 +126,47 @@ def dag_schedule(schedule: str) -> Any:
 
 
 def lead_assets() -> list[Any]:
-    """Return the Asset of every source campaign's leads (``outreach://leads/<key>``), which the
-    import tasks update and ``outreach_queue_due`` is scheduled on."""
+    """Return the Asset of every campaign's leads (``outreach://leads/<key>``): of the campaigns
+    that declare a source (the source imports update them) and of every other campaign file in
+    :func:`outreach.paths.campaigns_dir` (a file import from ``outreach_import_leads`` updates
+    its campaign's, through :func:`leads_alias`). ``outreach_queue_due`` is scheduled on them.
+    A campaign file without a source that does not load is left out (its import fails with
+    the reason; the queue's cron still runs). Files only: DAG parsing calls this.
+    """
     from airflow.sdk import Asset
 
+    from outreach.campaign import ConfigError, load_campaign
+    from outreach.paths import campaigns_dir
     from outreach.sources import lead_asset_uri, source_campaigns
 
-    return [Asset(lead_asset_uri(c.key)) for _, c in source_campaigns()]
+    keys = [c.key for _, c in source_campaigns()]
+    for path in sorted(campaigns_dir().glob("*.yaml")):
+        try:
+            key = load_campaign(path).key
+        except ConfigError:
+            continue
+        if key not in keys:
+            keys.append(key)
+    return [Asset(lead_asset_uri(k)) for k in keys]
+
+
+LEADS_ALIAS = "outreach_leads_imported"
+
+
+def leads_alias() -> Any:
+    """Return the AssetAlias through which a file import (``outreach_import_leads``) updates
+    the leads Asset of the campaign it imported into, known only when it runs."""
+    from airflow.sdk import AssetAlias
+
+    return AssetAlias(LEADS_ALIAS)
 
 
 def queue_due_schedule() -> Any:
     """Return the schedule of ``outreach_queue_due``: its cron ``OUTREACH_QUEUE_DUE_SCHEDULE``
     (default every 15 minutes, UTC), *or* as soon as an import updated a campaign's leads Asset
     (Airflow 3 ``AssetOrTimeSchedule``), so leads from a source are queued minutes after they
-    land; the plain cron when no campaign has a source.
+    land (a source's import or a file import from the form); the plain cron when there is no
+    campaign file.
 
     :raises outreach.settings.SettingsError: the cron is not a five-field expression.
     """

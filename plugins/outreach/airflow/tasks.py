@@ -84,6 +84,31 @@ def import_task(campaign_file: str, mailbox_file: str, leads_file: str,
         raise AirflowFailException(f"{exc} (fix the file or the path and trigger again)") from None
 
 
+def announce_leads(outlet_events: Any, summary: dict[str, Any]) -> str | None:
+    """Update the leads Asset of the campaign a file import imported into
+    (``outreach://leads/<key>``, through :func:`outreach.airflow.defaults.leads_alias`), as a
+    source's import does, so ``outreach_queue_due`` queues its leads at once; return the URI
+    (``None``: nothing imported, no event).
+
+    :param outlet_events: the task context's ``outlet_events``.
+    :param summary: :func:`import_task`'s result.
+    """
+    from airflow.sdk import Asset
+
+    from outreach.airflow.defaults import leads_alias
+    from outreach.sources import lead_asset_uri
+
+    leads = summary.get("leads") or {}
+    key = leads.get("campaign_key")
+    counts = {k: int(leads.get(k) or 0) for k in ("imported", "updated", "enrolled")}
+    if not key or not any(counts.values()):
+        return None
+    uri = lead_asset_uri(key)
+    outlet_events[leads_alias()].add(Asset(uri), extra=counts)
+    log.info("leads Asset %s updated: outreach_queue_due queues the new leads now", uri)
+    return uri
+
+
 def _import(url: str, campaign_file: str, mailbox_file: str, leads_file: str,
             suppressions_file: str | None) -> dict[str, Any]:
     from outreach.leads import PROGRESS_ROWS, ImportFileError, import_leads, import_path, progress_line
@@ -316,7 +341,9 @@ def send_task(batch: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     key); return its summary (one summary line per mailbox is logged).
 
     The task's label (``context["batch_label"]``, its ``map_index_template``) first says what was
-    planned, then what the task did, per mailbox by name (``anna — sales: sent 12, unconfirmed 1``).
+    planned, then what the task did over all its tries, per mailbox by name (``anna — sales:
+    sent 30, requeued 24``). The log has one line per email handed over (id, masked recipient,
+    step, mailbox, outcome: :func:`outreach.send.describe`).
 
     :raises outreach.send.MailboxUnreachable: a mailbox's SMTP connection, login or DKIM key
         failed before any of its rows was handed over (its rows are back in the queue, attempts
@@ -349,8 +376,11 @@ def send_task(batch: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
         raise
     finally:
         outcomes = run_outcomes(url, worker)
-        if outcomes:
-            context["batch_label"] = _outcome_label(outcomes)
+        # The label sums every try of this task (a retry or a Clear is the same task: what the
+        # first try sent stays in it); the unconfirmed check below is this try's alone.
+        every_try = run_outcomes(url, worker[:worker.rindex("#try") + len("#try")])
+        if every_try:
+            context["batch_label"] = _outcome_label(every_try)
     ids = [i for o in outcomes for i in o["unconfirmed_ids"]]
     if ids:
         raise AirflowFailException(
@@ -773,37 +803,71 @@ REVIEW_DECISIONS = {"was sent": "was_sent", "not sent, requeue": "not_sent"}
 
 
 def _review_text(rows: list[dict[str, Any]]) -> str:
-    """The Required Action's body (Markdown): one table row per email, cells made inert."""
+    """The Required Action's body (Markdown): one table row per email, cells made inert. The
+    Sent-folder evidence is the second column (what was checked, :meth:`SentEvidence.text`), so
+    it is on screen next to the answers; Message-IDs are code spans (never ``mailto:`` links)."""
     def cell(value: Any) -> str:
         text = "" if value is None else " ".join(str(value).split())
         for ch in "\\|`*_[]<>#":
             text = text.replace(ch, "\\" + ch)
         return text[:300]
 
+    def code(value: Any) -> str:
+        text = "".join(ch for ch in str(value) if ch not in "`|\\\n\r")[:300]
+        return f"`{text}`"
+
     lines = ["Check each mailbox's **Sent Items** (or the provider's logs) for these Message-IDs "
              "before answering. *was sent* records them as sent by you; *not sent, requeue* sends "
-             "them again with the same Message-ID; *leave for later* changes nothing.", "",
-             "| id | campaign | step | recipient | mailbox | Message-ID | handed over | stage | "
-             "reply | Sent-folder evidence |",
+             "them again with the same Message-ID (it asks you to confirm); *leave for later* "
+             "changes nothing.", "",
+             "| id | Sent-folder evidence | campaign | step | recipient | mailbox | Message-ID | "
+             "handed over | stage | reply |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append("| " + " | ".join(cell(v) for v in (
-            r["id"], r["campaign"], r["step"], r["recipient"], r["mailbox"], r["message_id"],
-            r["handed_over_at"] or r["claimed_at"], r["stage"], r["error"],
-            r["evidence"] or "none found")) + " |")
+        cells = [cell(r["id"]), cell(r["evidence"]), cell(r["campaign"]), cell(r["step"]),
+                 cell(r["recipient"]), cell(r["mailbox"]), code(r["message_id"]),
+                 cell(r["handed_over_at"] or r["claimed_at"]), cell(r["stage"]), cell(r["error"])]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def review_confirm_text(collected: dict[str, Any]) -> dict[str, str]:
+    """Return the confirmation step's ``subject`` and ``body`` (Markdown) for a *not sent,
+    requeue* answer: what the answer does, and the same table with the evidence.
+
+    :param collected: :func:`review_collect_task`'s result.
+    """
+    n = len(collected["ids"])
+    return {"subject": f"Confirm: send {n} email(s) again?",
+            "body": (f"**{REQUEUE_CONFIRM}** puts these {n} email(s) back in the queue: the next "
+                     "send run hands them over again (same Message-ID). If a message *was* "
+                     "delivered, its recipient gets it twice. Read the Sent-folder evidence "
+                     "below first; *not checked* means nobody looked.\n\n"
+                     + collected["body"].split("\n\n", 1)[-1])}
+
+
+REQUEUE_CONFIRM = "yes, send them again"
+REQUEUE_CANCEL = "no, leave them for later"
+CONFIRM_OPTIONS = (REQUEUE_CONFIRM, REQUEUE_CANCEL)
+"""The confirmation step's answers (``confirm_requeue`` in ``outreach_unconfirmed_review``)."""
 
 
 def flag_unconfirmed_task() -> dict[str, Any]:
     """Alert once about unconfirmed emails never alerted before (one alert listing them, keys
-    ``unconfirmed:<email id>``) and, when there were any, let the task update the unconfirmed
-    asset so ``outreach_unconfirmed_review`` opens a Required Action for them.
+    ``unconfirmed:<email id>``) and, while any unconfirmed email is not listed by a Required
+    Action yet (no key ``review:<email id>``), let the task update the unconfirmed asset so
+    ``outreach_unconfirmed_review`` opens a Required Action for them. The second condition is
+    what catches up a review run missed while that DAG was paused: Airflow queues asset events
+    only for unpaused DAGs, the database remembers what was listed.
 
-    :raises airflow.sdk.exceptions.AirflowSkipException: nothing new (no asset event).
+    :returns: ``{"new": ids alerted now, "unlisted": ids no Required Action listed yet}``.
+    :raises airflow.sdk.exceptions.AirflowSkipException: nothing to review (no asset event).
     """
     from airflow.sdk.exceptions import AirflowSkipException
 
+    from outreach import db
     from outreach.resolve import unconfirmed_details
+    from outreach.store import alerts as alerts_store
 
     url = database_url()
     rows = {r["id"]: r for r in unconfirmed_details(url)}
@@ -815,16 +879,22 @@ def flag_unconfirmed_task() -> dict[str, Any]:
             f"email {r['id']}: {r['campaign']} step {r['step']}, to {r['recipient']} from "
             f"{r['mailbox']}, Message-ID {r['message_id']}, {r['stage']}"
             for r in (rows[int(k.split(':')[1])] for k in keys))), url)
-    if not new:
-        raise AirflowSkipException("no new unconfirmed emails")
-    return {"new": [int(k.split(":")[1]) for k in new]}
+    with db.connect(url, autocommit=True) as conn:
+        unlisted = [int(k.split(":")[1]) for k in alerts_store.alert_keys_absent(
+            conn, event_keys=[f"review:{i}" for i in rows])]
+    if not unlisted:
+        raise AirflowSkipException("no unconfirmed emails that a Required Action has not listed")
+    log.info("unconfirmed emails for a Required Action: %s (alerted now: %s)", unlisted,
+             [int(k.split(":")[1]) for k in new])
+    return {"new": [int(k.split(":")[1]) for k in new], "unlisted": unlisted}
 
 
 def review_collect_task(run_id: str) -> dict[str, Any]:
     """List the unconfirmed emails no Required Action listed yet (each is listed once: keys
     ``review:<email id>`` in ``outreach.alerts``) for this run's Required Action.
 
-    :returns: ``{"ids": [...], "body": markdown, "subject": str}``.
+    :returns: ``{"ids": [...], "body": markdown, "subject": str, "confirm_subject": str,
+        "confirm_body": markdown}`` (the last two: the confirmation step's, :func:`review_confirm_text`).
     :raises airflow.sdk.exceptions.AirflowSkipException: nothing new to review.
     """
     from airflow.sdk.exceptions import AirflowSkipException
@@ -845,18 +915,25 @@ def review_collect_task(run_id: str) -> dict[str, Any]:
         raise AirflowSkipException("no unconfirmed emails that a Required Action has not listed")
     listed = [rows[i] for i in new]
     log.info("Required Action for %s unconfirmed email(s): ids %s", len(new), new)
-    return {"ids": new, "subject": f"{len(new)} unconfirmed email(s): were they sent?",
-            "body": _review_text(listed)}
+    for r in listed:
+        log.info("  email %s, Message-ID <%s>: %s", r["id"], r["message_id"], r["evidence"])
+    out = {"ids": new, "subject": f"{len(new)} unconfirmed email(s): were they sent?",
+           "body": _review_text(listed)}
+    confirm = review_confirm_text(out)
+    return {**out, "confirm_subject": confirm["subject"], "confirm_body": confirm["body"]}
 
 
 def review_record_task(collected: dict[str, Any], response: dict[str, Any], dag_id: str,
-                       run_id: str) -> dict[str, Any]:
+                       run_id: str, confirmation: dict[str, Any] | None = None) -> dict[str, Any]:
     """Record the Required Action's answer for exactly the listed emails, as ``outreach
     resolve`` records it (:func:`outreach.resolve.resolve`), by the Airflow user who answered.
 
     :param collected: :func:`review_collect_task`'s result (the listed ids).
     :param response: the HITL task's result: ``chosen_options``, ``responded_by_user``
         (``{"id", "name"}``, from Airflow's login, not typed).
+    :param confirmation: the confirmation step's result (same shape; ``None`` when it was
+        skipped). *not sent, requeue* is applied only when it says :data:`REQUEUE_CONFIRM`;
+        otherwise the emails are left for later.
     :raises airflow.sdk.exceptions.AirflowFailException: no user or no option in the answer.
     """
     from airflow.sdk.exceptions import AirflowFailException
@@ -869,6 +946,14 @@ def review_record_task(collected: dict[str, Any], response: dict[str, Any], dag_
         raise AirflowFailException(f"the Required Action's answer is unusable: options {chosen}, "
                                    f"user {user.get('name')!r}")
     ids = list(collected["ids"])
+    if chosen[0] == "not sent, requeue":
+        confirmed = ((confirmation or {}).get("chosen_options") or [None])[0]
+        if confirmed != REQUEUE_CONFIRM:
+            log.info("Required Action: %s chose 'not sent, requeue' for emails %s but did not "
+                     "confirm it (%r); they stay unconfirmed", user["name"], ids, confirmed)
+            return {"decision": "leave_for_later", "resolved": [], "skipped": ids,
+                    "by": user["name"]}
+        user = (confirmation or {}).get("responded_by_user") or user
     if chosen[0] == "leave for later":
         log.info("Required Action: %s left emails %s for later; they stay unconfirmed "
                  "(outreach_resolve_unconfirmed or outreach resolve decide them later)",

@@ -49,10 +49,19 @@ def render_page(report: dict[str, Any], base: str = "") -> str:
     :param base: the URL prefix the app is mounted at (for its static files).
     """
     parts = ["<h1>Campaigns</h1>"]
+    progress = {p["campaign"]: p for p in report.get("progress", [])}
+    parts.append("<p>Expected finish: when the emails queued so far are out under each "
+                 "mailbox's daily cap, warm-up and pacing (later steps are queued as they fall "
+                 "due). Times in UTC.</p>")
+    parts.append(_table(["campaign", "name", "status", "sent", "queued", "expected finish"], [
+        [(f"progress.{p['campaign']}.{k}", p[k] if p[k] is not None else "–")
+         for k in ("campaign", "name", "status", "sent", "queued", "expected_finish")]
+        for p in progress.values()], "progress"))
     campaigns = sorted({f["campaign"] for f in report["funnel"]})
     for c in campaigns:
         steps = [f for f in report["funnel"] if f["campaign"] == c]
-        parts.append(f"<h2>Campaign {_e(c)}</h2>")
+        name = progress.get(c, {}).get("name") or c
+        parts.append(f"<h2>Campaign {_e(name)} <small>({_e(c)})</small></h2>")
         parts.append(_table(["step", *FUNNEL], [
             [(f"funnel.{c}.{f['step']}.step", f["step"])]
             + [(f"funnel.{c}.{f['step']}.{k}", f[k]) for k in FUNNEL] for f in steps],
@@ -96,13 +105,13 @@ def render_page(report: dict[str, Any], base: str = "") -> str:
     parts.append("<p>Check the mailbox's Sent Items, then answer the Required Action "
                  "(outreach_unconfirmed_review) or trigger outreach_resolve_unconfirmed.</p>")
     parts.append(_table(
-        ["id", "campaign", "step", "recipient", "mailbox", "Message-ID", "handed over", "stage",
-         "reply", "Sent-folder evidence"],
-        [[(f"unconfirmed.{u['id']}.{k}", u[k] if u[k] is not None else "") for k in (
-            "id", "campaign", "step", "recipient", "mailbox", "message_id")]
+        ["id", "Sent-folder evidence", "campaign", "step", "recipient", "mailbox", "Message-ID",
+         "handed over", "stage", "reply"],
+        [[(f"unconfirmed.{u['id']}.id", u["id"]), (f"unconfirmed.{u['id']}.evidence", u["evidence"])]
+         + [(f"unconfirmed.{u['id']}.{k}", u[k] if u[k] is not None else "") for k in (
+             "campaign", "step", "recipient", "mailbox", "message_id")]
          + [(f"unconfirmed.{u['id']}.handed_over", u["handed_over_at"] or u["claimed_at"] or ""),
-            (f"unconfirmed.{u['id']}.stage", u["stage"]), (f"unconfirmed.{u['id']}.error", u["error"]),
-            (f"unconfirmed.{u['id']}.evidence", u["evidence"] or "none found")]
+            (f"unconfirmed.{u['id']}.stage", u["stage"]), (f"unconfirmed.{u['id']}.error", u["error"])]
          for u in report["unconfirmed"]], "unconfirmed"))
     data = json.dumps({"funnel": report["funnel"], "days": report["days"],
                        "health": report["health"], "threshold": report["spam_rate_threshold"]},
@@ -119,12 +128,46 @@ def render_page(report: dict[str, Any], base: str = "") -> str:
 </body></html>"""
 
 
-def create_app(database_url: Callable[[], str], *, dependencies: Sequence[Any] = ()) -> Any:
+class AddSlash:
+    """ASGI middleware for Airflow's root app (a plugin's ``fastapi_root_middlewares``): a
+    request for exactly ``path`` (the mount prefix, no trailing slash, which a mounted app never
+    sees) is redirected (307) to ``path/``, so ``/outreach-campaigns`` answers like
+    ``/outreach-campaigns/``.
+
+    :param path: the mount prefix, without a trailing slash.
+    """
+
+    def __init__(self, app: Any, path: str) -> None:
+        self.app, self.path = app, path.rstrip("/")
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Redirect a request for exactly the prefix; pass everything else on."""
+        if scope.get("type") == "http" and scope.get("path") == self.path:
+            from starlette.responses import RedirectResponse
+
+            query = scope.get("query_string", b"").decode("latin-1")
+            await RedirectResponse(self.path + "/" + (f"?{query}" if query else ""),
+                                   status_code=307)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+LOGIN = "/api/v2/auth/login"
+"""Airflow's login entry (``airflow/api_fastapi/core_api/routes/public/auth.py``: redirects to
+the auth manager's login page, then back to ``next``)."""
+
+
+def create_app(database_url: Callable[[], str], *, dependencies: Sequence[Any] = (),
+               accounts: Callable[[str], Any] | None = None) -> Any:
     """Return the FastAPI app of the campaign page.
 
     :param database_url: returns the outreach database URL; called per request (never at import).
     :param dependencies: FastAPI dependencies of every route (the Airflow plugin passes Airflow's
-        authentication, so the page and its files are behind Airflow's login).
+        authentication, so the page and its files are behind Airflow's login). A browser
+        (``Accept: text/html``) without a session is redirected to Airflow's login page and
+        back; anything else gets the 401.
+    :param accounts: opens IMAP accounts for the unconfirmed emails' Sent-folder evidence, the
+        same as the Required Action's (:func:`outreach.airflow.connections.imap_account`).
     Routes: ``GET /`` the page, ``GET /report.json`` the report it shows, ``GET /static/{name}``
     its vendored script, stylesheet and the Chart.js licence.
     """
@@ -134,16 +177,28 @@ def create_app(database_url: Callable[[], str], *, dependencies: Sequence[Any] =
                   redoc_url=None, openapi_url=None)
     files = {p.name: p for p in STATIC.iterdir() if p.is_file()} if STATIC.is_dir() else {}
 
+    @app.exception_handler(HTTPException)
+    async def to_login(request: Request, exc: HTTPException) -> Response:
+        from urllib.parse import urlencode
+
+        from fastapi.exception_handlers import http_exception_handler
+        from fastapi.responses import RedirectResponse
+
+        if exc.status_code == 401 and "text/html" in request.headers.get("accept", ""):
+            return RedirectResponse(f"{LOGIN}?{urlencode({'next': str(request.url)})}",
+                                    status_code=303)
+        return await http_exception_handler(request, exc)
+
     @app.get("/", response_class=HTMLResponse)
     def page(request: Request) -> HTMLResponse:
         base = request.scope.get("root_path", "").rstrip("/")
-        return HTMLResponse(render_page(collect(database_url()), base),
+        return HTMLResponse(render_page(collect(database_url(), accounts=accounts), base),
                             headers={"Cache-Control": "no-store"})
 
     @app.get("/report.json")
     def report_json() -> Response:
-        return Response(render_json(collect(database_url())), media_type="application/json",
-                        headers={"Cache-Control": "no-store"})
+        return Response(render_json(collect(database_url(), accounts=accounts)),
+                        media_type="application/json", headers={"Cache-Control": "no-store"})
 
     @app.get("/static/{name}")
     def static(name: str) -> FileResponse:
