@@ -307,6 +307,10 @@ CREATE TABLE outreach.emails (
     late_accepted_at       timestamptz,
     late_accept_reply      text,
     late_accept_message_id text,
+    -- The claim's heartbeat (email_heartbeat_claim), refreshed every few seconds by the live
+    -- sender on its rows not yet handed over: an unstamped row whose claim and heartbeat are both
+    -- older than the release threshold lost its sender, and the reaper requeues it (0098).
+    claim_heartbeat_at     timestamptz,
     CONSTRAINT outreach_emails_lead_step_key UNIQUE (lead_id, step_id),
     CONSTRAINT outreach_emails_idempotency_key_key UNIQUE (idempotency_key),
     CONSTRAINT outreach_emails_attempts_check CHECK (attempts >= 0),
@@ -346,6 +350,8 @@ COMMENT ON COLUMN outreach.emails.handed_over_at IS
     'committed right before MAIL FROM of the current attempt; NULL: never reached the SMTP server';
 COMMENT ON COLUMN outreach.emails.late_accepted_at IS
     'the server accepted (2xx to the end of DATA) after the row was failed as unconfirmed';
+COMMENT ON COLUMN outreach.emails.claim_heartbeat_at IS
+    'last heartbeat of the live sender holding this claim (unstamped rows only); NULL: none yet';
 
 -- Exactly one entry per email row, written only after the SMTP server accepted it, by the same
 -- statement that marks the row sent (email_mark_sent; email_resolve_was_sent for an operator).
