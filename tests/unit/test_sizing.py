@@ -54,3 +54,30 @@ def test_caps_name_the_setting_that_holds_the_workers_back():
 def test_an_input_below_one_is_refused():
     with pytest.raises(ValueError, match="workers must be at least 1"):
         Sizing(4, 1, 0)
+
+
+def test_outreach_doctor_says_what_caps_the_workers(tmp_path):
+    """`outreach doctor` prints the rule for the given workers and one `cap:` line per configured
+    value that holds them back, exit 1; none, exit 0 (no database: the mailboxes' default)."""
+    import os
+    import subprocess
+    import sys
+
+    from support.paths import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTREACH_", "AIRFLOW"))}
+    env.update(OUTREACH_HOME=str(ROOT), AIRFLOW_HOME=str(tmp_path / "af"), OUTREACH_MAILBOXES="8",
+               OUTREACH_SESSIONS_PER_MAILBOX="2", OUTREACH_EMBEDDED_DB="0")
+
+    def doctor(**more: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "outreach.cli", "doctor", "--workers", "2"],
+                              env={**env, **more}, capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path)
+
+    ok = doctor()
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "pool outreach_smtp 8" in ok.stdout and "nothing caps the workers" in ok.stdout
+    capped = doctor(AIRFLOW__CORE__PARALLELISM="4", OUTREACH_SMTP_POOL_SLOTS="4")
+    assert capped.returncode == 1, capped.stdout + capped.stderr
+    assert "cap: OUTREACH_SMTP_POOL_SLOTS=4 caps the SMTP sessions below the rule's 8" in capped.stdout
+    assert "cap: AIRFLOW__CORE__PARALLELISM=4 caps the tasks" in capped.stdout
