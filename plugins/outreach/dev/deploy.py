@@ -250,7 +250,9 @@ class Deployment:
         if self.executor == "CeleryExecutor":
             for i in range(1, self.workers + 1):
                 name = self.worker_name(i)
-                self._spawn(f"worker-{i}", [*WORKER[1], "--celery-hostname", f"{name}@%h",
+                # Workers started alone next to a deployment log under their own names.
+                key = f"worker-{i}" if self.role == "all" else name
+                self._spawn(key, [*WORKER[1], "--celery-hostname", f"{name}@%h",
                                             "--queues", self.queue],
                             {**env, "OUTREACH_WORKER_HOSTNAME": name,
                              "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.worker_log_ports[i - 1])})
@@ -264,6 +266,15 @@ class Deployment:
         log appended to) and return the process; the caller stores it (the supervisor does)."""
         args, env = self.specs[key]
         assert self.log_dir
+        old = self.procs.get(key)
+        if old is not None and old.poll() is not None:
+            # What the exited process left in its group (a worker's log server holding its
+            # port): gone before the new one binds it. Task processes have groups of their own
+            # and finish on their own: their claims stay theirs.
+            try:
+                os.killpg(old.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         with open(self.log_dir / f"{key}.log", "ab") as log:  # the child keeps its own descriptor
             return subprocess.Popen([sys.executable, "-m", "airflow", *args], env=env,
                                     stdout=log, stderr=subprocess.STDOUT,
