@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint docs chaos bench bench-inbound bench-venv airflow venv clean stop browser imap-server
+.PHONY: demo test test-fast lint docs chaos bench bench-inbound bench-venv airflow airflow-worker venv clean stop browser imap-server
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
@@ -55,11 +55,17 @@ bench-inbound: venv
 	$(BIN)/python bench/bench_inbound.py $(CORPUS)
 
 ## Run Airflow as people run it until Ctrl-C: LocalExecutor (embedded PostgreSQL unless configured),
-## or EXECUTOR=celery WORKERS=N: the CeleryExecutor on OUTREACH_DATABASE_URL and REDIS_URL.
+## or EXECUTOR=celery WORKERS=N: the CeleryExecutor on OUTREACH_DATABASE_URL and REDIS_URL. A
+## process that exits is started again (backoff); capacity by docs/reference/sizing.md.
 EXECUTOR ?= local
 WORKERS ?= 2
 airflow: venv
 	$(BIN)/outreach airflow --executor $(EXECUTOR) --workers $(WORKERS)
+
+## More Celery workers for a running `make airflow EXECUTOR=celery` (here or on another machine
+## with the same .env: docs/howto/celery-scale-out.md), supervised like it, until Ctrl-C.
+airflow-worker: venv
+	$(BIN)/outreach airflow worker --workers $(or $(EXTRA_WORKERS),1)
 
 ## Dovecot (Debian's dovecot-imapd), the real IMAP server the inbox tests and the demo start on
 ## loopback with their own config (never the system's): installed when missing, as root.

@@ -54,7 +54,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scaleout-emails", type=int, default=200,
                    help="emails per scale-out run (real Airflow, LocalExecutor and Celery)")
     p.add_argument("--scaleout-batch", type=int, default=25, help="rows per mapped send task")
-    p.add_argument("--scaleout-slots", type=int, default=4, help="slots of the outreach_smtp pool")
+    p.add_argument("--scaleout-slots", type=int, default=4,
+                   help="send slots per worker (OUTREACH_WORKER_SEND_SLOTS of the sizing rule)")
+    p.add_argument("--scaleout-sessions", type=int, default=2,
+                   help="SMTP sessions per mailbox (OUTREACH_SESSIONS_PER_MAILBOX of the sizing rule)")
     p.add_argument("--scaleout-delay", type=float, default=0.075,
                    help="seconds the scale-out sink waits before each reply to a command")
     p.add_argument("--scaleout-workers", default="1,2", help="Celery workers, comma-separated")
@@ -74,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
                                              "latency_parallelism", "latency_batch",
                                              "latency_mailboxes", "import_rows",
                                              "fanout_tasks", "fanout_batch", "scaleout_emails",
-                                             "scaleout_batch", "scaleout_slots", "scaleout_delay",
+                                             "scaleout_batch", "scaleout_slots", "scaleout_sessions",
+                                             "scaleout_delay",
                                              "scaleout_workers", "repeats")}
     report = Report(sizes=sizes)
     workdir = Path(tempfile.mkdtemp(prefix="outreach-bench-"))
@@ -102,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  batch=args.fanout_batch, repeats=args.repeats),
             "scaleout": lambda: bench_scaleout.bench(
                 server, workdir, emails=args.scaleout_emails, batch=args.scaleout_batch,
-                slots=args.scaleout_slots, delay=args.scaleout_delay,
+                slots=args.scaleout_slots, sessions=args.scaleout_sessions, delay=args.scaleout_delay,
                 workers=[int(w) for w in args.scaleout_workers.split(",")], mailboxes=4,
                 repeats=args.repeats),
             "page": lambda: bench_page.bench(server, workdir, repeats=args.repeats),

@@ -311,6 +311,10 @@ CREATE TABLE outreach.emails (
     failure_reason     text,   -- outreach.reasons key ('authfailure', 'userunknown' ...)
     failure_status     text,   -- its RFC 3463 status ('5.7.26'), when one was given
     failure_diagnostic text,   -- the server's words (<= 500 characters)
+    -- The claim's heartbeat (email_heartbeat_claim), refreshed every few seconds by the live
+    -- sender on its rows not yet handed over: an unstamped row whose claim and heartbeat are both
+    -- older than the release threshold lost its sender, and the reaper requeues it (0098).
+    claim_heartbeat_at     timestamptz,
     CONSTRAINT outreach_emails_lead_step_key UNIQUE (lead_id, step_id),
     CONSTRAINT outreach_emails_idempotency_key_key UNIQUE (idempotency_key),
     CONSTRAINT outreach_emails_attempts_check CHECK (attempts >= 0),
@@ -351,6 +355,8 @@ COMMENT ON COLUMN outreach.emails.handed_over_at IS
     'committed right before MAIL FROM of the current attempt; NULL: never reached the SMTP server';
 COMMENT ON COLUMN outreach.emails.late_accepted_at IS
     'the server accepted (2xx to the end of DATA) after the row was failed as unconfirmed';
+COMMENT ON COLUMN outreach.emails.claim_heartbeat_at IS
+    'last heartbeat of the live sender holding this claim (unstamped rows only); NULL: none yet';
 
 -- Exactly one entry per email row, written only after the SMTP server accepted it, by the same
 -- statement that marks the row sent (email_mark_sent; email_resolve_was_sent for an operator).

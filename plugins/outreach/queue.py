@@ -100,21 +100,26 @@ class Reaped:
     requeued: list[int] = field(default_factory=list)
 
 
-def reap(url: str, threshold: dt.timedelta, *, now: dt.datetime | None = None) -> Reaped:
-    """Take back rows left 'sending' longer than ``threshold`` (a killed or stuck sender).
+def reap(url: str, threshold: dt.timedelta, *, release: dt.timedelta | None = None,
+         now: dt.datetime | None = None) -> Reaped:
+    """Take back rows left 'sending' by a killed or stuck sender.
 
-    One guarded UPDATE (``email_reap_stale``: status = 'sending' and the claim, or its last
-    handoff stamp, older than the threshold): a row that finished meanwhile is never touched. A
-    row whose handoff was stamped (``handed_over_at``, committed right before MAIL FROM) may have
-    gone out and fails as unconfirmed; a row never handed over goes back to the queue with its
-    attempt not counted.
+    One guarded UPDATE (``email_reap_stale``, where the rule lives): a row that finished
+    meanwhile is never touched. A row whose handoff was stamped (``handed_over_at``, committed
+    right before MAIL FROM) may have gone out and fails as unconfirmed once the stamp is older
+    than ``threshold``; a row never handed over goes back to the queue with its attempt not
+    counted once neither its claim nor its sender's heartbeat (:class:`outreach.send.ClaimHeartbeat`)
+    is younger than ``release`` (or its claim is older than ``threshold``).
 
     :param threshold: ``Settings.reaper_threshold`` (must outlast one handoff, see
         :class:`outreach.settings.Settings`).
+    :param release: ``Settings.release_threshold``, the short release of unstamped rows;
+        ``None``: ``threshold`` (the one rule of before, for callers without settings).
     :param now: a fixed clock (UTC); default the database clock.
     """
     with db.transaction(url) as conn:
-        rows = emails.email_reap_stale(conn, threshold=threshold, now=now)
+        rows = emails.email_reap_stale(conn, threshold=threshold,
+                                       release=release or threshold, now=now)
     result = Reaped([r.id for r in rows if r.unconfirmed],
                     [r.id for r in rows if not r.unconfirmed])
     for r in rows:

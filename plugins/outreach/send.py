@@ -16,6 +16,7 @@ import datetime as dt
 import re
 import smtplib
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -494,6 +495,65 @@ class _Progress:
         return self.delivery if self.row_id == row_id else None
 
 
+class ClaimHeartbeat:
+    """The live sender's heartbeat on one claim: a daemon thread with its own database
+    connection that runs ``email_heartbeat_claim`` on the claim's rows every ``interval``
+    seconds (``Settings.heartbeat_interval``) until :meth:`stop`, so the reaper's short release
+    (``email_reap_stale``, ``Settings.release_threshold``) requeues the unstamped rows of a
+    sender that died — a SIGKILLed worker, a lost machine: its thread died with it — within
+    minutes, and never those of one that lives (waiting for a gap, a slow reply). A beat that
+    fails (the database restarting) is logged and the next one tries again on a new connection;
+    the rule's safety never depends on it: a row the reaper took back is refused at its stamp.
+
+    :param url: the outreach database.
+    :param rows: the claimed rows (``id`` and ``claim_token``; one claim, one token).
+    :param interval: seconds between two beats.
+    :param now: a fixed clock (UTC) for the beats; default the database clock.
+    """
+
+    def __init__(self, url: str, rows: Sequence[dict[str, Any]], interval: float,
+                 now: dt.datetime | None = None) -> None:
+        self._url, self._interval, self._now = url, interval, now
+        self._ids = [int(r["id"]) for r in rows]
+        self._token = rows[0]["claim_token"] if rows else None
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="outreach-claim-heartbeat",
+                                        daemon=True)
+
+    def start(self) -> ClaimHeartbeat:
+        """Start beating (nothing when the claim is empty); return self."""
+        if self._ids and self._token is not None:
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop beating and wait for the thread (at most one beat's statement)."""
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        conn: Conn | None = None
+        token = self._token
+        assert token is not None
+        try:
+            while not self._stopped.wait(self._interval):
+                try:
+                    conn = conn or db.connect(self._url, autocommit=True)
+                    if not emails.email_heartbeat_claim(conn, now=self._now, ids=self._ids,
+                                                        claim_token=token):
+                        return  # every row stamped, finished or taken: nothing left to keep
+                except (psycopg.Error, db.OutreachDBError) as exc:
+                    log.warning("claim heartbeat of %s row(s) failed (next try in %s s): %s",
+                                len(self._ids), self._interval, _first_line(exc))
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+        finally:
+            if conn is not None:
+                conn.close()
+
+
 def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
                settings: Settings, *, worker: str | None = None, now: dt.datetime | None = None,
                dkim_keys: DkimKeyLoader | None = None,
@@ -547,6 +607,7 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
         summary = BatchSummary(mailbox_id=mailbox_id, mailbox="", claimed=len(rows), note=note,
                                message_class=message_class)
         progress = _Progress()
+        heartbeat = ClaimHeartbeat(url, rows, settings.heartbeat_interval, now).start()
         # From here on, whatever stops the batch goes through _recover: nothing claimed is left
         # 'sending' for the reaper unless the database itself is gone.
         try:
@@ -583,6 +644,8 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
             _recover(url, rows[progress.done:], progress, settings, summary, now, wait=False)
             log.error(summary.line())
             raise
+        finally:
+            heartbeat.stop()
         (log.error if summary.unreachable else log.info)(summary.line())
         return summary
     finally:
@@ -1000,7 +1063,7 @@ def send_run(url: str, connector: SmtpConnector, settings: Settings, *,
         connect, log in or load its DKIM key (its rows were released; ``summaries`` holds every
         mailbox processed in the run).
     """
-    reaped = reap(url, settings.reaper_threshold, now=now)
+    reaped = reap(url, settings.reaper_threshold, release=settings.release_threshold, now=now)
     try:
         plan = plan_batches(url, settings.batch_size, parallelism=settings.send_parallelism,
                             interval=settings.send_interval, now=now, mailbox_id=mailbox_id)

@@ -23,6 +23,7 @@ reports every problem, one line each.
 | OUTREACH_BATCH_SIZE              | Settings           | rows, 1 to 10000 (50)                      |
 | OUTREACH_SMTP_TIMEOUT            | Settings           | seconds, 1 to 600 (30)                     |
 | OUTREACH_REAPER_MINUTES          | Settings           | minutes, 1 to 1440 (30), and > one handoff |
+| OUTREACH_RELEASE_SECONDS         | Settings           | seconds, 20 to 3600 (120); at most the reaper's |
 | OUTREACH_SEND_INTERVAL_MINUTES   | Settings           | minutes, 0 (no pacing) to 1440 (10)        |
 | OUTREACH_SEND_PARALLELISM        | Settings           | tasks, 1 to 1024 (4)                       |
 | OUTREACH_TRANSACTIONAL_RETRY_SECONDS | Settings       | 1–5 comma-separated seconds, each 1 to 3600 (10,60) |
@@ -263,6 +264,9 @@ class Settings(OutreachSettings):
         "seconds any SMTP reply may take, 1 to 600"))
     reaper_minutes: float = Field(30.0, ge=1, le=1440, description=(
         "minutes before the reaper takes a 'sending' row back, 1 to 1440"))
+    release_seconds: float = Field(120.0, ge=20, le=3600, description=(
+        "seconds without a heartbeat before the reaper requeues a claimed row never handed "
+        "over, 20 to 3600"))
     send_interval_minutes: int = Field(10, ge=0, le=1440, description=(
         "minutes between outreach_send runs, 0 (no pacing) to 1440"))
     send_parallelism: int = Field(4, ge=1, le=1024, description=(
@@ -291,6 +295,20 @@ class Settings(OutreachSettings):
     def reaper_threshold(self) -> dt.timedelta:
         """Return ``reaper_minutes`` as a duration."""
         return dt.timedelta(minutes=self.reaper_minutes)
+
+    @property
+    def release_threshold(self) -> dt.timedelta:
+        """Return ``release_seconds`` as a duration: how long a claimed row never handed over may
+        go without its sender's heartbeat before the reaper requeues it (``email_reap_stale``);
+        never longer than :attr:`reaper_threshold`."""
+        return min(dt.timedelta(seconds=self.release_seconds), self.reaper_threshold)
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """Return seconds between two heartbeats of a live sender's claim
+        (:class:`outreach.send.ClaimHeartbeat`): a quarter of the release threshold, so three
+        heartbeats may be lost (a slow database, a busy machine) before a live claim is released."""
+        return self.release_threshold.total_seconds() / 4
 
     @property
     def send_interval(self) -> dt.timedelta | None:

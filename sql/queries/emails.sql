@@ -191,16 +191,23 @@ WHERE e.id = %(email_id)s AND e.status = 'sending' AND e.claim_token = %(claim_t
 RETURNING e.id;
 
 -- name: email_reap_stale
--- Rows left 'sending' longer than the threshold (a killed worker, a lost connection). The handoff
--- stamp (handed_over_at, committed right before MAIL FROM of the row, see email_touch_claim)
--- says what they may be:
+-- Rows whose sender stopped (a killed worker, a lost connection). The handoff stamp
+-- (handed_over_at, committed right before MAIL FROM of the row, see email_touch_claim) says what
+-- they may be and how soon that is known:
 -- * never handed over: the server never saw them. Back to the queue, the attempt not counted
---   (the claim counted it), due as before.
--- * handed over: they may or may not have gone out. Failed as unconfirmed, for a person.
--- One statement, guarded by status and the claim age. Under READ COMMITTED an UPDATE that meets
--- a row a sender changed concurrently re-checks the WHERE and recomputes SET on the newest row
--- version, so a row that finished, or was stamped or touched meanwhile (the stamp also restarts
--- claimed_at), is judged on what it is now, never on this statement's snapshot.
+--   (the claim counted it), due as before: as soon as neither the claim nor the live sender's
+--   heartbeat (claim_heartbeat_at, email_heartbeat_claim) is younger than %(release)s, the short
+--   release threshold (a dead sender's rows reach their leads minutes late, not 30), or once
+--   the claim is older than %(threshold)s whatever the heartbeat says.
+-- * handed over: they may or may not have gone out. Failed as unconfirmed, for a person, once
+--   the stamp is older than %(threshold)s (the 30-minute rule, never the short one: a heartbeat
+--   proves nothing about a handoff in flight).
+-- One statement, guarded by status and the claim and heartbeat ages. Under READ COMMITTED an
+-- UPDATE that meets a row a sender changed concurrently re-checks the WHERE and recomputes SET on
+-- the newest row version, so a row that finished, or was stamped, touched or heartbeaten
+-- meanwhile (the stamp also restarts claimed_at), is judged on what it is now, never on this
+-- statement's snapshot; a sender whose row was taken finds out at its stamp (status and claim
+-- token no longer match) and does not send it.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 UPDATE outreach.emails e
 SET status = CASE WHEN e.handed_over_at IS NULL THEN 'queued' ELSE 'failed' END
@@ -208,10 +215,14 @@ SET status = CASE WHEN e.handed_over_at IS NULL THEN 'queued' ELSE 'failed' END
     failure_kind = CASE WHEN e.handed_over_at IS NULL THEN NULL ELSE 'unconfirmed' END,
     attempts = CASE WHEN e.handed_over_at IS NULL THEN greatest(e.attempts - 1, 0)
                     ELSE e.attempts END,
+    claim_heartbeat_at = NULL,
     last_error = CASE WHEN e.handed_over_at IS NULL THEN
-                     format('reaper: left sending for over %%s (claimed by %%s at %%s) and never '
-                            'handed over to the SMTP server; back in the queue, attempt not counted',
-                            %(threshold)s::interval, e.claimed_by, e.claimed_at)
+                     format('reaper: left sending (claimed by %%s at %%s, last heartbeat %%s) with '
+                            'no sign of its sender for over %%s and never handed over to the SMTP '
+                            'server; back in the queue, attempt not counted',
+                            e.claimed_by, e.claimed_at, coalesce(e.claim_heartbeat_at::text, 'none'),
+                            CASE WHEN e.claimed_at < n.now - %(threshold)s::interval
+                                 THEN %(threshold)s::interval ELSE %(release)s::interval END)
                  ELSE
                      format('left sending for over %%s (claimed by %%s, handed over at %%s): '
                             'check Sent Items before doing anything',
@@ -219,9 +230,30 @@ SET status = CASE WHEN e.handed_over_at IS NULL THEN 'queued' ELSE 'failed' END
                  END,
     updated_at = n.now
 FROM n
-WHERE e.status = 'sending' AND e.claimed_at < n.now - %(threshold)s::interval
+WHERE e.status = 'sending'
+  AND (e.claimed_at < n.now - %(threshold)s::interval
+       OR (e.handed_over_at IS NULL
+           AND greatest(e.claimed_at, e.claim_heartbeat_at) < n.now - %(release)s::interval))
 RETURNING e.id, e.mailbox_id, e.claimed_by, e.claimed_at, e.handed_over_at,
           (e.status = 'failed') AS unconfirmed;
+
+-- name: email_heartbeat_claim
+-- The live sender's heartbeat on its claim (outreach.send.ClaimHeartbeat, every few seconds while
+-- a batch runs): the claim's rows not yet handed over show their sender is alive, so the reaper's
+-- short release (email_reap_stale) leaves them alone. %(ids)s: the claim's row ids (the primary
+-- key finds them). Guarded by status and claim token: a row
+-- the reaper took meanwhile stays taken. Stamped rows are not touched (the 30-minute rule is
+-- theirs). Returns how many rows it refreshed.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+     beat AS (
+        UPDATE outreach.emails e
+        SET claim_heartbeat_at = n.now
+        FROM n
+        WHERE e.id = ANY (%(ids)s::bigint[]) AND e.claim_token = %(claim_token)s
+          AND e.status = 'sending'
+          AND e.handed_over_at IS NULL
+        RETURNING e.id)
+SELECT count(*)::integer AS refreshed FROM beat;
 
 -- name: email_plan_mailboxes
 -- Mailboxes with due rows, for the send plan: how many are due now (all mailboxes, or one).

@@ -38,13 +38,22 @@ def compose_config(**env: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def config() -> dict:
-    p = compose_config(**SECRETS)
+    p = compose_config(**SECRETS, AIRFLOW_UID="4242")
     assert p.returncode == 0, p.stderr
     return yaml.safe_load(p.stdout)
 
 
 def test_the_file_validates_with_the_official_layout(config):
-    assert set(config["services"]) == AIRFLOW_SERVICES | {"postgres", "redis", "mailpit"}
+    assert set(config["services"]) == AIRFLOW_SERVICES | {"postgres", "redis", "mailpit",
+                                                          "airflow-cli", "flower"}
+    # The official file's optional services, behind their profiles.
+    assert config["services"]["airflow-cli"]["profiles"] == ["debug"]
+    assert config["services"]["flower"]["profiles"] == ["flower"]
+    assert config["services"]["flower"]["command"] in ("celery flower", ["celery", "flower"])
+    # Ownership of the mounted logs goes to AIRFLOW_UID before anything writes there.
+    init = config["services"]["airflow-init"]["command"][-1]
+    assert 'chown -R "4242:0" /opt/airflow/logs' in init, init
+    assert config["services"]["airflow-worker"]["user"] == "4242:0"
     assert config["services"]["mailpit"]["image"].startswith("axllent/mailpit")
     assert "postgres-db-volume" in config["volumes"]
 
@@ -81,6 +90,17 @@ def test_services_have_the_process_deployments_settings(config):
             assert env[f"AIRFLOW_CONN_OUTREACH_SMTP_{conn}"].startswith("smtp://mailpit:1025/")
 
 
+def test_capacity_follows_the_sizing_rule_for_its_defaults(config):
+    """The compose file's capacity settings are the rule's numbers (outreach.sizing) for the
+    layout it documents: 4 mailboxes, 2 workers; the same as `make airflow EXECUTOR=celery`."""
+    from outreach.sizing import DEFAULT_MAILBOXES, Sizing
+
+    expected = Sizing(DEFAULT_MAILBOXES, workers=2).environment("CeleryExecutor")
+    for name in AIRFLOW_SERVICES:
+        env = {k: str(v) for k, v in config["services"][name]["environment"].items()}
+        assert {k: env.get(k) for k in expected} == expected, name
+
+
 def test_a_missing_secret_stops_compose_with_its_name():
     p = compose_config(**{k: v for k, v in SECRETS.items() if k != "OUTREACH_UNSUBSCRIBE_SECRET"})
     assert p.returncode != 0
@@ -92,7 +112,45 @@ def test_the_image_extends_the_pinned_airflow():
     base = re.search(r"^FROM apache/airflow:(\S+)-python3\.11$", dockerfile, re.M)
     pinned = re.search(r"^apache-airflow==(\S+)$", (ROOT / "requirements.txt").read_text(), re.M)
     assert base and pinned and base.group(1) == pinned.group(1) == "3.3.2"
-    assert "-r /opt/outreach/requirements.txt" in dockerfile
+    assert "-r /opt/outreach/requirements-image.txt" in dockerfile
+    assert '"apache-airflow==${AIRFLOW_VERSION}"' in dockerfile  # pip never moves Airflow
+    assert "ARG AIRFLOW_VERSION=3.3.2" in dockerfile
+    assert dockerfile.count("&& pip check") == 2  # after each install step
     assert "providers-celery" in (ROOT / "requirements.txt").read_text()
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert ".env" in ignored and ".git" in ignored  # secrets and history never enter the image
+    assert "logs" in ignored  # the services' own logs (mounted) never enter the build context
+
+
+def _pins(path) -> dict[str, str]:
+    out = {}
+    for line in path.read_text().splitlines():
+        if "==" in line and not line.lstrip().startswith("#"):
+            name, version = line.strip().split("==")
+            out[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return out
+
+
+def test_the_image_installs_the_runtime_pins_without_test_or_lint_tools():
+    """deploy/requirements-image.txt: requirements.txt's pins (the same versions), none of the
+    test and lint tools, and every runtime dependency of what it lists (read from this venv's
+    installed metadata, which requirements.txt produced), so the image resolves to the tested set."""
+    from importlib.metadata import distribution
+
+    from packaging.requirements import Requirement
+
+    image, full = _pins(ROOT / "deploy" / "requirements-image.txt"), _pins(ROOT / "requirements.txt")
+    assert image and all(full.get(k) == v for k, v in image.items()), \
+        {k: (v, full.get(k)) for k, v in image.items() if full.get(k) != v}
+    assert image["apache-airflow"] == "3.3.2"
+    for tool in ("pytest", "pytest-timeout", "mypy", "ruff", "pre-commit", "selenium", "pgserver"):
+        assert tool not in image, f"{tool} is a test or lint tool: not in the image"
+    missing = set()
+    for name in image:
+        for req in distribution(name).requires or []:
+            r = Requirement(req)
+            if r.marker is None or r.marker.evaluate({"extra": ""}):
+                key = re.sub(r"[-_.]+", "-", r.name).lower()
+                if key not in image and key in full:
+                    missing.add(f"{key} (needed by {name})")
+    assert not missing, sorted(missing)

@@ -65,7 +65,8 @@ def test_the_cap_counter_follows_every_change_of_the_rows(db_url):
                      (ids[7:9],))
         _same(conn)
         db.run(conn, "email_reap_stale", {"now": NOW + dt.timedelta(hours=2),
-                                          "threshold": dt.timedelta(minutes=30)})
+                                          "threshold": dt.timedelta(minutes=30),
+                                          "release": dt.timedelta(minutes=2)})
         _same(conn)
         conn.execute("SET outreach.resolution = 'operator'")
         db.run(conn, "email_resolve_not_sent", {"email_id": ids[4], "note": "checked"})

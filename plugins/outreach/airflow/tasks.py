@@ -151,7 +151,8 @@ def queue_task() -> dict[str, Any]:
     from outreach.queue import queue_due, reap
 
     url = database_url()
-    reaped = reap(url, settings(unsubscribe=False).reaper_threshold)  # no unsubscribe secret needed
+    queue_settings = settings(unsubscribe=False)  # no unsubscribe secret needed
+    reaped = reap(url, queue_settings.reaper_threshold, release=queue_settings.release_threshold)
     result = queue_due(url)
     result["reaped"] = len(reaped.unconfirmed)
     result["reaped_requeued"] = len(reaped.requeued)
@@ -268,7 +269,7 @@ def plan_task(checked: dict[str, Any] | None = None) -> list[dict[str, Any]]:
 
     run_settings = settings()
     url = database_url()
-    reap(url, run_settings.reaper_threshold)
+    reap(url, run_settings.reaper_threshold, release=run_settings.release_threshold)
     names = mailbox_names(url)
     blocked = {b["mailbox_id"]: b for b in (checked or {}).get("blocked", [])}
     batches, held = [], {}

@@ -59,6 +59,7 @@ COMMANDS = (
     send.add_reap,
     report.add_report,
     dev.add_airflow,
+    dev.add_doctor,
     dev.add_demo,
 )
 """Each sub-command's parser, in the order ``outreach --help`` lists them; the command
@@ -69,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser (sub-commands: db upgrade, db stop, config check, import-leads, import-suppressions,
     suppress, unsuppress, queue-due, send, inbox, unconfirmed, resolve, mailbox, lead, campaign,
     transactional, postmaster, reap, report,
-    serve-unsubscribe, preflight, dkim-record, airflow, demo)."""
+    serve-unsubscribe, preflight, dkim-record, airflow, doctor, demo)."""
     p = argparse.ArgumentParser(prog="outreach", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = p.add_subparsers(dest="command", required=True)

@@ -55,7 +55,9 @@ def cmd_reap(args: argparse.Namespace) -> int:
     from outreach.queue import reap
 
     # Only the reaper's threshold is used: no unsubscribe URL or secret is needed to take rows back.
-    reaped = reap(database_url(), load_settings(unsubscribe=False).reaper_threshold)
+    reap_settings = load_settings(unsubscribe=False)
+    reaped = reap(database_url(), reap_settings.reaper_threshold,
+                  release=reap_settings.release_threshold)
     print(f"marked {len(reaped.unconfirmed)} email(s) unconfirmed (handed over, outcome unknown)"
           + (f": {reaped.unconfirmed}" if reaped.unconfirmed else ""))
     print(f"put {len(reaped.requeued)} email(s) back in the queue (never handed over)"

@@ -52,15 +52,16 @@ POOL_SLOTS_VAR = "OUTREACH_SMTP_POOL_SLOTS"
 DEFAULT_POOL_SLOTS = 4
 
 
-def pool_slots() -> int:
-    """Return ``OUTREACH_SMTP_POOL_SLOTS`` (default 4): concurrent SMTP sessions of the send
-    tasks across the whole deployment (each send task holds one slot and one session at a time).
+def pool_slots(default: int = DEFAULT_POOL_SLOTS) -> int:
+    """Return ``OUTREACH_SMTP_POOL_SLOTS`` (else ``default``, the sizing rule's pool in the
+    launchers: :mod:`outreach.sizing`): concurrent SMTP sessions of the send tasks across the
+    whole deployment (each send task holds one slot and one session at a time).
 
     :raises outreach.settings.SettingsError: not a whole number ≥ 1.
     """
     from outreach.settings import SettingsError
 
-    raw = os.environ.get(POOL_SLOTS_VAR, str(DEFAULT_POOL_SLOTS)).strip()
+    raw = os.environ.get(POOL_SLOTS_VAR, "").strip() or str(default)
     if not raw.isdigit() or int(raw) < 1:
         raise SettingsError(f"{POOL_SLOTS_VAR} must be a whole number ≥ 1, got {raw!r}")
     return int(raw)
@@ -92,8 +93,6 @@ def shared_settings(executor: str) -> dict[str, str]:
         # A worker never falls back to the embedded PostgreSQL: no database is an error.
         "OUTREACH_EMBEDDED_DB": "0",
     }
-    if executor == "CeleryExecutor":
-        out["AIRFLOW__CELERY__WORKER_CONCURRENCY"] = "4"
     return out
 
 
@@ -119,7 +118,12 @@ class Deployment:
     processes consume ``queue`` on the Redis ``broker_url`` (results in the metadata database).
     Worker *i* (from 1) is named ``{name}-worker-{i}``: its Celery hostname and the hostname its
     task instances record (``OUTREACH_WORKER_HOSTNAME``), so one can tell which worker ran a task.
-    ``pool_slots`` sizes the SMTP pool (:func:`pool_slots`).
+    ``pool_slots`` sizes the SMTP pool (:func:`pool_slots`); ``sizing`` (an
+    :class:`outreach.sizing.Sizing`, default: 4 mailboxes and ``workers``) gives the pool, the
+    batches a run, the worker concurrency and the parallelism, where the environment does not
+    set them (the rule: :mod:`outreach.sizing`). ``role`` ``worker`` starts the
+    Celery workers only (``outreach airflow worker``: more workers for a running deployment, on
+    this machine or another one; docs/howto/celery-scale-out.md).
     """
 
     home: Path
@@ -137,16 +141,29 @@ class Deployment:
     name: str = "outreach"
     pool_slots: int = DEFAULT_POOL_SLOTS
     worker_log_ports: list[int] = field(default_factory=list)
+    role: str = "all"
+    host: str = "127.0.0.1"
+    sizing: Any = None
+    specs: dict[str, tuple[list[str], dict[str, str]]] = field(default_factory=dict)
+    supervisor: Any = None
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS.values():
             raise ValueError(f"executor must be one of {sorted(EXECUTORS.values())}, got {self.executor!r}")
         if self.executor == "CeleryExecutor" and self.workers < 1:
             raise ValueError("the CeleryExecutor needs at least one worker")
+        if self.role not in ("all", "worker") or (self.role == "worker"
+                                                   and self.executor != "CeleryExecutor"):
+            raise ValueError(f"role must be 'all', or 'worker' with the CeleryExecutor; got "
+                             f"{self.role!r} with {self.executor}")
         self.port = self.port or free_port()
         self.log_ports = (self.log_ports[0] or free_port(), self.log_ports[1] or free_port())
         self.worker_log_ports = self.worker_log_ports or [free_port() for _ in range(self.workers)]
         self.log_dir = self.log_dir or self.home / "logs-components"
+        if self.sizing is None:
+            from outreach.sizing import DEFAULT_MAILBOXES, Sizing
+
+            self.sizing = Sizing(DEFAULT_MAILBOXES, workers=max(1, self.workers))
 
     @property
     def base_url(self) -> str:
@@ -172,14 +189,17 @@ class Deployment:
             "AIRFLOW_HOME": str(self.home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(root / "plugins"),
-            "AIRFLOW__CORE__PARALLELISM": env.get("AIRFLOW__CORE__PARALLELISM", "4"),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.metadata_url,
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": env.get("AIRFLOW__CORE__EXECUTION_API_SERVER_URL")
+            or f"{self.base_url}/execution/",
             "AIRFLOW__API__BASE_URL": self.base_url,
-            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__HOST": self.host,
             "AIRFLOW__API__PORT": str(self.port),
-            "AIRFLOW__API_AUTH__JWT_SECRET": secret_file.read_text().strip(),
-            "AIRFLOW__API__SECRET_KEY": secret_file.read_text().strip(),
+            # A worker on another machine is given the api-server's secret and address.
+            "AIRFLOW__API_AUTH__JWT_SECRET": env.get("AIRFLOW__API_AUTH__JWT_SECRET")
+            or secret_file.read_text().strip(),
+            "AIRFLOW__API__SECRET_KEY": env.get("AIRFLOW__API__SECRET_KEY")
+            or secret_file.read_text().strip(),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS",
                                                                 "admin:admin"),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": env.get("AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL", "10"),
@@ -188,6 +208,9 @@ class Deployment:
             "OUTREACH_HOME": str(root),
             "OUTREACH_DATABASE_URL": self.outreach_url,
             POOL_SLOTS_VAR: str(self.pool_slots),
+            # The sizing rule (outreach.sizing) where the environment says nothing.
+            **{k: env.get(k) or v for k, v in self.sizing.environment(self.executor).items()
+               if k != POOL_SLOTS_VAR},
             "PYTHONPATH": os.pathsep.join(filter(None, [str(root / "plugins"), env.get("PYTHONPATH")])),
         })
         if self.executor == "CeleryExecutor":
@@ -195,8 +218,6 @@ class Deployment:
                 "AIRFLOW__CELERY__BROKER_URL": self.broker_url,
                 "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + self.metadata_url,
                 "AIRFLOW__OPERATORS__DEFAULT_QUEUE": self.queue,
-                "AIRFLOW__CELERY__WORKER_CONCURRENCY": env.get("AIRFLOW__CELERY__WORKER_CONCURRENCY") or
-                shared_settings(self.executor)["AIRFLOW__CELERY__WORKER_CONCURRENCY"],
             })
         env.pop("OUTREACH_WORKER_HOSTNAME", None)
         env.update(self.env_extra)
@@ -221,26 +242,55 @@ class Deployment:
         of :data:`SERVICES`, then (CeleryExecutor) ``workers`` Celery workers."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = self.env()
-        for cmd in SERVICES.values():
+        for cmd in SERVICES.values() if self.role == "all" else ():
             args = list(cmd)
             if cmd == ("api-server",):
-                args += ["--host", "127.0.0.1", "--port", str(self.port)]
+                args += ["--host", self.host, "--port", str(self.port)]
             self._spawn(cmd[0], args, env)
         if self.executor == "CeleryExecutor":
             # issue 31: the workers' settings are checked before they start (config_gate)
             config_gate({**env, "OUTREACH_WORKER_HOSTNAME": self.worker_name(1)}, "Celery workers")
             for i in range(1, self.workers + 1):
                 name = self.worker_name(i)
-                self._spawn(f"worker-{i}", [*WORKER[1], "--celery-hostname", f"{name}@%h",
+                # Workers started alone next to a deployment log under their own names.
+                key = f"worker-{i}" if self.role == "all" else name
+                self._spawn(key, [*WORKER[1], "--celery-hostname", f"{name}@%h",
                                             "--queues", self.queue],
                             {**env, "OUTREACH_WORKER_HOSTNAME": name,
                              "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.worker_log_ports[i - 1])})
 
     def _spawn(self, key: str, args: list[str], env: dict[str, str]) -> None:
+        self.specs[key] = (args, env)
+        self.procs[key] = self.respawn(key)
+
+    def respawn(self, key: str) -> subprocess.Popen:
+        """Start component ``key`` (as :meth:`start` did: same command, same environment, its
+        log appended to) and return the process; the caller stores it (the supervisor does)."""
+        args, env = self.specs[key]
+        assert self.log_dir
+        old = self.procs.get(key)
+        if old is not None and old.poll() is not None:
+            # What the exited process left in its group (a worker's log server holding its
+            # port): gone before the new one binds it. Task processes have groups of their own
+            # and finish on their own: their claims stay theirs.
+            try:
+                os.killpg(old.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         with open(self.log_dir / f"{key}.log", "ab") as log:  # the child keeps its own descriptor
-            self.procs[key] = subprocess.Popen([sys.executable, "-m", "airflow", *args], env=env,
-                                               stdout=log, stderr=subprocess.STDOUT,
-                                               stdin=subprocess.DEVNULL, start_new_session=True)
+            return subprocess.Popen([sys.executable, "-m", "airflow", *args], env=env,
+                                    stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def supervise(self, say: Any = print) -> Any:
+        """Restart every component that exits, with backoff, in a background thread
+        (:class:`outreach.dev.supervise.Supervisor`); :meth:`stop` ends it first. Return it."""
+        from outreach.dev.supervise import Supervisor
+
+        assert self.log_dir
+        self.supervisor = Supervisor(self.procs, self.respawn, say=say, logs={
+            k: str(self.log_dir / f"{k}.log") for k in self.procs}).start_thread()
+        return self.supervisor
 
     def kill_worker(self, i: int) -> None:
         """SIGKILL Celery worker ``i`` and everything it started: a worker machine that dies
@@ -305,7 +355,10 @@ class Deployment:
         return token
 
     def stop(self, grace: float = 30) -> None:
-        """SIGTERM every process group, wait up to ``grace`` seconds, then SIGKILL what is left."""
+        """SIGTERM every process group, wait up to ``grace`` seconds, then SIGKILL what is left
+        (the supervisor, if any, is stopped first: nothing is started again)."""
+        if self.supervisor is not None:
+            self.supervisor.stop()
         for p in self.procs.values():
             if p.poll() is None:
                 try:
@@ -433,6 +486,29 @@ def config_gate(env: dict[str, str], who: str) -> None:
                             "problem(s):\n  " + "\n  ".join(problems))
 
 
+def capacity(executor: str, workers: int, outreach_url: str) -> Any:
+    """Return the sizing rule's numbers for this deployment (:func:`outreach.sizing.from_environment`,
+    mailboxes counted in ``outreach_url``) and print them, with one warning line per configured
+    value that caps what the workers could do (:func:`outreach.sizing.caps`).
+
+    :param executor: ``local`` (one worker) or ``celery`` (``workers`` workers).
+    """
+    from outreach.sizing import caps, from_environment
+
+    sizing = from_environment(workers if executor == "celery" else 1, outreach_url)
+    given = {**sizing.environment(EXECUTORS[executor]),
+             **{k: os.environ[k] for k in sizing.environment(EXECUTORS[executor])
+                if os.environ.get(k, "").strip().isdigit()}}
+    print(f"outreach airflow: {sizing.line()}", flush=True)
+    for line in caps(sizing, pool_slots=int(given[POOL_SLOTS_VAR]),
+                     send_parallelism=int(given["OUTREACH_SEND_PARALLELISM"]),
+                     parallelism=int(given["AIRFLOW__CORE__PARALLELISM"]),
+                     worker_concurrency=int(given["AIRFLOW__CELERY__WORKER_CONCURRENCY"])
+                     if executor == "celery" else None):
+        print(f"outreach airflow: warning: {line}", file=sys.stderr, flush=True)
+    return sizing
+
+
 def run_foreground(executor: str = "local", workers: int = 2) -> int:
     """``make airflow [EXECUTOR=celery WORKERS=N]``: start the deployment and keep it up until
     Ctrl-C; return the exit code.
@@ -469,9 +545,11 @@ def run_foreground(executor: str = "local", workers: int = 2) -> int:
         metadata = os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN") or sqlalchemy_url(
             embedded.ensure_database(admin_url, "airflow"))
     upgrade(outreach_url)
+    sizing = capacity(executor, workers, outreach_url)
     dep = Deployment(home=root / ".airflow-deploy", metadata_url=metadata, outreach_url=outreach_url,
                      port=int(os.environ.get("OUTREACH_AIRFLOW_PORT", "8080")),
-                     executor=EXECUTORS[executor], pool_slots=pool_slots(), **extra)
+                     executor=EXECUTORS[executor], pool_slots=pool_slots(sizing.pool_slots),
+                     sizing=sizing, host=os.environ.get("OUTREACH_AIRFLOW_HOST", "127.0.0.1"), **extra)
     print(f"outreach airflow: {dep.executor}"
           + (f" with {workers} Celery worker(s)" if executor == "celery" else "")
           + f"; migrating the metadata database, SMTP pool of {dep.pool_slots} …", flush=True)
@@ -488,15 +566,64 @@ def run_foreground(executor: str = "local", workers: int = 2) -> int:
     try:
         dep.wait_ready()
         print(f"\nAirflow is up: {dep.base_url}  (user admin, password {dep.admin_password()})")
-        print(f"Component logs: {dep.log_dir}.  Ctrl-C stops everything.\n", flush=True)
+        print(f"Component logs: {dep.log_dir}.  A component that exits is started again; "
+              "Ctrl-C stops everything.\n", flush=True)
+        dep.supervise()
         while not stop["now"]:
-            for name, p in dep.procs.items():
-                if p.poll() is not None:
-                    print(f"airflow {name} exited ({p.returncode}); stopping. See {dep.log_dir}", file=sys.stderr)
-                    return 1
             time.sleep(1)
         return 0
     finally:
         print("stopping Airflow …", flush=True)
+        dep.stop()
+        print("stopped.")
+
+
+def run_worker_foreground(workers: int = 1, name: str | None = None) -> int:
+    """``outreach airflow worker [--workers N] [--name NAME]``: start ``workers`` Celery workers
+    only, for a CeleryExecutor deployment that runs elsewhere (``make airflow EXECUTOR=celery`` on
+    this machine or another one), supervised like it, until Ctrl-C; return the exit code.
+
+    The same environment as the deployment: ``OUTREACH_DATABASE_URL`` (or the connection
+    ``outreach_db``), ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` (default: the database ``airflow``
+    next to it), ``REDIS_URL``, the SMTP connections; on another machine also the api-server's
+    ``AIRFLOW__CORE__EXECUTION_API_SERVER_URL`` and ``AIRFLOW__API_AUTH__JWT_SECRET``
+    (docs/howto/celery-scale-out.md). Nothing is migrated: the deployment did that.
+
+    :param name: worker *i* is ``{name}-worker-{i}`` (default: this host's name and this
+        process's id, unique next to the deployment's own ``outreach-worker-{i}``).
+    :raises outreach.settings.SettingsError: no database, or Redis unreachable.
+    """
+    import socket
+
+    root = project_root()
+    load_dotenv_file(root / ".env")
+    outreach_url, metadata = celery_databases()
+    broker = os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+    check_redis(broker)
+    sizing = capacity("celery", workers, outreach_url)
+    dep = Deployment(home=root / ".airflow-deploy", metadata_url=metadata, outreach_url=outreach_url,
+                     port=int(os.environ.get("OUTREACH_AIRFLOW_PORT", "8080")),
+                     executor="CeleryExecutor", workers=workers, broker_url=broker, role="worker",
+                     name=name or f"{socket.gethostname().split('.')[0]}-{os.getpid()}",
+                     pool_slots=pool_slots(sizing.pool_slots), sizing=sizing)
+    stop = {"now": False}
+
+    def _handler(signum, frame):
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, _handler)
+    signal.signal(signal.SIGTERM, _handler)
+    dep.start()
+    print(f"outreach airflow worker: {workers} Celery worker(s) "
+          f"{', '.join(dep.worker_name(i) for i in range(1, workers + 1))} on {broker.split('@')[-1]} "
+          f"for {dep.env()['AIRFLOW__CORE__EXECUTION_API_SERVER_URL']}; logs in {dep.log_dir}. "
+          "A worker that exits is started again; Ctrl-C stops them.", flush=True)
+    try:
+        dep.supervise()
+        while not stop["now"]:
+            time.sleep(1)
+        return 0
+    finally:
+        print("stopping the workers …", flush=True)
         dep.stop()
         print("stopped.")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 from uuid import UUID
 
-from outreach.store._run import Conn, execute, many, maybe_one, values
+from outreach.store._run import Conn, execute, many, maybe_one, one_value, values
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,18 +289,31 @@ class ReapedEmail:
 
 
 def email_reap_stale(
-    conn: Conn, *, now: dt.datetime | None, threshold: dt.timedelta
+    conn: Conn, *, now: dt.datetime | None, threshold: dt.timedelta, release: dt.timedelta
 ) -> list[ReapedEmail]:
-    """``email_reap_stale``: Rows left 'sending' longer than the threshold (a killed worker, a lost
-    connection). The handoff stamp (handed_over_at, committed right before MAIL FROM of the row,
-    see email_touch_claim) says what they may be: * never handed over: the server never saw
-    them. Back to the queue, the attempt not counted (the claim counted it), due as before. *
-    handed over: they may or may not have gone out. Failed as unconfirmed, for a person. One
-    statement, guarded by status and the claim age. Under READ COMMITTED an UPDATE that meets a
-    row a sender changed concurrently re-checks the WHERE and recomputes SET on the newest row
-    version, so a row that finished, or was stamped or touched meanwhile (the stamp also
-    restarts claimed_at), is judged on what it is now, never on this statement's snapshot."""
-    return many(conn, "email_reap_stale", {"now": now, "threshold": threshold}, ReapedEmail)
+    """``email_reap_stale``: Rows whose sender stopped (a killed worker, a lost connection). The
+    handoff stamp (handed_over_at, committed right before MAIL FROM, see email_touch_claim) says
+    what they may be and how soon that is known: * never handed over: back to the queue, the
+    attempt not counted, as soon as neither the claim nor the live sender's heartbeat
+    (claim_heartbeat_at, email_heartbeat_claim) is younger than ``release`` (the short release
+    threshold), or once the claim is older than ``threshold`` whatever the heartbeat says. *
+    handed over: failed as unconfirmed, for a person, once the stamp is older than
+    ``threshold`` (the 30-minute rule, never the short one). One statement, guarded by status
+    and the claim and heartbeat ages; under READ COMMITTED a row a sender changed concurrently is
+    judged on its newest version, and a sender whose row was taken finds out at its stamp."""
+    return many(conn, "email_reap_stale", {"now": now, "threshold": threshold,
+                                           "release": release}, ReapedEmail)
+
+
+def email_heartbeat_claim(
+    conn: Conn, *, now: dt.datetime | None, ids: list[int], claim_token: UUID
+) -> int:
+    """``email_heartbeat_claim``: The live sender's heartbeat on its claim: the claim's rows
+    ``ids`` not yet handed over get ``claim_heartbeat_at = now``, so the reaper's short release
+    leaves them alone. Guarded by status and claim token (a row the reaper took stays taken);
+    stamped rows are not touched. Returns how many rows it refreshed."""
+    return cast("int", one_value(conn, "email_heartbeat_claim",
+                                 {"now": now, "ids": ids, "claim_token": claim_token}, "refreshed"))
 
 
 def email_plan_mailboxes(
