@@ -72,9 +72,13 @@ browser:
 			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver; \
 		else echo "chromium is missing: sudo apt-get install chromium chromium-driver (README: Quick start)" >&2; exit 1; fi; }
 
-## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow, real Dovecot, real chromium).
+## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow, real Dovecot, real chromium)
+## on every core: one pytest-xdist worker per core (TEST_WORKERS=1: one process), tests sharing a
+## module-scoped deployment on one worker (loadgroup); prints the 15 slowest tests.
+## docs/contributing/tests.md: how long it takes, and how to run a part.
+TEST_WORKERS ?= auto
 test: venv bench-venv imap-server browser
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 ## The inner loop: tests/unit, tests/integration and tests/migration without real Airflow (real
 ## PostgreSQL, aiosmtpd and Dovecot still); no DAG run, deployment, Celery, browser or chaos.
