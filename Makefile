@@ -85,15 +85,21 @@ browser:
 			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver; \
 		else echo "chromium is missing: sudo apt-get install chromium chromium-driver (docs/tutorial/first-campaign.md)" >&2; exit 1; fi; }
 
-## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow, real Dovecot, real chromium).
+## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow, real Dovecot, real chromium)
+## on every core: one pytest-xdist worker per core (TEST_WORKERS=0: all in one process), tests sharing a
+## module-scoped deployment on one worker (loadgroup); prints the 15 slowest tests.
+## docs/contributing/tests.md: how long it takes, and how to run a part.
+TEST_WORKERS ?= auto
 test: venv bench-venv imap-server browser
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 ## The inner loop: tests/unit, tests/integration and tests/migration without real Airflow (real
 ## PostgreSQL, aiosmtpd and Dovecot still); no DAG run, deployment, Celery, browser or chaos.
-## 355 tests, ~320 CPU-seconds: about 5 minutes on 2 idle cores.
+## 355 tests, ~320 CPU-seconds (about 5 minutes in one process on 2 idle cores), split over the
+## cores like `make test`.
 test-fast: venv imap-server
-	$(BIN)/python -m pytest -m "not airflow" tests/unit tests/integration tests/migration $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not airflow" \
+		tests/unit tests/integration tests/migration $(PYTEST_ARGS)
 
 ## Lint and types: ruff with pyproject.toml's [tool.ruff] rules, mypy on its [tool.mypy] files;
 ## what .ci/run runs before the tests.

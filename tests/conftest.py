@@ -12,9 +12,16 @@ from pathlib import Path
 
 from support.paths import ROOT, SMTP_CONN_IDS
 
-# Airflow reads its configuration at import time: point it at a throw-away home first.
-_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="outreach-test-airflow-"))
-os.environ.setdefault("AIRFLOW_HOME", str(_AIRFLOW_HOME))
+# Airflow reads its configuration at import time: point it at a throw-away home first. Each
+# process gets its own: a pytest-xdist worker inherits the controller's environment, and two
+# workers writing one SQLite metadata database would lock each other out. A home set by the
+# caller (not by an earlier conftest, which leaves its mark) is kept.
+_OWN_HOME = "OUTREACH_TEST_OWN_AIRFLOW_HOME"
+if os.environ.get(_OWN_HOME) and os.environ.get(_OWN_HOME) == os.environ.get("AIRFLOW_HOME"):
+    for _inherited in ("AIRFLOW_HOME", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
+        os.environ.pop(_inherited, None)
+if "AIRFLOW_HOME" not in os.environ:
+    os.environ["AIRFLOW_HOME"] = os.environ[_OWN_HOME] = tempfile.mkdtemp(prefix="outreach-test-airflow-")
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(ROOT / "dags"))
 os.environ.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(ROOT / "plugins"))
@@ -52,13 +59,20 @@ pytest_plugins = ["support.airflowhome", "support.deployment", "support.imapserv
 FOLDER_MARKERS = ("unit", "integration", "dags", "acceptance", "migration")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with its folder under tests/ (one of FOLDER_MARKERS)."""
+    """Mark each test with its folder under tests/ (one of FOLDER_MARKERS). A test using a
+    module-scoped fixture (the Celery deployment, the OAuth IdP) joins its module's
+    ``xdist_group``: under ``--dist loadgroup`` (``make test``) one worker runs the module and
+    builds the fixture once, instead of once per worker."""
     tests = Path(__file__).parent
     for item in items:
         folder = item.path.relative_to(tests).parts[0]
         if folder in FOLDER_MARKERS:
             item.add_marker(folder)
+        info = getattr(item, "_fixtureinfo", None)
+        if info and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.path.relative_to(tests).as_posix()))
 
 
 @pytest.fixture(scope="session")

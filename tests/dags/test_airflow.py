@@ -1,4 +1,6 @@
-"""The DAGs, run by real Airflow (``airflow dags test`` subprocesses, SQLite metadata)."""
+"""The DAGs, run by real Airflow (``airflow dags test``, SQLite metadata): in the pytest worker's shared
+Airflow process (support.airflowhome.SharedAirflow) unless a test proves something of a process
+of its own (two runs at once, a second trigger in a new process)."""
 
 from __future__ import annotations
 
@@ -118,7 +120,8 @@ def test_two_overlapping_send_runs_add_no_message(db_url, sink, migrated_airflow
     assert len(run_ids) == 2, "both runs should have claimed some rows"
 
 
-def test_operator_resolves_unconfirmed_emails_through_the_dag(db_url, sink, migrated_airflow_home, tmp_path):
+def test_operator_resolves_unconfirmed_emails_through_the_dag(db_url, sink, migrated_airflow_home, tmp_path,
+                                                              shared_airflow):
     import datetime as dt
 
     from outreach import db
@@ -137,7 +140,7 @@ def test_operator_resolves_unconfirmed_emails_through_the_dag(db_url, sink, migr
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
     conf = {"decision": "not_sent", "email_ids": f"{held[0]}, {held[1]}", "resolved_by": "Dana (ops)",
             "note": "not in Sent Items", "campaign_key": None, "mailbox": None}
-    result = run_dag(env, "outreach_resolve_unconfirmed", tmp_path / "resolve.log", conf=conf)
+    result = shared_airflow.run_dag(env, "outreach_resolve_unconfirmed", tmp_path / "resolve.log", conf=conf)
     assert result.ok, result.log.read_text()[-4000:]
     states = {r["id"]: (r["status"], r["failure_kind"]) for r in rows(
         db_url, "SELECT id, status::text AS status, failure_kind FROM outreach.emails WHERE id = ANY(%s)", (held,))}
@@ -146,11 +149,11 @@ def test_operator_resolves_unconfirmed_emails_through_the_dag(db_url, sink, migr
 
 
 def test_operator_suppresses_a_domain_through_the_dag(db_url, sink, migrated_airflow_home, tmp_path,
-                                                      dag_session):
+                                                      shared_airflow):
     import_demo(db_url)
     queue_due(db_url)
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
-    airflow = dag_session(env)  # both runs in one Airflow process
+    airflow = shared_airflow.bound(env)  # the worker's Airflow process
     conf = {"value": "@Coho-Winery.example", "reason": "manual", "requested_by": "Dana (ops)"}
     result = airflow.run_dag("outreach_suppress", tmp_path / "suppress.log", conf=conf)
     assert result.ok, result.log.read_text()[-4000:]
@@ -175,10 +178,10 @@ def test_operator_suppresses_a_domain_through_the_dag(db_url, sink, migrated_air
 ANNA = "anna.schmidt@mail.outreach-demo.example"
 
 
-def test_pause_and_resume_dags_with_their_params(db_url, sink, migrated_airflow_home, tmp_path, dag_session):
+def test_pause_and_resume_dags_with_their_params(db_url, sink, migrated_airflow_home, tmp_path, shared_airflow):
     import_demo(db_url)
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
-    airflow = dag_session(env)  # both runs in one Airflow process
+    airflow = shared_airflow.bound(env)  # the worker's Airflow process
     paused = airflow.run_dag("outreach_mailbox_pause", tmp_path / "pause.log",
                          conf={"mailbox": ANNA, "reason": "complaint from acme", "operator": "alice"})
     assert paused.ok, paused.log.read_text()[-4000:]
@@ -199,13 +202,13 @@ def test_pause_and_resume_dags_with_their_params(db_url, sink, migrated_airflow_
 
 
 def test_lead_stop_and_campaign_pause_dags_with_their_params(db_url, sink, migrated_airflow_home,
-                                                            tmp_path, dag_session):
+                                                            tmp_path, shared_airflow):
     import_demo(db_url)
     queue_due(db_url)
     lead = rows(db_url, "SELECT l.email FROM outreach.emails e JOIN outreach.leads l ON l.id = e.lead_id"
                         " ORDER BY e.id LIMIT 1")[0]["email"]
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
-    airflow = dag_session(env)  # the five runs in one Airflow process
+    airflow = shared_airflow.bound(env)  # the worker's Airflow process
     stopped = airflow.run_dag("outreach_lead_stop", tmp_path / "stop.log",
                           conf={"address": lead, "campaign": "q4-ops-intro",
                                 "reason": "asked by phone", "operator": "Dana (ops)"})
@@ -238,7 +241,7 @@ def test_lead_stop_and_campaign_pause_dags_with_their_params(db_url, sink, migra
 
 
 def test_postmaster_dag_with_a_service_account_connection(db_url, sink, migrated_airflow_home,
-                                                          tmp_path):
+                                                          tmp_path, shared_airflow):
     """The daily DAG through real Airflow: google-auth signs a JWT with the service account key
     from the Airflow connection, trades it at the (local) token endpoint, reads the (local)
     Postmaster API, stores the figures and pauses on the spam rate."""
@@ -254,7 +257,7 @@ def test_postmaster_dag_with_a_service_account_connection(db_url, sink, migrated
         env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
         env["AIRFLOW_CONN_OUTREACH_POSTMASTER"] = api.connection_json()
         env["OUTREACH_POSTMASTER_BASE_URL"] = api.base_url
-        result = run_dag(env, "outreach_postmaster", tmp_path / "postmaster.log")
+        result = shared_airflow.run_dag(env, "outreach_postmaster", tmp_path / "postmaster.log")
     finally:
         api.stop()
     log = result.log.read_text()
@@ -271,14 +274,14 @@ def test_postmaster_dag_with_a_service_account_connection(db_url, sink, migrated
 
 
 def test_transactional_dag_triggered_twice_with_one_key_sends_once(db_url, sink, migrated_airflow_home,
-                                                                     tmp_path, dag_session):
+                                                                     tmp_path, dag_session, shared_airflow):
     from outreach.campaign import sync_mailboxes
 
     sync_mailboxes(db_url, MAILBOXES)
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
     conf = {"delivery_key": "signup-42", "to": "new.user@example.com", "template": "welcome",
             "context": {"user": {"name": "Kim"}, "verify_url": "https://app.example/v?t=1"}}
-    result = run_dag(env, "outreach_transactional", tmp_path / "tx1.log", conf=conf)
+    result = shared_airflow.run_dag(env, "outreach_transactional", tmp_path / "tx1.log", conf=conf)
     assert result.ok, result.log.read_text()[-4000:]
     airflow = dag_session(env)  # the second trigger in a process of its own; the bad request after it
     result = airflow.run_dag("outreach_transactional", tmp_path / "tx2.log", conf=conf)
@@ -322,7 +325,8 @@ def test_a_dead_relay_fails_its_send_batch_task_and_spends_no_attempt(db_url, si
     invariants.assert_ok(db_url, sink.messages())
 
 
-def test_operator_requeues_exhausted_emails_through_the_dag(db_url, sink, migrated_airflow_home, tmp_path):
+def test_operator_requeues_exhausted_emails_through_the_dag(db_url, sink, migrated_airflow_home, tmp_path,
+                                                            shared_airflow):
     """The outreach_requeue form (issue 12.6c): not-accepted failures back in the queue, who and
     why recorded; an unconfirmed row asked for by id is skipped."""
     import psycopg
@@ -338,7 +342,7 @@ def test_operator_requeues_exhausted_emails_through_the_dag(db_url, sink, migrat
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
     conf = {"failed_kind": "retries_exhausted", "email_ids": ids, "requested_by": "Dana (ops)",
             "reason": "relay fixed", "campaign_key": None, "mailbox": None}
-    result = run_dag(env, "outreach_requeue", tmp_path / "requeue.log", conf=conf)
+    result = shared_airflow.run_dag(env, "outreach_requeue", tmp_path / "requeue.log", conf=conf)
     assert result.ok, result.log.read_text()[-4000:]
     states = {r["id"]: (r["status"], r["failure_kind"], r["attempts"]) for r in rows(
         db_url, "SELECT id, status::text AS status, failure_kind, attempts FROM outreach.emails"

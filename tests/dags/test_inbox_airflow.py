@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from outreach.dev.localairflow import run_dag
 from support.airflowhome import env_for, fresh_home
 from support.flow import rows
 from support.inboxflow import IMAP_CONN_IDS, bounce_sample, sent_campaign
@@ -17,7 +16,7 @@ pytestmark = pytest.mark.airflow
 
 
 def test_inbox_dag_reads_each_mailbox_and_fails_red_on_a_bad_login(
-        db_url, sink, settings, tmp_path, imap_accounts, migrated_airflow_home):
+        db_url, sink, settings, tmp_path, imap_accounts, migrated_airflow_home, shared_airflow):
     for conn_id in IMAP_CONN_IDS:
         imap_accounts.add(conn_id)
     sent = sent_campaign(db_url, tmp_path, settings, ["gone@bounce.example", "stays@quiet.example"])
@@ -30,7 +29,7 @@ def test_inbox_dag_reads_each_mailbox_and_fails_red_on_a_bad_login(
     bad = json.loads(env["AIRFLOW_CONN_OUTREACH_IMAP_BEN"])
     bad["password"] = "pw-wrong-7f3a"
     env["AIRFLOW_CONN_OUTREACH_IMAP_BEN"] = json.dumps(bad)
-    result = run_dag(env, "outreach_inbox", tmp_path / "inbox.log")
+    result = shared_airflow.run_dag(env, "outreach_inbox", tmp_path / "inbox.log")
     log = result.log.read_text()
     assert not result.ok
     assert ("inbox b***@mail.outreach-demo.example (connection outreach_imap_ben) could not be "

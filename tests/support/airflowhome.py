@@ -1,16 +1,26 @@
 """Real Airflow for the DAG tests: one SQLite metadata database migrated per session, copied into a
 fresh AIRFLOW_HOME per test (a migration takes ~30 s, a copy milliseconds), the environment of
-an ``airflow dags test`` subprocess (:func:`outreach.dev.localairflow.airflow_env`), and sessions
-running a test's DAG runs one after the other in one Airflow process (:func:`dag_session`)."""
+an ``airflow dags test`` subprocess (:func:`outreach.dev.localairflow.airflow_env`), sessions
+running a test's DAG runs one after the other in one Airflow process (:func:`dag_session`), and
+one Airflow process per pytest worker that runs the DAG tests' runs one after the other
+(:func:`shared_airflow`)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from outreach.dev.localairflow import DagTestSession, airflow_env, ensure_metadata
+from outreach.dev.localairflow import (
+    DagRunResult,
+    DagTestSession,
+    airflow_env,
+    bound_at_start,
+    ensure_metadata,
+    run_dag,
+)
 from support.paths import SMTP_CONN_IDS
 
 # Pacing and the gap off: these runs send the whole sample in one outreach_send run (pacing is tested with a
@@ -55,3 +65,73 @@ def dag_session():
     yield open_session
     for session in sessions:
         session.close()
+
+
+class SharedAirflow:
+    """One Airflow process for the DAG runs of every test on this pytest worker (tests run one
+    after the other there): its start-up (interpreter, imports, the in-process execution API:
+    ~12 CPU-seconds) is paid once per worker instead of once per test; a further run costs ~1-2
+    CPU-seconds. Each run is still Airflow's own ``airflow dags test`` with its own log, the
+    DAG folder parsed again, in the test's environment (connections, ``OUTREACH_*``, the outreach
+    database); the process keeps its own AIRFLOW_HOME and metadata database. A test whose
+    environment differs in what Airflow reads at start-up (an ``AIRFLOW__*`` option:
+    :func:`~outreach.dev.localairflow.bound_at_start`) gets a process of its own
+    (:func:`~outreach.dev.localairflow.run_dag`), as does every run when the process died.
+
+    ``OUTREACH_TEST_SHARED_AIRFLOW=off``: every run in a process of its own, as before (to
+    compare, or to rule the sharing out).
+
+    Not for a test that reads the metadata database of its home, or proves something of a
+    separate process (two runs at once, a second process): those call ``run_dag`` or open a
+    :func:`dag_session`."""
+
+    def __init__(self, migrated: Path, folder: Path) -> None:
+        self._migrated, self._folder = migrated, folder
+        self._session: DagTestSession | None = None
+        self._started = 0
+        # What every DAG test's environment (env_for) has of what Airflow reads at start-up.
+        self._standard = bound_at_start(airflow_env(folder / "standard", "unused", {}, SETTINGS_ENV))
+
+    def _base_env(self, like: dict[str, str]) -> dict[str, str]:
+        self._started += 1
+        home = fresh_home(self._migrated, self._folder, f"home-{self._started}")
+        return {**like, "AIRFLOW_HOME": str(home),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}"}
+
+    def run_dag(self, env: dict[str, str], dag_id: str, log_path: Path, conf: dict | None = None,
+                timeout: float = 900) -> DagRunResult:
+        """Run ``dag_id`` like :func:`~outreach.dev.localairflow.run_dag` (same arguments, same
+        result) in the worker's Airflow process."""
+        if bound_at_start(env) != self._standard or os.environ.get("OUTREACH_TEST_SHARED_AIRFLOW") == "off":
+            return run_dag(env, dag_id, log_path, conf=conf, timeout=timeout)
+        if self._session is None or not self._session.alive:
+            if self._session is not None:
+                self._session.close()
+            self._session = DagTestSession(self._base_env(env))
+        return self._session.run_dag(dag_id, log_path, conf=conf, timeout=timeout, env=env)
+
+    def bound(self, env: dict[str, str]) -> _Bound:
+        """``env`` bound: an object whose ``run_dag(dag_id, log_path, conf=None)`` runs here,
+        as a :class:`DagTestSession`'s does."""
+        return _Bound(self, env)
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+
+
+class _Bound:
+    def __init__(self, shared: SharedAirflow, env: dict[str, str]) -> None:
+        self._shared, self._env = shared, env
+
+    def run_dag(self, dag_id: str, log_path: Path, conf: dict | None = None,
+                timeout: float = 900) -> DagRunResult:
+        return self._shared.run_dag(self._env, dag_id, log_path, conf=conf, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def shared_airflow(migrated_airflow_home: Path, tmp_path_factory) -> SharedAirflow:
+    """This worker's :class:`SharedAirflow` (its process started at the first run)."""
+    shared = SharedAirflow(migrated_airflow_home, tmp_path_factory.mktemp("shared-airflow"))
+    yield shared
+    shared.close()

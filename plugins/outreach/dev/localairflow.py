@@ -117,6 +117,8 @@ _REPLY = "OUTREACH-DAG-TEST-SESSION "
 # The session's process: Airflow's own CLI (`airflow dags test …`, what airflow.__main__ runs)
 # once per request line on stdin, its stdout and stderr (file descriptors 1 and 2, so every
 # handler and child writes there) redirected into that run's log; one reply line per request.
+# A request may carry the run's environment: os.environ becomes it, but for the process's
+# AIRFLOW_HOME and metadata database (Airflow bound them at start-up).
 _SESSION = r"""
 import json, os, sys, traceback
 from airflow.cli import cli_parser
@@ -124,8 +126,13 @@ from airflow.configuration import write_default_airflow_configuration_if_needed
 write_default_airflow_configuration_if_needed()
 parser = cli_parser.get_parser()
 reply = os.fdopen(os.dup(1), "w", buffering=1)
+pinned = {k: os.environ[k] for k in PINNED if k in os.environ}
 for line in sys.stdin:
     req = json.loads(line)
+    if "env" in req:
+        os.environ.clear()
+        os.environ.update(req["env"])
+        os.environ.update(pinned)
     sys.stdout.flush(); sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
     log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -148,7 +155,18 @@ for line in sys.stdin:
 # stdin closed: every run is over and recorded. Airflow's exit handlers took ~7 s here.
 sys.stdout.flush(); sys.stderr.flush()
 os._exit(0)
-""".replace("PREFIX", repr(_REPLY))
+""".replace("PREFIX", repr(_REPLY)).replace("PINNED", repr(("AIRFLOW_HOME", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")))
+
+
+def bound_at_start(env: dict[str, str]) -> dict[str, str]:
+    """The part of ``env`` an Airflow process reads once, at start-up, or that binds it: every
+    ``AIRFLOW__*`` option (Airflow turns several into module constants on import, e.g. the
+    default retry delay), ``AIRFLOW_HOME`` and ``OUTREACH_FAILPOINTS`` (read on import). A
+    :class:`DagTestSession` run given an ``env`` must agree with the session's on these, but for
+    the home and the metadata database, which stay the session's."""
+    pinned = {"AIRFLOW_HOME", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"}
+    return {k: v for k, v in env.items() if k not in pinned
+            and (k.startswith("AIRFLOW__") or k == "OUTREACH_FAILPOINTS")}
 
 
 class DagTestSession:
@@ -158,10 +176,12 @@ class DagTestSession:
     own CLI command with its own log; the process, its environment and its metadata database
     are shared by the runs. Use as a context manager; :meth:`run_dag` between the runs' checks.
 
-    :param env: the environment (:func:`airflow_env`), fixed for the session.
+    :param env: the environment (:func:`airflow_env`) of the process; a run may bring its own
+        (:meth:`run_dag`).
     """
 
     def __init__(self, env: dict[str, str]) -> None:
+        self.env = dict(env)
         self._proc = subprocess.Popen([sys.executable, "-c", _SESSION], env=env, text=True,
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT)
@@ -182,9 +202,13 @@ class DagTestSession:
         self.close()
 
     def run_dag(self, dag_id: str, log_path: Path, conf: dict | None = None,
-            timeout: float = 900) -> DagRunResult:
+                timeout: float = 900, env: dict[str, str] | None = None) -> DagRunResult:
         """Run one DAG like :func:`run_dag` (same arguments, same result).
 
+        :param env: this run's environment (connections, ``OUTREACH_*`` settings, the outreach
+            database); the process keeps its AIRFLOW_HOME and metadata database.
+        :raises ValueError: ``env`` differs from the session's in what Airflow reads at start-up
+            (:func:`bound_at_start`): run it in a process of its own.
         :raises subprocess.TimeoutExpired: the run took longer than ``timeout`` seconds (the
             process is killed).
         :raises RuntimeError: the session's process exited (its last output is included).
@@ -192,9 +216,15 @@ class DagTestSession:
         args = ["dags", "test", dag_id]
         if conf:
             args += ["-c", json.dumps(conf)]
+        request: dict[str, object] = {"args": args, "log": str(log_path)}
+        if env is not None:
+            if bound_at_start(env) != bound_at_start(self.env):
+                raise ValueError("the run's environment differs from the session's in what Airflow "
+                                 "reads at start-up (bound_at_start): run it in its own process")
+            request["env"] = env
         log_path.parent.mkdir(parents=True, exist_ok=True)
         assert self._proc.stdin
-        self._proc.stdin.write(json.dumps({"args": args, "log": str(log_path)}) + "\n")
+        self._proc.stdin.write(json.dumps(request) + "\n")
         self._proc.stdin.flush()
         deadline = time.monotonic() + timeout
         seen: list[str] = []
@@ -211,6 +241,11 @@ class DagTestSession:
                 code = int(json.loads(line[len(_REPLY):])["returncode"])
                 return DagRunResult(dag_id, _final_state(log_path.read_text()), code, log_path)
             seen.append(line)  # Airflow's output between runs (start-up warnings)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the session's process still runs (a timeout or a crash ends it)."""
+        return self._proc.poll() is None
 
     def close(self, kill: bool = False) -> None:
         """End the process (stdin closed, it exits; ``kill``: SIGKILL at once)."""
