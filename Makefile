@@ -88,7 +88,7 @@ browser:
 ## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow, real Dovecot, real chromium)
 ## on every core: one pytest-xdist worker per core (TEST_WORKERS=0: all in one process), tests sharing a
 ## module-scoped deployment on one worker (loadgroup); prints the 15 slowest tests.
-## docs/contributing/tests.md: how long it takes, and how to run a part.
+## docs/howto/run-the-tests.md: how long it takes, and how to run a part.
 TEST_WORKERS ?= auto
 test: venv bench-venv imap-server browser
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)

@@ -1,4 +1,4 @@
-"""The operator's path as a newcomer walks it (issue 30; docs/howto/operate-failures.md), in the
+"""The operator's path as a newcomer walks it (issue 30; docs/howto/ui-walkthrough.md), in the
 real deployment (api-server, scheduler, dag-processor, triggerer; LocalExecutor, PostgreSQL
 metadata) and a real browser: a file import starts queue-due through the campaign's leads Asset
 → the campaign page shows progress and an expected finish → the relay dies: a red send task and
