@@ -132,11 +132,18 @@ CREATE TABLE outreach.campaigns (
     window_start time NOT NULL,
     window_end   time NOT NULL,               -- exclusive; '24:00' means end of day
     source_file  text NOT NULL,
+    -- draft → a new campaign (the default; the file may say `status: active`, campaign_upsert):
+    --   previewable, test-sendable, nothing queued (email_queue_due) or claimed
+    --   (outreach.claim_emails_v1 reads c.status = 'active').
+    -- awaiting_approval → submitted (campaign_submit); as draft. Approved → active
+    --   (campaign_approve, approved_by/approved_at), rejected → draft (campaign_reject).
     -- active → queues and sends. paused → queues nothing (email_queue_due) and its queued rows
     --   are not claimed (outreach.claim_emails_v1 reads c.status); they go out after a resume.
-    --   Set by campaign_pause, back to active by campaign_resume, each writing its
-    --   outreach.campaign_events row in the same statement.
-    status       text NOT NULL DEFAULT 'active',
+    --   Set by campaign_pause, back to active by campaign_resume.
+    -- finished → every enrolment is done (campaign_finish); final.
+    -- Each change writes its outreach.campaign_events row in the same statement; trigger
+    -- outreach_campaigns_check_status refuses any other transition (§5).
+    status       text NOT NULL DEFAULT 'draft',
     created_at   timestamptz NOT NULL DEFAULT now(),
     updated_at   timestamptz NOT NULL DEFAULT now(),
     stop_on_auto_reply   boolean NOT NULL DEFAULT false,  -- an out-of-office stops the enrolment
@@ -144,8 +151,11 @@ CREATE TABLE outreach.campaigns (
     paused_reason text,
     paused_at     timestamptz,
     paused_by     text,
+    approved_at   timestamptz,
+    approved_by   text,
     CONSTRAINT outreach_campaigns_key_key UNIQUE (key),
-    CONSTRAINT outreach_campaigns_status_check CHECK (status IN ('active', 'paused')),
+    CONSTRAINT outreach_campaigns_status_check
+        CHECK (status IN ('draft', 'awaiting_approval', 'active', 'paused', 'finished')),
     CONSTRAINT outreach_campaigns_window_check CHECK (window_start < window_end)
 );
 
@@ -474,15 +484,17 @@ CREATE TABLE outreach.mailbox_events (
     CONSTRAINT outreach_mailbox_events_reason_check CHECK (btrim(reason) <> '')
 );
 
--- The same for outreach.campaigns.status (campaign_pause, campaign_resume).
+-- The same for outreach.campaigns.status (campaign_pause, campaign_resume, campaign_submit,
+-- campaign_approve, campaign_reject, campaign_finish).
 CREATE TABLE outreach.campaign_events (
     id          bigserial PRIMARY KEY,
     campaign_id bigint NOT NULL REFERENCES outreach.campaigns (id),
-    event       text NOT NULL,   -- 'paused' or 'resumed'
+    event       text NOT NULL,   -- 'paused', 'resumed', 'submitted', 'approved', 'rejected', 'finished'
     actor       text NOT NULL,
     reason      text NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now(),
-    CONSTRAINT outreach_campaign_events_event_check CHECK (event IN ('paused', 'resumed')),
+    CONSTRAINT outreach_campaign_events_event_check
+        CHECK (event IN ('paused', 'resumed', 'submitted', 'approved', 'rejected', 'finished')),
     CONSTRAINT outreach_campaign_events_actor_check CHECK (btrim(actor) <> ''),
     CONSTRAINT outreach_campaign_events_reason_check CHECK (btrim(reason) <> '')
 );
@@ -1093,6 +1105,23 @@ BEGIN
 END
 $$;
 
+-- The allowed transitions of outreach.campaigns.status; any other change (an UPDATE by hand
+-- from draft straight to active) is refused.
+CREATE FUNCTION outreach.campaigns_check_status() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF (OLD.status, NEW.status) NOT IN (('draft', 'awaiting_approval'),
+                                        ('awaiting_approval', 'active'),
+                                        ('awaiting_approval', 'draft'),
+                                        ('active', 'paused'), ('paused', 'active'),
+                                        ('active', 'finished'), ('paused', 'finished')) THEN
+        RAISE EXCEPTION 'campaign % cannot go from % to %', OLD.key, OLD.status, NEW.status
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'outreach_campaigns_status_check';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
 -- Writes the outreach.suppression_events row of every insert and delete of a suppression.
 CREATE FUNCTION outreach.suppressions_record_event() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -1119,6 +1148,12 @@ $$;
 -- =============================================================================================
 -- 5. Triggers
 -- =============================================================================================
+
+-- Only the allowed campaign transitions (outreach.campaigns_check_status).
+CREATE TRIGGER outreach_campaigns_check_status
+    BEFORE UPDATE OF status ON outreach.campaigns
+    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status)
+    EXECUTE FUNCTION outreach.campaigns_check_status();
 
 -- The idempotency key (the Message-ID) never changes.
 CREATE TRIGGER outreach_emails_keep_idempotency_key

@@ -1,10 +1,12 @@
 -- Campaigns, their sequence steps and mailboxes: written when a reviewed campaign file is synced.
 
 -- name: campaign_upsert
+-- %(status)s (the file's `status`: draft or active) applies only when the campaign is created: a
+-- later sync never changes the status (approval, a pause are decided in the database).
 INSERT INTO outreach.campaigns AS c (key, name, timezone, send_days, window_start, window_end,
-                                     source_file, stop_on_auto_reply, stop_on_domain_reply)
+                                     source_file, stop_on_auto_reply, stop_on_domain_reply, status)
 VALUES (%(key)s, %(name)s, %(timezone)s, %(send_days)s, %(window_start)s, %(window_end)s,
-        %(source_file)s, %(stop_on_auto_reply)s, %(stop_on_domain_reply)s)
+        %(source_file)s, %(stop_on_auto_reply)s, %(stop_on_domain_reply)s, %(status)s)
 ON CONFLICT ON CONSTRAINT outreach_campaigns_key_key DO UPDATE
 SET name = excluded.name, timezone = excluded.timezone, send_days = excluded.send_days,
     window_start = excluded.window_start, window_end = excluded.window_end,
@@ -34,7 +36,7 @@ SET template = excluded.template, subject = excluded.subject, delay_days = exclu
 RETURNING id;
 
 -- name: campaign_find
-SELECT id, key, name, status, paused_reason, paused_at, paused_by
+SELECT id, key, name, status, paused_reason, paused_at, paused_by, approved_at, approved_by
 FROM outreach.campaigns WHERE key = %(key)s;
 
 -- name: campaign_pause
@@ -72,9 +74,52 @@ SELECT id, 'resumed', %(by)s, %(why)s, now FROM resumed
 RETURNING campaign_id, created_at;
 
 -- name: campaign_event_list
--- The pause/resume history of one campaign, or of all (%(campaign_id)s NULL), newest first.
+-- The status history (pause, resume, submit, approve, reject) of one campaign, or of all (%(campaign_id)s NULL), newest first.
 SELECT ev.id, ev.campaign_id, c.key, ev.event, ev.actor, ev.reason, ev.created_at
 FROM outreach.campaign_events ev
 JOIN outreach.campaigns c ON c.id = ev.campaign_id
 WHERE %(campaign_id)s::bigint IS NULL OR ev.campaign_id = %(campaign_id)s::bigint
 ORDER BY ev.created_at DESC, ev.id DESC;
+
+-- name: campaign_submit
+-- Submit a draft for approval (draft → awaiting_approval). Guarded by status = 'draft' and
+-- written with its history row in one statement: submitting twice changes nothing.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+done AS (
+    UPDATE outreach.campaigns c SET status = 'awaiting_approval', updated_at = n.now
+    FROM n
+    WHERE c.id = %(campaign_id)s AND c.status = 'draft'
+    RETURNING c.id, n.now
+)
+INSERT INTO outreach.campaign_events (campaign_id, event, actor, reason, created_at)
+SELECT id, 'submitted', %(by)s, %(reason)s, now FROM done
+RETURNING campaign_id, created_at;
+
+-- name: campaign_approve
+-- Approve a submitted campaign (awaiting_approval → active, who and when kept on the row): the
+-- next queue-due queues its steps. Guarded by status = 'awaiting_approval'.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+done AS (
+    UPDATE outreach.campaigns c
+    SET status = 'active', approved_at = n.now, approved_by = %(by)s, updated_at = n.now
+    FROM n
+    WHERE c.id = %(campaign_id)s AND c.status = 'awaiting_approval'
+    RETURNING c.id, n.now
+)
+INSERT INTO outreach.campaign_events (campaign_id, event, actor, reason, created_at)
+SELECT id, 'approved', %(by)s, %(reason)s, now FROM done
+RETURNING campaign_id, created_at;
+
+-- name: campaign_reject
+-- Reject a submitted campaign (awaiting_approval → draft) with the reason. Guarded by status =
+-- 'awaiting_approval'.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+done AS (
+    UPDATE outreach.campaigns c SET status = 'draft', updated_at = n.now
+    FROM n
+    WHERE c.id = %(campaign_id)s AND c.status = 'awaiting_approval'
+    RETURNING c.id, n.now
+)
+INSERT INTO outreach.campaign_events (campaign_id, event, actor, reason, created_at)
+SELECT id, 'rejected', %(by)s, %(reason)s, now FROM done
+RETURNING campaign_id, created_at;

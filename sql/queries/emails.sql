@@ -223,11 +223,15 @@ RETURNING e.id, e.mailbox_id, e.claimed_by, e.claimed_at, e.handed_over_at,
 
 -- name: email_plan_mailboxes
 -- Mailboxes with due rows, for the send plan: how many are due now (all mailboxes, or one).
+-- Only rows of active campaigns count, as the claim takes only those (outreach.claim_emails_v1):
+-- a draft, awaiting or paused campaign's queued rows (inserted by hand, or queued before a pause)
+-- plan no batch that would claim nothing.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT m.id AS mailbox_id, m.address, m.status, count(e.id)::integer AS due
 FROM outreach.mailboxes m
 JOIN outreach.emails e ON e.mailbox_id = m.id AND e.status = 'queued'
                        AND e.message_class = 'marketing'
+JOIN outreach.campaigns c ON c.id = e.campaign_id AND c.status = 'active'
 CROSS JOIN n
 WHERE e.scheduled_for <= n.now
   AND (%(mailbox_id)s::bigint IS NULL OR m.id = %(mailbox_id)s::bigint)
