@@ -320,7 +320,7 @@ def _build(row: dict[str, Any], settings: Settings, now: dt.datetime,
                                     "transactional"),
             step_tag=f"transactional/{row['template']}")
     else:
-        token = make_token(settings.unsubscribe_secret, row["id"])
+        token = make_token(settings.unsubscribe_secret, row["id"], now)  # stamped with the Date
         url = settings.unsubscribe_base + token
         context = _context(row, url)
         rendered = render(row["template"], row["subject"], context)

@@ -123,3 +123,29 @@ done AS (
 INSERT INTO outreach.campaign_events (campaign_id, event, actor, reason, created_at)
 SELECT id, 'rejected', %(by)s, %(reason)s, now FROM done
 RETURNING campaign_id, created_at;
+
+-- name: campaign_preview_rows
+-- What a preview (outreach.preview) builds step %(step)s of the campaign from, for its enrolled
+-- leads (one address, or the first %(limit)s by lead id): the columns email_claim_batch returns
+-- (so the sender's own builder takes the row), the lead's email row for the step if it was
+-- queued (id and idempotency_key: the Message-ID it gets; NULL before queue-due), and why the
+-- step would skip the lead: its enrolment status, the one suppression function, and the step's
+-- missing `requires` fields (outreach.lead_missing_fields, as email_queue_due asks them).
+SELECT e.id, e.idempotency_key, e.status::text AS email_status, 0 AS attempts, l.id AS lead_id,
+       st.id AS step_id, 'marketing' AS message_class, l.email, l.first_name, l.last_name,
+       l.company, l.title, l.custom, st.position AS step_position, st.template, st.subject,
+       st.thread AS step_thread, c.key AS campaign_key, c.name AS campaign_name,
+       m.id AS mailbox_id, m.address AS mailbox_address, m.display_name AS mailbox_name,
+       m.smtp_conn_id, m.dkim_selector, m.dkim_key_conn_id,
+       en.status AS enrollment_status, outreach.is_suppressed(l.email) AS suppressed,
+       outreach.lead_missing_fields(l, st.requires) AS missing
+FROM outreach.campaigns c
+JOIN outreach.sequence_steps st ON st.campaign_id = c.id AND st.position = %(step)s
+JOIN outreach.enrollments en ON en.campaign_id = c.id
+JOIN outreach.leads l ON l.id = en.lead_id
+JOIN outreach.mailboxes m ON m.id = en.mailbox_id
+LEFT JOIN outreach.emails e ON e.lead_id = l.id AND e.step_id = st.id
+WHERE c.key = %(key)s
+  AND (%(address)s::text IS NULL OR l.email = outreach.normalize_address(%(address)s::text))
+ORDER BY l.id
+LIMIT %(limit)s;

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from outreach.store._run import Conn, execute, many, maybe_one, one_value
 
@@ -221,3 +221,14 @@ def campaign_reject(
         CampaignEventStamp,
     )
 
+
+def campaign_preview_rows(
+    conn: Conn, *, key: str, step: int, address: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """``campaign_preview_rows``: the rows a preview or test send builds step ``step`` of a
+    campaign from, one per enrolled lead (one ``address``, or the first ``limit`` by lead id):
+    ``email_claim_batch``'s columns (``id``/``idempotency_key`` NULL when the step is not queued
+    for the lead) plus ``email_status``, ``enrollment_status``, ``suppressed`` and ``missing``
+    (the step's ``requires`` fields the lead lacks)."""
+    return many(conn, "campaign_preview_rows",
+                {"key": key, "step": step, "address": address, "limit": limit}, dict)
