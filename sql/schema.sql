@@ -386,6 +386,24 @@ CREATE TABLE outreach.mailbox_claim_counts (
     CONSTRAINT outreach_mailbox_claim_counts_claimed_check CHECK (claimed >= 0)
 );
 
+-- Test sends (outreach campaign test-send, outreach.testsend): a step rendered for a lead and
+-- sent to a seed address by the real mailbox. Not in outreach.send_log (one entry per email
+-- row); counted toward the mailbox's daily cap by trigger outreach_test_sends_count_claims (§5).
+CREATE TABLE outreach.test_sends (
+    id          bigserial PRIMARY KEY,
+    campaign_id bigint NOT NULL REFERENCES outreach.campaigns (id),
+    step_id     bigint NOT NULL REFERENCES outreach.sequence_steps (id),
+    lead_id     bigint NOT NULL REFERENCES outreach.leads (id),  -- whose data it was rendered with
+    mailbox_id  bigint NOT NULL REFERENCES outreach.mailboxes (id),
+    recipient   text NOT NULL,                -- the seed address it went to
+    message_id  text NOT NULL,
+    smtp_reply  text NOT NULL,                -- the server's reply to the end of DATA
+    actor       text NOT NULL,                -- who sent it (the OS user)
+    accepted_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_test_sends_message_id_key UNIQUE (message_id),
+    CONSTRAINT outreach_test_sends_actor_check CHECK (btrim(actor) <> '')
+);
+
 -- Operator resolutions of unconfirmed rows (outreach resolve): was_sent → 'sent' with a send-log
 -- entry, not_sent → 'queued' (email_resolve_was_sent, email_resolve_not_sent).
 CREATE TABLE outreach.email_resolutions (
@@ -1097,6 +1115,18 @@ BEGIN
 END
 $$;
 
+-- A test send counts toward its mailbox's daily cap like a claimed row (one unit in the
+-- quarter-hour of accepted_at).
+CREATE FUNCTION outreach.test_sends_count_claims() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO outreach.mailbox_claim_counts AS k (mailbox_id, quarter, claimed)
+    VALUES (NEW.mailbox_id, outreach.claim_quarter(NEW.accepted_at), 1)
+    ON CONFLICT (mailbox_id, quarter) DO UPDATE SET claimed = k.claimed + 1;
+    RETURN NULL;
+END
+$$;
+
 CREATE FUNCTION outreach.emails_truncate_claim_counts() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -1210,6 +1240,10 @@ CREATE TRIGGER outreach_emails_count_claims_delete
 CREATE TRIGGER outreach_emails_count_claims_truncate
     AFTER TRUNCATE ON outreach.emails
     FOR EACH STATEMENT EXECUTE FUNCTION outreach.emails_truncate_claim_counts();
+
+CREATE TRIGGER outreach_test_sends_count_claims
+    AFTER INSERT ON outreach.test_sends
+    FOR EACH ROW EXECUTE FUNCTION outreach.test_sends_count_claims();
 
 -- Every suppress and unsuppress is recorded, whoever makes it.
 CREATE TRIGGER outreach_suppressions_record_event
