@@ -368,6 +368,9 @@ CREATE TABLE outreach.send_log (
     source      text NOT NULL DEFAULT 'smtp', -- 'smtp', or 'operator' when a person confirmed it
     accepted_at timestamptz NOT NULL DEFAULT now(),
     subject     text,                         -- as sent (a threaded follow-up replies "Re: " it)
+    -- which copy it was built from (outreach.content.content_version); NULL before 0103 and for
+    -- an operator's confirmation
+    content_version text,
     CONSTRAINT outreach_send_log_email_key UNIQUE (email_id),
     CONSTRAINT outreach_send_log_message_id_key UNIQUE (message_id),
     CONSTRAINT outreach_send_log_source_check CHECK (source IN ('smtp', 'operator'))

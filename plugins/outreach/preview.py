@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from outreach import db
-from outreach.send import prepare, thread_of
+from outreach.send import prepare, row_content_version, thread_of
 from outreach.settings import Settings
 from outreach.store import Conn
 from outreach.store import campaigns as campaigns_store
@@ -82,6 +82,7 @@ def build_row(conn: Conn, row: dict[str, Any], settings: Settings, now: dt.datet
         notes.append(f"DKIM-Signature (s={row['dkim_selector']}) is added at the handoff")
         row["dkim_selector"] = None
     message_id, wire = prepare(row, settings, now, dkim_private_key, thread=thread)
+    notes.append(f"content version {row_content_version(row)}")
     return message_id, wire, notes
 
 

@@ -136,7 +136,8 @@ ORDER BY m.id;
 -- Only after the server accepted the message (2xx to the end of DATA): mark the row sent and
 -- write its one send-log entry in the same statement. The guard (sending + our claim token)
 -- means a row the reaper or an operator took over is never overwritten. The Subject as sent is
--- kept (a threaded follow-up replies with "Re: " + it, see email_thread).
+-- kept (a threaded follow-up replies with "Re: " + it, see email_thread), and the content
+-- version the message was built from (outreach.content).
 -- Committed without waiting for the WAL flush (synchronous_commit off for this statement's
 -- transaction only): the next synchronous commit on the server flushes the WAL up to and past
 -- it (the next row's handoff stamp, email_touch_claim, is one), else the WAL writer does within
@@ -153,8 +154,10 @@ done AS (
     RETURNING e.id, e.mailbox_id
 )
 INSERT INTO outreach.send_log (email_id, mailbox_id, message_id, smtp_reply, accepted_at,
-                               subject)
-SELECT done.id, done.mailbox_id, %(message_id)s, %(smtp_reply)s, n.now, %(subject)s FROM done, n
+                               subject, content_version)
+SELECT done.id, done.mailbox_id, %(message_id)s, %(smtp_reply)s, n.now, %(subject)s,
+       %(content_version)s
+FROM done, n
 RETURNING email_id;
 
 -- name: email_mark_retry
