@@ -69,7 +69,8 @@ def _ours(url: str, index: int, batch: int, mailboxes: list[int]) -> list[int]:
                 if _timed("mark", db.run, conn, "email_mark_sent", {
                         "email_id": r["id"], "claim_token": r["claim_token"], "now": None,
                         "message_id": f"<{r['idempotency_key']}@bench.example>",
-                        "smtp_reply": "250 2.0.0 queued", "subject": None}):
+                        "smtp_reply": "250 2.0.0 queued", "subject": None,
+                        "content_version": None}):
                     done.append(r["id"])
     conn.close()
     return done

@@ -132,11 +132,18 @@ CREATE TABLE outreach.campaigns (
     window_start time NOT NULL,
     window_end   time NOT NULL,               -- exclusive; '24:00' means end of day
     source_file  text NOT NULL,
+    -- draft → a new campaign (the default; the file may say `status: active`, campaign_upsert):
+    --   previewable, test-sendable, nothing queued (email_queue_due) or claimed
+    --   (outreach.claim_emails_v1 reads c.status = 'active').
+    -- awaiting_approval → submitted (campaign_submit); as draft. Approved → active
+    --   (campaign_approve, approved_by/approved_at), rejected → draft (campaign_reject).
     -- active → queues and sends. paused → queues nothing (email_queue_due) and its queued rows
     --   are not claimed (outreach.claim_emails_v1 reads c.status); they go out after a resume.
-    --   Set by campaign_pause, back to active by campaign_resume, each writing its
-    --   outreach.campaign_events row in the same statement.
-    status       text NOT NULL DEFAULT 'active',
+    --   Set by campaign_pause, back to active by campaign_resume.
+    -- finished → every enrolment is done (campaign_finish); final.
+    -- Each change writes its outreach.campaign_events row in the same statement; trigger
+    -- outreach_campaigns_check_status refuses any other transition (§5).
+    status       text NOT NULL DEFAULT 'draft',
     created_at   timestamptz NOT NULL DEFAULT now(),
     updated_at   timestamptz NOT NULL DEFAULT now(),
     stop_on_auto_reply   boolean NOT NULL DEFAULT false,  -- an out-of-office stops the enrolment
@@ -144,8 +151,11 @@ CREATE TABLE outreach.campaigns (
     paused_reason text,
     paused_at     timestamptz,
     paused_by     text,
+    approved_at   timestamptz,
+    approved_by   text,
     CONSTRAINT outreach_campaigns_key_key UNIQUE (key),
-    CONSTRAINT outreach_campaigns_status_check CHECK (status IN ('active', 'paused')),
+    CONSTRAINT outreach_campaigns_status_check
+        CHECK (status IN ('draft', 'awaiting_approval', 'active', 'paused', 'finished')),
     CONSTRAINT outreach_campaigns_window_check CHECK (window_start < window_end)
 );
 
@@ -369,6 +379,9 @@ CREATE TABLE outreach.send_log (
     source      text NOT NULL DEFAULT 'smtp', -- 'smtp', or 'operator' when a person confirmed it
     accepted_at timestamptz NOT NULL DEFAULT now(),
     subject     text,                         -- as sent (a threaded follow-up replies "Re: " it)
+    -- which copy it was built from (outreach.content.content_version); NULL before 0103 and for
+    -- an operator's confirmation
+    content_version text,
     CONSTRAINT outreach_send_log_email_key UNIQUE (email_id),
     CONSTRAINT outreach_send_log_message_id_key UNIQUE (message_id),
     CONSTRAINT outreach_send_log_source_check CHECK (source IN ('smtp', 'operator'))
@@ -385,6 +398,24 @@ CREATE TABLE outreach.mailbox_claim_counts (
     claimed    integer NOT NULL,
     PRIMARY KEY (mailbox_id, quarter),
     CONSTRAINT outreach_mailbox_claim_counts_claimed_check CHECK (claimed >= 0)
+);
+
+-- Test sends (outreach campaign test-send, outreach.testsend): a step rendered for a lead and
+-- sent to a seed address by the real mailbox. Not in outreach.send_log (one entry per email
+-- row); counted toward the mailbox's daily cap by trigger outreach_test_sends_count_claims (§5).
+CREATE TABLE outreach.test_sends (
+    id          bigserial PRIMARY KEY,
+    campaign_id bigint NOT NULL REFERENCES outreach.campaigns (id),
+    step_id     bigint NOT NULL REFERENCES outreach.sequence_steps (id),
+    lead_id     bigint NOT NULL REFERENCES outreach.leads (id),  -- whose data it was rendered with
+    mailbox_id  bigint NOT NULL REFERENCES outreach.mailboxes (id),
+    recipient   text NOT NULL,                -- the seed address it went to
+    message_id  text NOT NULL,
+    smtp_reply  text NOT NULL,                -- the server's reply to the end of DATA
+    actor       text NOT NULL,                -- who sent it (the OS user)
+    accepted_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_test_sends_message_id_key UNIQUE (message_id),
+    CONSTRAINT outreach_test_sends_actor_check CHECK (btrim(actor) <> '')
 );
 
 -- Operator resolutions of unconfirmed rows (outreach resolve): was_sent → 'sent' with a send-log
@@ -487,15 +518,17 @@ CREATE TABLE outreach.mailbox_events (
     CONSTRAINT outreach_mailbox_events_reason_check CHECK (btrim(reason) <> '')
 );
 
--- The same for outreach.campaigns.status (campaign_pause, campaign_resume).
+-- The same for outreach.campaigns.status (campaign_pause, campaign_resume, campaign_submit,
+-- campaign_approve, campaign_reject, campaign_finish).
 CREATE TABLE outreach.campaign_events (
     id          bigserial PRIMARY KEY,
     campaign_id bigint NOT NULL REFERENCES outreach.campaigns (id),
-    event       text NOT NULL,   -- 'paused' or 'resumed'
+    event       text NOT NULL,   -- 'paused', 'resumed', 'submitted', 'approved', 'rejected', 'finished'
     actor       text NOT NULL,
     reason      text NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now(),
-    CONSTRAINT outreach_campaign_events_event_check CHECK (event IN ('paused', 'resumed')),
+    CONSTRAINT outreach_campaign_events_event_check
+        CHECK (event IN ('paused', 'resumed', 'submitted', 'approved', 'rejected', 'finished')),
     CONSTRAINT outreach_campaign_events_actor_check CHECK (btrim(actor) <> ''),
     CONSTRAINT outreach_campaign_events_reason_check CHECK (btrim(reason) <> '')
 );
@@ -1136,11 +1169,40 @@ BEGIN
 END
 $$;
 
+-- A test send counts toward its mailbox's daily cap like a claimed row (one unit in the
+-- quarter-hour of accepted_at).
+CREATE FUNCTION outreach.test_sends_count_claims() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO outreach.mailbox_claim_counts AS k (mailbox_id, quarter, claimed)
+    VALUES (NEW.mailbox_id, outreach.claim_quarter(NEW.accepted_at), 1)
+    ON CONFLICT (mailbox_id, quarter) DO UPDATE SET claimed = k.claimed + 1;
+    RETURN NULL;
+END
+$$;
+
 CREATE FUNCTION outreach.emails_truncate_claim_counts() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM outreach.mailbox_claim_counts;
     RETURN NULL;
+END
+$$;
+
+-- The allowed transitions of outreach.campaigns.status; any other change (an UPDATE by hand
+-- from draft straight to active) is refused.
+CREATE FUNCTION outreach.campaigns_check_status() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF (OLD.status, NEW.status) NOT IN (('draft', 'awaiting_approval'),
+                                        ('awaiting_approval', 'active'),
+                                        ('awaiting_approval', 'draft'),
+                                        ('active', 'paused'), ('paused', 'active'),
+                                        ('active', 'finished'), ('paused', 'finished')) THEN
+        RAISE EXCEPTION 'campaign % cannot go from % to %', OLD.key, OLD.status, NEW.status
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'outreach_campaigns_status_check';
+    END IF;
+    RETURN NEW;
 END
 $$;
 
@@ -1170,6 +1232,12 @@ $$;
 -- =============================================================================================
 -- 5. Triggers
 -- =============================================================================================
+
+-- Only the allowed campaign transitions (outreach.campaigns_check_status).
+CREATE TRIGGER outreach_campaigns_check_status
+    BEFORE UPDATE OF status ON outreach.campaigns
+    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status)
+    EXECUTE FUNCTION outreach.campaigns_check_status();
 
 -- The idempotency key (the Message-ID) never changes.
 CREATE TRIGGER outreach_emails_keep_idempotency_key
@@ -1226,6 +1294,10 @@ CREATE TRIGGER outreach_emails_count_claims_delete
 CREATE TRIGGER outreach_emails_count_claims_truncate
     AFTER TRUNCATE ON outreach.emails
     FOR EACH STATEMENT EXECUTE FUNCTION outreach.emails_truncate_claim_counts();
+
+CREATE TRIGGER outreach_test_sends_count_claims
+    AFTER INSERT ON outreach.test_sends
+    FOR EACH ROW EXECUTE FUNCTION outreach.test_sends_count_claims();
 
 -- Every suppress and unsuppress is recorded, whoever makes it.
 CREATE TRIGGER outreach_suppressions_record_event

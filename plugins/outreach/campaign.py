@@ -193,6 +193,11 @@ class Campaign(_Model):
     ``outreach_import_source_<key>``, scheduled on that Asset."""
     columns: dict[str, str] = Field(default_factory=dict)
     csv: CsvFormat = CsvFormat()
+    status: Literal["draft", "active"] = "draft"
+    """The status the campaign gets when it is first synced: ``draft`` (default: nothing is
+    queued or sent until ``outreach campaign submit`` and ``approve``; docs/howto/
+    launch-a-campaign.md) or ``active`` (sends from the next queue-due, no approval). A later sync
+    never changes the status in the database."""
 
     @field_validator("columns")
     @classmethod
@@ -414,7 +419,7 @@ def sync(conn: Conn, campaign: Campaign, mailboxes: list[Mailbox], source_file: 
         send_days=w.iso_days(), window_start=w.start,
         window_end="24:00:00" if w.end == "24:00" else w.end, source_file=source_file,
         stop_on_auto_reply=campaign.stop_on_auto_reply,
-        stop_on_domain_reply=campaign.stop_on_domain_reply)
+        stop_on_domain_reply=campaign.stop_on_domain_reply, status=campaign.status)
     for mailbox_id in mailbox_ids:
         campaigns_store.campaign_mailbox_link(conn, campaign_id=campaign_id, mailbox_id=mailbox_id)
     campaigns_store.campaign_mailbox_unlink_others(conn, campaign_id=campaign_id,

@@ -1,4 +1,11 @@
-"""Pausing and resuming a campaign, with who, when and why (like :mod:`outreach.mailboxes`).
+"""A campaign's status changes, with who, when and why: submit, approve, reject, pause, resume.
+
+The states (draft → awaiting_approval → active ⇄ paused → finished) and the transitions the
+database allows are described once, at ``outreach.campaigns.status`` in ``sql/schema.sql``
+(trigger ``outreach_campaigns_check_status``). Each change below is one guarded UPDATE that
+writes its ``outreach.campaign_events`` row in the same statement.
+
+Pausing and resuming (like :mod:`outreach.mailboxes`):
 
 A pause is one guarded UPDATE (only ``WHERE status = 'active'``) that writes its history row in
 ``outreach.campaign_events`` in the same statement; a resume likewise (only ``WHERE status =
@@ -35,11 +42,17 @@ class CampaignChange:
     status: str
     at: dt.datetime | None = None
 
+    verb: str = ""
+    was: str = ""
+
     def line(self) -> str:
         """Return a one-line description for logs and the CLI."""
-        what = {"paused": "paused", "active": "resumed"}[self.status]
+        what = self.verb or {"paused": "paused", "active": "resumed"}[self.status]
         if self.changed:
             return f"campaign {self.campaign} {what}"
+        if self.was:
+            return (f"campaign {self.campaign} is {self.was}, not {self.status!r}-able; nothing "
+                    "changed")
         return f"campaign {self.campaign} was already {self.status}; nothing changed"
 
 
@@ -96,3 +109,49 @@ def campaign_events(url: str, key: str | None = None) -> list[dict[str, Any]]:
     with db.connect(url, autocommit=True) as conn:
         campaign_id = _find(conn, key).id if key is not None else None
         return [asdict(e) for e in campaigns.campaign_event_list(conn, campaign_id=campaign_id)]
+
+
+_APPROVAL = {
+    # verb: (store function, status it needs, status after, past tense)
+    "submit": (campaigns.campaign_submit, "draft", "awaiting_approval", "submitted for approval"),
+    "approve": (campaigns.campaign_approve, "awaiting_approval", "active", "approved: active"),
+    "reject": (campaigns.campaign_reject, "awaiting_approval", "draft", "rejected: back to draft"),
+}
+
+
+class CampaignStateError(ValueError):
+    """The campaign is not in the state the change needs (the message says which it is in)."""
+
+
+def change_status(url: str, key: str, verb: str, by: str, reason: str, *,
+                  now: dt.datetime | None = None) -> CampaignChange:
+    """Submit (draft → awaiting_approval), approve (awaiting_approval → active, ``approved_by``
+    and ``approved_at`` kept on the campaign) or reject (awaiting_approval → draft) a campaign,
+    recording who, when (UTC) and why in ``outreach.campaign_events``.
+
+    One guarded UPDATE each (``campaign_submit``, ``campaign_approve``, ``campaign_reject`` in
+    ``sql/queries/campaigns.sql``): run twice, the second changes nothing.
+
+    :param verb: ``submit``, ``approve`` or ``reject``.
+    :param by: who (the CLI passes the OS user).
+    :param reason: why (required for ``reject``; recorded for all).
+    :raises CampaignNotFound: no such campaign.
+    :raises CampaignStateError: the campaign is in another state (already approved, a draft
+        being approved…); nothing changed.
+    :raises ValueError: ``by`` or ``reason`` is empty, or an unknown verb.
+    """
+    if verb not in _APPROVAL:
+        raise ValueError(f"verb must be one of {sorted(_APPROVAL)}, got {verb!r}")
+    transition, needs, after, past = _APPROVAL[verb]
+    by, reason = required(by, "who (--by)"), required(reason, "a reason (--reason)")
+    with db.transaction(url) as conn:
+        row = _find(conn, key)
+        done = transition(conn, campaign_id=row.id, by=by, reason=reason, now=now)
+    if not done:
+        if row.status == after:
+            return CampaignChange(key, False, after, None, past)
+        raise CampaignStateError(f"campaign {key} is {row.status!r}; {verb} needs {needs!r} "
+                                 "(outreach campaign history KEY shows how it got there)")
+    change = CampaignChange(key, True, after, done[0].created_at, past)
+    log.warning("%s by %s: %s", change.line(), by, reason)
+    return change

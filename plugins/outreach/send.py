@@ -28,6 +28,7 @@ import psycopg
 from outreach import db, failpoints
 from outreach.addresses import EmailNotValidError, normalize_address
 from outreach.bounces import apply_failure
+from outreach.content import content_version
 from outreach.feedback import feedback_id
 from outreach.logutil import log, mailbox_name, mask, mask_addresses
 from outreach.message import (
@@ -282,6 +283,16 @@ def thread_of(conn: Conn, row: dict[str, Any]) -> Thread | None:
                   first.template, first.subject_template)
 
 
+def row_content_version(row: dict[str, Any]) -> str:
+    """Return the content version (:func:`outreach.content.content_version`) of a claimed
+    row's message: its step's template, subject, thread flag and campaign, or its transactional
+    template."""
+    if message_class(row) == "transactional":
+        return content_version(row["template"], None)
+    return content_version(row["template"], row["subject"], thread=bool(row.get("step_thread")),
+                           campaign_key=row["campaign_key"], campaign_name=row["campaign_name"])
+
+
 def prepare(row: dict[str, Any], settings: Settings, now: dt.datetime,
             dkim_private_key: bytes | None = None, *, thread: Thread | None = None,
             ) -> tuple[str, bytes]:
@@ -327,7 +338,7 @@ def _build(row: dict[str, Any], settings: Settings, now: dt.datetime,
                                     "transactional"),
             step_tag=f"transactional/{row['template']}")
     else:
-        token = make_token(settings.unsubscribe_secret, row["id"])
+        token = make_token(settings.unsubscribe_secret, row["id"], now)  # stamped with the Date
         url = settings.unsubscribe_base + token
         context = _context(row, url)
         rendered = render(row["template"], row["subject"], context)
@@ -835,6 +846,7 @@ def _send_one(conn: Conn, session: SmtpSession, row: dict[str, Any], settings: S
     thread = thread_of(conn, row)  # outside the try: a database error is not this row's RENDER
     try:
         message_id, payload, subject = _build(row, settings, clock, keys.for_row(row), thread)
+        row["content_version"] = row_content_version(row)  # kept in the send log (_record)
         mail_from, rcpt_to = envelope_address(row["mailbox_address"]), envelope_address(row["email"])
     except SigningError as exc:
         # Nothing was handed over: a configuration problem of the mailbox (every row of it needs
@@ -902,7 +914,8 @@ def _record(conn: Conn, row: dict[str, Any], delivery: Delivery, message_id: str
     if delivery.outcome is Outcome.ACCEPTED:
         reply = f"{delivery.code} {delivery.reply}"
         if emails.email_mark_sent(conn, **guard, message_id=message_id, smtp_reply=reply,
-                                  now=now, subject=subject):
+                                  now=now, subject=subject,
+                                  content_version=row.get("content_version")):
             summary.sent += 1
             # One line per email handed over: this one for the accepted, the lines below for
             # every other outcome (an analyst reads which emails went out, not only counts).

@@ -6,7 +6,9 @@ unsubscribe someone else by editing a URL.
 
 from __future__ import annotations
 
-from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
+import datetime as dt
+
+from itsdangerous import BadSignature, SignatureExpired, TimestampSigner, URLSafeTimedSerializer
 
 _SALT = "outreach-unsubscribe-v1"
 MAX_AGE_SECONDS = 400 * 24 * 3600  # a List-Unsubscribe link must keep working for a long time
@@ -20,9 +22,19 @@ class TokenError(ValueError):
         self.expired = expired
 
 
-def make_token(secret: str, email_id: int) -> str:
-    """Return a URL-safe token for email row ``email_id``."""
-    return URLSafeTimedSerializer(secret, salt=_SALT).dumps(int(email_id))
+def make_token(secret: str, email_id: int, issued_at: dt.datetime | None = None) -> str:
+    """Return a URL-safe token for email row ``email_id``, time-stamped ``issued_at`` (aware,
+    whole seconds count; default now). The sender passes the message's Date, so the same row
+    built at the same moment gives the same token (``outreach campaign preview``)."""
+    if issued_at is None:
+        return URLSafeTimedSerializer(secret, salt=_SALT).dumps(int(email_id))
+    stamp = int(issued_at.timestamp())
+
+    class _Issued(TimestampSigner):
+        def get_timestamp(self) -> int:
+            return stamp
+
+    return URLSafeTimedSerializer(secret, salt=_SALT, signer=_Issued).dumps(int(email_id))
 
 
 def read_token(secret: str, token: str, max_age: int = MAX_AGE_SECONDS) -> int:

@@ -1,10 +1,12 @@
 -- Campaigns, their sequence steps and mailboxes: written when a reviewed campaign file is synced.
 
 -- name: campaign_upsert
+-- %(status)s (the file's `status`: draft or active) applies only when the campaign is created: a
+-- later sync never changes the status (approval, a pause are decided in the database).
 INSERT INTO outreach.campaigns AS c (key, name, timezone, send_days, window_start, window_end,
-                                     source_file, stop_on_auto_reply, stop_on_domain_reply)
+                                     source_file, stop_on_auto_reply, stop_on_domain_reply, status)
 VALUES (%(key)s, %(name)s, %(timezone)s, %(send_days)s, %(window_start)s, %(window_end)s,
-        %(source_file)s, %(stop_on_auto_reply)s, %(stop_on_domain_reply)s)
+        %(source_file)s, %(stop_on_auto_reply)s, %(stop_on_domain_reply)s, %(status)s)
 ON CONFLICT ON CONSTRAINT outreach_campaigns_key_key DO UPDATE
 SET name = excluded.name, timezone = excluded.timezone, send_days = excluded.send_days,
     window_start = excluded.window_start, window_end = excluded.window_end,
@@ -34,7 +36,7 @@ SET template = excluded.template, subject = excluded.subject, delay_days = exclu
 RETURNING id;
 
 -- name: campaign_find
-SELECT id, key, name, status, paused_reason, paused_at, paused_by
+SELECT id, key, name, status, paused_reason, paused_at, paused_by, approved_at, approved_by
 FROM outreach.campaigns WHERE key = %(key)s;
 
 -- name: campaign_pause
@@ -72,9 +74,78 @@ SELECT id, 'resumed', %(by)s, %(why)s, now FROM resumed
 RETURNING campaign_id, created_at;
 
 -- name: campaign_event_list
--- The pause/resume history of one campaign, or of all (%(campaign_id)s NULL), newest first.
+-- The status history (pause, resume, submit, approve, reject) of one campaign, or of all (%(campaign_id)s NULL), newest first.
 SELECT ev.id, ev.campaign_id, c.key, ev.event, ev.actor, ev.reason, ev.created_at
 FROM outreach.campaign_events ev
 JOIN outreach.campaigns c ON c.id = ev.campaign_id
 WHERE %(campaign_id)s::bigint IS NULL OR ev.campaign_id = %(campaign_id)s::bigint
 ORDER BY ev.created_at DESC, ev.id DESC;
+
+-- name: campaign_submit
+-- Submit a draft for approval (draft → awaiting_approval). Guarded by status = 'draft' and
+-- written with its history row in one statement: submitting twice changes nothing.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+done AS (
+    UPDATE outreach.campaigns c SET status = 'awaiting_approval', updated_at = n.now
+    FROM n
+    WHERE c.id = %(campaign_id)s AND c.status = 'draft'
+    RETURNING c.id, n.now
+)
+INSERT INTO outreach.campaign_events (campaign_id, event, actor, reason, created_at)
+SELECT id, 'submitted', %(by)s, %(reason)s, now FROM done
+RETURNING campaign_id, created_at;
+
+-- name: campaign_approve
+-- Approve a submitted campaign (awaiting_approval → active, who and when kept on the row): the
+-- next queue-due queues its steps. Guarded by status = 'awaiting_approval'.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+done AS (
+    UPDATE outreach.campaigns c
+    SET status = 'active', approved_at = n.now, approved_by = %(by)s, updated_at = n.now
+    FROM n
+    WHERE c.id = %(campaign_id)s AND c.status = 'awaiting_approval'
+    RETURNING c.id, n.now
+)
+INSERT INTO outreach.campaign_events (campaign_id, event, actor, reason, created_at)
+SELECT id, 'approved', %(by)s, %(reason)s, now FROM done
+RETURNING campaign_id, created_at;
+
+-- name: campaign_reject
+-- Reject a submitted campaign (awaiting_approval → draft) with the reason. Guarded by status =
+-- 'awaiting_approval'.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+done AS (
+    UPDATE outreach.campaigns c SET status = 'draft', updated_at = n.now
+    FROM n
+    WHERE c.id = %(campaign_id)s AND c.status = 'awaiting_approval'
+    RETURNING c.id, n.now
+)
+INSERT INTO outreach.campaign_events (campaign_id, event, actor, reason, created_at)
+SELECT id, 'rejected', %(by)s, %(reason)s, now FROM done
+RETURNING campaign_id, created_at;
+
+-- name: campaign_preview_rows
+-- What a preview (outreach.preview) builds step %(step)s of the campaign from, for its enrolled
+-- leads (one address, or the first %(limit)s by lead id): the columns email_claim_batch returns
+-- (so the sender's own builder takes the row), the lead's email row for the step if it was
+-- queued (id and idempotency_key: the Message-ID it gets; NULL before queue-due), and why the
+-- step would skip the lead: its enrolment status, the one suppression function, and the step's
+-- missing `requires` fields (outreach.lead_missing_fields, as email_queue_due asks them).
+SELECT e.id, e.idempotency_key, e.status::text AS email_status, 0 AS attempts, l.id AS lead_id,
+       st.id AS step_id, 'marketing' AS message_class, l.email, l.first_name, l.last_name,
+       l.company, l.title, l.custom, st.position AS step_position, st.template, st.subject,
+       st.thread AS step_thread, c.key AS campaign_key, c.name AS campaign_name,
+       m.id AS mailbox_id, m.address AS mailbox_address, m.display_name AS mailbox_name,
+       m.smtp_conn_id, m.dkim_selector, m.dkim_key_conn_id,
+       en.status AS enrollment_status, outreach.is_suppressed(l.email) AS suppressed,
+       outreach.lead_missing_fields(l, st.requires) AS missing
+FROM outreach.campaigns c
+JOIN outreach.sequence_steps st ON st.campaign_id = c.id AND st.position = %(step)s
+JOIN outreach.enrollments en ON en.campaign_id = c.id
+JOIN outreach.leads l ON l.id = en.lead_id
+JOIN outreach.mailboxes m ON m.id = en.mailbox_id
+LEFT JOIN outreach.emails e ON e.lead_id = l.id AND e.step_id = st.id
+WHERE c.key = %(key)s
+  AND (%(address)s::text IS NULL OR l.email = outreach.normalize_address(%(address)s::text))
+ORDER BY l.id
+LIMIT %(limit)s;

@@ -138,7 +138,8 @@ ORDER BY m.id;
 -- Only after the server accepted the message (2xx to the end of DATA): mark the row sent and
 -- write its one send-log entry in the same statement. The guard (sending + our claim token)
 -- means a row the reaper or an operator took over is never overwritten. The Subject as sent is
--- kept (a threaded follow-up replies with "Re: " + it, see email_thread).
+-- kept (a threaded follow-up replies with "Re: " + it, see email_thread), and the content
+-- version the message was built from (outreach.content).
 -- Committed without waiting for the WAL flush (synchronous_commit off for this statement's
 -- transaction only): the next synchronous commit on the server flushes the WAL up to and past
 -- it (the next row's handoff stamp, email_touch_claim, is one), else the WAL writer does within
@@ -155,8 +156,10 @@ done AS (
     RETURNING e.id, e.mailbox_id
 )
 INSERT INTO outreach.send_log (email_id, mailbox_id, message_id, smtp_reply, accepted_at,
-                               subject)
-SELECT done.id, done.mailbox_id, %(message_id)s, %(smtp_reply)s, n.now, %(subject)s FROM done, n
+                               subject, content_version)
+SELECT done.id, done.mailbox_id, %(message_id)s, %(smtp_reply)s, n.now, %(subject)s,
+       %(content_version)s
+FROM done, n
 RETURNING email_id;
 
 -- name: email_mark_retry
@@ -257,11 +260,15 @@ SELECT count(*)::integer AS refreshed FROM beat;
 
 -- name: email_plan_mailboxes
 -- Mailboxes with due rows, for the send plan: how many are due now (all mailboxes, or one).
+-- Only rows of active campaigns count, as the claim takes only those (outreach.claim_emails_v1):
+-- a draft, awaiting or paused campaign's queued rows (inserted by hand, or queued before a pause)
+-- plan no batch that would claim nothing.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT m.id AS mailbox_id, m.address, m.status, count(e.id)::integer AS due
 FROM outreach.mailboxes m
 JOIN outreach.emails e ON e.mailbox_id = m.id AND e.status = 'queued'
                        AND e.message_class = 'marketing'
+JOIN outreach.campaigns c ON c.id = e.campaign_id AND c.status = 'active'
 CROSS JOIN n
 WHERE e.scheduled_for <= n.now
   AND (%(mailbox_id)s::bigint IS NULL OR m.id = %(mailbox_id)s::bigint)

@@ -183,7 +183,7 @@ def campaign(url: str, tmp_path: Path, leads: int) -> None:
         f"  - address: {a}\n    name: Mailbox {i}\n    smtp_conn_id: outreach_smtp_m{i}\n"
         f"    timezone: UTC\n    daily_cap: 5000\n" for i, a in enumerate(addresses, 1)))
     (tmp_path / "campaign.yaml").write_text(
-        "key: celery-test\nname: Celery test\ntimezone: UTC\n"
+        "key: celery-test\nname: Celery test\nstatus: active\ntimezone: UTC\n"
         "send_window:\n  days: [mon, tue, wed, thu, fri, sat, sun]\n  start: \"00:00\"\n  end: \"24:00\"\n"
         "mailboxes:\n" + "".join(f"  - {a}\n" for a in addresses)
         + "steps:\n  - template: ops_intro\n    subject: \"Hello {{ lead.company }}\"\n    delay_days: 0\n")

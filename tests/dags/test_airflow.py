@@ -59,7 +59,7 @@ def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
                                    "outreach_unsuppress", "outreach_mailbox_pause", "outreach_mailbox_resume",
                                    "outreach_postmaster", "outreach_transactional", "outreach_inbox",
                                    "outreach_lead_stop", "outreach_campaign_pause",
-                                   "outreach_campaign_resume", "outreach_requeue",
+                                   "outreach_campaign_resume", "outreach_campaign_test_send", "outreach_requeue",
                                    "outreach_import_sources", "outreach_unconfirmed_review"}
     scheduled = {d: dag["schedule"] for d, dag in result["dags"].items() if dag["schedule"] is not None}
     if schedules == "on":
@@ -238,6 +238,24 @@ def test_lead_stop_and_campaign_pause_dags_with_their_params(db_url, sink, migra
     messages = sink.messages()
     invariants.assert_ok(db_url, messages)
     assert len(messages) == EXPECTED_LEADS - 1 and lead not in {m["X-RcptTo"] for m in messages}
+
+
+def test_campaign_test_send_dag_with_its_params(db_url, sink, migrated_airflow_home, tmp_path,
+                                                dag_session):
+    import_demo(db_url)
+    before = rows(db_url, "SELECT id, xmin::text AS x FROM outreach.enrollments ORDER BY id")
+    env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
+    airflow = dag_session(env)
+    run = airflow.run_dag("outreach_campaign_test_send", tmp_path / "test-send.log",
+                          conf={"campaign": "q4-ops-intro", "to": ["seed@seeds.example"],
+                                "operator": "erin"})
+    assert run.ok, run.log.read_text()[-4000:]
+    assert [m["X-RcptTo"] for m in sink.messages()] == ["seed@seeds.example"]
+    assert rows(db_url, "SELECT recipient, actor FROM outreach.test_sends") == [
+        {"recipient": "seed@seeds.example", "actor": "erin"}]
+    assert rows(db_url, "SELECT id, xmin::text AS x FROM outreach.enrollments ORDER BY id") == before
+    assert rows(db_url, "SELECT count(*) AS n FROM outreach.emails") == [{"n": 0}]
+    assert "seed@seeds.example" not in run.log.read_text()  # masked in the task log
 
 
 def test_postmaster_dag_with_a_service_account_connection(db_url, sink, migrated_airflow_home,

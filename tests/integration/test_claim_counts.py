@@ -48,7 +48,7 @@ def test_the_cap_counter_follows_every_change_of_the_rows(db_url):
             return {"email_id": ids[i], "claim_token": token[ids[i]], "now": NOW}
 
         db.run(conn, "email_mark_sent", {**p(0), "message_id": "<a@x>", "smtp_reply": "250",
-                                         "subject": None})
+                                         "subject": None, "content_version": None})
         db.run(conn, "email_mark_retry", {**p(1), "max_attempts": 5, "error": "451",
                                           "retry_after": dt.timedelta(minutes=5)})
         db.run(conn, "email_mark_retry", {**p(2), "max_attempts": 1, "error": "451",

@@ -159,7 +159,7 @@ def test_reaper_racing_a_finishing_sender_never_overwrites_a_sent_row(db_url, se
                     db.run(c2, "email_mark_sent", {"email_id": r["id"], "claim_token": r["claim_token"],
                                                    "message_id": f"m{iteration}-{r['id']}@x",
                                                    "smtp_reply": "250", "now": None,
-                                                   "subject": None})
+                                                   "subject": None, "content_version": None})
             except BaseException as exc:  # noqa: BLE001 - a guarded transition never raises
                 errors.append(exc)
             finally:

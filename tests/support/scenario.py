@@ -33,7 +33,7 @@ def one_mailbox_campaign(url: str, tmp_path: Path, *, leads: int, bounces: int =
         f"    timezone: {timezone}\n    daily_cap: {daily_cap}\n"
         + (f"    warmup_start: {warmup_start}\n" if warmup_start else ""))
     (tmp_path / "campaign.yaml").write_text(
-        f"key: pacing-test\nname: Pacing test\ntimezone: {timezone}\n"
+        f"key: pacing-test\nname: Pacing test\nstatus: active\ntimezone: {timezone}\n"
         f"send_window:\n  days: [mon, tue, wed, thu, fri, sat, sun]\n"
         f"  start: \"{window[0]}\"\n  end: \"{window[1]}\"\n"
         f"mailboxes:\n  - {ADDRESS}\n"

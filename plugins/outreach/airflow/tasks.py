@@ -466,6 +466,30 @@ def campaign_resume_task(campaign: str, by: str, why: str) -> dict[str, Any]:
     return {"campaign": change.campaign, "changed": change.changed, "status": change.status}
 
 
+def campaign_test_send_task(campaign: str, to: list[str], by: str, *, lead: str | None = None,
+                            step: int = 1) -> list[dict[str, Any]]:
+    """Send a step of a campaign to seed addresses (:func:`outreach.testsend.send_to_seeds`);
+    return one ``{recipient (masked), sent, message_id, reply}`` per seed.
+
+    :raises RuntimeError: a seed was not accepted (the task fails; the message names them,
+        masked).
+    """
+    from dataclasses import asdict
+
+    from outreach.testsend import send_to_seeds
+
+    results = send_to_seeds(database_url(), campaign, to, settings(), smtp_connector, actor=by,
+                            lead=lead, step=step, dkim_keys=dkim_private_key)
+    for r in results:
+        log.info("test send step %s to %s: %s", step, mask(r.recipient),
+                 f"sent, Message-ID <{r.message_id}>" if r.sent else f"NOT sent: {r.reply}")
+    failed = [r for r in results if not r.sent]
+    if failed:
+        raise RuntimeError("test send: not sent to " + "; ".join(
+            f"{mask(r.recipient)} ({r.reply})" for r in failed))
+    return [{**asdict(r), "recipient": mask(r.recipient)} for r in results]  # XCom is logged
+
+
 def postmaster_fetch_task() -> dict[str, Any]:
     """Fetch and store the Postmaster Tools figures and compliance of every sending domain."""
     from outreach.health import HealthSettings

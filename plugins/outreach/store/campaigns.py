@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from outreach.store._run import Conn, execute, many, maybe_one, one_value
 
@@ -24,8 +24,10 @@ def campaign_upsert(
     source_file: str,
     stop_on_auto_reply: bool,
     stop_on_domain_reply: bool,
+    status: str = "draft",
 ) -> int:
-    """``campaign_upsert``: runs campaign_upsert.
+    """``campaign_upsert``: create or update a campaign; ``status`` (``draft`` or ``active``)
+    applies only when it is created (a later sync never changes the status).
 
     :raises RowMissing: the statement returned no row."""
     return cast(
@@ -43,6 +45,7 @@ def campaign_upsert(
                 "source_file": source_file,
                 "stop_on_auto_reply": stop_on_auto_reply,
                 "stop_on_domain_reply": stop_on_domain_reply,
+                "status": status,
             },
             "id",
         ),
@@ -109,6 +112,8 @@ class Campaign:
     paused_reason: str | None
     paused_at: dt.datetime | None
     paused_by: str | None
+    approved_at: dt.datetime | None
+    approved_by: str | None
 
 
 def campaign_find(conn: Conn, *, key: str) -> Campaign | None:
@@ -168,6 +173,62 @@ class CampaignEvent:
 
 
 def campaign_event_list(conn: Conn, *, campaign_id: int | None) -> list[CampaignEvent]:
-    """``campaign_event_list``: The pause/resume history of one campaign, or of all
+    """``campaign_event_list``: The status history (pause, resume, submit, approve, reject) of one campaign, or of all
     (%(campaign_id)s NULL), newest first."""
     return many(conn, "campaign_event_list", {"campaign_id": campaign_id}, CampaignEvent)
+
+
+def campaign_submit(
+    conn: Conn, *, now: dt.datetime | None, campaign_id: int, by: str, reason: str
+) -> list[CampaignEventStamp]:
+    """``campaign_submit``: Submit a draft for approval (draft → awaiting_approval); guarded by status = 'draft'.
+
+    ``[]`` when the guard matched no row (the campaign was not in that state)."""
+    return many(
+        conn,
+        "campaign_submit",
+        {"now": now, "campaign_id": campaign_id, "by": by, "reason": reason},
+        CampaignEventStamp,
+    )
+
+
+def campaign_approve(
+    conn: Conn, *, now: dt.datetime | None, campaign_id: int, by: str, reason: str
+) -> list[CampaignEventStamp]:
+    """``campaign_approve``: Approve a submitted campaign (awaiting_approval →
+    active, approved_by/approved_at kept); guarded by status = 'awaiting_approval'.
+
+    ``[]`` when the guard matched no row (the campaign was not in that state)."""
+    return many(
+        conn,
+        "campaign_approve",
+        {"now": now, "campaign_id": campaign_id, "by": by, "reason": reason},
+        CampaignEventStamp,
+    )
+
+
+def campaign_reject(
+    conn: Conn, *, now: dt.datetime | None, campaign_id: int, by: str, reason: str
+) -> list[CampaignEventStamp]:
+    """``campaign_reject``: Reject a submitted campaign (awaiting_approval →
+    draft) with the reason; guarded by status = 'awaiting_approval'.
+
+    ``[]`` when the guard matched no row (the campaign was not in that state)."""
+    return many(
+        conn,
+        "campaign_reject",
+        {"now": now, "campaign_id": campaign_id, "by": by, "reason": reason},
+        CampaignEventStamp,
+    )
+
+
+def campaign_preview_rows(
+    conn: Conn, *, key: str, step: int, address: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """``campaign_preview_rows``: the rows a preview or test send builds step ``step`` of a
+    campaign from, one per enrolled lead (one ``address``, or the first ``limit`` by lead id):
+    ``email_claim_batch``'s columns (``id``/``idempotency_key`` NULL when the step is not queued
+    for the lead) plus ``email_status``, ``enrollment_status``, ``suppressed`` and ``missing``
+    (the step's ``requires`` fields the lead lacks)."""
+    return many(conn, "campaign_preview_rows",
+                {"key": key, "step": step, "address": address, "limit": limit}, dict)

@@ -178,6 +178,7 @@ def email_mark_sent(
     message_id: str,
     smtp_reply: str,
     subject: str | None,
+    content_version: str | None = None,
 ) -> list[int]:
     """``email_mark_sent``: Only after the server accepted the message (2xx to the end of DATA):
     mark the row sent and write its one send-log entry in the same statement. The guard (sending
@@ -201,6 +202,7 @@ def email_mark_sent(
                 "message_id": message_id,
                 "smtp_reply": smtp_reply,
                 "subject": subject,
+                "content_version": content_version,
             },
             "email_id",
         ),

@@ -1,0 +1,49 @@
+"""Content versions: which copy a message was built from.
+
+A content version identifies what shapes a step's message apart from the lead: the template's
+source files (``<template>.txt.j2`` and ``.html.j2``), the subject template, whether the step is
+sent in the first step's thread, and the campaign's key and name (the step tag, Feedback-ID and
+``{{ campaign.name }}``). It is stored with every send-log row (``outreach.send_log
+.content_version``, migration 0103), so an edit of an active campaign's template shows as a new
+version from the first message built from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from outreach.paths import templates_dir
+
+_SOURCES: dict[tuple[str, int, int], str] = {}
+
+
+def _source(path: Path) -> str:
+    """The file's text, read once per (path, modification time, size); ``""`` if it is missing."""
+    try:
+        st = path.stat()
+    except OSError:
+        return ""
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _SOURCES:
+        _SOURCES[key] = path.read_text(encoding="utf-8")
+    return _SOURCES[key]
+
+
+def content_version(template: str, subject: str | None, *, thread: bool = False,
+                    campaign_key: str | None = None, campaign_name: str | None = None,
+                    directory: Path | None = None) -> str:
+    """Return the content version of a step (or a transactional template): the first 16 hex
+    digits of a SHA-256 over the template's two source files, ``subject`` (the Jinja2 string,
+    ``None`` for a template's own subject), ``thread`` and the campaign's key and name.
+
+    :param directory: the templates folder (default :func:`outreach.paths.templates_dir`).
+    """
+    folder = directory or templates_dir()
+    material = {"template": template, "subject": subject, "thread": thread,
+                "campaign": [campaign_key, campaign_name],
+                "txt": _source(folder / f"{template}.txt.j2"),
+                "html": _source(folder / f"{template}.html.j2")}
+    blob = json.dumps(material, sort_keys=True, ensure_ascii=False).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

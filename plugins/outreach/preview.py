@@ -1,0 +1,115 @@
+"""Preview a campaign step: each message exactly as the sender would hand it over.
+
+The message is built by the sender's own function (:func:`outreach.send.prepare`: the same
+render, the same header builder, the same wire form) from the row the claim would return
+(``campaign_preview_rows``), so a preview of a queued step is byte-equal to what the SMTP server
+receives for that lead, apart from ``Date`` (the moment of the handoff) and ``DKIM-Signature``
+(added at the handoff, over the wire bytes; a preview is never signed).
+
+Before queue-due has queued the step for a lead (a draft campaign), the row's idempotency key —
+and so its Message-ID and unsubscribe token — does not exist yet: the preview uses placeholders
+(the nil UUID, email id 0) and says so. A lead the step would skip is named with the reason,
+in the order the sender asks: enrolment not active, suppressed (``outreach.is_suppressed``),
+missing ``requires`` fields (``outreach.lead_missing_fields``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from outreach import db
+from outreach.send import prepare, row_content_version, thread_of
+from outreach.settings import Settings
+from outreach.store import Conn
+from outreach.store import campaigns as campaigns_store
+
+PLACEHOLDER_KEY = uuid.UUID(int=0)
+"""The idempotency key a preview shows for a step not queued yet (the real one is drawn by
+``email_queue_due``)."""
+
+
+@dataclass(frozen=True)
+class PreviewItem:
+    """One lead's preview: ``address`` (the lead's), ``skip`` (why the step would not go to it;
+    ``None``: it would), ``message_id`` and ``wire`` (the message as handed over, CRLF line ends;
+    ``None`` when skipped), ``notes`` (placeholders used, DKIM, threading)."""
+
+    address: str
+    skip: str | None
+    message_id: str | None
+    wire: bytes | None
+    notes: tuple[str, ...] = ()
+
+
+class PreviewError(LookupError):
+    """No such campaign or step, or no such lead in the campaign."""
+
+
+def skip_reason(row: dict[str, Any]) -> str | None:
+    """Return why the step would skip the lead of a ``campaign_preview_rows`` row, or ``None``."""
+    if row["enrollment_status"] != "active":
+        return f"enrolment {row['enrollment_status']}"
+    if row["suppressed"]:
+        return "suppressed (outreach.is_suppressed)"
+    if row["missing"]:
+        return f"missing required field(s): {', '.join(row['missing'])}"
+    return None
+
+
+def build_row(conn: Conn, row: dict[str, Any], settings: Settings, now: dt.datetime,
+              dkim_private_key: bytes | None = None) -> tuple[str, bytes, list[str]]:
+    """Build one row's message with :func:`outreach.send.prepare`; return ``(message_id, wire,
+    notes)``. Placeholders stand in for a step not queued yet; the message is signed only when
+    ``dkim_private_key`` is given (else ``dkim_selector`` is dropped for the build).
+
+    :raises RenderError, MessageError, SigningError: as :func:`outreach.send.prepare`.
+    """
+    notes: list[str] = []
+    row = dict(row)
+    thread = None
+    if row["id"] is None:
+        row["id"], row["idempotency_key"] = 0, PLACEHOLDER_KEY
+        notes.append("not queued yet: Message-ID and unsubscribe token are placeholders "
+                     "(fixed when queue-due queues the step)")
+        if row["step_thread"]:
+            notes.append("thread: true: sent as a reply in step 1's thread once step 1 went out")
+    else:
+        thread = thread_of(conn, row)
+    if row["dkim_selector"] and dkim_private_key is None:
+        notes.append(f"DKIM-Signature (s={row['dkim_selector']}) is added at the handoff")
+        row["dkim_selector"] = None
+    message_id, wire = prepare(row, settings, now, dkim_private_key, thread=thread)
+    notes.append(f"content version {row_content_version(row)}")
+    return message_id, wire, notes
+
+
+def preview(url: str, key: str, settings: Settings, *, address: str | None = None,
+            sample: int = 3, step: int = 1, now: dt.datetime | None = None) -> list[PreviewItem]:
+    """Preview step ``step`` of campaign ``key`` for one lead (``address``) or the first
+    ``sample`` enrolled leads; nothing is written.
+
+    :param now: the Date header (UTC; default the current time).
+    :raises PreviewError: no such campaign or step, or ``address`` is not enrolled in it.
+    :raises RenderError, MessageError: a template or header failed for a lead (named).
+    """
+    now = now or dt.datetime.now(dt.UTC)
+    with db.connect(url, autocommit=True) as conn:
+        if campaigns_store.campaign_find(conn, key=key) is None:
+            raise PreviewError(f"no campaign {key!r} (the key of a synced campaign file)")
+        rows = campaigns_store.campaign_preview_rows(
+            conn, key=key, step=step, address=address, limit=1 if address else sample)
+        if not rows:
+            raise PreviewError(f"campaign {key}: no step {step}, or no enrolled lead"
+                               + (f" {address!r}" if address else ""))
+        out = []
+        for row in rows:
+            why = skip_reason(row)
+            if why is not None:
+                out.append(PreviewItem(row["email"], why, None, None))
+                continue
+            message_id, wire, notes = build_row(conn, row, settings, now)
+            out.append(PreviewItem(row["email"], None, message_id, wire, tuple(notes)))
+        return out
