@@ -171,6 +171,8 @@ def _guard_filter(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
         out = f(*args, **kwargs)
         if (n := _size(out)) is not None:
             _current().charge(n, f"filter {name}")
+        if isinstance(out, int) and not isinstance(out, bool):
+            _int_bits(out.bit_length())  # int('ff…ff', 16) builds any size in linear time
         return out
 
     return guarded
@@ -282,7 +284,7 @@ class OutreachSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
     """The one environment templates and subjects are compiled in (see the module docstring)."""
 
     code_generator_class = _SandboxCodeGenerator
-    intercepted_binops = frozenset({"*", "**", "%", "+"})
+    intercepted_binops = frozenset({"*", "**", "%", "+", "-", "/", "//"})
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -307,9 +309,13 @@ class OutreachSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
     def call_binop(self, context: jinja2.runtime.Context, operator_: str, left: Any,
                    right: Any) -> Any:
         """``*`` and ``+`` of strings and lists are sized before they are built; ``*`` and
-        ``**`` of integers are held to :data:`MAX_INT_BITS`; ``%``-formatting of a string is
-        refused (its width can build any size)."""
+        ``**`` of integers are held to :data:`MAX_INT_BITS`, and so is every integer operand of
+        any arithmetic (``//`` and ``%`` of huge integers take seconds); ``%``-formatting of a
+        string is refused (its width can build any size)."""
         budget = _current()
+        for operand in (left, right):
+            if isinstance(operand, int) and not isinstance(operand, bool):
+                _int_bits(operand.bit_length())
         if operator_ == "%" and isinstance(left, str):
             raise TemplateLimit("'%' string formatting is not available in outreach templates")
         if operator_ == "*":

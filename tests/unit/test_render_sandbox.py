@@ -77,6 +77,11 @@ def test_escapes_fail_in_the_template_files_too(tmp_path, source):
     ("{{ (['a' * 1000] * 2000)|join }}", "filter join would build 2,000,000"),
     ("{{ ('a' * 1000).replace('a', 'b' * 1001) }}", "replace\\(\\) would build 1,001,000"),
     ("{{ lead.company|truncate(10**8) }}", "larger than 10,000"),
+    # A huge integer built in linear time by the int filter, then divided (found by review:
+    # 17.8 s for one '//' before integer operands were capped).
+    ("{% set x = ('f' * 1000000)|int(0, 16) %}{{ x // 3 }}", "more than 4096 bits"),
+    ("{% set x = 2 ** 4000 %}{% set y = x * x %}{{ y }}", "more than 4096 bits"),
+    ("{{ (2 ** 4095) - 1 - (2 ** 4096) }}", "more than 4096 bits"),
 ])
 def test_caps_stop_runaway_templates_before_they_build(source, reason):
     started = time.monotonic()
