@@ -573,6 +573,34 @@ class EspSettings(OutreachSettings):
     esp_replay_window_seconds: int = Field(300, ge=30, le=86_400, description=(
         "seconds a signed webhook's timestamp may differ from now, 30 to 86400"))
 
+    @field_validator("ses_topic_arns")
+    @classmethod
+    def _arns(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for arn in v:
+            if not re.fullmatch(r"arn:aws(-[a-z]+)*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_.-]{1,256}", arn):
+                raise ValueError(f"{arn[:80]!r} is not an SNS topic ARN (arn:aws:sns:REGION:ACCOUNT:NAME)")
+        return v
+
+    @field_validator("sendgrid_webhook_public_key")
+    @classmethod
+    def _ec_key(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        import base64
+        import binascii
+
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        try:
+            key = serialization.load_der_public_key(base64.b64decode(v, validate=True))
+        except (ValueError, binascii.Error, TypeError):
+            raise ValueError("not a base64 DER public key (SendGrid: the Signed Event Webhook's "
+                             "verification key)") from None
+        if not isinstance(key, ec.EllipticCurvePublicKey):
+            raise ValueError("not an elliptic-curve public key (SendGrid signs with ECDSA P-256)")
+        return v
+
 
 class BounceSettings(OutreachSettings):
     """The thresholds of the soft-bounce and block rules (:mod:`outreach.bounces`), each read once

@@ -25,6 +25,8 @@ BROKEN = {
     "OUTREACH_PREFLIGHT": "maybe",                               # another group
     "OUTREACH_SPAM_RATE_THRESHOLD": "0.5",                       # out of range, a third group
     "OUTREACH_QUEUE_DUE_SCHEDULE": "every hour",                 # parse-time group
+    "OUTREACH_BLOCK_PAUSE_COUNT": "0",                           # the bounce rules' group
+    "OUTREACH_ESP_REPLAY_WINDOW_SECONDS": "5",                   # the webhooks' group
 }
 
 

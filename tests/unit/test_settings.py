@@ -144,3 +144,14 @@ def test_import_roots_refuse_an_empty_item(tmp_path):
 
     with pytest.raises(SettingsError, match=r"OUTREACH_IMPORT_ROOTS='.*,,.*' is not allowed"):
         import_roots({"OUTREACH_IMPORT_ROOTS": f"{tmp_path},,{tmp_path}"})
+
+
+def test_esp_keys_are_checked_for_what_they_are():
+    """A webhook key that cannot verify anything is a setting error, not a 503 at every event."""
+    from outreach.settings import EspSettings, SettingsError
+
+    with pytest.raises(SettingsError, match="OUTREACH_SENDGRID_WEBHOOK_PUBLIC_KEY"):
+        EspSettings(sendgrid_webhook_public_key="A" * 40)
+    with pytest.raises(SettingsError, match="not an SNS topic ARN"):
+        EspSettings(ses_topic_arns=("not-an-arn", "*"))
+    assert EspSettings(ses_topic_arns=("arn:aws:sns:eu-west-1:123456789012:outreach-ses",)).ses_topic_arns

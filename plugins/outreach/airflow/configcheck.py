@@ -77,17 +77,9 @@ def check_settings(report: ConfigReport, *, marketing: bool = True,
         :class:`outreach.settings.SettingsError` on a bad value (the CLI's: the embedded
         database opt-in, the SMTP pool size).
     """
+    from outreach import settings as settings_module
     from outreach.airflow.alerts import alert_notifier
-    from outreach.health import HealthSettings
-    from outreach.settings import (
-        AlertSettings,
-        DatabaseSettings,
-        PreflightSettings,
-        QueueSettings,
-        ScheduleSettings,
-        Settings,
-        import_roots,
-    )
+    from outreach.settings import OutreachSettings, Settings, import_roots
 
     def secret() -> Any:
         if marketing:
@@ -103,9 +95,13 @@ def check_settings(report: ConfigReport, *, marketing: bool = True,
             "OUTREACH_UNSUBSCRIBE_SECRET") or "checked-by-secret-above")
 
     before = len(report.problems)
-    builds: Iterable[Callable[[], Any]] = (
-        secret, sender, DatabaseSettings, PreflightSettings, AlertSettings, alert_notifier,
-        ScheduleSettings, QueueSettings, HealthSettings, import_roots, *extra)
+    # Every settings group, found rather than listed (a group added later is checked too);
+    # Settings itself is built by sender() above, with the secret checked on its own.
+    groups = [cls for cls in vars(settings_module).values()
+              if isinstance(cls, type) and issubclass(cls, OutreachSettings)
+              and cls not in (OutreachSettings, Settings) and cls.__module__ == settings_module.__name__]
+    builds: Iterable[Callable[[], Any]] = (secret, sender, *groups, alert_notifier, import_roots,
+                                           *extra)
     for build in builds:
         report.problems.extend(_settings_problems(build))
     if len(report.problems) == before:
