@@ -715,9 +715,10 @@ CREATE INDEX outreach_esp_events_email_idx ON outreach.esp_events (email_id);
 -- One failure per email and recipient after the handoff: a second report of it (another DSN,
 -- the same bounce forwarded, an ESP event after the DSN) is not a second bounce. Our own SMTP
 -- session reports once per claim ('smtp:<email id>:<claim token>'): a requeued email refused
--- again is a second block.
+-- again is a second block. Per owner: a temporary failure reported first never hides a later
+-- report that the address is gone.
 CREATE UNIQUE INDEX outreach_delivery_failures_email_key
-    ON outreach.delivery_failures (email_id, address)
+    ON outreach.delivery_failures (email_id, address, owner)
     WHERE email_id IS NOT NULL AND source NOT LIKE 'smtp:%';
 -- The soft-bounce rule reads an address's failures; the block rule a mailbox's.
 CREATE INDEX outreach_delivery_failures_address_idx

@@ -47,7 +47,9 @@ from outreach.reasons import Owner, owner_of, reason_of, status_in
 from outreach.store._run import Conn
 
 PROVIDERS = ("ses", "sendgrid", "mailgun", "postmark")
-_SNS_HOST = re.compile(r"^sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$")
+_SNS_HOST = re.compile(r"^sns\.[a-z]{2}(-gov)?-[a-z]+-\d\.amazonaws\.com(\.cn)?$")
+"""An SNS regional endpoint (``sns.eu-west-1.amazonaws.com``); never an S3 or other service's host."""
+_SNS_CERT_PATH = re.compile(r"^/SimpleNotificationService-[0-9a-f]+\.pem$")
 _MSGID = re.compile(r"<?([^<>\s]+@[^<>\s]+)>?")
 
 
@@ -91,8 +93,8 @@ def _bounce(provider: str, event_id: str, recipient: str, message_id: str | None
     provider names it unmistakably). A provider's "temporary" never counts as the address gone."""
     status = status or status_in(diagnostic)
     reason = reason or reason_of(status, diagnostic, code)
-    if permanent is False and owner_of(reason) == "address":
-        reason = "undefined"  # the provider will retry: not proof the address is gone
+    if permanent is False and owner_of(reason) != "transient":
+        reason = "delayed"  # the provider will retry: neither proof the address is gone nor a block
     diag = " ".join((diagnostic or "").split())[:500] or None
     return EspEvent(provider, event_id, "bounce", recipient.strip().lower(), message_id, status,
                     diag, reason, owner_of(reason), occurred_at)
@@ -139,8 +141,13 @@ _SNS_FIELDS = {
 def sns_host_ok(url: str) -> bool:
     """Whether ``url`` is https on an ``sns.<region>.amazonaws.com`` host (the only place SNS
     certificates and subscription URLs live)."""
-    parts = urllib.parse.urlsplit(url)
-    return parts.scheme == "https" and bool(_SNS_HOST.match(parts.hostname or "")) and not parts.port
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:  # a port that is not a number
+        return False
+    return (parts.scheme == "https" and bool(_SNS_HOST.match(parts.hostname or "")) and port is None
+            and not parts.username and "@" not in parts.netloc)
 
 
 def verify_sns(body: dict[str, Any], topics: Iterable[str], fetch: Callable[[str], bytes]) -> None:
@@ -158,13 +165,22 @@ def verify_sns(body: dict[str, Any], topics: Iterable[str], fetch: Callable[[str
     from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
     kind = body.get("Type")
-    if kind not in _SNS_FIELDS:
+    if not isinstance(kind, str) or kind not in _SNS_FIELDS:
         raise WebhookAuthError(f"not an SNS message (Type {str(kind)[:40]!r})")
-    if body.get("TopicArn") not in set(topics):
+    required = [f for f in _SNS_FIELDS[kind] if f != "Subject"]
+    fields = (*_SNS_FIELDS[kind], "SigningCertURL", "Signature", "SignatureVersion")
+    if any(not isinstance(body.get(f), str) for f in (*required, "SigningCertURL", "Signature",
+                                                      "SignatureVersion")) \
+            or any(f in body and not isinstance(body[f], str) for f in fields):
+        # Every signed field must be there: a field left out shifts the signed text (a field's
+        # value could then pose as the next one's).
+        raise WebhookAuthError(f"an SNS {kind} needs every field of {', '.join(required)} as text")
+    if body["TopicArn"] not in set(topics):
         raise WebhookAuthError("the SNS topic is not one of OUTREACH_SES_TOPIC_ARNS")
-    cert_url = str(body.get("SigningCertURL", ""))
-    if not sns_host_ok(cert_url) or not cert_url.endswith(".pem"):
-        raise WebhookAuthError("SigningCertURL is not an https .pem on an sns.<region>.amazonaws.com host")
+    cert_url = body["SigningCertURL"]
+    if not sns_host_ok(cert_url) or not _SNS_CERT_PATH.match(urllib.parse.urlsplit(cert_url).path):
+        raise WebhookAuthError("SigningCertURL is not https://sns.<region>.amazonaws.com/"
+                               "SimpleNotificationService-<hex>.pem")
     algorithm = {"1": hashes.SHA1(), "2": hashes.SHA256()}.get(str(body.get("SignatureVersion")))
     if algorithm is None:
         raise WebhookAuthError("unknown SNS SignatureVersion")
@@ -301,7 +317,7 @@ def verify_mailgun(signing_key: str, body: Any, *, window: int,
     _within(sig["timestamp"], window, now)
     expected = hmac.new(signing_key.encode(), f"{sig['timestamp']}{sig['token']}".encode(),
                         hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, str(sig["signature"])):
+    if not hmac.compare_digest(expected.encode(), str(sig["signature"]).encode()):
         raise WebhookAuthError("the Mailgun signature does not verify")
     return str(sig["token"])
 

@@ -398,6 +398,18 @@ def _stop(conn, enrollment_id: int, status: str, reason: str) -> int:
                                                  reason=reason, by=ACTOR) or 0)
 
 
+def _names_our_recipient(verdict: Classified, recipient: str) -> bool:
+    """Whether a report that cites our Message-ID also names that email's recipient among the
+    failed or complaining addresses (when it names any): a Message-ID is no secret (every
+    recipient, and whoever they forward to, has one), so a report about a stranger "for" our
+    message is a forgery or a stray and changes nothing (docs/explanation/bounces-and-complaints.md,
+    "Forged reports")."""
+    if not verdict.addresses:
+        return True
+    ours = normal_form(recipient).lower()
+    return any(normal_form(a).lower() == ours for a in verdict.addresses)
+
+
 def _apply(conn, kind: str, inbound_id: int, inbound: Inbound, match: _Match,
            address: str | None, verdict: Classified, now: dt.datetime | None = None) -> str:
     """Apply the effect of one newly recorded message; return what was done, for people."""
@@ -408,6 +420,10 @@ def _apply(conn, kind: str, inbound_id: int, inbound: Inbound, match: _Match,
         if not (match.email and match.email.get("email")):
             return ("none: names none of our Message-IDs (unverified report: recorded only)"
                     if match.how else "none: no email of ours matched")
+        if not _names_our_recipient(verdict, match.email["email"]):
+            return (f"none: the report names {', '.join(mask(a) for a in verdict.addresses[:3])} "
+                    f"as failed, not the recipient of email {match.email['id']} (unverified "
+                    "report: recorded only)")
         told = bool(verdict.dsn_status or verdict.diagnostic)
         reason = verdict.reason or reason_of(verdict.dsn_status, verdict.diagnostic)
         return apply_failure(
@@ -419,6 +435,9 @@ def _apply(conn, kind: str, inbound_id: int, inbound: Inbound, match: _Match,
         target = match.email["email"] if match.email and match.email.get("email") else None
         if target is None:
             return "none: no email of ours matched"
+        if not _names_our_recipient(verdict, target):
+            return (f"none: the complaint names another complainant than the recipient of email "
+                    f"{match.email['id']} (unverified report: recorded only)")
         added, cancelled = suppress(conn, target, "complained", source, actor=ACTOR)
         return (f"suppressed {mask(target)} (complained), {cancelled} queued cancelled"
                 if added else f"{mask(target)} was already suppressed")

@@ -265,6 +265,25 @@ def test_a_jmrp_complaint_suppresses_its_complainant(db_url, tmp_path, sink, set
     assert next_step_recipients(db_url, settings, sink) == {leads[1]}
 
 
+def test_a_report_citing_our_message_id_for_a_stranger_changes_nothing(db_url, tmp_path, sink,
+                                                                      settings, accounts):
+    """A Message-ID is no secret: a forged DMARC report that cites ours (in In-Reply-To and the
+    enclosed header) but names a stranger as the failed recipient pauses nothing (review finding:
+    it paused every mailbox of the domain)."""
+    leads = ["real@lead.example", "keep@quiet.example"]
+    sent = sent_campaign(db_url, tmp_path, settings, leads)
+    forged = dsn("stranger@elsewhere.example", sent[leads[0]]["message_id"], "5.7.26", DMARC)
+    accounts.append("outreach_imap_anna", forged.replace(
+        "MIME-Version: 1.0", f"In-Reply-To: <{sent[leads[0]]['message_id']}>\nMIME-Version: 1.0", 1))
+    (anna,) = [s for s in read(db_url) if s.fetched]
+    assert anna.fetched == 1, anna.line()
+    assert scalar(db_url, "SELECT count(*) FROM outreach.mailboxes WHERE status = 'paused'") == 0
+    assert scalar(db_url, "SELECT count(*) FROM outreach.delivery_failures") == 0
+    assert scalar(db_url, "SELECT count(*) FROM outreach.suppressions") == 0
+    (effect,) = [r["effect"] for r in rows(db_url, "SELECT effect FROM outreach.inbound_messages")]
+    assert "not the recipient of email" in effect, effect
+
+
 def test_the_smtp_time_and_the_dsn_5_7_1_end_in_the_same_state(db_url, tmp_path, settings, accounts,
                                                                monkeypatch):
     at_rcpt, by_dsn = "refused@policy.example", "later@policy.example"

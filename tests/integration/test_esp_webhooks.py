@@ -25,7 +25,7 @@ from support.flow import import_demo, rows, scalar, send_all
 from support.webservice import RunningService
 
 TOPIC = "arn:aws:sns:eu-west-1:123456789012:outreach-ses"
-CERT_URL = "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-test.pem"
+CERT_URL = "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-0123abcd.pem"
 MAILGUN_KEY = "key-" + "m" * 28
 POSTMARK_SECRET = "pm-" + "s" * 29
 
@@ -151,7 +151,15 @@ def test_ses_bounce_suppresses_once_and_a_forgery_changes_nothing(db_url, sent, 
         off_host = keys.sns("Notification", ses_bounce(other["email"], other["message_id"], "Permanent",
                                                        "5.1.1", "550 5.1.1"),
                             SigningCertURL="https://evil.example/sns.amazonaws.com.pem")
-        for forged in (tampered, foreign, off_host):
+        # A genuinely signed message with Timestamp left out and its text appended to MessageId
+        # signs the same string: refused, as every field must be there.
+        shifted = keys.sns("Notification", ses_bounce(other["email"], other["message_id"], "Permanent",
+                                                      "5.1.1", "550 5.1.1"))
+        shifted["MessageId"] += "\nTimestamp\n" + shifted.pop("Timestamp")
+        s3_host = keys.sns("Notification", ses_bounce(other["email"], other["message_id"], "Permanent",
+                                                      "5.1.1", "550 5.1.1"),
+                           SigningCertURL="https://sns.s3.amazonaws.com/SimpleNotificationService-0a.pem")
+        for forged in (tampered, foreign, off_host, shifted, s3_host):
             r = client.post(service.url("/esp/ses"), json=forged)
             assert r.status_code == 401, r.text
     assert suppressed(db_url, other["email"]) == [] and suppressed(db_url, third["email"]) == []
@@ -227,6 +235,37 @@ def test_mailgun_signature_replay_and_permanent_failure(db_url, sent, service):
         assert client.post(service.url("/esp/mailgun"), json=forged).status_code == 401
     assert suppressed(db_url, lead["email"]) == ["bounced"]
     assert suppressed(db_url, sent[1]["email"]) == []
+
+
+def test_a_temporary_failure_never_hides_a_later_permanent_one(db_url, sent, service):
+    lead = sent[0]
+    headers = {"message-id": lead["message_id"]}
+    greylisted = {"id": "mg-t", "event": "failed", "severity": "temporary", "recipient": lead["email"],
+                  "delivery-status": {"code": 451, "message": "4.7.1 greylisted, try again later"},
+                  "message": {"headers": headers}}
+    gone = {"id": "mg-p", "event": "failed", "severity": "permanent", "recipient": lead["email"],
+            "delivery-status": {"code": 550, "message": "5.1.1 mailbox does not exist"},
+            "message": {"headers": headers}}
+    with httpx.Client() as client:
+        for event in (greylisted, gone):
+            assert client.post(service.url("/esp/mailgun"), json=mailgun(event)).status_code == 200
+    assert suppressed(db_url, lead["email"]) == ["bounced"]
+    assert rows(db_url, "SELECT owner FROM outreach.esp_events ORDER BY id") == [
+        {"owner": "transient"}, {"owner": "address"}]  # a provider's retry is never a sender block
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/esp/ses", b'{"Type": ["x"]}'),
+    ("/esp/ses", b'{"Type": "Notification", "TopicArn": ["x"]}'),
+    ("/esp/ses", b'{"Type": "Notification", "SigningCertURL": "https://sns.eu-west-1.amazonaws.com:abc/x.pem"}'),
+    ("/esp/ses", b"[" * 200_000),
+    ("/esp/mailgun", b"[" * 200_000),
+    ("/esp/mailgun", '{"signature": {"timestamp": "1", "token": "t", "signature": "é"}}'.encode()),
+    ("/esp/sendgrid", b"{}"),
+])
+def test_malformed_requests_are_refused_never_a_500(db_url, service, path, body):
+    r = httpx.post(service.url(path), content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code in (400, 401), (r.status_code, r.text)
 
 
 def test_postmark_secret_in_path_or_basic_auth(db_url, sent, service):

@@ -90,6 +90,11 @@ def add_routes(app: FastAPI, database_url: Callable[[], str], *,
             return _answer(401, detail=str(exc))
         except esp.WebhookPayloadError as exc:
             return _answer(400, detail=str(exc))
+        except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+            # A body shaped like nothing the provider sends (a list where text belongs, JSON
+            # nested past the parser's depth): refused, never a 500 with a traceback.
+            log.warning("esp webhook %s refused (400): %s", provider, type(exc).__name__)
+            return _answer(400, detail="the body is not what the provider sends")
         except SettingsError as exc:
             log.error("esp webhook %s: misconfigured (503): %s", provider, exc)
             return _answer(503, detail="the webhook is misconfigured; see the service's log")
@@ -108,7 +113,7 @@ def add_routes(app: FastAPI, database_url: Callable[[], str], *,
     def parse_json(body: bytes) -> Any:
         try:
             return json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise esp.WebhookPayloadError("the body is not JSON") from None
 
     @app.post("/esp/ses")
@@ -118,7 +123,7 @@ def add_routes(app: FastAPI, database_url: Callable[[], str], *,
             topics = need(config.ses_topic_arns, "OUTREACH_SES_TOPIC_ARNS", "SES")
             try:
                 message = json.loads(body)
-            except (ValueError, UnicodeDecodeError):
+            except (ValueError, UnicodeDecodeError, RecursionError):
                 raise esp.WebhookAuthError("not an SNS message (no JSON)") from None
             if not isinstance(message, dict):
                 raise esp.WebhookAuthError("not an SNS message")
@@ -154,7 +159,7 @@ def add_routes(app: FastAPI, database_url: Callable[[], str], *,
             key = need(config.mailgun_signing_key, "OUTREACH_MAILGUN_SIGNING_KEY", "Mailgun")
             try:
                 payload = json.loads(body)
-            except (ValueError, UnicodeDecodeError):
+            except (ValueError, UnicodeDecodeError, RecursionError):
                 raise esp.WebhookAuthError("missing Mailgun signature (no JSON)") from None
             token = esp.verify_mailgun(key, payload, window=config.esp_replay_window_seconds)
             return esp.parse_mailgun(payload), token
