@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from outreach import db
@@ -99,8 +99,8 @@ def preview(url: str, key: str, settings: Settings, *, address: str | None = Non
     with db.connect(url, autocommit=True) as conn:
         if campaigns_store.campaign_find(conn, key=key) is None:
             raise PreviewError(f"no campaign {key!r} (the key of a synced campaign file)")
-        rows = campaigns_store.campaign_preview_rows(
-            conn, key=key, step=step, address=address, limit=1 if address else sample)
+        rows = [asdict(r) for r in campaigns_store.campaign_preview_rows(
+            conn, key=key, step=step, address=address, limit=1 if address else sample)]
         if not rows:
             raise PreviewError(f"campaign {key}: no step {step}, or no enrolled lead"
                                + (f" {address!r}" if address else ""))

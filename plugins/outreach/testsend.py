@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from outreach import db
@@ -79,7 +79,8 @@ def send_to_seeds(url: str, key: str, recipients: Sequence[str], settings: Setti
     with db.connect(url, autocommit=True) as conn:
         if campaigns_store.campaign_find(conn, key=key) is None:
             raise PreviewError(f"no campaign {key!r} (the key of a synced campaign file)")
-        rows = campaigns_store.campaign_preview_rows(conn, key=key, step=step, address=lead, limit=1)
+        rows = [asdict(r) for r in campaigns_store.campaign_preview_rows(
+            conn, key=key, step=step, address=lead, limit=1)]
         if not rows:
             raise PreviewError(f"campaign {key}: no step {step}, or no enrolled lead"
                                + (f" {lead!r}" if lead else ""))

@@ -136,7 +136,7 @@ SELECT e.id, e.idempotency_key, e.status::text AS email_status, 0 AS attempts, l
        l.company, l.title, l.custom, st.position AS step_position, st.template, st.subject,
        st.thread AS step_thread, c.key AS campaign_key, c.name AS campaign_name,
        m.id AS mailbox_id, m.address AS mailbox_address, m.display_name AS mailbox_name,
-       m.smtp_conn_id, m.dkim_selector, m.dkim_key_conn_id,
+       m.label AS mailbox_label, m.smtp_conn_id, m.dkim_selector, m.dkim_key_conn_id,
        en.status AS enrollment_status, outreach.is_suppressed(l.email) AS suppressed,
        outreach.lead_missing_fields(l, st.requires) AS missing
 FROM outreach.campaigns c

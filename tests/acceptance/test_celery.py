@@ -46,7 +46,11 @@ from support import invariants
 from support.deployment import accepted_once, send_tis, trigger, wait_for, wait_run
 from support.flow import rows, scalar
 
-pytestmark = [pytest.mark.airflow, pytest.mark.celery]
+# One xdist group for the whole module (conftest names groups by path): a test here restarts
+# the machine's PostgreSQL, which every other test of this module uses; on another worker at
+# that moment, a Celery deployment's setup met "connection refused".
+pytestmark = [pytest.mark.airflow, pytest.mark.celery,
+              pytest.mark.xdist_group("acceptance/test_celery.py")]
 
 ADMIN_URL = os.environ.get("OUTREACH_CELERY_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -58,7 +58,7 @@ def test_unconfirmed_rows_get_sent_folder_evidence_and_auto_found_resolves_found
                      held[2]: ("failed", "unconfirmed")}
     res = rows(db_url, "SELECT email_id, decision, resolved_by, note FROM outreach.email_resolutions")
     assert len(res) == 1 and res[0]["email_id"] == held[0] and res[0]["resolved_by"] == "Dana"
-    assert res[0]["note"].startswith("found in Sent folder 'Sent', dated ")
+    assert res[0]["note"].startswith("checked: found in Sent folder 'Sent', dated ")
     assert found_mid in res[0]["note"]
     assert rows(db_url, "SELECT message_id, source FROM outreach.send_log") == [
         {"message_id": found_mid, "source": "operator"}]

@@ -172,10 +172,16 @@ def test_preflight_task_blocks_failing_domains_in_block_mode(db_url, tmp_path, m
     assert "anna.schmidt@" not in caplog.text and "BEGIN PRIVATE KEY" not in caplog.text
 
 
-def test_preflight_off_checks_nothing(monkeypatch):
+def test_preflight_off_checks_nothing(monkeypatch, db_url, settings):
+    # The task's config check (issue 31) runs first: a deployment's settings and database.
+    monkeypatch.setenv("OUTREACH_DATABASE_URL", db_url)
+    monkeypatch.setenv("OUTREACH_PUBLIC_URL", settings.public_url)
+    monkeypatch.setenv("OUTREACH_UNSUBSCRIBE_SECRET", settings.unsubscribe_secret)
     monkeypatch.setenv("OUTREACH_PREFLIGHT", "off")
     off = airflow_adapter.preflight_task()
     assert (off["mode"], off["blocked"], off["domains"], off.get("failed", {})) == ("off", [], {}, {})
     monkeypatch.setenv("OUTREACH_PREFLIGHT", "sometimes")
-    with pytest.raises(ValueError, match="OUTREACH_PREFLIGHT"):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    with pytest.raises(AirflowFailException, match="OUTREACH_PREFLIGHT"):
         airflow_adapter.preflight_task()

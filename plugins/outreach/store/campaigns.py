@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 from typing import Any, cast
+from uuid import UUID
 
 from outreach.store._run import Conn, execute, many, maybe_one, one_value
 
@@ -222,13 +223,49 @@ def campaign_reject(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class PreviewRow:
+    """A row of ``campaign_preview_rows``: ``email_claim_batch``'s columns (``id`` and
+    ``idempotency_key`` ``None`` before the step is queued) and why the step would skip it."""
+
+    id: int | None
+    idempotency_key: UUID | None
+    email_status: str | None
+    attempts: int | None
+    lead_id: int
+    step_id: int
+    message_class: str
+    email: str
+    first_name: str | None
+    last_name: str | None
+    company: str | None
+    title: str | None
+    custom: Any
+    step_position: int
+    template: str
+    subject: str
+    step_thread: bool
+    campaign_key: str
+    campaign_name: str
+    mailbox_id: int
+    mailbox_address: str
+    mailbox_name: str
+    mailbox_label: str | None
+    smtp_conn_id: str
+    dkim_selector: str | None
+    dkim_key_conn_id: str | None
+    enrollment_status: str
+    suppressed: bool
+    missing: list[str]
+
+
 def campaign_preview_rows(
     conn: Conn, *, key: str, step: int, address: str | None, limit: int
-) -> list[dict[str, Any]]:
+) -> list[PreviewRow]:
     """``campaign_preview_rows``: the rows a preview or test send builds step ``step`` of a
     campaign from, one per enrolled lead (one ``address``, or the first ``limit`` by lead id):
     ``email_claim_batch``'s columns (``id``/``idempotency_key`` NULL when the step is not queued
     for the lead) plus ``email_status``, ``enrollment_status``, ``suppressed`` and ``missing``
     (the step's ``requires`` fields the lead lacks)."""
     return many(conn, "campaign_preview_rows",
-                {"key": key, "step": step, "address": address, "limit": limit}, dict)
+                {"key": key, "step": step, "address": address, "limit": limit}, PreviewRow)

@@ -78,6 +78,7 @@ class ClaimedEmail:
     mailbox_id: int
     mailbox_address: str
     mailbox_name: str
+    mailbox_label: str | None
     smtp_conn_id: str
     dkim_selector: str | None
     dkim_key_conn_id: str | None
@@ -125,6 +126,7 @@ class ClaimedTransactional:
     mailbox_id: int
     mailbox_address: str
     mailbox_name: str
+    mailbox_label: str | None
     smtp_conn_id: str
     dkim_selector: str | None
     dkim_key_conn_id: str | None
