@@ -87,18 +87,19 @@ browser:
 
 ## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow, real Dovecot, real chromium)
 ## on every core: one pytest-xdist worker per core (TEST_WORKERS=0: all in one process), tests sharing a
-## module-scoped deployment on one worker (loadgroup); prints the 15 slowest tests.
+## module on one worker (loadfile: a module that restarts the machine's PostgreSQL never runs
+## beside another that uses it); prints the 15 slowest tests.
 ## docs/howto/run-the-tests.md: how long it takes, and how to run a part.
 TEST_WORKERS ?= auto
 test: venv bench-venv imap-server browser
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 ## The inner loop: tests/unit, tests/integration and tests/migration without real Airflow (real
 ## PostgreSQL, aiosmtpd and Dovecot still); no DAG run, deployment, Celery, browser or chaos.
 ## 355 tests, ~320 CPU-seconds (about 5 minutes in one process on 2 idle cores), split over the
 ## cores like `make test`.
 test-fast: venv imap-server
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not airflow" \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not airflow" \
 		tests/unit tests/integration tests/migration $(PYTEST_ARGS)
 
 ## Lint and types: ruff with pyproject.toml's [tool.ruff] rules, mypy on its [tool.mypy] files;
