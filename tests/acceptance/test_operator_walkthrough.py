@@ -65,11 +65,13 @@ def _awaiting(dep, token, task_id: str):
 def _click_answer(driver, dep, run_id: str, task_id: str, answer: str, shot: str) -> None:
     """Open the task's Required Action in the UI, check the evidence is on screen at 1440 px,
     save a screenshot, click ``answer``."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     driver.get(f"{dep.base_url}/dags/{REVIEW}/runs/{run_id}/tasks/{task_id}/required_actions")
-    wait = WebDriverWait(driver, 90)
+    # The page re-renders as it loads: an element found a moment ago may be gone; look again.
+    wait = WebDriverWait(driver, 90, ignored_exceptions=(StaleElementReferenceException,))
     button = wait.until(lambda d: next((b for b in d.find_elements(By.TAG_NAME, "button")
                                         if b.text.strip() == answer and b.is_displayed()), None))
     evidence = wait.until(lambda d: next((e for e in d.find_elements(
