@@ -677,6 +677,22 @@ CREATE TABLE outreach.esp_tokens (
     CONSTRAINT outreach_esp_tokens_pkey PRIMARY KEY (provider, token)
 );
 
+-- The event log (issue 26): append-only, one row per recorded effect, written in the effect's own
+-- transaction (an outbox). Consumers read by id as a watermark, but only rows whose xact is older
+-- than every running transaction (pg_snapshot_xmin(pg_current_snapshot())): ids are not
+-- commit-ordered (migration 0104). payload names rows by id, never an address or a name.
+CREATE TABLE outreach.events (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind        text NOT NULL,
+    occurred_at timestamptz NOT NULL DEFAULT now(),
+    xact        xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    campaign_id bigint REFERENCES outreach.campaigns (id),
+    lead_id     bigint REFERENCES outreach.leads (id),
+    email_id    bigint REFERENCES outreach.emails (id),
+    payload     jsonb NOT NULL DEFAULT '{}'::jsonb,
+    CONSTRAINT outreach_events_kind_check CHECK (kind ~ '^[a-z][a-z_]*$')
+);
+
 -- =============================================================================================
 -- 3. Indexes (besides those of the PRIMARY KEY and UNIQUE constraints above)
 -- =============================================================================================
@@ -712,6 +728,8 @@ CREATE INDEX outreach_inbound_messages_email_idx ON outreach.inbound_messages (e
 CREATE INDEX outreach_alerts_created_idx ON outreach.alerts (created_at);
 -- The ESP events of an email (lead show, the campaign page).
 CREATE INDEX outreach_esp_events_email_idx ON outreach.esp_events (email_id);
+CREATE INDEX outreach_events_email_idx ON outreach.events (email_id);
+CREATE INDEX outreach_events_lead_idx ON outreach.events (lead_id);
 -- One failure per email and recipient after the handoff: a second report of it (another DSN,
 -- the same bounce forwarded, an ESP event after the DSN) is not a second bounce. Our own SMTP
 -- session reports once per claim ('smtp:<email id>:<claim token>'): a requeued email refused
