@@ -18,13 +18,14 @@ import datetime as dt
 import functools
 import itertools
 import json
+import os
 import re
 import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from email_validator import EmailNotValidError
@@ -104,6 +105,31 @@ def regular_file(path: Path, shown: str | Path | None = None) -> Path:
             else "a folder" if stat.S_ISDIR(mode) else "not a regular file")
     raise ImportFileError(f"{shown or path}: {kind}, not a regular file; only regular files are "
                           "imported (nothing was read from it)")
+
+
+def open_regular(path: Path, mode: str = "r", **kwargs: Any) -> IO[Any]:
+    """Open ``path`` for reading like :meth:`Path.open`, refusing anything but a regular file.
+
+    :func:`regular_file` checks the path before any work; this checks the descriptor actually
+    opened, so a FIFO swapped in between that check and the open cannot block the run: the open
+    itself is non-blocking (``O_NONBLOCK`` returns at once on a FIFO with no writer) and
+    ``fstat`` of the descriptor decides.
+
+    :param mode: ``"r"`` or ``"rb"``; ``kwargs`` as for :func:`open` (encoding, newline, errors).
+    :raises ImportFileError: the opened file is not a regular file (nothing read from it).
+    :raises OSError: it cannot be opened.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        st_mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(st_mode):
+            raise ImportFileError(f"{path}: not a regular file (it changed after it was checked); "
+                                  "only regular files are imported (nothing was read from it)")
+        os.set_blocking(fd, True)
+        return open(fd, mode, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class BoundedLines:
@@ -368,7 +394,7 @@ def _first_bad_byte(path: Path, encoding: str) -> tuple[int, int]:
 
     line, pending = 1, b""
     if encoding == "utf-16":
-        with path.open("r", encoding="utf-16", errors="replace", newline="") as t:
+        with open_regular(path, "r", encoding="utf-16", errors="replace", newline="") as t:
             tail = ""  # a CR at the end of a block may be the first half of a CRLF
             while text := t.read(1 << 20):
                 data, tail = (tail + text)[:-1], (tail + text)[-1:]
@@ -376,7 +402,7 @@ def _first_bad_byte(path: Path, encoding: str) -> tuple[int, int]:
                     return line + breaks(data[:bad]), 0
                 line += breaks(data)
         return line, 0  # a last character that did not decode is on the last line anyway
-    with path.open("rb") as f:
+    with open_regular(path, "rb") as f:
         while True:
             block = f.read(1 << 20)
             data = pending + block
@@ -404,7 +430,7 @@ def detect_encoding(path: Path, declared: str = "auto") -> str:
     """
     if declared != "auto":
         return {"utf-8": "utf-8-sig"}.get(declared, declared)
-    with path.open("rb") as f:
+    with open_regular(path, "rb") as f:
         head = f.read(1 << 16)
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return "utf-16"
@@ -467,7 +493,7 @@ class LeadsCsv:
         regular_file(self.path)
         try:
             self.encoding = detect_encoding(self.path, encoding or fmt.encoding)
-            self._file = self.path.open("r", encoding=self.encoding, newline="")
+            self._file = open_regular(self.path, "r", encoding=self.encoding, newline="")
         except OSError as exc:
             raise ImportFileError(f"{self.path}: cannot read: {exc.strerror}") from exc
         try:

@@ -19,7 +19,7 @@ from email_validator import EmailNotValidError
 
 from outreach import db
 from outreach.addresses import normalize_address
-from outreach.leads import BoundedLines, Problem, import_path
+from outreach.leads import BoundedLines, Problem, import_path, open_regular
 from outreach.store import Conn, emails, suppressions
 
 REASONS = ("unsubscribed", "bounced", "complained", "manual", "do-not-contact")
@@ -107,7 +107,8 @@ def import_suppressions(url: str, csv_file: str | Path, reason: str = "do-not-co
     """
     path = import_path(csv_file)
     result = SuppressionImport(file=str(csv_file))
-    with path.open("r", encoding="utf-8-sig", newline="") as f, db.transaction(url) as conn:
+    with open_regular(path, "r", encoding="utf-8-sig", newline="") as f, \
+            db.transaction(url) as conn:
         lines = BoundedLines(f, csv_file)  # rows of at most MAX_ROW_CHARS: read in bounded memory
         reader = csv.reader(lines)
         first = next(reader, None)
