@@ -83,3 +83,19 @@ def test_the_airflow_wing_never_falls_back_to_the_embedded_server(tmp_path, monk
         database_url()
     assert str(err.value) == NO_DATABASE
     assert no_embedded_server_started(tmp_path)
+
+
+def test_doctor_reads_the_mailboxes_of_the_embedded_server_on_opt_in(tmp_path):
+    # `outreach doctor` takes its database like every other command: with the opt-in and no
+    # configured database, the embedded server's mailboxes, not "no outreach database".
+    env = bare_env(tmp_path, OUTREACH_EMBEDDED_DB="1")
+    try:
+        up = subprocess.run(outreach_cmd("db", "upgrade"), env=env, capture_output=True,
+                            text=True, timeout=300)
+        assert up.returncode == 0, up.stderr
+        p = subprocess.run(outreach_cmd("doctor", "--workers", "1"), env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert "no outreach database" not in p.stdout, p.stdout + p.stderr
+        assert p.returncode in (0, 1) and "mailbox" in p.stdout, p.stdout + p.stderr
+    finally:
+        subprocess.run(outreach_cmd("db", "stop"), env=env, capture_output=True, timeout=120)

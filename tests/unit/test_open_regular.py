@@ -11,8 +11,6 @@ import os
 import threading
 from pathlib import Path
 
-import pytest
-
 from outreach import leads
 from outreach.leads import ImportFileError, LeadsCsv, open_regular
 
@@ -34,7 +32,7 @@ def _in_thread(fn):
 def _catch(fn):
     try:
         return fn()
-    except Exception as exc:  # the test inspects it
+    except Exception as exc:  # noqa: BLE001 - the test inspects it
         return exc
 
 
