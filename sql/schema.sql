@@ -470,6 +470,7 @@ CREATE TABLE outreach.import_runs (
     created_at   timestamptz NOT NULL DEFAULT now(),
     unchanged    integer NOT NULL DEFAULT 0,
     problems_omitted integer NOT NULL DEFAULT 0,
+    problems_purged_at timestamptz,  -- retention emptied problems (0125); counts kept
     CONSTRAINT outreach_import_runs_kind_check CHECK (kind IN ('leads', 'suppressions'))
 );
 COMMENT ON COLUMN outreach.import_runs.duplicate IS 'rows repeating an earlier row of the same file';
@@ -601,6 +602,7 @@ CREATE TABLE outreach.inbound_messages (
     recorded_at  timestamptz NOT NULL DEFAULT now(),
     reason       text,   -- outreach.reasons key (bounces, blocks, reports, complaints; 0091)
     diagnostic   text,   -- the report's Diagnostic-Code or the bounce's text (<= 500)
+    content_purged_at timestamptz, -- retention blanked from/subject/address/diagnostic/evidence (0125)
     CONSTRAINT outreach_inbound_messages_uid_key UNIQUE (account, folder, uidvalidity, uid),
     CONSTRAINT outreach_inbound_messages_message_id_key UNIQUE (account, message_id),
     CONSTRAINT outreach_inbound_messages_class_check CHECK (class IN (

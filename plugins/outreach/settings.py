@@ -621,3 +621,21 @@ class BounceSettings(OutreachSettings):
     soft_bounce_window_days: int = Field(30, ge=1, le=365, description="days, 1 to 365")
     block_pause_count: int = Field(5, ge=1, le=10_000, description="blocks, 1 to 10000")
     block_window_hours: int = Field(24, ge=1, le=24 * 90, description="hours, 1 to 2160")
+
+
+class RetentionSettings(OutreachSettings):
+    """How long personal content is kept (:mod:`outreach.retention`), each read once from its
+    ``OUTREACH_*`` variable with its range.
+
+    | variable                               | field                         | default |
+    |----------------------------------------|-------------------------------|---------|
+    | OUTREACH_RETENTION_INBOUND_DAYS        | retention_inbound_days        | 90 |
+    | OUTREACH_RETENTION_IMPORT_PROBLEM_DAYS | retention_import_problem_days | 30 |
+
+    Counted from when the row was recorded (``inbound_messages.recorded_at``,
+    ``import_runs.created_at``), in whole days of 24 hours. The send log is not purged: the
+    promise needs its Message-IDs, statuses and times as long as the rows exist.
+    """
+
+    retention_inbound_days: int = Field(90, ge=1, le=3650, description="days, 1 to 3650")
+    retention_import_problem_days: int = Field(30, ge=1, le=3650, description="days, 1 to 3650")
