@@ -6,7 +6,7 @@
 -- drift: a migration that changes the schema changes this file in the same commit.
 --
 -- Where each rule lives (one hop; search for the name):
---   the claim ........... outreach.claim_emails_v1                  §4 "The claim"
+--   the claim ........... outreach.claim_emails_v2 (v1 without the contact policy)  §4 "The claim"
 --                         (called by the named queries email_claim_batch, email_claim_transactional)
 --   the suppression rule  outreach.is_suppressed                    §4 "Suppression"
 --   the warm-up rule .... outreach.mailbox_daily_limit              §4 "Warm-up"
@@ -15,6 +15,9 @@
 --                         on outreach.send_window_span and mailboxes.next_handoff_at  §4 "Pacing"
 --   what the cap counts . outreach.mailbox_claim_counts, kept by triggers
 --                         outreach_emails_count_claims_*                           §2, §5
+--   the per-person frequency cap (contact policy) outreach.claim_emails_v2: a count of the
+--                         lead's sending/sent rows under pg_try_advisory_xact_lock on
+--                         'outreach.person:<lead id>'                §4 "The claim"
 --   the send window ..... outreach.next_send_slot                   §4 "Send windows"
 --   one email per lead and step  outreach_emails_lead_step_key      §2 outreach.emails
 --   one send-log entry per email outreach_send_log_email_key        §2 outreach.send_log
@@ -325,6 +328,9 @@ CREATE TABLE outreach.emails (
     -- sender on its rows not yet handed over: an unstamped row whose claim and heartbeat are both
     -- older than the release threshold lost its sender, and the reaper requeues it (0098).
     claim_heartbeat_at     timestamptz,
+    -- Why the claim held this queued row back and moved its scheduled_for (the contact policy,
+    -- outreach.claim_emails_v2, 0111): 'frequency cap: 1 a day'. Cleared when it is claimed.
+    hold_reason            text,
     CONSTRAINT outreach_emails_lead_step_key UNIQUE (lead_id, step_id),
     CONSTRAINT outreach_emails_idempotency_key_key UNIQUE (idempotency_key),
     CONSTRAINT outreach_emails_attempts_check CHECK (attempts >= 0),
@@ -367,6 +373,8 @@ COMMENT ON COLUMN outreach.emails.late_accepted_at IS
     'the server accepted (2xx to the end of DATA) after the row was failed as unconfirmed';
 COMMENT ON COLUMN outreach.emails.claim_heartbeat_at IS
     'last heartbeat of the live sender holding this claim (unstamped rows only); NULL: none yet';
+COMMENT ON COLUMN outreach.emails.hold_reason IS
+    'why the claim held this queued row back and moved scheduled_for (contact policy); NULL: not held';
 
 -- Exactly one entry per email row, written only after the SMTP server accepted it, by the same
 -- statement that marks the row sent (email_mark_sent; email_resolve_was_sent for an operator).
@@ -965,6 +973,99 @@ BEGIN
     -- outreach_emails_queued_idx, a scan of the whole queue per claim, instead of the primary key.
     WHERE e.id = ANY (v_picked) AND e.status IS NOT DISTINCT FROM 'queued'
     RETURNING e.*;
+END
+$$;
+
+-- The claim with the contact policy (0111; docs/explanation/contact-policy.md): as
+-- claim_emails_v1 (which it calls for transactional mail and when both caps are NULL), and for
+-- each picked campaign row, in order, the per-person frequency cap: at most p_person_per_day
+-- touches of the lead since UTC midnight and p_person_per_week in the last 7 days, across all
+-- campaigns (a touch: a marketing row sending, sent or failed as unconfirmed, by claimed_at). A
+-- person is one lead row (leads.email is the one normal form). Each row is decided under
+-- pg_try_advisory_xact_lock on 'outreach.person:<lead id>', held to the end of the claim's
+-- transaction: another claimer holding it makes this one skip the row (still queued, untouched);
+-- once it committed, this count (a fresh snapshot, READ COMMITTED) sees its row. try-lock never
+-- waits, so no order of locks deadlocks. A row over a cap stays queued: scheduled_for moves to
+-- the next UTC midnight (day cap) or to when the oldest touch of the 7 days leaves them (week
+-- cap), and hold_reason says which. Raises invalid_parameter_value for a cap below 1.
+CREATE FUNCTION outreach.claim_emails_v2(p_message_class text, p_mailbox_id bigint,
+                                         p_limit integer, p_claim_token uuid, p_claimed_by text,
+                                         p_now timestamptz DEFAULT NULL,
+                                         p_person_per_day integer DEFAULT NULL,
+                                         p_person_per_week integer DEFAULT NULL)
+RETURNS SETOF outreach.emails
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+    v_today timestamptz := date_trunc('day', coalesce(p_now, now()) AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
+    v_picked bigint[];
+    v_row record;
+    v_day integer;
+    v_week integer;
+    v_oldest timestamptz;
+BEGIN
+    IF p_message_class <> 'marketing' OR (p_person_per_day IS NULL AND p_person_per_week IS NULL) THEN
+        RETURN QUERY SELECT * FROM outreach.claim_emails_v1(p_message_class, p_mailbox_id, p_limit,
+                                                            p_claim_token, p_claimed_by, v_now);
+        RETURN;
+    END IF;
+    IF p_person_per_day < 1 OR p_person_per_week < 1 THEN
+        RAISE EXCEPTION 'contact caps must be at least 1 (or NULL: off), got % a day, % a week',
+                        p_person_per_day, p_person_per_week
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The pick of claim_emails_v1 (its comments say why it is written so).
+    v_picked := ARRAY(
+        SELECT q.id
+        FROM outreach.emails q
+        JOIN outreach.campaigns c ON c.id = q.campaign_id
+        JOIN outreach.leads l ON l.id = q.lead_id
+        WHERE q.status = 'queued'
+          AND q.mailbox_id = p_mailbox_id
+          AND q.scheduled_for <= v_now
+          AND c.status = 'active'
+          AND outreach.next_send_slot(v_now, coalesce(l.timezone, c.timezone), c.send_days,
+                                      c.window_start, c.window_end) <= v_now
+        ORDER BY q.scheduled_for, q.id
+        LIMIT p_limit
+        FOR NO KEY UPDATE OF q SKIP LOCKED);
+    FOR v_row IN SELECT q.id, q.lead_id FROM outreach.emails q WHERE q.id = ANY (v_picked)
+                 ORDER BY q.scheduled_for, q.id LOOP
+        -- The person's lock, held to the end of the claim's transaction. Held by another claimer:
+        -- skip the row this time (it stays queued, untouched).
+        IF NOT pg_try_advisory_xact_lock(hashtextextended('outreach.person:' || v_row.lead_id, 0)) THEN
+            CONTINUE;
+        END IF;
+        SELECT count(*) FILTER (WHERE e.claimed_at >= v_today)::integer, count(*)::integer,
+               min(e.claimed_at)
+        INTO v_day, v_week, v_oldest
+        FROM outreach.emails e
+        WHERE e.lead_id = v_row.lead_id AND e.message_class = 'marketing'
+          AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed')
+          AND e.claimed_at > v_now - interval '7 days';
+        IF v_day >= coalesce(p_person_per_day, 2147483647)
+           OR v_week >= coalesce(p_person_per_week, 2147483647) THEN
+            UPDATE outreach.emails e
+            SET scheduled_for = CASE
+                    WHEN v_week >= coalesce(p_person_per_week, 2147483647)
+                    THEN greatest(v_oldest + interval '7 days', v_today + interval '1 day')
+                    ELSE v_today + interval '1 day' END,
+                hold_reason = CASE
+                    WHEN v_week >= coalesce(p_person_per_week, 2147483647)
+                    THEN 'frequency cap: ' || p_person_per_week || ' a week'
+                    ELSE 'frequency cap: ' || p_person_per_day || ' a day' END,
+                updated_at = v_now
+            WHERE e.id = v_row.id AND e.status IS NOT DISTINCT FROM 'queued';
+            CONTINUE;
+        END IF;
+        RETURN QUERY
+        UPDATE outreach.emails e
+        SET status = 'sending', claim_token = p_claim_token, claimed_at = v_now,
+            claimed_by = p_claimed_by, attempts = e.attempts + 1, updated_at = v_now,
+            hold_reason = NULL
+        WHERE e.id = v_row.id AND e.status IS NOT DISTINCT FROM 'queued'
+        RETURNING e.*;
+    END LOOP;
 END
 $$;
 

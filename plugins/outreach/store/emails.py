@@ -92,8 +92,11 @@ def email_claim_batch(
     mailbox_id: int,
     claim_token: UUID,
     claimed_by: str,
+    person_per_day: int | None = None,
+    person_per_week: int | None = None,
 ) -> list[ClaimedEmail]:
-    """``email_claim_batch``: the claim of campaign rows (``outreach.claim_emails_v1``)."""
+    """``email_claim_batch``: the claim of campaign rows (``outreach.claim_emails_v2``, with the
+    per-person frequency cap when ``person_per_day``/``person_per_week`` are set)."""
     return many(
         conn,
         "email_claim_batch",
@@ -103,6 +106,8 @@ def email_claim_batch(
             "mailbox_id": mailbox_id,
             "claim_token": claim_token,
             "claimed_by": claimed_by,
+            "person_per_day": person_per_day,
+            "person_per_week": person_per_week,
         },
         ClaimedEmail,
     )
