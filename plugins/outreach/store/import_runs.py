@@ -130,6 +130,7 @@ class ImportRunSummary:
     created_at: dt.datetime
     unchanged: int
     problems_omitted: int
+    problems_purged_at: dt.datetime | None  # retention (outreach.retention)
 
 
 def import_run_latest(conn: Conn, *, kind: str) -> ImportRunSummary | None:
