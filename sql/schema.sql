@@ -688,9 +688,10 @@ CREATE TABLE outreach.esp_tokens (
 );
 
 -- The event log (issue 26): append-only, one row per recorded effect, written in the effect's own
--- transaction (an outbox). Consumers read by id as a watermark, but only rows whose xact is older
--- than every running transaction (pg_snapshot_xmin(pg_current_snapshot())): ids are not
--- commit-ordered (migration 0104). payload names rows by id, never an address or a name.
+-- transaction (an outbox). A consumer's watermark is a transaction boundary: it reads rows with
+-- previous boundary <= xact < pg_snapshot_xmin(pg_current_snapshot()) and keeps that xmin as the
+-- next boundary (neither ids nor xacts are commit-ordered: migration 0104). The id names one
+-- event. payload names rows by id, never an address or a name.
 CREATE TABLE outreach.events (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     kind        text NOT NULL,

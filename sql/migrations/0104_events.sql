@@ -4,11 +4,13 @@
 -- Assets) read it by id as a watermark.
 --
 -- An identity id is not commit-ordered: a transaction that took id 10 may commit after one that
--- took id 11, so "id > watermark" alone could skip 10 for good. Each row therefore carries the
--- id of the transaction that wrote it (xact); a consumer reads only rows whose xact is older than
--- every transaction still running (xact < pg_snapshot_xmin(pg_current_snapshot())), so nothing
--- below its new watermark can still appear.
---
+-- took id 11, so "id > watermark" alone could skip 10 for good. Nor is xact: a transaction gets
+-- its id at its first write, which may come long before it inserts its event. Each row therefore
+-- carries the id of the transaction that wrote it (xact), and a consumer's watermark is a
+-- transaction boundary, not an event id: it reads the rows with previous boundary <= xact <
+-- pg_snapshot_xmin(pg_current_snapshot()) and keeps that xmin as its next boundary. Every
+-- transaction below xmin has ended, so no row can still appear below the boundary. The id
+-- names one event (for de-duplication), in order within a read.
 -- No addresses or names in payload: it names rows by id (lead, email, campaign); the consumer
 -- joins and masks what leaves the database.
 CREATE TABLE outreach.events (
