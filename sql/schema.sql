@@ -1352,7 +1352,7 @@ BEGIN
 END
 $$;
 
--- The event log's writer (0115): one event per recorded effect; kinds in docs/reference/events.md.
+-- The event log's writer (0115): one event per recorded effect; kinds and payloads in migration 0115.
 CREATE FUNCTION outreach.record_event() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -1370,7 +1370,7 @@ BEGIN
         VALUES (CASE NEW.class WHEN 'reply' THEN 'replied' ELSE 'auto_replied' END,
                 e.campaign_id, coalesce(NEW.lead_id, e.lead_id), NEW.email_id,
                 jsonb_build_object('step_id', e.step_id, 'inbound_id', NEW.id,
-                                   'mailbox_id', NEW.mailbox_id, 'effect', NEW.effect));
+                                   'mailbox_id', NEW.mailbox_id));
     ELSIF TG_TABLE_NAME = 'delivery_failures' THEN
         SELECT * INTO e FROM outreach.emails WHERE id = NEW.email_id;
         INSERT INTO outreach.events (kind, campaign_id, lead_id, email_id, payload)
@@ -1386,22 +1386,19 @@ BEGIN
                      WHEN NEW.reason = 'complained' THEN 'complained'
                      ELSE 'suppressed' END,
                 jsonb_build_object('suppression_id', NEW.suppression_id,
-                                   'suppression_kind', NEW.kind, 'reason', NEW.reason,
-                                   'source', NEW.source));
+                                   'suppression_kind', NEW.kind, 'source', NEW.source));
     ELSIF TG_TABLE_NAME = 'enrollments' THEN
         INSERT INTO outreach.events (kind, campaign_id, lead_id, payload)
         VALUES ('stopped', NEW.campaign_id, NEW.lead_id,
-                jsonb_build_object('enrollment_id', NEW.id, 'reason', NEW.stop_reason,
-                                   'status', NEW.status));
+                jsonb_build_object('enrollment_id', NEW.id, 'status', NEW.status));
     ELSIF TG_TABLE_NAME = 'campaign_events' THEN
         INSERT INTO outreach.events (kind, campaign_id, payload)
         VALUES ('campaign_' || NEW.event, NEW.campaign_id,
-                jsonb_build_object('reason', NEW.reason, 'campaign_event_id', NEW.id));
+                jsonb_build_object('campaign_event_id', NEW.id));
     ELSIF TG_TABLE_NAME = 'mailbox_events' THEN
         INSERT INTO outreach.events (kind, payload)
         VALUES ('mailbox_' || NEW.event,
-                jsonb_build_object('mailbox_id', NEW.mailbox_id, 'reason', NEW.reason,
-                                   'mailbox_event_id', NEW.id));
+                jsonb_build_object('mailbox_id', NEW.mailbox_id, 'mailbox_event_id', NEW.id));
     ELSIF TG_TABLE_NAME = 'email_resolutions' THEN
         SELECT * INTO e FROM outreach.emails WHERE id = NEW.email_id;
         INSERT INTO outreach.events (kind, campaign_id, lead_id, email_id, payload)
@@ -1501,7 +1498,8 @@ CREATE TRIGGER outreach_send_log_record_event
 -- complaints and unsubscribes from suppression_events (one event per effect, whoever saw it).
 CREATE TRIGGER outreach_inbound_messages_record_event
     AFTER INSERT ON outreach.inbound_messages
-    FOR EACH ROW WHEN (NEW.class IN ('reply', 'auto_reply') AND NEW.email_id IS NOT NULL)
+    FOR EACH ROW WHEN (NEW.class IN ('reply', 'auto_reply')
+                       AND (NEW.email_id IS NOT NULL OR NEW.lead_id IS NOT NULL))
     EXECUTE FUNCTION outreach.record_event();
 
 CREATE TRIGGER outreach_delivery_failures_record_event

@@ -38,3 +38,16 @@ def test_a_reply_in_dovecot_becomes_one_replied_event(db_url, tmp_path, sink, se
     assert replied[0]["lead_id"] is not None and replied[0]["campaign_id"] is not None
     assert replied[0]["payload"]["step_id"] is not None
     assert "@" not in json.dumps([e["payload"] for e in events])
+
+
+def test_an_operators_free_text_stays_out_of_the_event(db_url, tmp_path, sink, settings):
+    # A stop reason is typed by a person and may name one: the event carries ids, not the text.
+    sent = sent_campaign(db_url, tmp_path, settings, ["stop@thread.example"])
+    email_id = sent["stop@thread.example"]["email_id"]
+    reason = "Jane Doe (jane.doe@corp.example) phoned: stop"
+    rows(db_url, "SELECT outreach.stop_enrollment(n.id, 'stopped', %s, 'op') AS n FROM"
+                 " outreach.enrollments n JOIN outreach.emails e ON e.lead_id = n.lead_id"
+                 " AND e.campaign_id = n.campaign_id WHERE e.id = %s", (reason, email_id))
+    events = rows(db_url, "SELECT kind, payload FROM outreach.events ORDER BY id")
+    assert [e["kind"] for e in events if e["kind"] == "stopped"] == ["stopped"], events
+    assert "Jane" not in json.dumps([e["payload"] for e in events]), events
