@@ -117,8 +117,11 @@ def open_regular(path: Path, mode: str = "r", **kwargs: Any) -> IO[Any]:
 
     :param mode: ``"r"`` or ``"rb"``; ``kwargs`` as for :func:`open` (encoding, newline, errors).
     :raises ImportFileError: the opened file is not a regular file (nothing read from it).
+    :raises ValueError: ``mode`` is not a reading mode.
     :raises OSError: it cannot be opened.
     """
+    if mode not in ("r", "rb"):
+        raise ValueError(f"open_regular reads only (mode 'r' or 'rb'), not {mode!r}")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     try:
         st_mode = os.fstat(fd).st_mode
@@ -126,10 +129,10 @@ def open_regular(path: Path, mode: str = "r", **kwargs: Any) -> IO[Any]:
             raise ImportFileError(f"{path}: not a regular file (it changed after it was checked); "
                                   "only regular files are imported (nothing was read from it)")
         os.set_blocking(fd, True)
-        return open(fd, mode, **kwargs)
     except BaseException:
         os.close(fd)
         raise
+    return open(fd, mode, **kwargs)  # closes fd itself if it fails (closefd=True)
 
 
 class BoundedLines:

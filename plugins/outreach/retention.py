@@ -54,7 +54,10 @@ def purge(url: str, *, now: dt.datetime | None = None,
     :param batch: rows per transaction.
     :raises outreach.db.OutreachDBError: the database cannot be reached.
     :raises outreach.settings.SettingsError: a limit is not a whole number of days in range.
+    :raises ValueError: ``batch`` is below 1.
     """
+    if batch < 1:
+        raise ValueError(f"batch must be at least 1, got {batch}")
     s = settings or RetentionSettings()
     counts = []
     for purge_batch, days in ((store.retention_purge_inbound, s.retention_inbound_days),

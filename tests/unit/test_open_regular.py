@@ -76,3 +76,15 @@ def test_open_regular_reads_a_regular_file(tmp_path: Path) -> None:
     path.write_text("email\n")
     with open_regular(path, "r", encoding="utf-8") as f:
         assert f.read() == "email\n"
+
+
+def test_an_unknown_encoding_is_its_own_error_not_a_closed_descriptor(tmp_path: Path) -> None:
+    # open() closes the descriptor when it fails; closing it again could close another file's.
+    path = tmp_path / "x.csv"
+    path.write_text("email\n")
+    try:
+        open_regular(path, "r", encoding="no-such-codec")
+    except LookupError:
+        pass
+    else:
+        raise AssertionError("no error for an unknown codec")
