@@ -697,9 +697,9 @@ CREATE TABLE outreach.events (
     kind        text NOT NULL,
     occurred_at timestamptz NOT NULL DEFAULT now(),
     xact        xid8 NOT NULL DEFAULT pg_current_xact_id(),
-    campaign_id bigint REFERENCES outreach.campaigns (id),
-    lead_id     bigint REFERENCES outreach.leads (id),
-    email_id    bigint REFERENCES outreach.emails (id),
+    campaign_id bigint REFERENCES outreach.campaigns (id) ON DELETE SET NULL,
+    lead_id     bigint REFERENCES outreach.leads (id) ON DELETE SET NULL,
+    email_id    bigint REFERENCES outreach.emails (id) ON DELETE SET NULL,
     payload     jsonb NOT NULL DEFAULT '{}'::jsonb,
     CONSTRAINT outreach_events_kind_check CHECK (kind ~ '^[a-z][a-z_]*$')
 );

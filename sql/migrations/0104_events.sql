@@ -11,6 +11,9 @@
 -- pg_snapshot_xmin(pg_current_snapshot()) and keeps that xmin as its next boundary. Every
 -- transaction below xmin has ended, so no row can still appear below the boundary. The id
 -- names one event (for de-duplication), in order within a read.
+-- The event outlives the rows it names: a deleted email, lead or campaign (erasure, a clean-up)
+-- leaves its events with the id set to NULL, never blocks the delete.
+--
 -- No addresses or names in payload: it names rows by id (lead, email, campaign); the consumer
 -- joins and masks what leaves the database.
 CREATE TABLE outreach.events (
@@ -18,9 +21,9 @@ CREATE TABLE outreach.events (
     kind        text NOT NULL,
     occurred_at timestamptz NOT NULL DEFAULT now(),
     xact        xid8 NOT NULL DEFAULT pg_current_xact_id(),
-    campaign_id bigint REFERENCES outreach.campaigns (id),
-    lead_id     bigint REFERENCES outreach.leads (id),
-    email_id    bigint REFERENCES outreach.emails (id),
+    campaign_id bigint REFERENCES outreach.campaigns (id) ON DELETE SET NULL,
+    lead_id     bigint REFERENCES outreach.leads (id) ON DELETE SET NULL,
+    email_id    bigint REFERENCES outreach.emails (id) ON DELETE SET NULL,
     payload     jsonb NOT NULL DEFAULT '{}'::jsonb,
     CONSTRAINT outreach_events_kind_check CHECK (kind ~ '^[a-z][a-z_]*$')
 );
