@@ -25,6 +25,8 @@ def collect(url: str, *, now: Any = None, accounts: Any = None) -> dict[str, Any
     * ``rows``: per campaign/step/mailbox counts; ``totals``; ``last_import``;
     * ``held``: leads a step is not queued for because they lack a field it requires
       (campaign, step, missing, leads);
+    * ``waiting``: queued emails the contact policy holds back, per campaign, step and reason
+      (campaign, step, reason, emails, next_at; docs/explanation/contact-policy.md);
     * ``mailboxes``: today's sends against the limit, pause status (address masked, ``name``);
     * ``funnel``: per campaign and step: enrolled, queued, sent, replied, bounced,
       unsubscribed, unconfirmed, failed, complained, sender_blocked, stopped_domain_reply,
@@ -62,6 +64,7 @@ def collect(url: str, *, now: Any = None, accounts: Any = None) -> dict[str, Any
         latest = import_runs.import_run_latest(conn, kind="leads")
         last_import = asdict(latest) if latest is not None else None
         held = [asdict(r) for r in reports.report_missing_fields(conn, campaign_key=None)]
+        waiting = [asdict(r) for r in reports.report_waiting(conn, campaign_key=None)]
         funnel = [asdict(r) for r in reports.report_funnel(conn)]
         inbound = [{"class": r.class_, "reason": r.reason, "messages": r.n, "applied": r.applied}
                    for r in reports.report_inbound_counts(conn)]
@@ -83,7 +86,8 @@ def collect(url: str, *, now: Any = None, accounts: Any = None) -> dict[str, Any
     from outreach.resolve import unconfirmed_details
 
     return {"rows": rows, "mailboxes": mailboxes, "totals": totals, "last_import": last_import,
-            "held": held, "funnel": funnel, "inbound": inbound, "health": health, "days": days,
+            "held": held, "waiting": waiting, "funnel": funnel, "inbound": inbound,
+            "health": health, "days": days,
             "spam_rate_threshold": HealthSettings.from_env().spam_rate_threshold,
             "unconfirmed": unconfirmed_details(url, accounts=accounts), "progress": progress}
 
@@ -117,6 +121,11 @@ def render_text(report: dict[str, Any]) -> str:
 
         parts.append("\nNot queued: leads lacking a field the step requires")
         parts += [f"  {held_line(h)}" for h in report["held"]]
+    if report.get("waiting"):
+        parts.append("\nWaiting: queued emails the contact policy holds back")
+        parts.append(_table(["campaign", "step", "reason", "emails", "first may go (UTC)"], [
+            [w["campaign"], w["step"], w["reason"], w["emails"], f"{w['next_at']:%Y-%m-%d %H:%M}"]
+            for w in report["waiting"]]))
     if report.get("inbound"):
         parts.append("\nInbound mail by class and reason (outreach lead show ADDRESS: one lead's)")
         parts.append(_table(["class", "reason", "messages", "changed something"], [

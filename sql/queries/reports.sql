@@ -83,6 +83,19 @@ WHERE st.requires <> '{}' AND m.missing <> '{}'
 GROUP BY c.key, st.position, m.missing
 ORDER BY c.key, st.position, m.missing;
 
+-- name: report_waiting
+-- Queued rows the contact policy holds back (emails.hold_reason, set by outreach.claim_emails_v3):
+-- per campaign, step and reason, how many and when the first may go ("waiting: frequency cap").
+SELECT c.key AS campaign, st.position AS step, e.hold_reason AS reason, count(*)::integer AS emails,
+       min(e.scheduled_for) AS next_at
+FROM outreach.emails e
+JOIN outreach.campaigns c ON c.id = e.campaign_id
+JOIN outreach.sequence_steps st ON st.id = e.step_id
+WHERE e.status = 'queued' AND e.hold_reason IS NOT NULL
+  AND (%(campaign_key)s::text IS NULL OR c.key = %(campaign_key)s::text)
+GROUP BY c.key, st.position, e.hold_reason
+ORDER BY c.key, st.position, e.hold_reason;
+
 -- name: report_funnel
 -- Per campaign and step, the funnel the campaign page draws. enrolled: the campaign's
 -- enrolments (the top, the same on every step); queued: waiting or being sent; sent: accepted

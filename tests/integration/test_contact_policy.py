@@ -6,6 +6,7 @@ with their reason."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 
 from outreach import db
@@ -167,6 +168,15 @@ def test_concurrent_senders_contact_at_most_k_people_of_a_company_a_day(db_url):
         assert conn.execute("SELECT max(n) AS m FROM (SELECT lead_id, count(*) AS n FROM"
                             " outreach.emails WHERE status = 'sending' GROUP BY lead_id) x"
                             ).fetchone()["m"] == 1
+    # The report says who waits and why (`outreach report --json`, the campaign page).
+    from outreach import report
+    waiting = json.loads(report.render_json(report.collect(db_url)))["waiting"]
+    assert {"campaign": "c1", "step": 1, "reason": "frequency cap: 1 a day"} in [
+        {k: w[k] for k in ("campaign", "step", "reason")} for w in waiting]
+    company3 = [w for w in waiting if w["reason"].endswith("at company3.example")]
+    assert company3 and sum(w["emails"] for w in company3) > 0
+    assert "Waiting: queued emails the contact policy holds back" in report.render_text(
+        report.collect(db_url))
 
 
 def test_held_rows_do_not_spend_the_claims_limit(db_url):

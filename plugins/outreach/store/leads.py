@@ -168,4 +168,3 @@ class TimelineEntry:
 def lead_timeline(conn: Conn, *, address: str) -> list[TimelineEntry]:
     """``lead_timeline``: everything that happened to one lead, oldest first."""
     return many(conn, "lead_timeline", {"address": address}, TimelineEntry)
-

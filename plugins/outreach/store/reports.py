@@ -126,6 +126,23 @@ def report_missing_fields(conn: Conn, *, campaign_key: str | None) -> list[Missi
 
 
 @dataclass(frozen=True, slots=True)
+class Waiting:
+    """A row of ``report_waiting`` (columns as the query names them)."""
+
+    campaign: str
+    step: int
+    reason: str
+    emails: int
+    next_at: dt.datetime
+
+
+def report_waiting(conn: Conn, *, campaign_key: str | None) -> list[Waiting]:
+    """``report_waiting``: queued rows the contact policy holds back, per campaign, step and
+    ``hold_reason``, with how many and when the first may go (UTC)."""
+    return many(conn, "report_waiting", {"campaign_key": campaign_key}, Waiting)
+
+
+@dataclass(frozen=True, slots=True)
 class FunnelStep:
     """A row of ``report_funnel`` (columns as the query names them)."""
 
