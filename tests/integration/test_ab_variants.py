@@ -5,6 +5,8 @@ so a retried row is sent with its variant's copy; the report shows each variant'
 from __future__ import annotations
 
 import datetime as dt
+import html
+import json
 
 import psycopg
 import pytest
@@ -14,6 +16,8 @@ from outreach.content import content_version
 from outreach.leads import import_leads
 from outreach.preview import preview
 from outreach.queue import queue_due
+from outreach.report import collect, render_json, render_text
+from outreach.web.campaign_page import render_page
 from support.faultsmtp import FaultSMTPServer
 from support.flow import one_mailbox, point_mailboxes_at, rows, scalar, send_run
 from support.paths import CAMPAIGN, MAILBOXES
@@ -118,6 +122,43 @@ def test_a_retried_row_keeps_its_variant_and_is_sent_with_its_copy(
         for name, template, subject in (("alpha", "hello", "Alpha for {{ lead.company }}"),
                                         ("beta", "short", "Beta for {{ lead.company }}"))}
     assert len({r["content_version"] for r in sent}) == 2
+
+
+def test_the_report_shows_each_variant_and_says_when_it_is_not_yet_significant(
+        db_url, tmp_path, monkeypatch, settings, sink):
+    campaign = write_campaign(tmp_path, monkeypatch, (50, 50))
+    import_leads(db_url, campaign, MAILBOXES, leads_file(tmp_path, 20))
+    one_mailbox(db_url)
+    queue_due(db_url)
+    send_run(db_url, settings)
+    # Two alpha leads reply (the enrolment stops as 'replied', as the inbox reader does it).
+    with psycopg.connect(db_url) as conn:
+        conn.execute("""SELECT outreach.stop_enrollment(en.id, 'replied', 'a reply', 'test')
+                        FROM outreach.enrollments en
+                        WHERE en.lead_id IN (SELECT lead_id FROM outreach.emails
+                                             WHERE variant = 'alpha' ORDER BY id LIMIT 2)""")
+    per_variant = {r["variant"]: r["n"] for r in rows(
+        db_url, "SELECT variant, count(*)::integer AS n FROM outreach.emails "
+                "WHERE status = 'sent' GROUP BY variant")}
+    report = json.loads(render_json(collect(db_url)))
+    [step] = report["variants"]
+    assert (step["campaign"], step["step"]) == ("ab-test", 1)
+    got = {v["variant"]: v for v in step["variants"]}
+    assert {k: v["sent"] for k, v in got.items()} == per_variant
+    assert (got["alpha"]["replied"], got["beta"]["replied"]) == (2, 0)
+    assert got["alpha"]["reply_rate"] == pytest.approx(2 / per_variant["alpha"])
+    assert got["alpha"]["reply_rate_low"] < got["alpha"]["reply_rate"] < got["alpha"]["reply_rate_high"]
+    assert not step["significant"]
+    assert step["verdict"].startswith("not yet significant")
+    text = render_text(collect(db_url))
+    assert "A/B variants: ab-test step 1" in text
+    assert "not yet significant" in text
+    # The campaign page shows the same figures (the same collect()).
+    page = render_page(collect(db_url))
+    for name, v in got.items():
+        for k in ("sent", "replied", "bounced", "unsubscribed", "complained"):
+            assert f'data-k="variants.ab-test.1.{name}.{k}">{v[k]}</td>' in page
+    assert f'data-k="variants.ab-test.1.verdict">{html.escape(step["verdict"])}</p>' in page
 
 
 def test_a_campaign_file_with_one_variant_or_a_missing_template_is_refused(tmp_path, monkeypatch):
