@@ -17,6 +17,7 @@ from outreach.leads import import_leads
 from outreach.preview import preview
 from outreach.queue import queue_due
 from outreach.report import collect, render_json, render_text
+from outreach.resolve import requeue_failed
 from outreach.web.campaign_page import render_page
 from support.faultsmtp import FaultSMTPServer
 from support.flow import one_mailbox, point_mailboxes_at, rows, scalar, send_run
@@ -122,6 +123,34 @@ def test_a_retried_row_keeps_its_variant_and_is_sent_with_its_copy(
         for name, template, subject in (("alpha", "hello", "Alpha for {{ lead.company }}"),
                                         ("beta", "short", "Beta for {{ lead.company }}"))}
     assert len({r["content_version"] for r in sent}) == 2
+
+
+def test_a_requeued_row_after_exhausted_retries_keeps_its_variant(
+        db_url, tmp_path, monkeypatch, settings):
+    campaign = write_campaign(tmp_path, monkeypatch, (50, 50))
+    import_leads(db_url, campaign, MAILBOXES, leads_file(tmp_path, 6))
+    one_mailbox(db_url)
+    queue_due(db_url)
+    queued = {r["email"]: r["variant"] for r in rows(
+        db_url, "SELECT l.email, e.variant FROM outreach.emails e "
+                "JOIN outreach.leads l ON l.id = e.lead_id")}
+    refusals = ["rcpt_451"] * settings.max_attempts
+    with FaultSMTPServer(rules={a: [*refusals, "accept"] for a in queued}) as smtp:
+        point_mailboxes_at(monkeypatch, smtp.connection_json())
+        clock = dt.datetime.now(dt.UTC)
+        for _ in range(settings.max_attempts):
+            send_run(db_url, settings, now=clock)
+            clock += dt.timedelta(minutes=31)
+        assert scalar(db_url, "SELECT count(*) FROM outreach.emails "
+                              "WHERE failure_kind = 'retries_exhausted'") == 6
+        assert requeue_failed(db_url, "retries_exhausted", "ops", "relay fixed").requeued
+        send_run(db_url, settings, now=clock)
+    assert {a.recipient for a in smtp.accepted} == set(queued)
+    for a in smtp.accepted:
+        assert a.message["Subject"].startswith(queued[a.recipient].capitalize() + " for ")
+    assert {r["email"]: r["variant"] for r in rows(
+        db_url, "SELECT l.email, e.variant FROM outreach.emails e JOIN outreach.leads l "
+                "ON l.id = e.lead_id WHERE e.status = 'sent'")} == queued
 
 
 def test_the_report_shows_each_variant_and_says_when_it_is_not_yet_significant(
