@@ -23,6 +23,7 @@
 --   one email per lead and step  outreach_emails_lead_step_key      §2 outreach.emails
 --   one send-log entry per email outreach_send_log_email_key        §2 outreach.send_log
 --   the Message-ID never changes trigger outreach_emails_keep_idempotency_key  §5
+--   a row's A/B variant is fixed trigger outreach_emails_keep_variant          §5
 --   unconfirmed needs a person   trigger outreach_emails_guard_unconfirmed     §5
 --   transactional enqueue ....   outreach.enqueue_transactional     §4 "Transactional mail"
 --   stopping an enrolment .....  outreach.stop_enrollment           §4 "Enrolments"
@@ -188,6 +189,23 @@ CREATE TABLE outreach.sequence_steps (
 COMMENT ON COLUMN outreach.sequence_steps.requires IS
     'lead fields this step needs (non-blank); a lead lacking one is not queued for the step';
 
+-- A/B variants of a step (0126): own subject and/or template (NULL: the step's) and a weight.
+-- outreach.step_variant_for chooses one per (lead, step) when the row is queued; emails.variant
+-- keeps it. A variant dropped from the campaign file is retired (active = false), never deleted:
+-- rows queued with it still render with its content.
+CREATE TABLE outreach.step_variants (
+    step_id  bigint NOT NULL REFERENCES outreach.sequence_steps (id),
+    name     text NOT NULL,
+    position integer NOT NULL,                -- order in the campaign file (1 = first)
+    subject  text,                            -- a Jinja2 string; NULL: the step's subject
+    template text,                            -- include/templates/<template>.*; NULL: the step's
+    weight   integer NOT NULL,                -- share of new rows: weight / sum of active weights
+    active   boolean NOT NULL DEFAULT true,   -- false: in no campaign file any more, never chosen
+    CONSTRAINT outreach_step_variants_pkey PRIMARY KEY (step_id, name),
+    CONSTRAINT outreach_step_variants_name_check CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_\-]{0,39}$'),
+    CONSTRAINT outreach_step_variants_weight_check CHECK (weight > 0)
+);
+
 -- ---------------------------------------------------------------------------------------------
 -- Leads and enrolments
 -- ---------------------------------------------------------------------------------------------
@@ -350,7 +368,12 @@ CREATE TABLE outreach.emails (
     -- Why the claim held this queued row back and moved its scheduled_for (the contact policy,
     -- outreach.claim_emails_v2, 0111): 'frequency cap: 1 a day'. Cleared when it is claimed.
     hold_reason            text,
+    -- The step variant this row renders (0126): chosen when queued (outreach.step_variant_for),
+    -- never changed (trigger outreach_emails_keep_variant). NULL: the step has no variants.
+    variant                text,
     CONSTRAINT outreach_emails_lead_step_key UNIQUE (lead_id, step_id),
+    CONSTRAINT outreach_emails_variant_fkey
+        FOREIGN KEY (step_id, variant) REFERENCES outreach.step_variants (step_id, name),
     CONSTRAINT outreach_emails_idempotency_key_key UNIQUE (idempotency_key),
     CONSTRAINT outreach_emails_attempts_check CHECK (attempts >= 0),
     CONSTRAINT outreach_emails_failure_kind_check CHECK (
@@ -394,6 +417,8 @@ COMMENT ON COLUMN outreach.emails.claim_heartbeat_at IS
     'last heartbeat of the live sender holding this claim (unstamped rows only); NULL: none yet';
 COMMENT ON COLUMN outreach.emails.hold_reason IS
     'why the claim held this queued row back and moved scheduled_for (contact policy); NULL: not held';
+COMMENT ON COLUMN outreach.emails.variant IS
+    'the step variant this row renders (outreach.step_variants); fixed when queued; NULL: none';
 
 -- Exactly one entry per email row, written only after the SMTP server accepted it, by the same
 -- statement that marks the row sent (email_mark_sent; email_resolve_was_sent for an operator).
@@ -1427,6 +1452,27 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
              THEN 'title' END], NULL)
 $$;
 
+-- The variant of (lead, step) for a row queued now: the first 32 bits of md5(campaign key / lead
+-- id / step position), modulo the sum of the step's active weights, falls into one variant's
+-- share of the cumulative weights (in file order). Deterministic: the same lead and step give
+-- the same variant in every run and part of queue-due, and in a preview. NULL when the step has
+-- no active variant.
+CREATE FUNCTION outreach.step_variant_for(p_step_id bigint, p_lead_id bigint) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT v.name
+    FROM (SELECT sv.name, sum(sv.weight) OVER (ORDER BY sv.position, sv.name) AS upto,
+                 sum(sv.weight) OVER () AS total
+          FROM outreach.step_variants sv
+          WHERE sv.step_id = p_step_id AND sv.active) v
+    CROSS JOIN (SELECT c.key, st.position FROM outreach.sequence_steps st
+                JOIN outreach.campaigns c ON c.id = st.campaign_id
+                WHERE st.id = p_step_id) s
+    WHERE mod(('x' || left(md5(s.key || '/' || p_lead_id || '/' || s.position), 8))::bit(32)::bigint,
+              v.total) < v.upto
+    ORDER BY v.upto
+    LIMIT 1
+$$;
+
 -- ---------------------------------------------------------------------------------------------
 -- Trigger functions (their triggers: §5)
 -- ---------------------------------------------------------------------------------------------
@@ -1436,6 +1482,14 @@ LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'outreach.emails.idempotency_key never changes (email %)', OLD.id
         USING ERRCODE = 'check_violation';
+END
+$$;
+
+CREATE FUNCTION outreach.emails_keep_variant() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'outreach.emails.variant never changes once queued (email %)', OLD.id
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'outreach_emails_keep_variant';
 END
 $$;
 
@@ -1626,6 +1680,11 @@ CREATE TRIGGER outreach_emails_keep_idempotency_key
     EXECUTE FUNCTION outreach.emails_keep_idempotency_key();
 
 -- What a transactional row was asked for (key, recipient, template, context, class) never changes.
+CREATE TRIGGER outreach_emails_keep_variant
+    BEFORE UPDATE ON outreach.emails
+    FOR EACH ROW WHEN (OLD.variant IS DISTINCT FROM NEW.variant)
+    EXECUTE FUNCTION outreach.emails_keep_variant();
+
 CREATE TRIGGER outreach_emails_keep_transactional_request
     BEFORE UPDATE OF delivery_key, recipient, template, context, message_class ON outreach.emails
     FOR EACH ROW

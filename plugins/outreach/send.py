@@ -292,12 +292,13 @@ def thread_of(conn: Conn, row: dict[str, Any]) -> Thread | None:
 
 def row_content_version(row: dict[str, Any]) -> str:
     """Return the content version (:func:`outreach.content.content_version`) of a claimed
-    row's message: its step's template, subject, thread flag and campaign, or its transactional
-    template."""
+    row's message: its step's (or its A/B variant's) template, subject, thread flag, campaign
+    and variant name, or its transactional template."""
     if message_class(row) == "transactional":
         return content_version(row["template"], None)
     return content_version(row["template"], row["subject"], thread=bool(row.get("step_thread")),
-                           campaign_key=row["campaign_key"], campaign_name=row["campaign_name"])
+                           campaign_key=row["campaign_key"], campaign_name=row["campaign_name"],
+                           variant=row.get("variant"))
 
 
 def prepare(row: dict[str, Any], settings: Settings, now: dt.datetime,

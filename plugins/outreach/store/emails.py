@@ -73,6 +73,7 @@ class ClaimedEmail:
     template: str
     subject: str
     step_thread: bool
+    variant: str | None
     campaign_key: str
     campaign_name: str
     mailbox_id: int
