@@ -219,6 +219,10 @@ class Campaign(_Model):
     """An automatic reply (out of office…) stops the lead's sequence too (see outreach.inbox)."""
     stop_on_domain_reply: bool = False
     """A reply stops every other lead of the same company domain in this campaign."""
+    overlap: Literal["allow", "wait", "skip"] = "allow"
+    """A lead already in another campaign's sequence: ``allow`` (both run; the frequency cap
+    spaces the touches), ``wait`` (step 1 is queued once the other sequence is done) or ``skip``
+    (enrolled stopped, the other campaign named in the reason). docs/explanation/contact-policy.md."""
     custom_columns: list[CustomName] = Field(default_factory=list)
     source: Source | None = None
     schedule: str | None = None
@@ -456,7 +460,8 @@ def sync(conn: Conn, campaign: Campaign, mailboxes: list[Mailbox], source_file: 
         send_days=w.iso_days(), window_start=w.start,
         window_end="24:00:00" if w.end == "24:00" else w.end, source_file=source_file,
         stop_on_auto_reply=campaign.stop_on_auto_reply,
-        stop_on_domain_reply=campaign.stop_on_domain_reply, status=campaign.status)
+        stop_on_domain_reply=campaign.stop_on_domain_reply, status=campaign.status,
+        overlap=campaign.overlap)
     for mailbox_id in mailbox_ids:
         campaigns_store.campaign_mailbox_link(conn, campaign_id=campaign_id, mailbox_id=mailbox_id)
     campaigns_store.campaign_mailbox_unlink_others(conn, campaign_id=campaign_id,

@@ -272,6 +272,9 @@ class ImportResult:
     campaign_id: int | None = None
     stopped: int = 0
     """Enrolments stopped because their row left a source (``stop_when_missing``)."""
+    overlap_skipped: int = 0
+    """Leads enrolled stopped because they are in another campaign's sequence (the campaign's
+    ``overlap: skip``; docs/explanation/contact-policy.md)."""
     seconds: dict[str, float] = field(default_factory=dict)
     """Wall seconds of each stage, in order: ``read`` (reading and checking the rows, in this
     process), ``copy`` (writing them to the stage table), ``suppression`` (waiting for it: a
@@ -297,7 +300,9 @@ class ImportResult:
                 f"updated={self.updated} unchanged={self.unchanged} duplicate={self.duplicate} "
                 f"invalid={self.invalid} "
                 f"suppressed={self.suppressed} enrolled={self.enrolled}"
-                + (f" stopped={self.stopped}" if self.stopped else ""))
+                + (f" stopped={self.stopped}" if self.stopped else "")
+                + (f" skipped_in_other_campaign={self.overlap_skipped}"
+                   if self.overlap_skipped else ""))
 
     def timings(self) -> str:
         """Return :attr:`seconds` for a log line: ``read 34.1 s, suppression 0.0 s, …``."""
@@ -1033,8 +1038,8 @@ def apply_staged(conn: Any, campaign: campaign_mod.Campaign, mailboxes: list[cam
     result.imported, result.updated = upserted.imported, upserted.updated
     result.unchanged = counts.accepted - result.imported - result.updated
     lap("upsert")
-    result.enrolled = enrollments_store.enrollment_insert_staged(conn, campaign_id=campaign_id,
-                                                                  now=now)
+    enrolled = enrollments_store.enrollment_insert_staged(conn, campaign_id=campaign_id, now=now)
+    result.enrolled, result.overlap_skipped = enrolled.enrolled, enrolled.skipped
     lap("enrol")
     result.problems = [Problem(**asdict(r))
                        for r in leads_store.lead_stage_problems(conn, limit=PROBLEMS_SHOWN)]

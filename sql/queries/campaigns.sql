@@ -4,14 +4,17 @@
 -- %(status)s (the file's `status`: draft or active) applies only when the campaign is created: a
 -- later sync never changes the status (approval, a pause are decided in the database).
 INSERT INTO outreach.campaigns AS c (key, name, timezone, send_days, window_start, window_end,
-                                     source_file, stop_on_auto_reply, stop_on_domain_reply, status)
+                                     source_file, stop_on_auto_reply, stop_on_domain_reply, status,
+                                     overlap)
 VALUES (%(key)s, %(name)s, %(timezone)s, %(send_days)s, %(window_start)s, %(window_end)s,
-        %(source_file)s, %(stop_on_auto_reply)s, %(stop_on_domain_reply)s, %(status)s)
+        %(source_file)s, %(stop_on_auto_reply)s, %(stop_on_domain_reply)s, %(status)s,
+        %(overlap)s)
 ON CONFLICT ON CONSTRAINT outreach_campaigns_key_key DO UPDATE
 SET name = excluded.name, timezone = excluded.timezone, send_days = excluded.send_days,
     window_start = excluded.window_start, window_end = excluded.window_end,
     source_file = excluded.source_file, stop_on_auto_reply = excluded.stop_on_auto_reply,
-    stop_on_domain_reply = excluded.stop_on_domain_reply, updated_at = now()
+    stop_on_domain_reply = excluded.stop_on_domain_reply, overlap = excluded.overlap,
+    updated_at = now()
 RETURNING id;
 
 -- name: campaign_mailbox_link

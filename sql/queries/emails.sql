@@ -48,6 +48,10 @@ due AS MATERIALIZED (
       AND NOT EXISTS (SELECT 1 FROM outreach.emails e
                       WHERE e.lead_id = en.lead_id AND e.step_id = st.id)
       AND (st.requires = '{}' OR outreach.lead_missing_fields(l, st.requires) = '{}')
+      -- overlap 'wait': step 1 waits while the lead is in an earlier enrolment's sequence
+      -- (outreach.lead_in_other_sequence, migration 0134).
+      AND (st.position > 1 OR c.overlap <> 'wait'
+           OR outreach.lead_in_other_sequence(en.lead_id, c.id, en.enrolled_at, en.id) IS NULL)
 ),
 slot AS MATERIALIZED (
 SELECT p.campaign_id, p.tz,

@@ -42,19 +42,33 @@ ORDER BY en.id;
 -- name: enrollment_insert_staged
 -- Enrol every staged, unsuppressed lead; a lead already enrolled keeps its enrolment (and its
 -- mailbox, so follow-ups come from the same sender). Mailboxes are assigned round-robin by lead id.
--- Returns the count of new enrolments.
+-- A campaign with overlap 'skip' enrols a lead who is in another campaign's sequence as stopped,
+-- by 'contact policy', with the other campaign in the reason (outreach.lead_in_other_sequence,
+-- migration 0134). Returns the count of new active enrolments and of those skipped.
 WITH mbs AS (
     SELECT array_agg(mailbox_id ORDER BY mailbox_id) AS ids
     FROM outreach.campaign_mailboxes WHERE campaign_id = %(campaign_id)s
+), camp AS (
+    SELECT overlap FROM outreach.campaigns WHERE id = %(campaign_id)s
 ), enrolled AS (
-    INSERT INTO outreach.enrollments (campaign_id, lead_id, mailbox_id, enrolled_at)
+    INSERT INTO outreach.enrollments (campaign_id, lead_id, mailbox_id, enrolled_at, status,
+                                      stopped_at, stopped_by, stop_reason)
     SELECT %(campaign_id)s, l.id, mbs.ids[1 + (l.id %% cardinality(mbs.ids))],
-           coalesce(%(now)s::timestamptz, now())
+           coalesce(%(now)s::timestamptz, now()),
+           CASE WHEN o.other IS NULL THEN 'active' ELSE 'stopped' END,
+           CASE WHEN o.other IS NOT NULL THEN coalesce(%(now)s::timestamptz, now()) END,
+           CASE WHEN o.other IS NOT NULL THEN 'contact policy' END,
+           'overlap: skip, in the sequence of campaign ' || o.other
     FROM outreach_lead_stage s
     JOIN outreach.leads l ON l.email = s.email
     CROSS JOIN mbs
+    CROSS JOIN camp
+    LEFT JOIN LATERAL (SELECT outreach.lead_in_other_sequence(l.id, %(campaign_id)s) AS other
+                       WHERE camp.overlap = 'skip') o ON true
     WHERE s.email IS NOT NULL AND s.duplicate_of IS NULL AND NOT s.suppressed
     ON CONFLICT ON CONSTRAINT outreach_enrollments_campaign_lead_key DO NOTHING
-    RETURNING 1
+    RETURNING status
 )
-SELECT count(*) AS enrolled FROM enrolled;
+SELECT count(*) FILTER (WHERE status = 'active') AS enrolled,
+       count(*) FILTER (WHERE status = 'stopped') AS skipped
+FROM enrolled;

@@ -26,9 +26,11 @@ def campaign_upsert(
     stop_on_auto_reply: bool,
     stop_on_domain_reply: bool,
     status: str = "draft",
+    overlap: str = "allow",
 ) -> int:
     """``campaign_upsert``: create or update a campaign; ``status`` (``draft`` or ``active``)
-    applies only when it is created (a later sync never changes the status).
+    applies only when it is created (a later sync never changes the status); ``overlap``
+    (``allow``, ``wait``, ``skip``) follows the file.
 
     :raises RowMissing: the statement returned no row."""
     return cast(
@@ -47,6 +49,7 @@ def campaign_upsert(
                 "stop_on_auto_reply": stop_on_auto_reply,
                 "stop_on_domain_reply": stop_on_domain_reply,
                 "status": status,
+                "overlap": overlap,
             },
             "id",
         ),

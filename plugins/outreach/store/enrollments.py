@@ -11,7 +11,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import cast
 
-from outreach.store._run import Conn, many, maybe_one, one_value
+from outreach.store._run import Conn, many, maybe_one, one, one_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,15 +105,22 @@ def enrollment_active_same_domain(
     )
 
 
-def enrollment_insert_staged(conn: Conn, *, campaign_id: int, now: dt.datetime | None) -> int:
+@dataclass(frozen=True, slots=True)
+class EnrolCounts:
+    """A row of ``enrollment_insert_staged``: new active enrolments, and those made stopped by
+    the campaign's overlap 'skip'."""
+
+    enrolled: int
+    skipped: int
+
+
+def enrollment_insert_staged(conn: Conn, *, campaign_id: int, now: dt.datetime | None
+                             ) -> EnrolCounts:
     """``enrollment_insert_staged``: Enrol every staged, unsuppressed lead; a lead already enrolled
     keeps its enrolment (and its mailbox, so follow-ups come from the same sender). Mailboxes
-    are assigned round-robin by lead id. Returns the count of new enrolments.
+    are assigned round-robin by lead id. With the campaign's overlap 'skip', a lead in another
+    campaign's sequence is enrolled stopped, with the reason (migration 0134).
 
     :raises RowMissing: the statement returned no row."""
-    return cast(
-        "int",
-        one_value(
-            conn, "enrollment_insert_staged", {"campaign_id": campaign_id, "now": now}, "enrolled"
-        ),
-    )
+    return one(conn, "enrollment_insert_staged", {"campaign_id": campaign_id, "now": now},
+               EnrolCounts)
