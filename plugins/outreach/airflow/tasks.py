@@ -169,6 +169,20 @@ def preflight_mode() -> str:
     return PreflightSettings().preflight
 
 
+def _expected_dkim(target: dict[str, Any]) -> str | None:
+    """The base64 public key of a mailbox's configured DKIM private key (``dkim_key_conn_id``)
+    for the preflight to compare with DNS; ``None`` without one or when it is unusable (logged)."""
+    from outreach.signing import SigningError, public_key_b64
+
+    if not target["dkim_key_conn_id"]:
+        return None
+    try:
+        return public_key_b64(dkim_private_key(target["dkim_key_conn_id"]))
+    except (LookupError, SigningError) as exc:
+        log.error("preflight: DKIM key of %s unusable: %s", target["domain"], exc)
+        return None
+
+
 def preflight_task() -> dict[str, Any]:
     """Run the DNS preflight for every active mailbox's domain (and DKIM selector).
 
@@ -193,7 +207,6 @@ def preflight_task() -> dict[str, Any]:
 
     from outreach import db
     from outreach.preflight import make_resolver, run_preflight
-    from outreach.signing import SigningError, public_key_b64
     from outreach.store import mailboxes as mailboxes_store
 
     config_check_task(marketing=True)
@@ -213,15 +226,9 @@ def preflight_task() -> dict[str, Any]:
     for t in targets:
         key = (t["domain"], t["dkim_selector"], t["dkim_key_conn_id"])
         if key not in reports:
-            expected = None
-            if t["dkim_key_conn_id"]:
-                try:
-                    expected = public_key_b64(dkim_private_key(t["dkim_key_conn_id"]))
-                except (LookupError, SigningError) as exc:
-                    log.error("preflight: DKIM key of %s unusable: %s", t["domain"], exc)
             reports[key] = run_preflight(t["domain"], selector=t["dkim_selector"],
-                                         sending_ip=sending_ip, dkim_public_key=expected,
-                                         resolver=resolver)
+                                         sending_ip=sending_ip,
+                                         dkim_public_key=_expected_dkim(t), resolver=resolver)
             report = reports[key]
             for line in report.text().splitlines():
                 level = log.info if not report.failed else (log.error if mode == "block" else log.warning)
@@ -996,7 +1003,6 @@ def approval_preflight(mailboxes: list[dict[str, Any]]) -> dict[str, str]:
     (OUTREACH_PREFLIGHT=off)``. No alert: the send run's preflight alerts."""
     from outreach.preflight import make_resolver, run_preflight
     from outreach.settings import PreflightSettings
-    from outreach.signing import SigningError, public_key_b64
 
     if preflight_mode() == "off":
         return {m["domain"]: "not checked (OUTREACH_PREFLIGHT=off)" for m in mailboxes}
@@ -1004,14 +1010,8 @@ def approval_preflight(mailboxes: list[dict[str, Any]]) -> dict[str, str]:
     resolver = make_resolver(checks.dns_nameserver)
     out: dict[str, str] = {}
     for m in mailboxes:
-        expected = None
-        if m["dkim_key_conn_id"]:
-            try:
-                expected = public_key_b64(dkim_private_key(m["dkim_key_conn_id"]))
-            except (LookupError, SigningError) as exc:
-                log.error("approval preflight: DKIM key of %s unusable: %s", m["domain"], exc)
         report = run_preflight(m["domain"], selector=m["dkim_selector"],
-                               sending_ip=checks.sending_ip, dkim_public_key=expected,
+                               sending_ip=checks.sending_ip, dkim_public_key=_expected_dkim(m),
                                resolver=resolver)
         failed = [c.name for c in report.checks if c.status == "FAIL"]
         warned = [c.name for c in report.checks if c.status == "WARN"]
