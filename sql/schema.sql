@@ -140,8 +140,10 @@ CREATE TABLE outreach.campaigns (
     -- draft → a new campaign (the default; the file may say `status: active`, campaign_upsert):
     --   previewable, test-sendable, nothing queued (email_queue_due) or claimed
     --   (outreach.claim_emails_v1 reads c.status = 'active').
-    -- awaiting_approval → submitted (campaign_submit); as draft. Approved → active
-    --   (campaign_approve, approved_by/approved_at), rejected → draft (campaign_reject).
+    -- awaiting_approval → submitted (campaign_submit), or an active/paused campaign whose
+    --   content_version changed (trigger outreach_campaigns_content_changed); as draft.
+    --   Approved → active (campaign_approve, approved_by/approved_at/approved_content_version),
+    --   rejected → draft (campaign_reject).
     -- active → queues and sends. paused → queues nothing (email_queue_due) and its queued rows
     --   are not claimed (outreach.claim_emails_v1 reads c.status); they go out after a resume.
     --   Set by campaign_pause, back to active by campaign_resume.
@@ -158,6 +160,13 @@ CREATE TABLE outreach.campaigns (
     paused_by     text,
     approved_at   timestamptz,
     approved_by   text,
+    -- The content as last synced (outreach.content.campaign_content_version: the steps' content
+    -- versions, delays and `requires`) and the one a person approved (campaign_approve). Another
+    -- version synced for an active or paused campaign sends it back to awaiting_approval
+    -- (trigger outreach_campaigns_content_changed): a second approval. NULL approved version
+    -- (created active, or approved before 0127): the first version synced is taken as approved.
+    content_version          text,
+    approved_content_version text,
     -- A person already in another campaign's sequence (the contact policy): allow, wait
     -- (email_queue_due) or skip (enrollment_insert_staged); outreach.lead_in_other_sequence.
     overlap       text NOT NULL DEFAULT 'allow',
@@ -1604,9 +1613,33 @@ BEGIN
                                         ('awaiting_approval', 'active'),
                                         ('awaiting_approval', 'draft'),
                                         ('active', 'paused'), ('paused', 'active'),
+                                        ('active', 'awaiting_approval'),
+                                        ('paused', 'awaiting_approval'),
                                         ('active', 'finished'), ('paused', 'finished')) THEN
         RAISE EXCEPTION 'campaign % cannot go from % to %', OLD.key, OLD.status, NEW.status
             USING ERRCODE = 'check_violation', CONSTRAINT = 'outreach_campaigns_status_check';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- An approved campaign whose content changes needs a second approval (0127): see
+-- outreach.campaigns.content_version.
+CREATE FUNCTION outreach.campaigns_content_changed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.status NOT IN ('active', 'paused') OR NEW.content_version IS NULL THEN
+        RETURN NEW;
+    END IF;
+    IF NEW.approved_content_version IS NULL THEN
+        NEW.approved_content_version := NEW.content_version;
+    ELSIF TG_OP = 'UPDATE' AND NEW.content_version <> NEW.approved_content_version THEN
+        NEW.status := 'awaiting_approval';
+        INSERT INTO outreach.campaign_events (campaign_id, event, actor, reason)
+        VALUES (NEW.id, 'submitted', 'outreach',
+                format('content changed while %s (version %s, approved %s): a second approval '
+                       'is needed', OLD.status, NEW.content_version,
+                       NEW.approved_content_version));
     END IF;
     RETURN NEW;
 END
@@ -1706,6 +1739,11 @@ CREATE TRIGGER outreach_campaigns_check_status
     BEFORE UPDATE OF status ON outreach.campaigns
     FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status)
     EXECUTE FUNCTION outreach.campaigns_check_status();
+
+-- A second approval when an active or paused campaign's content version changes.
+CREATE TRIGGER outreach_campaigns_content_changed
+    BEFORE INSERT OR UPDATE OF content_version ON outreach.campaigns
+    FOR EACH ROW EXECUTE FUNCTION outreach.campaigns_content_changed();
 
 -- The idempotency key (the Message-ID) never changes.
 CREATE TRIGGER outreach_emails_keep_idempotency_key

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from outreach import db
+from outreach.content import campaign_content_version
 from outreach.paths import resolve, templates_dir
 from outreach.store import Conn
 from outreach.store import campaigns as campaigns_store
@@ -446,6 +447,9 @@ def sync(conn: Conn, campaign: Campaign, mailboxes: list[Mailbox], source_file: 
     """Write a campaign, its steps and its mailboxes into the database; return the campaign id.
 
     Runs inside the caller's transaction. Idempotent: syncing the same files twice changes nothing.
+    Another content version (:func:`outreach.content.campaign_content_version`: an edited
+    template, subject or step) of an active or paused campaign sends it back to awaiting
+    approval, in the database (trigger ``outreach_campaigns_content_changed``).
 
     :raises ConfigError: the campaign names a mailbox that the mailbox file does not define.
     """
@@ -461,7 +465,8 @@ def sync(conn: Conn, campaign: Campaign, mailboxes: list[Mailbox], source_file: 
         window_end="24:00:00" if w.end == "24:00" else w.end, source_file=source_file,
         stop_on_auto_reply=campaign.stop_on_auto_reply,
         stop_on_domain_reply=campaign.stop_on_domain_reply, status=campaign.status,
-        overlap=campaign.overlap)
+        overlap=campaign.overlap,
+        content_version=campaign_content_version(campaign))
     for mailbox_id in mailbox_ids:
         campaigns_store.campaign_mailbox_link(conn, campaign_id=campaign_id, mailbox_id=mailbox_id)
     campaigns_store.campaign_mailbox_unlink_others(conn, campaign_id=campaign_id,

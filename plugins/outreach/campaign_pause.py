@@ -124,7 +124,8 @@ class CampaignStateError(ValueError):
 
 
 def change_status(url: str, key: str, verb: str, by: str, reason: str, *,
-                  now: dt.datetime | None = None) -> CampaignChange:
+                  now: dt.datetime | None = None,
+                  content_version: str | None = None) -> CampaignChange:
     """Submit (draft → awaiting_approval), approve (awaiting_approval → active, ``approved_by``
     and ``approved_at`` kept on the campaign) or reject (awaiting_approval → draft) a campaign,
     recording who, when (UTC) and why in ``outreach.campaign_events``.
@@ -135,9 +136,14 @@ def change_status(url: str, key: str, verb: str, by: str, reason: str, *,
     :param verb: ``submit``, ``approve`` or ``reject``.
     :param by: who (the CLI passes the OS user).
     :param reason: why (required for ``reject``; recorded for all).
+    :param now: when (UTC; default the database clock): the Required Action passes when the
+        person answered.
+    :param content_version: ``approve`` only: approve only if this is still the campaign's
+        content version (``outreach.campaigns.content_version``, the one the approver was
+        shown); ``None``: whatever it is now (the CLI).
     :raises CampaignNotFound: no such campaign.
     :raises CampaignStateError: the campaign is in another state (already approved, a draft
-        being approved…); nothing changed.
+        being approved…) or its content changed since ``content_version``; nothing changed.
     :raises ValueError: ``by`` or ``reason`` is empty, or an unknown verb.
     """
     if verb not in _APPROVAL:
@@ -146,8 +152,13 @@ def change_status(url: str, key: str, verb: str, by: str, reason: str, *,
     by, reason = required(by, "who (--by)"), required(reason, "a reason (--reason)")
     with db.transaction(url) as conn:
         row = _find(conn, key)
-        done = transition(conn, campaign_id=row.id, by=by, reason=reason, now=now)
+        extra = {"content_version": content_version} if verb == "approve" else {}
+        done = transition(conn, campaign_id=row.id, by=by, reason=reason, now=now, **extra)
     if not done:
+        if content_version is not None and row.content_version != content_version:
+            raise CampaignStateError(
+                f"campaign {key}: its content changed (version {row.content_version}, shown "
+                f"{content_version}) since it was shown for approval; nothing changed")
         if row.status == after:
             return CampaignChange(key, False, after, None, past)
         raise CampaignStateError(f"campaign {key} is {row.status!r}; {verb} needs {needs!r} "

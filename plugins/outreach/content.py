@@ -13,8 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from outreach.paths import templates_dir
+
+if TYPE_CHECKING:
+    from outreach.campaign import Campaign
 
 _SOURCES: dict[tuple[str, int, int], str] = {}
 
@@ -51,4 +55,22 @@ def content_version(template: str, subject: str | None, *, thread: bool = False,
     if variant is not None:
         material["variant"] = variant
     blob = json.dumps(material, sort_keys=True, ensure_ascii=False).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def campaign_content_version(campaign: Campaign, *, directory: Path | None = None) -> str:
+    """Return the content version of a whole campaign as synced: the first 16 hex digits of a
+    SHA-256 over each step's :func:`content_version` with its position, ``delay_days`` and
+    ``requires``. Kept in ``outreach.campaigns.content_version`` (migration 0127); another value
+    for an approved campaign sends it back to awaiting approval (a second approval, issue 24
+    item 4: "a second approval is needed when an active campaign's templates or steps change").
+
+    :param directory: the templates folder (default :func:`outreach.paths.templates_dir`).
+    """
+    steps = [{"position": i, "delay_days": step.delay_days, "requires": sorted(set(step.requires)),
+              "content": content_version(step.template, step.subject, thread=step.thread,
+                                         campaign_key=campaign.key, campaign_name=campaign.name,
+                                         directory=directory)}
+             for i, step in enumerate(campaign.steps, start=1)]
+    blob = json.dumps(steps, sort_keys=True, ensure_ascii=False).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

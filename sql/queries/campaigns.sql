@@ -2,19 +2,21 @@
 
 -- name: campaign_upsert
 -- %(status)s (the file's `status`: draft or active) applies only when the campaign is created: a
--- later sync never changes the status (approval, a pause are decided in the database).
+-- later sync never changes the status (approval, a pause are decided in the database), except
+-- that another %(content_version)s of an active or paused campaign sends it back to
+-- awaiting_approval (trigger outreach_campaigns_content_changed: a second approval).
 INSERT INTO outreach.campaigns AS c (key, name, timezone, send_days, window_start, window_end,
                                      source_file, stop_on_auto_reply, stop_on_domain_reply, status,
-                                     overlap)
+                                     overlap, content_version)
 VALUES (%(key)s, %(name)s, %(timezone)s, %(send_days)s, %(window_start)s, %(window_end)s,
         %(source_file)s, %(stop_on_auto_reply)s, %(stop_on_domain_reply)s, %(status)s,
-        %(overlap)s)
+        %(overlap)s, %(content_version)s)
 ON CONFLICT ON CONSTRAINT outreach_campaigns_key_key DO UPDATE
 SET name = excluded.name, timezone = excluded.timezone, send_days = excluded.send_days,
     window_start = excluded.window_start, window_end = excluded.window_end,
     source_file = excluded.source_file, stop_on_auto_reply = excluded.stop_on_auto_reply,
     stop_on_domain_reply = excluded.stop_on_domain_reply, overlap = excluded.overlap,
-    updated_at = now()
+    content_version = excluded.content_version, updated_at = now()
 RETURNING id;
 
 -- name: campaign_mailbox_link
@@ -54,7 +56,8 @@ UPDATE outreach.step_variants SET active = false
 WHERE step_id = %(step_id)s AND active AND NOT (name = ANY (%(names)s::text[]));
 
 -- name: campaign_find
-SELECT id, key, name, status, paused_reason, paused_at, paused_by, approved_at, approved_by
+SELECT id, key, name, status, paused_reason, paused_at, paused_by, approved_at, approved_by,
+       content_version, approved_content_version
 FROM outreach.campaigns WHERE key = %(key)s;
 
 -- name: campaign_pause
@@ -114,14 +117,22 @@ SELECT id, 'submitted', %(by)s, %(reason)s, now FROM done
 RETURNING campaign_id, created_at;
 
 -- name: campaign_approve
--- Approve a submitted campaign (awaiting_approval → active, who and when kept on the row): the
--- next queue-due queues its steps. Guarded by status = 'awaiting_approval'.
+-- Approve a submitted campaign (awaiting_approval → active, who and when kept on the row, and
+-- the content version approved): the next queue-due queues its steps. Guarded by status =
+-- 'awaiting_approval' and, when %(content_version)s is given (the version the approver was
+-- shown, outreach_campaign_approval), by that version still being the campaign's: content synced
+-- after the approver looked is not approved unseen. A campaign paused before its content changed
+-- comes back active (the pause fields are cleared, as campaign_resume does).
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 done AS (
     UPDATE outreach.campaigns c
-    SET status = 'active', approved_at = n.now, approved_by = %(by)s, updated_at = n.now
+    SET status = 'active', approved_at = n.now, approved_by = %(by)s, updated_at = n.now,
+        approved_content_version = c.content_version,
+        paused_reason = NULL, paused_at = NULL, paused_by = NULL
     FROM n
     WHERE c.id = %(campaign_id)s AND c.status = 'awaiting_approval'
+      AND (%(content_version)s::text IS NULL
+           OR c.content_version IS NOT DISTINCT FROM %(content_version)s::text)
     RETURNING c.id, n.now
 )
 INSERT INTO outreach.campaign_events (campaign_id, event, actor, reason, created_at)
@@ -173,3 +184,34 @@ WHERE c.key = %(key)s
   AND (%(address)s::text IS NULL OR l.email = outreach.normalize_address(%(address)s::text))
 ORDER BY l.id
 LIMIT %(limit)s;
+
+-- name: campaign_awaiting_list
+-- The campaigns awaiting approval (or the one named by %(key)s), with their latest 'submitted'
+-- history row (a submit, or a content change of an approved campaign, trigger
+-- outreach_campaigns_content_changed): outreach_campaign_approval opens one Required Action per
+-- submission (alert key approval:<submitted_event_id>).
+SELECT c.id, c.key, c.name, c.status, c.content_version, c.approved_content_version,
+       c.timezone, c.send_days, ev.id AS submitted_event_id, ev.actor AS submitted_by,
+       ev.reason AS submitted_reason, ev.created_at AS submitted_at
+FROM outreach.campaigns c
+LEFT JOIN LATERAL (SELECT id, actor, reason, created_at FROM outreach.campaign_events
+                   WHERE campaign_id = c.id AND event = 'submitted'
+                   ORDER BY created_at DESC, id DESC LIMIT 1) ev ON true
+WHERE c.status = 'awaiting_approval' AND (%(key)s::text IS NULL OR c.key = %(key)s::text)
+ORDER BY c.id;
+
+-- name: campaign_mailbox_days
+-- What each mailbox of the campaign may send on each of the next %(days)s days (its local
+-- calendar days from %(now)s): outreach.mailbox_daily_limit, the cap and warm-up rule the claim
+-- applies. A mailbox is shared by its campaigns: the limit is the mailbox's, not this campaign's.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+SELECT m.id AS mailbox_id, m.address, m.display_name, m.label, m.status, m.dkim_selector,
+       m.dkim_key_conn_id, d.i AS day_index,
+       ((n.now + make_interval(days => d.i)) AT TIME ZONE m.timezone)::date AS day,
+       outreach.mailbox_daily_limit(m, n.now + make_interval(days => d.i)) AS daily_limit
+FROM n, outreach.campaigns c
+JOIN outreach.campaign_mailboxes cm ON cm.campaign_id = c.id
+JOIN outreach.mailboxes m ON m.id = cm.mailbox_id
+CROSS JOIN generate_series(0, %(days)s - 1) AS d (i)
+WHERE c.id = %(campaign_id)s
+ORDER BY m.id, d.i;

@@ -14,6 +14,7 @@ from outreach.preflight import FAIL, PASS, WARN, make_resolver, run_preflight
 from outreach.queue import queue_due
 from outreach.signing import public_key_b64
 from support.dnszone import a, dns_server, good_zone, mx, ptr, rsa_key, txt
+from support.flow import rows
 from support.paths import CAMPAIGN, LEADS, ROOT
 
 DOMAIN, SELECTOR, IP = "mail.sender.example", "s2026", "192.0.2.25"
@@ -155,11 +156,16 @@ def test_preflight_task_blocks_failing_domains_in_block_mode(db_url, tmp_path, m
         good = airflow_adapter.preflight_task()
         assert good["blocked"] == [] and good["domains"] == {demo_domain: PASS}
         assert {q[0] for b in airflow_adapter.plan_task(good) for q in b["quotas"]} == {1, 2}
+        # The launch approval's preflight (outreach_campaign_approval) checks the same way.
+        targets = rows(db_url, "SELECT split_part(address, '@', 2) AS domain, dkim_selector, "
+                               "dkim_key_conn_id FROM outreach.mailboxes")
+        assert airflow_adapter.approval_preflight(targets) == {demo_domain: "PASS"}
     broken = [r for r in good_zone(demo_domain, SELECTOR, key, IP) if "_dmarc" not in str(r.rname)]
     with dns_server(broken) as ns:
         monkeypatch.setenv("OUTREACH_DNS_NAMESERVER", ns)
         checked = airflow_adapter.preflight_task()
         plan = airflow_adapter.plan_task(checked)
+        assert airflow_adapter.approval_preflight(targets) == {demo_domain: "FAIL: DMARC"}
     assert checked["domains"] == {demo_domain: FAIL}
     if mode == "block":
         assert {b["mailbox_id"] for b in checked["blocked"]} == {1, 2}

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from outreach.campaign import ConfigError, load_campaign
+from outreach.campaign_pause import change_status
 from outreach.leads import import_leads
 from outreach.message import Envelope, MessageError, build_message
 from outreach.queue import queue_due
@@ -81,6 +82,8 @@ def test_reply_subject_is_the_one_sent_even_after_the_campaign_file_changed(db_u
     # Step 1's subject is edited after it went out; the reply keeps the subject the lead saw.
     campaign.write_text(campaign.read_text().replace("and late deliveries", "and carrier delays"))
     import_leads(db_url, campaign, MAILBOXES, csv)
+    # The edit needs a second approval (migration 0127) before anything more is queued.
+    change_status(db_url, "q4-ops-intro", "approve", "bob", "new subject ok")
     later = dt.datetime.now(dt.UTC) + dt.timedelta(days=3, minutes=5)
     assert queue_due(db_url, now=later)["queued"] == 1
     send_all(db_url, settings, now=later)

@@ -197,3 +197,18 @@ def unconfirmed_asset() -> Any:
     from airflow.sdk import Asset
 
     return Asset(name=UNCONFIRMED_ASSET_NAME, uri=UNCONFIRMED_ASSET_URI)
+
+
+APPROVAL_SCHEDULE = "*/5 * * * *"
+"""How often ``outreach_campaign_approval`` looks for campaigns awaiting approval (UTC): a
+submitted campaign gets its Required Action within five minutes, without a trigger."""
+
+
+def approval_params() -> dict[str, Any]:
+    """Return the ``decide`` task's form (HITL ``params``): the reason the responder types
+    (recorded with either answer; a rejection's reason is what the campaign's owner reads)."""
+    from airflow.sdk import Param
+
+    return {"reason": Param("", type=["null", "string"], title="Reason",
+                            description="Why (a rejection sends the campaign back to draft "
+                                        "with this reason; recorded with an approval too)")}

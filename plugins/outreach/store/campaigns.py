@@ -27,10 +27,13 @@ def campaign_upsert(
     stop_on_domain_reply: bool,
     status: str = "draft",
     overlap: str = "allow",
+    content_version: str | None = None,
 ) -> int:
     """``campaign_upsert``: create or update a campaign; ``status`` (``draft`` or ``active``)
-    applies only when it is created (a later sync never changes the status); ``overlap``
-    (``allow``, ``wait``, ``skip``) follows the file.
+    applies only when it is created (a later sync never changes the status, except that another
+    ``content_version`` of an active or paused campaign sends it back to awaiting_approval:
+    trigger ``outreach_campaigns_content_changed``); ``overlap`` (``allow``, ``wait``, ``skip``)
+    follows the file.
 
     :raises RowMissing: the statement returned no row."""
     return cast(
@@ -50,6 +53,7 @@ def campaign_upsert(
                 "stop_on_domain_reply": stop_on_domain_reply,
                 "status": status,
                 "overlap": overlap,
+                "content_version": content_version,
             },
             "id",
         ),
@@ -118,6 +122,8 @@ class Campaign:
     paused_by: str | None
     approved_at: dt.datetime | None
     approved_by: str | None
+    content_version: str | None = None
+    approved_content_version: str | None = None
 
 
 def campaign_variant_upsert(
@@ -216,16 +222,20 @@ def campaign_submit(
 
 
 def campaign_approve(
-    conn: Conn, *, now: dt.datetime | None, campaign_id: int, by: str, reason: str
+    conn: Conn, *, now: dt.datetime | None, campaign_id: int, by: str, reason: str,
+    content_version: str | None = None,
 ) -> list[CampaignEventStamp]:
     """``campaign_approve``: Approve a submitted campaign (awaiting_approval →
-    active, approved_by/approved_at kept); guarded by status = 'awaiting_approval'.
+    active, approved_by/approved_at/approved_content_version kept); guarded by status =
+    'awaiting_approval' and, when ``content_version`` is given, by it still being the
+    campaign's content version.
 
     ``[]`` when the guard matched no row (the campaign was not in that state)."""
     return many(
         conn,
         "campaign_approve",
-        {"now": now, "campaign_id": campaign_id, "by": by, "reason": reason},
+        {"now": now, "campaign_id": campaign_id, "by": by, "reason": reason,
+         "content_version": content_version},
         CampaignEventStamp,
     )
 
@@ -283,7 +293,7 @@ class PreviewRow:
 
 
 def campaign_preview_rows(
-    conn: Conn, *, key: str, step: int, address: str | None, limit: int
+    conn: Conn, *, key: str, step: int, address: str | None, limit: int | None
 ) -> list[PreviewRow]:
     """``campaign_preview_rows``: the rows a preview or test send builds step ``step`` of a
     campaign from, one per enrolled lead (one ``address``, or the first ``limit`` by lead id):
@@ -292,3 +302,51 @@ def campaign_preview_rows(
     (the step's ``requires`` fields the lead lacks)."""
     return many(conn, "campaign_preview_rows",
                 {"key": key, "step": step, "address": address, "limit": limit}, PreviewRow)
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitingCampaign:
+    """A row of ``campaign_awaiting_list`` (columns as the query names them)."""
+
+    id: int
+    key: str
+    name: str
+    status: str
+    content_version: str | None
+    approved_content_version: str | None
+    timezone: str
+    send_days: list[int]
+    submitted_event_id: int | None
+    submitted_by: str | None
+    submitted_reason: str | None
+    submitted_at: dt.datetime | None
+
+
+def campaign_awaiting_list(conn: Conn, *, key: str | None) -> list[AwaitingCampaign]:
+    """``campaign_awaiting_list``: the campaigns awaiting approval (or the one named ``key``)
+    with their latest 'submitted' history row."""
+    return many(conn, "campaign_awaiting_list", {"key": key}, AwaitingCampaign)
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignMailboxDay:
+    """A row of ``campaign_mailbox_days`` (columns as the query names them)."""
+
+    mailbox_id: int
+    address: str
+    display_name: str | None
+    label: str | None
+    status: str
+    dkim_selector: str | None
+    dkim_key_conn_id: str | None
+    day_index: int
+    day: dt.date
+    daily_limit: int
+
+
+def campaign_mailbox_days(conn: Conn, *, campaign_id: int, days: int,
+                          now: dt.datetime | None) -> list[CampaignMailboxDay]:
+    """``campaign_mailbox_days``: each mailbox of the campaign and what it may send on each of
+    the next ``days`` local days (``outreach.mailbox_daily_limit``: cap and warm-up)."""
+    return many(conn, "campaign_mailbox_days", {"campaign_id": campaign_id, "days": days,
+                                                "now": now}, CampaignMailboxDay)
