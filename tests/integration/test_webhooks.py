@@ -170,3 +170,60 @@ def test_two_delivery_runs_at_once_never_post_the_same_delivery_twice(db_url, re
     assert set(posts) == {f"evt_{i}" for i in ids}
     assert sorted(r.delivered for r in results) and all(r.delivered > 0 for r in results), results
     assert sum(r.delivered for r in results) == 40
+
+
+def test_enqueues_at_once_while_events_commit_out_of_order_leave_no_gap(db_url, receiver):
+    add_endpoint(db_url, name="crm", endpoint_url=receiver.url, event_kinds=["replied"],
+                 secret_ref=f"env:{SECRET_VAR}")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        # Each transaction writes its event, then waits a little before committing, so ids and
+        # commits interleave across writers.
+        try:
+            for i in range(25):
+                with psycopg.connect(db_url) as conn:
+                    conn.execute("INSERT INTO outreach.events (kind, payload) VALUES"
+                                 " ('replied', %s)", (json.dumps({"w": n, "i": i}),))
+                    conn.execute("SELECT pg_sleep(%s)", ((i * 7 + n * 3) % 5 / 200,))
+        except BaseException as exc:  # noqa: BLE001 (reported by the test below)
+            errors.append(exc)
+
+    def enqueuer() -> None:
+        try:
+            while not stop.is_set():
+                enqueue(db_url)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    writers = [threading.Thread(target=writer, args=(n,)) for n in range(3)]
+    enqueuers = [threading.Thread(target=enqueuer) for _ in range(2)]
+    for t in [*writers, *enqueuers]:
+        t.start()
+    for t in writers:
+        t.join(120)
+    stop.set()
+    for t in enqueuers:
+        t.join(120)
+    assert errors == []
+    enqueue(db_url)  # every writer has ended: this one takes whatever is left
+    events = {r["id"] for r in rows(db_url, "SELECT id FROM outreach.events")}
+    assert len(events) == 75
+    assert set(statuses(db_url)) == events
+
+
+def test_a_missing_secret_fails_the_attempt_without_posting_or_naming_a_value(db_url, receiver,
+                                                                               monkeypatch):
+    from outreach.airflow.connections import named_secret
+
+    add_endpoint(db_url, name="crm", endpoint_url=receiver.url, event_kinds=["*"],
+                 secret_ref="env:OUTREACH_TEST_NO_SUCH_SECRET")
+    monkeypatch.delenv("OUTREACH_TEST_NO_SUCH_SECRET", raising=False)
+    [event_id] = add_events(db_url, ["replied"])
+    enqueue(db_url)
+    assert deliver(db_url, secret=named_secret, settings=SETTINGS).retried == 1
+    assert receiver.received == []
+    [row] = rows(db_url, "SELECT status, attempts, last_error FROM outreach.webhook_deliveries")
+    assert row["status"] == "pending" and row["attempts"] == 1
+    assert "env:OUTREACH_TEST_NO_SUCH_SECRET is not set" in row["last_error"]
