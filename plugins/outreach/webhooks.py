@@ -198,7 +198,7 @@ def _post(client: Any, d: ClaimedDelivery,
         return None, str(exc)[:300]
     try:
         response = client.post(d.url, content=payload, headers=headers)
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL is not an HTTPError
         return None, mask_addresses(f"{type(exc).__name__}: {exc}".replace(d.url, "<url>"))[:300]
     if 200 <= response.status_code < 300:
         return response.status_code, None

@@ -227,3 +227,17 @@ def test_a_missing_secret_fails_the_attempt_without_posting_or_naming_a_value(db
     [row] = rows(db_url, "SELECT status, attempts, last_error FROM outreach.webhook_deliveries")
     assert row["status"] == "pending" and row["attempts"] == 1
     assert "env:OUTREACH_TEST_NO_SUCH_SECRET is not set" in row["last_error"]
+
+
+def test_an_endpoint_url_httpx_cannot_parse_fails_its_attempt_not_the_run(db_url, receiver):
+    add_endpoint(db_url, name="broken", endpoint_url="http://127.0.0.1:0x/hook", event_kinds=["*"],
+                 secret_ref=f"env:{SECRET_VAR}")
+    add_endpoint(db_url, name="crm", endpoint_url=receiver.url, event_kinds=["*"],
+                 secret_ref=f"env:{SECRET_VAR}")
+    [event_id] = add_events(db_url, ["replied"])
+    enqueue(db_url)
+    result = deliver(db_url, secret=read_secret, settings=SETTINGS)
+    assert (result.delivered, result.retried) == (1, 1)
+    assert [m for m, _ in receiver.received] == [f"evt_{event_id}"]
+    [row] = rows(db_url, "SELECT last_error FROM outreach.webhook_deliveries WHERE status = 'pending'")
+    assert row["last_error"].startswith("InvalidURL") and "0x/hook" not in row["last_error"]
