@@ -6,6 +6,9 @@ the same state):
 
 * **ours**: :func:`outreach.send.claim` (mailbox lock, quota, the one claim statement) and the
   ``email_mark_sent`` statement (row sent + ledger entry) per row;
+* **policy**: ours with every contact-policy cap on (person a day and a week, company a day:
+  ``outreach.claim_emails_v3``), none of them binding (one row per lead, caps above the run), so
+  the row measures what deciding the policy costs (issue 25: within 10 % of ours);
 * **bare** (baseline a): ``UPDATE … FOR UPDATE SKIP LOCKED … RETURNING`` and a guarded per-row
   ``UPDATE`` on a bare job table (``bench/queries.sql``);
 * **procrastinate** and **PgQueuer** (baseline b): no-op jobs, one worker per claimer.
@@ -34,7 +37,9 @@ from common import Row, Sampler, Server, Stopwatch, run
 from data import queued_database
 from outreach import db
 
-SYSTEMS = ("ours", "bare", "procrastinate", "pgqueuer")
+SYSTEMS = ("ours", "policy", "bare", "procrastinate", "pgqueuer")
+POLICY = {"person_per_day": 1, "person_per_week": 3, "company_per_day": 1_000_000}
+"""The caps of the policy system: each on, none reached by a run (one row per lead)."""
 _MP = mp.get_context("spawn")
 
 
@@ -53,7 +58,8 @@ def _timed(part: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         _SPLIT[part] += time.perf_counter() - start
 
 
-def _ours(url: str, index: int, batch: int, mailboxes: list[int]) -> list[int]:
+def _ours(url: str, index: int, batch: int, mailboxes: list[int],
+          policy: dict[str, int] | None = None) -> list[int]:
     from outreach.send import claim
 
     conn = db.connect(url, autocommit=True)
@@ -62,7 +68,8 @@ def _ours(url: str, index: int, batch: int, mailboxes: list[int]) -> list[int]:
     done: list[int] = []
     while active:
         for m in list(active):
-            rows, _ = _timed("claim", claim, conn, m, batch, worker=f"bench-claimer-{index}")
+            rows, _ = _timed("claim", claim, conn, m, batch, worker=f"bench-claimer-{index}",
+                             **(policy or {}))
             if not rows:
                 active.remove(m)
             for r in rows:
@@ -151,8 +158,15 @@ def _pgqueuer(url: str, index: int, batch: int, mailboxes: list[int]) -> list[in
     return seen
 
 
+def _policy(url: str, index: int, batch: int, mailboxes: list[int]) -> list[int]:
+    return _ours(url, index, batch, mailboxes, POLICY)
+
+
 _CLAIMERS: dict[str, Callable[..., list[int]]] = {
-    "ours": _ours, "bare": _bare, "procrastinate": _procrastinate, "pgqueuer": _pgqueuer}
+    "ours": _ours, "policy": _policy, "bare": _bare, "procrastinate": _procrastinate,
+    "pgqueuer": _pgqueuer}
+_TEMPLATE = {"policy": "ours"}
+"""Systems that drain another system's template database."""
 _barrier = None
 
 
@@ -191,7 +205,7 @@ def _build_templates(server: Server, workdir: Path, rows: int, mailboxes: int) -
         run(conn, "bench_bare_fill", {"n": rows})
     asyncio.run(_fill_procrastinate(server.create("claim_procrastinate"), rows))
     asyncio.run(_fill_pgqueuer(server.create("claim_pgqueuer"), rows))
-    for name in SYSTEMS:
+    for name in (s for s in SYSTEMS if s not in _TEMPLATE):
         with psycopg.connect(server.url(f"claim_{name}"), autocommit=True) as conn:
             run(conn, "bench_vacuum_analyze")
     return ids
@@ -226,7 +240,7 @@ def measure(server: Server, system: str, claimers: int, rows: int, batch: int,
     :returns: ``{"seconds", "rate" (rows/s), "done", "duplicates"}``.
     :raises RuntimeError: a claimer failed, or not every row was processed exactly once.
     """
-    url = server.create(f"claim_{system}_run", template=f"claim_{system}")
+    url = server.create(f"claim_{system}_run", template=f"claim_{_TEMPLATE.get(system, system)}")
     barrier, out = _MP.Barrier(claimers + 1), _MP.Queue()
     procs = [_MP.Process(target=_child, args=(system, url, i, batch, mailboxes, barrier, out))
              for i in range(claimers)]
@@ -247,12 +261,12 @@ def measure(server: Server, system: str, claimers: int, rows: int, batch: int,
     split = {part: sum(sp.get(part, 0.0) for *_, sp in results) * 1e6 / rows
              for part in ("claim", "mark")}
     duplicates = len(ids) - len(set(ids))
-    if system in ("ours", "bare"):
+    if system in ("ours", "policy", "bare"):
         with psycopg.connect(url) as conn:
-            sent, ledger, duplicated = run(conn, "bench_sent_totals" if system == "ours"
-                                           else "bench_bare_totals")[0]
+            sent, ledger, duplicated = run(conn, "bench_bare_totals" if system == "bare"
+                                           else "bench_sent_totals")[0]
         duplicates += duplicated
-        if sent != rows or (system == "ours" and ledger != rows):
+        if sent != rows or (system != "bare" and ledger != rows):
             raise RuntimeError(f"{system} ×{claimers}: {sent} sent, {ledger} in the ledger, "
                                f"expected {rows}")
     if len(set(ids)) != rows:
@@ -328,6 +342,21 @@ def bench(server: Server, workdir: Path, *, rows: int, concurrency: list[int], b
         out.append(Row(f"claim ×{c}", f"{ours:,.0f} rows/s; duplicates "
                        f"{med['ours']['duplicates']:.0f}", compared,
                        "≥ 0.8× (a), ahead of both (b), 0 duplicates", met, why))
+        if "policy" in med:
+            policy = med["policy"]["rate"]
+            ratio = policy / ours
+            met = ratio >= 0.9 and med["policy"]["duplicates"] == 0
+            out.append(Row(
+                f"claim with contact policy ×{c}", f"{policy:,.0f} rows/s; duplicates "
+                f"{med['policy']['duplicates']:.0f}",
+                f"ours without the policy {ours:,.0f}/s → **{ratio:.2f}×**",
+                "≥ 0.9× ours (issue 25), 0 duplicates", met,
+                "" if met else (
+                    f"the policy costs {1 - ratio:.0%} of the claim rate: per round the claim "
+                    "takes a try-advisory-lock per person and per organisation and counts the "
+                    "touches of each picked person (7 days) and the people of each picked "
+                    "organisation (24 hours, which grows with the organisation's contacts that "
+                    "day)")))
     return out, details
 
 

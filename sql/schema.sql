@@ -6,7 +6,7 @@
 -- drift: a migration that changes the schema changes this file in the same commit.
 --
 -- Where each rule lives (one hop; search for the name):
---   the claim ........... outreach.claim_emails_v2 (v1 without the contact policy)  §4 "The claim"
+--   the claim ........... outreach.claim_emails_v3 (v1 without the contact policy)  §4 "The claim"
 --                         (called by the named queries email_claim_batch, email_claim_transactional)
 --   the suppression rule  outreach.is_suppressed                    §4 "Suppression"
 --   the warm-up rule .... outreach.mailbox_daily_limit              §4 "Warm-up"
@@ -15,13 +15,15 @@
 --                         on outreach.send_window_span and mailboxes.next_handoff_at  §4 "Pacing"
 --   what the cap counts . outreach.mailbox_claim_counts, kept by triggers
 --                         outreach_emails_count_claims_*                           §2, §5
---   the per-person frequency cap (contact policy) outreach.claim_emails_v2: a count of the
---                         lead's sending/sent rows under pg_try_advisory_xact_lock on
---                         'outreach.person:<lead id>'                §4 "The claim"
+--   the contact policy (person and company caps) outreach.claim_emails_v3: counts of the
+--                         lead's and the organisation's sending/sent rows under
+--                         pg_try_advisory_xact_lock on 'outreach.person:<lead id>' and
+--                         'outreach.org:<domain>'; organisations: outreach.org_domains  §4
 --   the send window ..... outreach.next_send_slot                   §4 "Send windows"
 --   one email per lead and step  outreach_emails_lead_step_key      §2 outreach.emails
 --   one send-log entry per email outreach_send_log_email_key        §2 outreach.send_log
 --   the Message-ID never changes trigger outreach_emails_keep_idempotency_key  §5
+--   a row's A/B variant is fixed trigger outreach_emails_keep_variant          §5
 --   unconfirmed needs a person   trigger outreach_emails_guard_unconfirmed     §5
 --   transactional enqueue ....   outreach.enqueue_transactional     §4 "Transactional mail"
 --   stopping an enrolment .....  outreach.stop_enrollment           §4 "Enrolments"
@@ -188,6 +190,23 @@ CREATE TABLE outreach.sequence_steps (
 COMMENT ON COLUMN outreach.sequence_steps.requires IS
     'lead fields this step needs (non-blank); a lead lacking one is not queued for the step';
 
+-- A/B variants of a step (0126): own subject and/or template (NULL: the step's) and a weight.
+-- outreach.step_variant_for chooses one per (lead, step) when the row is queued; emails.variant
+-- keeps it. A variant dropped from the campaign file is retired (active = false), never deleted:
+-- rows queued with it still render with its content.
+CREATE TABLE outreach.step_variants (
+    step_id  bigint NOT NULL REFERENCES outreach.sequence_steps (id),
+    name     text NOT NULL,
+    position integer NOT NULL,                -- order in the campaign file (1 = first)
+    subject  text,                            -- a Jinja2 string; NULL: the step's subject
+    template text,                            -- include/templates/<template>.*; NULL: the step's
+    weight   integer NOT NULL,                -- share of new rows: weight / sum of active weights
+    active   boolean NOT NULL DEFAULT true,   -- false: in no campaign file any more, never chosen
+    CONSTRAINT outreach_step_variants_pkey PRIMARY KEY (step_id, name),
+    CONSTRAINT outreach_step_variants_name_check CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_\-]{0,39}$'),
+    CONSTRAINT outreach_step_variants_weight_check CHECK (weight > 0)
+);
+
 -- ---------------------------------------------------------------------------------------------
 -- Leads and enrolments
 -- ---------------------------------------------------------------------------------------------
@@ -236,6 +255,24 @@ ALTER TABLE outreach.enrollments
              ELSE stopped_at IS NOT NULL AND btrim(coalesce(stopped_by, '')) <> ''
                   AND btrim(coalesce(stop_reason, '')) <> ''
         END) NOT VALID;
+
+-- The organisational domain of an email domain (the Public Suffix List's registrable domain,
+-- computed in Python by outreach.orgdomains, which fills this table before rows are queued), or
+-- free_mail: the domain is a mailbox provider's, so its users are no company. A domain missing
+-- from the table is its own organisation (never a lookup inside the claim).
+CREATE TABLE outreach.org_domains (
+    domain text PRIMARY KEY CHECK (domain = lower(domain) AND domain <> ''),
+    org text CHECK (org = lower(org) AND org <> ''),
+    free_mail boolean NOT NULL DEFAULT false,
+    CHECK (free_mail OR org IS NOT NULL)
+);
+COMMENT ON TABLE outreach.org_domains IS
+    'email domain → organisational domain (Public Suffix List) or free mail; filled by outreach.orgdomains';
+-- Rows: the free-mail providers (migration 0132), then what outreach.orgdomains maps.
+
+-- The domain part of a stored (normalised) address, for the index below (§3).
+CREATE FUNCTION outreach.email_domain(p_email text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT lower(split_part(p_email, '@', 2)) $$;
 
 -- ---------------------------------------------------------------------------------------------
 -- Suppressions (the rule: outreach.is_suppressed, §4) and their history
@@ -332,7 +369,12 @@ CREATE TABLE outreach.emails (
     -- Why the claim held this queued row back and moved its scheduled_for (the contact policy,
     -- outreach.claim_emails_v2, 0111): 'frequency cap: 1 a day'. Cleared when it is claimed.
     hold_reason            text,
+    -- The step variant this row renders (0126): chosen when queued (outreach.step_variant_for),
+    -- never changed (trigger outreach_emails_keep_variant). NULL: the step has no variants.
+    variant                text,
     CONSTRAINT outreach_emails_lead_step_key UNIQUE (lead_id, step_id),
+    CONSTRAINT outreach_emails_variant_fkey
+        FOREIGN KEY (step_id, variant) REFERENCES outreach.step_variants (step_id, name),
     CONSTRAINT outreach_emails_idempotency_key_key UNIQUE (idempotency_key),
     CONSTRAINT outreach_emails_attempts_check CHECK (attempts >= 0),
     CONSTRAINT outreach_emails_failure_kind_check CHECK (
@@ -376,6 +418,8 @@ COMMENT ON COLUMN outreach.emails.claim_heartbeat_at IS
     'last heartbeat of the live sender holding this claim (unstamped rows only); NULL: none yet';
 COMMENT ON COLUMN outreach.emails.hold_reason IS
     'why the claim held this queued row back and moved scheduled_for (contact policy); NULL: not held';
+COMMENT ON COLUMN outreach.emails.variant IS
+    'the step variant this row renders (outreach.step_variants); fixed when queued; NULL: none';
 
 -- Exactly one entry per email row, written only after the SMTP server accepted it, by the same
 -- statement that marks the row sent (email_mark_sent; email_resolve_was_sent for an operator).
@@ -797,6 +841,9 @@ CREATE INDEX outreach_events_xact_idx ON outreach.events (xact);
 -- The webhook claim reads the due pending deliveries.
 CREATE INDEX outreach_webhook_deliveries_due_idx
     ON outreach.webhook_deliveries (next_attempt_at) WHERE status = 'pending';
+-- The company cap finds an organisation's leads (claim_emails_v3).
+CREATE INDEX outreach_leads_domain_idx ON outreach.leads (outreach.email_domain(email));
+CREATE INDEX outreach_org_domains_org_idx ON outreach.org_domains (org);
 -- One failure per email and recipient after the handoff: a second report of it (another DSN,
 -- the same bounce forwarded, an ESP event after the DSN) is not a second bounce. Our own SMTP
 -- session reports once per claim ('smtp:<email id>:<claim token>'): a requeued email refused
@@ -1126,6 +1173,179 @@ BEGIN
 END
 $$;
 
+-- The contact policy in one set-based claim (0132): the person per 24 h and 7 days, the
+-- company per 24 h, and more rounds when picked rows were held. Its steps and why the locks and
+-- the decision are separate statements: docs/explanation/contact-policy.md.
+-- The organisation of an address: its mapped org, NULL for free mail, else its own domain.
+CREATE FUNCTION outreach.org_of(p_email text) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN d.domain IS NULL THEN outreach.email_domain(p_email)
+                WHEN d.free_mail THEN NULL ELSE d.org END
+    FROM (SELECT outreach.email_domain(p_email) AS domain) e
+    LEFT JOIN outreach.org_domains d ON d.domain = e.domain
+$$;
+
+CREATE FUNCTION outreach.claim_emails_v3(p_message_class text, p_mailbox_id bigint,
+                                         p_limit integer, p_claim_token uuid, p_claimed_by text,
+                                         p_now timestamptz DEFAULT NULL,
+                                         p_person_per_day integer DEFAULT NULL,
+                                         p_person_per_week integer DEFAULT NULL,
+                                         p_company_per_day integer DEFAULT NULL)
+RETURNS SETOF outreach.emails
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+    v_day_cap integer := coalesce(p_person_per_day, 2147483647);
+    v_week_cap integer := coalesce(p_person_per_week, 2147483647);
+    v_org_cap integer := coalesce(p_company_per_day, 2147483647);
+    v_left integer := p_limit;
+    v_seen bigint[] := '{}';
+    v_picked bigint[];
+    v_people bigint[];
+    v_orgs text[];
+    v_claimed integer;
+BEGIN
+    IF p_message_class <> 'marketing'
+       OR (p_person_per_day IS NULL AND p_person_per_week IS NULL AND p_company_per_day IS NULL) THEN
+        RETURN QUERY SELECT * FROM outreach.claim_emails_v1(p_message_class, p_mailbox_id, p_limit,
+                                                            p_claim_token, p_claimed_by, v_now);
+        RETURN;
+    END IF;
+    IF p_person_per_day < 1 OR p_person_per_week < 1 OR p_company_per_day < 1 THEN
+        RAISE EXCEPTION 'contact caps must be at least 1 (or NULL: off), got % a day, % a week, % people of a company a day',
+                        p_person_per_day, p_person_per_week, p_company_per_day
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- At most four rounds: a round whose rows were all held leaves the limit unspent, and the
+    -- held rows' scheduled_for is now later, so the next round picks the rows behind them.
+    FOR v_round IN 1..4 LOOP
+        EXIT WHEN v_left <= 0;
+        -- The pick of claim_emails_v1 (its comments say why it is written so).
+        v_picked := ARRAY(
+            SELECT q.id
+            FROM outreach.emails q
+            JOIN outreach.campaigns c ON c.id = q.campaign_id
+            JOIN outreach.leads l ON l.id = q.lead_id
+            WHERE q.status = 'queued'
+              AND q.mailbox_id = p_mailbox_id
+              AND q.scheduled_for <= v_now
+              AND c.status = 'active'
+              AND q.id <> ALL (v_seen)
+              AND outreach.next_send_slot(v_now, coalesce(l.timezone, c.timezone), c.send_days,
+                                          c.window_start, c.window_end) <= v_now
+            ORDER BY q.scheduled_for, q.id
+            LIMIT v_left
+            FOR NO KEY UPDATE OF q SKIP LOCKED);
+        EXIT WHEN cardinality(v_picked) = 0;
+        v_seen := v_seen || v_picked;
+        -- The locks, each statement after the one before (a lock taken here is seen as held by
+        -- every other claimer until this transaction ends).
+        v_people := ARRAY(
+            SELECT p.lead_id
+            FROM (SELECT DISTINCT q.lead_id FROM outreach.emails q WHERE q.id = ANY (v_picked)) p
+            WHERE pg_try_advisory_xact_lock(hashtextextended('outreach.person:' || p.lead_id, 0)));
+        v_orgs := ARRAY(
+            SELECT o.org
+            FROM (SELECT DISTINCT outreach.org_of(l.email) AS org
+                  FROM outreach.emails q JOIN outreach.leads l ON l.id = q.lead_id
+                  WHERE q.id = ANY (v_picked) AND q.lead_id = ANY (v_people)) o
+            WHERE o.org IS NOT NULL
+              AND (p_company_per_day IS NULL
+                   OR pg_try_advisory_xact_lock(hashtextextended('outreach.org:' || o.org, 0))));
+        -- The decision, on a snapshot taken after the locks.
+        RETURN QUERY
+        WITH cand AS (
+            SELECT q.id, q.lead_id, outreach.org_of(l.email) AS org,
+                   row_number() OVER (ORDER BY q.scheduled_for, q.id) AS ord
+            FROM outreach.emails q JOIN outreach.leads l ON l.id = q.lead_id
+            WHERE q.id = ANY (v_picked) AND q.lead_id = ANY (v_people)
+        ), mine AS (
+            SELECT * FROM cand WHERE org IS NULL OR org = ANY (v_orgs)
+        ), touches AS (
+            -- A touch: a campaign row of the person that is sending or sent (or unconfirmed: it
+            -- may have gone out), by claimed_at.
+            SELECT e.lead_id,
+                   count(*) FILTER (WHERE e.claimed_at > v_now - interval '1 day') AS day_n,
+                   min(e.claimed_at) FILTER (WHERE e.claimed_at > v_now - interval '1 day') AS day_first,
+                   count(*) AS week_n, min(e.claimed_at) AS week_first
+            FROM outreach.emails e
+            WHERE e.lead_id IN (SELECT lead_id FROM mine) AND e.message_class = 'marketing'
+              AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed')
+              AND e.claimed_at > v_now - interval '7 days'
+            GROUP BY e.lead_id
+        ), person AS (
+            SELECT m.*, coalesce(t.day_n, 0) AS day_n, t.day_first,
+                   coalesce(t.week_n, 0) AS week_n, t.week_first,
+                   row_number() OVER (PARTITION BY m.lead_id ORDER BY m.ord) AS lead_rn
+            FROM mine m LEFT JOIN touches t USING (lead_id)
+        ), org_people AS (
+            -- The people of each organisation contacted in the last 24 hours (any campaign).
+            SELECT outreach.org_of(l2.email) AS org, e.lead_id, min(e.claimed_at) AS first_at
+            FROM outreach.leads l2
+            JOIN outreach.emails e ON e.lead_id = l2.id
+            WHERE p_company_per_day IS NOT NULL
+              AND outreach.email_domain(l2.email) IN (
+                  SELECT unnest(v_orgs) UNION SELECT d.domain FROM outreach.org_domains d
+                                              WHERE d.org = ANY (v_orgs))
+              AND e.message_class = 'marketing'
+              AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed')
+              AND e.claimed_at > v_now - interval '1 day'
+            GROUP BY 1, 2
+        ), org_counts AS (
+            SELECT org, count(*) AS n, min(first_at) AS first_at FROM org_people GROUP BY org
+        ), passed AS (
+            SELECT p.*, (p.day_n + p.lead_rn <= v_day_cap AND p.week_n + p.lead_rn <= v_week_cap) AS person_ok,
+                   EXISTS (SELECT 1 FROM org_people op
+                           WHERE op.org = p.org AND op.lead_id = p.lead_id) AS org_known
+            FROM person p
+        ), new_people AS (
+            -- Each person this claim would newly contact at an organisation, ranked in pick order.
+            SELECT org, lead_id, dense_rank() OVER (PARTITION BY org ORDER BY first_ord, lead_id) AS org_rank
+            FROM (SELECT org, lead_id, min(ord) AS first_ord FROM passed
+                  WHERE person_ok AND org IS NOT NULL AND NOT org_known GROUP BY org, lead_id) s
+        ), decided AS (
+            SELECT p.id,
+                   CASE WHEN NOT p.person_ok THEN false
+                        WHEN p.org IS NULL OR p.org_known OR p_company_per_day IS NULL THEN true
+                        ELSE coalesce(oc.n, 0) + np.org_rank <= v_org_cap END AS take,
+                   CASE WHEN p.week_n + p.lead_rn > v_week_cap
+                        THEN 'frequency cap: ' || p_person_per_week || ' a week'
+                        WHEN p.day_n + p.lead_rn > v_day_cap
+                        THEN 'frequency cap: ' || p_person_per_day || ' a day'
+                        ELSE 'company cap: ' || p_company_per_day || ' people a day at ' || p.org
+                   END AS reason,
+                   CASE WHEN p.week_n + p.lead_rn > v_week_cap
+                        THEN greatest(coalesce(p.week_first, v_now) + interval '7 days',
+                                      coalesce(p.day_first, v_now) + interval '1 day')
+                        WHEN p.day_n + p.lead_rn > v_day_cap
+                        THEN coalesce(p.day_first, v_now) + interval '1 day'
+                        ELSE coalesce(oc.first_at, v_now) + interval '1 day'
+                   END AS hold_until
+            FROM passed p
+            LEFT JOIN org_counts oc ON oc.org = p.org
+            LEFT JOIN new_people np ON np.org = p.org AND np.lead_id = p.lead_id
+        ), held AS (
+            UPDATE outreach.emails e
+            SET scheduled_for = d.hold_until, hold_reason = d.reason, updated_at = v_now
+            FROM decided d
+            WHERE e.id = d.id AND NOT d.take AND e.status IS NOT DISTINCT FROM 'queued'
+            RETURNING e.id
+        )
+        UPDATE outreach.emails e
+        SET status = 'sending', claim_token = p_claim_token, claimed_at = v_now,
+            claimed_by = p_claimed_by, attempts = e.attempts + 1, updated_at = v_now,
+            hold_reason = NULL
+        FROM decided d
+        WHERE e.id = d.id AND d.take AND e.status IS NOT DISTINCT FROM 'queued'
+        RETURNING e.*;
+        GET DIAGNOSTICS v_claimed = ROW_COUNT;
+        v_left := v_left - v_claimed;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION outreach.claim_emails_v3 IS
+    'the claim with the contact policy (person per 24 h and 7 days, company per 24 h); docs/explanation/contact-policy.md';
+
 -- ---------------------------------------------------------------------------------------------
 -- Transactional mail
 -- ---------------------------------------------------------------------------------------------
@@ -1288,6 +1508,27 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
              THEN 'title' END], NULL)
 $$;
 
+-- The variant of (lead, step) for a row queued now: the first 32 bits of md5(campaign key / lead
+-- id / step position), modulo the sum of the step's active weights, falls into one variant's
+-- share of the cumulative weights (in file order). Deterministic: the same lead and step give
+-- the same variant in every run and part of queue-due, and in a preview. NULL when the step has
+-- no active variant.
+CREATE FUNCTION outreach.step_variant_for(p_step_id bigint, p_lead_id bigint) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT v.name
+    FROM (SELECT sv.name, sum(sv.weight) OVER (ORDER BY sv.position, sv.name) AS upto,
+                 sum(sv.weight) OVER () AS total
+          FROM outreach.step_variants sv
+          WHERE sv.step_id = p_step_id AND sv.active) v
+    CROSS JOIN (SELECT c.key, st.position FROM outreach.sequence_steps st
+                JOIN outreach.campaigns c ON c.id = st.campaign_id
+                WHERE st.id = p_step_id) s
+    WHERE mod(('x' || left(md5(s.key || '/' || p_lead_id || '/' || s.position), 8))::bit(32)::bigint,
+              v.total) < v.upto
+    ORDER BY v.upto
+    LIMIT 1
+$$;
+
 -- ---------------------------------------------------------------------------------------------
 -- Trigger functions (their triggers: §5)
 -- ---------------------------------------------------------------------------------------------
@@ -1297,6 +1538,14 @@ LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'outreach.emails.idempotency_key never changes (email %)', OLD.id
         USING ERRCODE = 'check_violation';
+END
+$$;
+
+CREATE FUNCTION outreach.emails_keep_variant() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'outreach.emails.variant never changes once queued (email %)', OLD.id
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'outreach_emails_keep_variant';
 END
 $$;
 
@@ -1487,6 +1736,11 @@ CREATE TRIGGER outreach_emails_keep_idempotency_key
     EXECUTE FUNCTION outreach.emails_keep_idempotency_key();
 
 -- What a transactional row was asked for (key, recipient, template, context, class) never changes.
+CREATE TRIGGER outreach_emails_keep_variant
+    BEFORE UPDATE ON outreach.emails
+    FOR EACH ROW WHEN (OLD.variant IS DISTINCT FROM NEW.variant)
+    EXECUTE FUNCTION outreach.emails_keep_variant();
+
 CREATE TRIGGER outreach_emails_keep_transactional_request
     BEFORE UPDATE OF delivery_key, recipient, template, context, message_class ON outreach.emails
     FOR EACH ROW

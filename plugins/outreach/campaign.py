@@ -59,6 +59,20 @@ import's columns and required by a step's ``requires`` (the database checks the 
 ``outreach_sequence_steps_requires_check``, migration 0080)."""
 
 
+class Variant(_Model):
+    """One A/B variant of a step: ``name`` (letters, digits, ``_``/``-``, up to 40), its own
+    ``subject`` and/or ``template`` (either left out: the step's), and ``weight``, a positive
+    integer: the share of the step's new rows that get it is ``weight`` / the sum of the step's
+    weights. The variant is chosen once per (lead, step) when the row is queued
+    (``outreach.step_variant_for``, migration 0126) and never changes (docs/howto/campaigns.md,
+    "A/B variants")."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,39}$")
+    subject: str | None = Field(default=None, min_length=1, max_length=300)
+    template: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_\-/]+$")
+    weight: int = Field(default=1, gt=0, le=1_000_000)
+
+
 class Step(_Model):
     """One sequence step: ``template`` names ``<template>.txt.j2``/``.html.j2``; ``subject`` is a
     Jinja2 string; ``delay_days`` counts days after the previous step was sent (step 1: after
@@ -78,6 +92,27 @@ class Step(_Model):
     delay_days: int = Field(ge=0, le=365)
     requires: list[LeadField] = Field(default_factory=list)
     thread: bool = False
+    variants: list[Variant] = Field(default_factory=list)
+    """A/B variants (:class:`Variant`): none, or at least two with different names."""
+
+    @field_validator("variants")
+    @classmethod
+    def _variants(cls, value: list[Variant]) -> list[Variant]:
+        names = [v.name for v in value]
+        if len(value) == 1:
+            raise ValueError("a step has no variants or at least two")
+        if len(set(names)) != len(names):
+            raise ValueError(f"variant names must differ, got {names}")
+        return value
+
+    def copies(self) -> list[tuple[str | None, str, str]]:
+        """Return ``(variant name, template, subject)`` of every copy the step sends: the step's
+        own (name ``None``) when it has no variants, else each variant's (the step's template or
+        subject where the variant leaves one out)."""
+        if not self.variants:
+            return [(None, self.template, self.subject)]
+        return [(v.name, v.template or self.template, v.subject or self.subject)
+                for v in self.variants]
 
 
 class SendWindow(_Model):
@@ -329,22 +364,24 @@ def load_campaign(path: str | Path) -> Campaign:
     """
     path = resolve(path)
     campaign = _load(path, Campaign)
-    for i, step in enumerate(campaign.steps):
-        for suffix in (".txt.j2", ".html.j2"):
-            if not (templates_dir() / f"{step.template}{suffix}").is_file():
-                raise ConfigError(f"{path}, field steps.{i}.template: no template file "
-                                  f"{templates_dir() / (step.template + suffix)}")
-        # A typo such as {{ lead.compnay }} would fail every email of the step: refuse it now.
-        from outreach.render import RenderError, render
+    from outreach.render import RenderError, render
 
-        try:
-            render(step.template, step.subject, sample_context(campaign))
-        except RenderError as exc:
-            hint = (" (an extra column of the lead file, lead.custom.<name>? list it under "
-                    "custom_columns)" if "has no attribute" in str(exc) else "")
-            raise ConfigError(f"{path}, field steps.{i} (template {step.template!r}, subject "
-                              f"{step.subject!r}): does not render for a sample lead: "
-                              f"{exc}{hint}") from None
+    for i, step in enumerate(campaign.steps):
+        for variant, template, subject in step.copies():
+            field = f"steps.{i}" + (f" variant {variant!r}" if variant else "")
+            for suffix in (".txt.j2", ".html.j2"):
+                if not (templates_dir() / f"{template}{suffix}").is_file():
+                    raise ConfigError(f"{path}, field {field}.template: no template file "
+                                      f"{templates_dir() / (template + suffix)}")
+            # A typo such as {{ lead.compnay }} would fail every email of the step: refuse it now.
+            try:
+                render(template, subject, sample_context(campaign))
+            except RenderError as exc:
+                hint = (" (an extra column of the lead file, lead.custom.<name>? list it under "
+                        "custom_columns)" if "has no attribute" in str(exc) else "")
+                raise ConfigError(f"{path}, field {field} (template {template!r}, subject "
+                                  f"{subject!r}): does not render for a sample lead: "
+                                  f"{exc}{hint}") from None
     return campaign
 
 
@@ -425,8 +462,14 @@ def sync(conn: Conn, campaign: Campaign, mailboxes: list[Mailbox], source_file: 
     campaigns_store.campaign_mailbox_unlink_others(conn, campaign_id=campaign_id,
                                                    mailbox_ids=mailbox_ids)
     for position, step in enumerate(campaign.steps, start=1):
-        campaigns_store.campaign_step_upsert(
+        step_id = campaigns_store.campaign_step_upsert(
             conn, campaign_id=campaign_id, position=position, template=step.template,
             subject=step.subject, delay_days=step.delay_days,
             requires=sorted(set(step.requires)), thread=step.thread)
+        for order, v in enumerate(step.variants, start=1):
+            campaigns_store.campaign_variant_upsert(
+                conn, step_id=step_id, name=v.name, position=order, subject=v.subject,
+                template=v.template, weight=v.weight)
+        campaigns_store.campaign_variant_retire_others(
+            conn, step_id=step_id, names=[v.name for v in step.variants])
     return campaign_id

@@ -33,10 +33,13 @@ def _source(path: Path) -> str:
 
 def content_version(template: str, subject: str | None, *, thread: bool = False,
                     campaign_key: str | None = None, campaign_name: str | None = None,
-                    directory: Path | None = None) -> str:
+                    variant: str | None = None, directory: Path | None = None) -> str:
     """Return the content version of a step (or a transactional template): the first 16 hex
     digits of a SHA-256 over the template's two source files, ``subject`` (the Jinja2 string,
-    ``None`` for a template's own subject), ``thread`` and the campaign's key and name.
+    ``None`` for a template's own subject), ``thread`` and the campaign's key and name, and the
+    A/B variant's name when there is one (``template`` and ``subject`` are then the variant's
+    copy; migration 0126), so two variants never share a version. A step without variants keeps
+    the version it had before 0126.
 
     :param directory: the templates folder (default :func:`outreach.paths.templates_dir`).
     """
@@ -45,5 +48,7 @@ def content_version(template: str, subject: str | None, *, thread: bool = False,
                 "campaign": [campaign_key, campaign_name],
                 "txt": _source(folder / f"{template}.txt.j2"),
                 "html": _source(folder / f"{template}.html.j2")}
+    if variant is not None:
+        material["variant"] = variant
     blob = json.dumps(material, sort_keys=True, ensure_ascii=False).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

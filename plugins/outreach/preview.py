@@ -82,6 +82,9 @@ def build_row(conn: Conn, row: dict[str, Any], settings: Settings, now: dt.datet
         notes.append(f"DKIM-Signature (s={row['dkim_selector']}) is added at the handoff")
         row["dkim_selector"] = None
     message_id, wire = prepare(row, settings, now, dkim_private_key, thread=thread)
+    if row.get("variant") is not None:
+        notes.append(f"A/B variant {row['variant']}" + (
+            "" if row["id"] else " (the one queue-due will choose: outreach.step_variant_for)"))
     notes.append(f"content version {row_content_version(row)}")
     return message_id, wire, notes
 

@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from outreach import db
+from outreach import db, orgdomains
 from outreach.logutil import log, mask
 from outreach.store import emails, mailboxes, reports
 
@@ -54,6 +54,8 @@ def queue_due(url: str, *, campaign_key: str | None = None, now: dt.datetime | N
             return emails.email_queue_due(conn, now=now, campaign_key=campaign_key, part=part,
                                           parts=parts)
 
+    # The per-company cap reads lead organisations in the claim; map new domains first.
+    orgdomains.fill(url)
     with ThreadPoolExecutor(parts, thread_name_prefix="outreach-queue-due") as pool:
         futures = [pool.submit(queue_part, part) for part in range(parts)]
     per_mailbox: dict[int, int] = {}

@@ -25,6 +25,8 @@ def collect(url: str, *, now: Any = None, accounts: Any = None) -> dict[str, Any
     * ``rows``: per campaign/step/mailbox counts; ``totals``; ``last_import``;
     * ``held``: leads a step is not queued for because they lack a field it requires
       (campaign, step, missing, leads);
+    * ``waiting``: queued emails the contact policy holds back, per campaign, step and reason
+      (campaign, step, reason, emails, next_at; docs/explanation/contact-policy.md);
     * ``mailboxes``: today's sends against the limit, pause status (address masked, ``name``);
     * ``funnel``: per campaign and step: enrolled, queued, sent, replied, bounced,
       unsubscribed, unconfirmed, failed, complained, sender_blocked, stopped_domain_reply,
@@ -38,7 +40,9 @@ def collect(url: str, *, now: Any = None, accounts: Any = None) -> dict[str, Any
     * ``spam_rate_threshold``: the pause threshold (a fraction; Gmail: keep below 0.1 %);
     * ``unconfirmed``: every unconfirmed email as operators see it (recipient masked);
     * ``progress``: per campaign its name, status, sent, queued and expected finish under the
-      current caps and pacing (:func:`outreach.progress.campaign_progress`).
+      current caps and pacing (:func:`outreach.progress.campaign_progress`);
+    * ``variants``: per campaign step with A/B variants, each variant's figures and the verdict
+      (:func:`ab_variants`).
 
     :param now: a fixed clock (UTC) for the day-based figures; default the database clock.
     :param accounts: opens IMAP accounts for the unconfirmed emails' Sent-folder evidence (the
@@ -62,7 +66,11 @@ def collect(url: str, *, now: Any = None, accounts: Any = None) -> dict[str, Any
         latest = import_runs.import_run_latest(conn, kind="leads")
         last_import = asdict(latest) if latest is not None else None
         held = [asdict(r) for r in reports.report_missing_fields(conn, campaign_key=None)]
+        waiting = [asdict(r) for r in reports.report_waiting(conn, campaign_key=None)]
         funnel = [asdict(r) for r in reports.report_funnel(conn)]
+        for f in funnel:
+            f.pop("variant")
+        variants = ab_variants(reports.report_funnel(conn, by_variant=True))
         inbound = [{"class": r.class_, "reason": r.reason, "messages": r.n, "applied": r.applied}
                    for r in reports.report_inbound_counts(conn)]
         health = [asdict(r) for r in reports.report_mailbox_health(conn, now=now, window=window)]
@@ -83,9 +91,37 @@ def collect(url: str, *, now: Any = None, accounts: Any = None) -> dict[str, Any
     from outreach.resolve import unconfirmed_details
 
     return {"rows": rows, "mailboxes": mailboxes, "totals": totals, "last_import": last_import,
-            "held": held, "funnel": funnel, "inbound": inbound, "health": health, "days": days,
+            "held": held, "waiting": waiting, "funnel": funnel, "inbound": inbound,
+            "health": health, "days": days,
             "spam_rate_threshold": HealthSettings.from_env().spam_rate_threshold,
-            "unconfirmed": unconfirmed_details(url, accounts=accounts), "progress": progress}
+            "unconfirmed": unconfirmed_details(url, accounts=accounts), "progress": progress,
+            "variants": variants}
+
+
+VARIANT_COUNTS = ("sent", "replied", "bounced", "unsubscribed", "complained")
+"""What the report shows per A/B variant (each counted by ``report_funnel``'s rules)."""
+
+
+def ab_variants(rows: list[reports.FunnelStep]) -> list[dict[str, Any]]:
+    """Group ``report_funnel(by_variant=True)`` rows into one entry per campaign step with A/B
+    variants: ``{"campaign", "step", "variants": [{"variant", "sent", "replied", "bounced",
+    "unsubscribed", "complained", "reply_rate", "reply_rate_low", "reply_rate_high"}, …], "best",
+    "worst", "z", "p", "significant", "verdict"}``. Rates are fractions (``None`` before the
+    first send); the interval is Wilson's 95 %, the verdict the pooled two-proportion z-test
+    (:func:`outreach.abtest.compare_variants`). A step's rows without a variant are left out."""
+    from outreach.abtest import compare_variants
+
+    steps: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.variant is not None:
+            steps.setdefault((r.campaign, r.step), []).append(
+                {"variant": r.variant, **{k: getattr(r, k) for k in VARIANT_COUNTS}})
+    return [{"campaign": campaign, "step": step, "variants": vs, **compare_variants(vs)}
+            for (campaign, step), vs in steps.items()]
+
+
+def _rate(rate: float | None, low: float | None, high: float | None) -> str:
+    return "-" if rate is None else f"{rate:.1%} ({low:.1%} to {high:.1%})"
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -117,11 +153,24 @@ def render_text(report: dict[str, Any]) -> str:
 
         parts.append("\nNot queued: leads lacking a field the step requires")
         parts += [f"  {held_line(h)}" for h in report["held"]]
+    if report.get("waiting"):
+        parts.append("\nWaiting: queued emails the contact policy holds back")
+        parts.append(_table(["campaign", "step", "reason", "emails", "first may go (UTC)"], [
+            [w["campaign"], w["step"], w["reason"], w["emails"], f"{w['next_at']:%Y-%m-%d %H:%M}"]
+            for w in report["waiting"]]))
     if report.get("inbound"):
         parts.append("\nInbound mail by class and reason (outreach lead show ADDRESS: one lead's)")
         parts.append(_table(["class", "reason", "messages", "changed something"], [
             [i["class"], i["reason"] or "-", i["messages"], i["applied"]]
             for i in report["inbound"]]))
+    for step in report.get("variants") or []:
+        parts.append(f"\nA/B variants: {step['campaign']} step {step['step']} (reply rate, 95 % "
+                     "interval)")
+        parts.append(_table(["variant", *VARIANT_COUNTS, "reply rate"], [
+            [v["variant"], *(v[k] for k in VARIANT_COUNTS),
+             _rate(v["reply_rate"], v["reply_rate_low"], v["reply_rate_high"])]
+            for v in step["variants"]]))
+        parts.append(f"  {step['verdict']}")
     t = report["totals"] or {}
     parts.append(f"\nsend log entries: {t.get('send_log', 0)}; emails: {t.get('emails', 0)}")
     return "\n".join(parts)

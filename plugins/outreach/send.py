@@ -138,6 +138,7 @@ def claim(conn: Conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datet
           gap_seconds: float = 0.0, gap_jitter: float = 0.0,
           gap_horizon: dt.timedelta = dt.timedelta(minutes=15),
           person_per_day: int | None = None, person_per_week: int | None = None,
+          company_per_day: int | None = None,
           ) -> tuple[list[dict[str, Any]], str]:
     """Claim up to ``limit`` due rows of one mailbox within its quota, in one transaction.
 
@@ -148,9 +149,9 @@ def claim(conn: Conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datet
     ``mailbox_remaining_today`` in ``sql/queries/mailboxes.sql``). With ``gap_seconds`` > 0 each
     claimed row gets ``row["not_before"]`` (aware datetime, UTC), the moment reserved for its
     handoff (``mailbox_reserve_handoffs``), and only rows reserved within ``gap_horizon`` are taken.
-    ``person_per_day``/``person_per_week``: the per-person frequency cap across campaigns (``None``:
-    off; the rule: ``outreach.claim_emails_v2`` in ``sql/schema.sql``); rows over it stay queued,
-    moved later, with ``hold_reason``, and are not returned.
+    ``person_per_day``/``person_per_week``/``company_per_day``: the contact policy across campaigns
+    (``None``: that cap off; the rule: ``outreach.claim_emails_v3`` in ``sql/schema.sql``); rows
+    over it stay queued, moved later, with ``hold_reason``, and are not returned.
     Transactional: one claim statement (``email_claim_transactional``) with no window, cap,
     warm-up or gap; a paused mailbox claims nothing.
 
@@ -193,7 +194,8 @@ def claim(conn: Conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datet
         rows = db.run(conn, "email_claim_batch", {
             "mailbox_id": mailbox_id, "limit": min(limit, quota.run_left, fit or limit),
             "now": now, "claim_token": uuid.uuid4(), "claimed_by": worker,
-            "person_per_day": person_per_day, "person_per_week": person_per_week})
+            "person_per_day": person_per_day, "person_per_week": person_per_week,
+            "company_per_day": company_per_day})
         if rows and fit is not None:
             moments = mailboxes.mailbox_reserve_handoffs(
                 conn, mailbox_id=mailbox_id, rows=len(rows), now=now, gap_seconds=gap_seconds,
@@ -290,12 +292,13 @@ def thread_of(conn: Conn, row: dict[str, Any]) -> Thread | None:
 
 def row_content_version(row: dict[str, Any]) -> str:
     """Return the content version (:func:`outreach.content.content_version`) of a claimed
-    row's message: its step's template, subject, thread flag and campaign, or its transactional
-    template."""
+    row's message: its step's (or its A/B variant's) template, subject, thread flag, campaign
+    and variant name, or its transactional template."""
     if message_class(row) == "transactional":
         return content_version(row["template"], None)
     return content_version(row["template"], row["subject"], thread=bool(row.get("step_thread")),
-                           campaign_key=row["campaign_key"], campaign_name=row["campaign_name"])
+                           campaign_key=row["campaign_key"], campaign_name=row["campaign_name"],
+                           variant=row.get("variant"))
 
 
 def prepare(row: dict[str, Any], settings: Settings, now: dt.datetime,
@@ -611,7 +614,8 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
                                gap_jitter=settings.send_gap_jitter,
                                gap_horizon=settings.gap_horizon,
                                person_per_day=settings.contact_per_day or None,
-                               person_per_week=settings.contact_per_week or None)
+                               person_per_week=settings.contact_per_week or None,
+                               company_per_day=settings.contact_company_per_day or None)
         except psycopg.OperationalError as exc:
             # The claim either committed or not; nothing was handed over either way, so rows it
             # may have claimed are put back in the queue by the reaper (never stamped).

@@ -250,9 +250,11 @@ class Settings(OutreachSettings):
     the 200 a run above are across mailboxes.
 
     Contact policy (docs/explanation/contact-policy.md): at most ``contact_per_day`` (1) campaign
-    emails a person per UTC day and ``contact_per_week`` (3) in any 7 days, over all campaigns;
-    decided inside the claim (``outreach.claim_emails_v2`` in ``sql/schema.sql``), a row over the
-    cap stays queued with a later ``scheduled_for`` and its ``hold_reason``.
+    emails a person in any 24 hours and ``contact_per_week`` (3) in any 7 days, and with
+    ``contact_company_per_day`` (off) at most that many people of one organisation in any 24
+    hours, over all campaigns; decided inside the claim (``outreach.claim_emails_v3`` in
+    ``sql/schema.sql``), a row over a cap stays queued with a later ``scheduled_for`` and its
+    ``hold_reason``.
     """
 
     SECRET_FIELDS: ClassVar[frozenset[str]] = frozenset({"unsubscribe_secret"})
@@ -282,10 +284,13 @@ class Settings(OutreachSettings):
     send_gap_jitter: float = Field(0.5, ge=0, le=1, description=(
         "the random lengthening of each gap, a fraction from 0 to 1"))
     contact_per_day: int = Field(1, ge=0, le=100, description=(
-        "campaign emails one person (normalised address) gets per UTC day over all campaigns, "
-        "0 (no cap) to 100"))
+        "campaign emails one person (normalised address) gets in any 24 hours over all "
+        "campaigns, 0 (no cap) to 100"))
     contact_per_week: int = Field(3, ge=0, le=700, description=(
         "campaign emails one person gets in any 7 days over all campaigns, 0 (no cap) to 700"))
+    contact_company_per_day: int = Field(0, ge=0, le=10_000, description=(
+        "different people of one organisation (Public Suffix List domain; free mail is none) "
+        "contacted in any 24 hours over all campaigns, 0 (no cap) to 10000"))
     transactional_retry_seconds: Annotated[tuple[Annotated[int, Field(ge=1, le=3600)], ...],
                                            NoDecode, _INT_ITEMS, _COMMA_LIST] = Field(
         (10, 60), min_length=1, max_length=5, description=(

@@ -35,6 +35,21 @@ SET template = excluded.template, subject = excluded.subject, delay_days = exclu
     requires = excluded.requires, thread = excluded.thread
 RETURNING id;
 
+-- name: campaign_variant_upsert
+-- A step's A/B variant from the campaign file, matched by (step, name); a variant in the file is
+-- active again. Its copy may change: rows already sent keep their send-log content version.
+INSERT INTO outreach.step_variants AS v (step_id, name, position, subject, template, weight)
+VALUES (%(step_id)s, %(name)s, %(position)s, %(subject)s, %(template)s, %(weight)s)
+ON CONFLICT ON CONSTRAINT outreach_step_variants_pkey DO UPDATE
+SET position = excluded.position, subject = excluded.subject, template = excluded.template,
+    weight = excluded.weight, active = true;
+
+-- name: campaign_variant_retire_others
+-- Variants of the step no longer in the campaign file are retired, never deleted: queue-due no
+-- longer chooses them, rows queued with one still render with its copy and the report counts it.
+UPDATE outreach.step_variants SET active = false
+WHERE step_id = %(step_id)s AND active AND NOT (name = ANY (%(names)s::text[]));
+
 -- name: campaign_find
 SELECT id, key, name, status, paused_reason, paused_at, paused_by, approved_at, approved_by
 FROM outreach.campaigns WHERE key = %(key)s;
@@ -130,11 +145,14 @@ RETURNING campaign_id, created_at;
 -- (so the sender's own builder takes the row), the lead's email row for the step if it was
 -- queued (id and idempotency_key: the Message-ID it gets; NULL before queue-due), and why the
 -- step would skip the lead: its enrolment status, the one suppression function, and the step's
--- missing `requires` fields (outreach.lead_missing_fields, as email_queue_due asks them).
+-- missing `requires` fields (outreach.lead_missing_fields, as email_queue_due asks them). The
+-- A/B variant is the queued row's, else the one queue-due would choose (outreach.step_variant_for),
+-- and its subject and/or template replace the step's.
 SELECT e.id, e.idempotency_key, e.status::text AS email_status, 0 AS attempts, l.id AS lead_id,
        st.id AS step_id, 'marketing' AS message_class, l.email, l.first_name, l.last_name,
-       l.company, l.title, l.custom, st.position AS step_position, st.template, st.subject,
-       st.thread AS step_thread, c.key AS campaign_key, c.name AS campaign_name,
+       l.company, l.title, l.custom, st.position AS step_position,
+       coalesce(sv.template, st.template) AS template, coalesce(sv.subject, st.subject) AS subject,
+       v.variant, st.thread AS step_thread, c.key AS campaign_key, c.name AS campaign_name,
        m.id AS mailbox_id, m.address AS mailbox_address, m.display_name AS mailbox_name,
        m.label AS mailbox_label, m.smtp_conn_id, m.dkim_selector, m.dkim_key_conn_id,
        en.status AS enrollment_status, outreach.is_suppressed(l.email) AS suppressed,
@@ -145,6 +163,9 @@ JOIN outreach.enrollments en ON en.campaign_id = c.id
 JOIN outreach.leads l ON l.id = en.lead_id
 JOIN outreach.mailboxes m ON m.id = en.mailbox_id
 LEFT JOIN outreach.emails e ON e.lead_id = l.id AND e.step_id = st.id
+CROSS JOIN LATERAL (SELECT CASE WHEN e.id IS NOT NULL THEN e.variant
+                                ELSE outreach.step_variant_for(st.id, l.id) END AS variant) v
+LEFT JOIN outreach.step_variants sv ON sv.step_id = st.id AND sv.name = v.variant
 WHERE c.key = %(key)s
   AND (%(address)s::text IS NULL OR l.email = outreach.normalize_address(%(address)s::text))
 ORDER BY l.id

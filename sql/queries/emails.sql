@@ -58,9 +58,13 @@ CROSS JOIN n
 ),
 ins AS (
 INSERT INTO outreach.emails (lead_id, step_id, campaign_id, mailbox_id, scheduled_for,
-                             idempotency_key)
+                             idempotency_key, variant)
 SELECT d.lead_id, d.step_id, d.campaign_id, d.mailbox_id, s.at,
-       md5(n.seed || '/' || d.lead_id || '/' || d.step_id)::uuid
+       md5(n.seed || '/' || d.lead_id || '/' || d.step_id)::uuid,
+       -- The A/B variant, fixed here for good (trigger outreach_emails_keep_variant); asked only
+       -- for steps that have active variants (a hashed subplan), so a step without costs nothing.
+       CASE WHEN d.step_id IN (SELECT sv.step_id FROM outreach.step_variants sv WHERE sv.active)
+            THEN outreach.step_variant_for(d.step_id, d.lead_id) END
 FROM due d
 CROSS JOIN n
 JOIN slot s ON s.campaign_id = d.campaign_id AND s.tz = d.tz
@@ -81,21 +85,24 @@ SELECT mailbox_id, count(*)::integer AS queued FROM ins GROUP BY mailbox_id ORDE
 SET LOCAL enable_nestloop = off;
 
 -- name: email_claim_batch
--- The claim of campaign rows: outreach.claim_emails_v2 (sql/schema.sql, "The claim") locks up to
+-- The claim of campaign rows: outreach.claim_emails_v3 (sql/schema.sql, "The claim") locks up to
 -- %(limit)s due rows of one mailbox that no other sender holds, in their send window, stamps a
 -- fresh claim token, claimed_at and attempts + 1; this query returns with them everything needed
 -- to build the messages. The caller holds the mailbox lock and caps %(limit)s by
--- mailbox_remaining_today. %(person_per_day)s, %(person_per_week)s: the per-person frequency cap
--- across campaigns (NULL: off), decided in the claim per row; rows over it stay queued, later.
+-- mailbox_remaining_today. %(person_per_day)s, %(person_per_week)s, %(company_per_day)s: the
+-- contact policy across campaigns (NULL: off), decided in the claim; rows over it stay queued,
+-- later, with their hold_reason.
 WITH claimed AS (
-    SELECT * FROM outreach.claim_emails_v2('marketing', %(mailbox_id)s::bigint, %(limit)s::integer,
+    SELECT * FROM outreach.claim_emails_v3('marketing', %(mailbox_id)s::bigint, %(limit)s::integer,
                                            %(claim_token)s::uuid, %(claimed_by)s::text,
                                            %(now)s::timestamptz, %(person_per_day)s::integer,
-                                           %(person_per_week)s::integer)
+                                           %(person_per_week)s::integer,
+                                           %(company_per_day)s::integer)
 )
 SELECT cl.id, cl.claim_token, cl.attempts, cl.idempotency_key, cl.lead_id, cl.step_id,
        cl.message_class, l.email, l.first_name, l.last_name, l.company, l.title, l.custom,
-       st.position AS step_position, st.template, st.subject, st.thread AS step_thread,
+       st.position AS step_position, coalesce(sv.template, st.template) AS template,
+       coalesce(sv.subject, st.subject) AS subject, st.thread AS step_thread, cl.variant,
        c.key AS campaign_key, c.name AS campaign_name,
        m.id AS mailbox_id, m.address AS mailbox_address, m.display_name AS mailbox_name,
        m.label AS mailbox_label,
@@ -103,6 +110,8 @@ SELECT cl.id, cl.claim_token, cl.attempts, cl.idempotency_key, cl.lead_id, cl.st
 FROM claimed cl
 JOIN outreach.leads l ON l.id = cl.lead_id
 JOIN outreach.sequence_steps st ON st.id = cl.step_id
+-- The row's A/B variant (0126) renders its own subject and/or template, the step's otherwise.
+LEFT JOIN outreach.step_variants sv ON sv.step_id = cl.step_id AND sv.name = cl.variant
 JOIN outreach.campaigns c ON c.id = cl.campaign_id
 JOIN outreach.mailboxes m ON m.id = cl.mailbox_id
 ORDER BY cl.scheduled_for, cl.id;
@@ -551,12 +560,15 @@ WHERE e.id = %(email_id)s;
 -- the Subject as sent (NULL: sent before migration 0012, or confirmed by an operator) and step
 -- 1's template and subject for that case. No row for position 1: step 1 was not sent to this lead
 -- (it failed, was cancelled, or the row was made by hand), and the step is sent as a new message.
-SELECT st.position, s.message_id, s.subject, st.template, st.subject AS subject_template
+SELECT st.position, s.message_id, s.subject, coalesce(sv.template, st.template) AS template,
+       coalesce(sv.subject, st.subject) AS subject_template
 FROM outreach.emails e
 JOIN outreach.sequence_steps cur ON cur.id = e.step_id
 JOIN outreach.sequence_steps st ON st.campaign_id = cur.campaign_id
                                AND st.position < cur.position AND (st.position = 1 OR st.thread)
 JOIN outreach.emails pe ON pe.lead_id = e.lead_id AND pe.step_id = st.id
 JOIN outreach.send_log s ON s.email_id = pe.id
+-- The earlier message's A/B variant (0126): its copy, not the step's.
+LEFT JOIN outreach.step_variants sv ON sv.step_id = pe.step_id AND sv.name = pe.variant
 WHERE e.id = %(email_id)s AND cur.thread
 ORDER BY st.position;

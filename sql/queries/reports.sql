@@ -83,6 +83,19 @@ WHERE st.requires <> '{}' AND m.missing <> '{}'
 GROUP BY c.key, st.position, m.missing
 ORDER BY c.key, st.position, m.missing;
 
+-- name: report_waiting
+-- Queued rows the contact policy holds back (emails.hold_reason, set by outreach.claim_emails_v3):
+-- per campaign, step and reason, how many and when the first may go ("waiting: frequency cap").
+SELECT c.key AS campaign, st.position AS step, e.hold_reason AS reason, count(*)::integer AS emails,
+       min(e.scheduled_for) AS next_at
+FROM outreach.emails e
+JOIN outreach.campaigns c ON c.id = e.campaign_id
+JOIN outreach.sequence_steps st ON st.id = e.step_id
+WHERE e.status = 'queued' AND e.hold_reason IS NOT NULL
+  AND (%(campaign_key)s::text IS NULL OR c.key = %(campaign_key)s::text)
+GROUP BY c.key, st.position, e.hold_reason
+ORDER BY c.key, st.position, e.hold_reason;
+
 -- name: report_funnel
 -- Per campaign and step, the funnel the campaign page draws. enrolled: the campaign's
 -- enrolments (the top, the same on every step); queued: waiting or being sent; sent: accepted
@@ -95,7 +108,10 @@ ORDER BY c.key, st.position, m.missing;
 -- email; sender_blocked: refused for a reason of ours (outreach.bounces); stopped_domain_reply /
 -- stopped_auto_reply: the last step sent before the enrolment stopped because a colleague at the
 -- same company replied (stop_on_domain_reply) or an auto-reply came (stop_on_auto_reply).
+-- %(by_variant)s: one row per A/B variant of the step too (variant NULL: the step's emails
+-- without one, and a step with no email yet), counted by the same rules; else variant is NULL.
 SELECT c.key AS campaign, st.position AS step,
+       CASE WHEN %(by_variant)s::boolean THEN e.variant END AS variant,
        (SELECT count(*) FROM outreach.enrollments en WHERE en.campaign_id = c.id)::integer AS enrolled,
        count(e.id) FILTER (WHERE e.status IN ('queued', 'sending'))::integer AS queued,
        count(e.id) FILTER (WHERE e.status = 'sent')::integer AS sent,
@@ -141,8 +157,8 @@ JOIN outreach.sequence_steps st ON st.campaign_id = c.id
 LEFT JOIN outreach.emails e ON e.step_id = st.id
 LEFT JOIN outreach.leads l ON l.id = e.lead_id
 LEFT JOIN outreach.enrollments en ON en.campaign_id = c.id AND en.lead_id = e.lead_id
-GROUP BY c.id, c.key, st.position
-ORDER BY c.key, st.position;
+GROUP BY c.id, c.key, st.position, 3
+ORDER BY c.key, st.position, 3;
 
 -- name: report_mailbox_days
 -- Per mailbox and local calendar day of the last %(days)s days (today included): emails

@@ -1,17 +1,18 @@
-"""The per-person frequency cap across campaigns (outreach.claim_emails_v2, migration 0111):
-concurrent claimers in different campaigns and mailboxes never give one person two emails in a
-day, and rows over the cap stay queued, later, with their reason."""
+"""The contact policy across campaigns (outreach.claim_emails_v3, migrations 0111 and 0132):
+concurrent claimers in different campaigns and mailboxes never give one person two emails in 24
+hours nor contact more than K people of one company, and rows over a cap stay queued, later,
+with their reason."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 
 from outreach import db
 from outreach.send import claim
 
 NOW = dt.datetime(2026, 3, 4, 10, 7, tzinfo=dt.UTC)
-MIDNIGHT = dt.datetime(2026, 3, 5, tzinfo=dt.UTC)
 PEOPLE = 200
 MAILBOXES = 8  # four per campaign, one sender each
 
@@ -45,7 +46,8 @@ def _seed(conn) -> list[int]:
     return boxes
 
 
-def _senders(db_url: str, boxes: list[int], per_day: int | None) -> None:
+def _senders(db_url: str, boxes: list[int], per_day: int | None,
+             company_per_day: int | None = None) -> None:
     start = threading.Barrier(len(boxes))
     errors: list[Exception] = []
 
@@ -55,7 +57,8 @@ def _senders(db_url: str, boxes: list[int], per_day: int | None) -> None:
                 start.wait()
                 for _ in range(20):
                     rows, _note = claim(conn, box, 10, worker=f"w{box}", now=NOW,
-                                        person_per_day=per_day, person_per_week=3)
+                                        person_per_day=per_day, person_per_week=3,
+                                        company_per_day=company_per_day)
                     due = conn.execute(
                         "SELECT count(*) AS n FROM outreach.emails WHERE mailbox_id = %s AND"
                         " status = 'queued' AND scheduled_for <= %s", (box, NOW)).fetchone()["n"]
@@ -85,9 +88,9 @@ def test_concurrent_senders_in_two_campaigns_give_no_one_two_emails_a_day(db_url
         held = conn.execute("SELECT count(*) AS n, min(scheduled_for) AS lo, max(scheduled_for)"
                             " AS hi, array_agg(DISTINCT hold_reason) AS why FROM outreach.emails"
                             " WHERE status = 'queued'").fetchone()
-        # The other campaign's row of each person is held, not failed: queued for tomorrow.
+        # The other campaign's row of each person is held, not failed: queued 24 hours later.
         assert held["n"] == PEOPLE
-        assert held["lo"] == held["hi"] == MIDNIGHT
+        assert held["lo"] == held["hi"] == NOW + dt.timedelta(days=1)
         assert held["why"] == ["frequency cap: 1 a day"]
         assert conn.execute("SELECT count(*) AS n FROM outreach.emails WHERE status = 'sending'"
                             " AND hold_reason IS NOT NULL").fetchone()["n"] == 0
@@ -118,3 +121,76 @@ def test_the_week_cap_holds_a_row_until_the_oldest_touch_leaves_the_week(db_url)
         assert row["status"] == "queued"
         assert row["hold_reason"] == "frequency cap: 3 a week"
         assert row["scheduled_for"] == NOW + dt.timedelta(days=1)  # day -6 + 7 days
+
+
+def test_the_day_is_24_hours_so_midnight_gives_no_second_email(db_url):
+    late = dt.datetime(2026, 3, 4, 23, 59, 50, tzinfo=dt.UTC)
+    with db.connect(db_url, autocommit=True) as conn:
+        boxes = _seed(conn)
+        conn.execute("UPDATE outreach.emails SET scheduled_for = %s", (late - dt.timedelta(hours=1),))
+        for box in boxes[:4]:
+            claim(conn, box, 100, worker="w", now=late, person_per_day=1, person_per_week=3)
+        after = late + dt.timedelta(seconds=20)  # the next UTC day
+        for box in boxes[4:]:
+            rows, _ = claim(conn, box, 100, worker="w", now=after, person_per_day=1,
+                            person_per_week=3)
+            assert rows == []
+        held = conn.execute("SELECT count(*) AS n, min(scheduled_for) AS lo FROM outreach.emails"
+                            " WHERE status = 'queued'").fetchone()
+        assert held["n"] == PEOPLE
+        assert held["lo"] == late + dt.timedelta(days=1)
+
+
+def test_concurrent_senders_contact_at_most_k_people_of_a_company_a_day(db_url):
+    with db.connect(db_url, autocommit=True) as conn:
+        boxes = _seed(conn)  # 200 people at 17 companies, some through a subdomain
+        conn.execute("UPDATE outreach.leads SET email = replace(email, '@company3.',"
+                     " '@mail.company3.') WHERE id % 2 = 0")
+        # Free mail is no company: ten people at gmail.com are not capped together.
+        conn.execute("UPDATE outreach.leads SET email = 'free' || id || '@gmail.com'"
+                     " WHERE email LIKE '%@company5.example'")
+    from outreach import orgdomains
+    orgdomains.fill(db_url)
+    _senders(db_url, boxes, per_day=1, company_per_day=3)
+    with db.connect(db_url, autocommit=True) as conn:
+        per_org = {r["org"]: r["n"] for r in conn.execute(
+            "SELECT outreach.org_of(l.email) AS org, count(DISTINCT e.lead_id) AS n"
+            " FROM outreach.emails e JOIN outreach.leads l ON l.id = e.lead_id"
+            " WHERE e.status = 'sending' GROUP BY 1")}
+        free = per_org.pop(None)
+        assert free == conn.execute("SELECT count(*) AS n FROM outreach.leads WHERE email LIKE"
+                                    " '%@gmail.com'").fetchone()["n"] > 3
+        assert set(per_org.values()) == {3}, per_org  # every company reached, none beyond 3
+        assert len(per_org) == 16 and "company3.example" in per_org
+        reasons = {r["hold_reason"] for r in conn.execute(
+            "SELECT DISTINCT hold_reason FROM outreach.emails WHERE status = 'queued'")}
+        assert "company cap: 3 people a day at company3.example" in reasons
+        assert conn.execute("SELECT max(n) AS m FROM (SELECT lead_id, count(*) AS n FROM"
+                            " outreach.emails WHERE status = 'sending' GROUP BY lead_id) x"
+                            ).fetchone()["m"] == 1
+    # The report says who waits and why (`outreach report --json`, the campaign page).
+    from outreach import report
+    waiting = json.loads(report.render_json(report.collect(db_url)))["waiting"]
+    assert {"campaign": "c1", "step": 1, "reason": "frequency cap: 1 a day"} in [
+        {k: w[k] for k in ("campaign", "step", "reason")} for w in waiting]
+    company3 = [w for w in waiting if w["reason"].endswith("at company3.example")]
+    assert company3 and sum(w["emails"] for w in company3) > 0
+    assert "Waiting: queued emails the contact policy holds back" in report.render_text(
+        report.collect(db_url))
+
+
+def test_held_rows_do_not_spend_the_claims_limit(db_url):
+    with db.connect(db_url, autocommit=True) as conn:
+        boxes = _seed(conn)
+        # Campaign c1's mailbox 4 has its rows due first, but every one of its first 10 people
+        # was already touched today by campaign c0.
+        first = [r["lead_id"] for r in conn.execute(
+            "SELECT lead_id FROM outreach.emails WHERE mailbox_id = %s ORDER BY id LIMIT 10",
+            (boxes[4],))]
+        conn.execute("UPDATE outreach.emails SET status = 'sent', claim_token = gen_random_uuid(),"
+                     " claimed_at = %s, sent_at = %s WHERE lead_id = ANY(%s) AND mailbox_id <> %s",
+                     (NOW - dt.timedelta(hours=2), NOW - dt.timedelta(hours=2), first, boxes[4]))
+        rows, _ = claim(conn, boxes[4], 10, worker="w", now=NOW, person_per_day=1,
+                        person_per_week=3)
+        assert len(rows) == 10
+        assert not {r["lead_id"] for r in rows} & set(first)

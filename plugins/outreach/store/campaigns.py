@@ -117,6 +117,25 @@ class Campaign:
     approved_by: str | None
 
 
+def campaign_variant_upsert(
+    conn: Conn, *, step_id: int, name: str, position: int, subject: str | None,
+    template: str | None, weight: int,
+) -> None:
+    """``campaign_variant_upsert``: A step's A/B variant from the campaign file, matched by
+    (step, name); a variant in the file is active again. Its copy may change: rows already sent
+    keep their send-log content version."""
+    execute(conn, "campaign_variant_upsert", {"step_id": step_id, "name": name,
+                                              "position": position, "subject": subject,
+                                              "template": template, "weight": weight})
+
+
+def campaign_variant_retire_others(conn: Conn, *, step_id: int, names: list[str]) -> None:
+    """``campaign_variant_retire_others``: Variants of the step no longer in the campaign file
+    are retired, never deleted: queue-due no longer chooses them, rows queued with one still
+    render with its copy and the report counts it."""
+    execute(conn, "campaign_variant_retire_others", {"step_id": step_id, "names": names})
+
+
 def campaign_find(conn: Conn, *, key: str) -> Campaign | None:
     """``campaign_find``: runs campaign_find.
 
@@ -244,6 +263,7 @@ class PreviewRow:
     step_position: int
     template: str
     subject: str
+    variant: str | None
     step_thread: bool
     campaign_key: str
     campaign_name: str

@@ -73,6 +73,7 @@ class ClaimedEmail:
     template: str
     subject: str
     step_thread: bool
+    variant: str | None
     campaign_key: str
     campaign_name: str
     mailbox_id: int
@@ -94,9 +95,10 @@ def email_claim_batch(
     claimed_by: str,
     person_per_day: int | None = None,
     person_per_week: int | None = None,
+    company_per_day: int | None = None,
 ) -> list[ClaimedEmail]:
-    """``email_claim_batch``: the claim of campaign rows (``outreach.claim_emails_v2``, with the
-    per-person frequency cap when ``person_per_day``/``person_per_week`` are set)."""
+    """``email_claim_batch``: the claim of campaign rows (``outreach.claim_emails_v3``, with the
+    contact policy's caps that are set; ``None``: that cap is off)."""
     return many(
         conn,
         "email_claim_batch",
@@ -108,6 +110,7 @@ def email_claim_batch(
             "claimed_by": claimed_by,
             "person_per_day": person_per_day,
             "person_per_week": person_per_week,
+            "company_per_day": company_per_day,
         },
         ClaimedEmail,
     )

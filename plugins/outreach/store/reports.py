@@ -126,11 +126,29 @@ def report_missing_fields(conn: Conn, *, campaign_key: str | None) -> list[Missi
 
 
 @dataclass(frozen=True, slots=True)
+class Waiting:
+    """A row of ``report_waiting`` (columns as the query names them)."""
+
+    campaign: str
+    step: int
+    reason: str
+    emails: int
+    next_at: dt.datetime
+
+
+def report_waiting(conn: Conn, *, campaign_key: str | None) -> list[Waiting]:
+    """``report_waiting``: queued rows the contact policy holds back, per campaign, step and
+    ``hold_reason``, with how many and when the first may go (UTC)."""
+    return many(conn, "report_waiting", {"campaign_key": campaign_key}, Waiting)
+
+
+@dataclass(frozen=True, slots=True)
 class FunnelStep:
     """A row of ``report_funnel`` (columns as the query names them)."""
 
     campaign: str
     step: int
+    variant: str | None
     enrolled: int
     queued: int
     sent: int
@@ -145,15 +163,16 @@ class FunnelStep:
     stopped_auto_reply: int = 0
 
 
-def report_funnel(conn: Conn) -> list[FunnelStep]:
+def report_funnel(conn: Conn, *, by_variant: bool = False) -> list[FunnelStep]:
     """``report_funnel``: Per campaign and step, the funnel the campaign page draws. enrolled: the
     campaign's enrolments (the top, the same on every step); queued: waiting or being sent;
     sent: accepted (or confirmed by an operator); replied: sent, the lead's enrolment stopped as
     'replied', and no later step was sent; bounced: a hard bounce (as the bounce-rate rule
     counts one: mailbox_bounce_counts); unsubscribed: a one-click unsubscribe from this very
     email, or the List-Unsubscribe mailto carrying its token; unconfirmed; failed: any other
-    failure (each count's rule: the query's comment in sql/queries/reports.sql)."""
-    return many(conn, "report_funnel", {}, FunnelStep)
+    failure (each count's rule: the query's comment in sql/queries/reports.sql). ``by_variant``:
+    one row per A/B variant of a step too (``variant`` None: the step's rows without one)."""
+    return many(conn, "report_funnel", {"by_variant": by_variant}, FunnelStep)
 
 
 @dataclass(frozen=True, slots=True)

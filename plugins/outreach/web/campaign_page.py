@@ -1,4 +1,5 @@
-"""The campaign page: per campaign the funnel by step, per mailbox sends per day against its cap
+"""The campaign page: per campaign the funnel by step and each step's A/B variants (their figures,
+reply rates with 95 % intervals and the verdict), per mailbox sends per day against its cap
 and warm-up line, bounce and complaint rates, the Postmaster spam rate (unknown days are gaps,
 never 0) with the 0.1 % line, paused state with who and why, and the unconfirmed list.
 
@@ -43,6 +44,24 @@ def _table(headers: Sequence[str], rows: list[list[tuple[str, Any]]], table_id: 
     return f'<table id="{_e(table_id)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
+VARIANT_FIGURES = ("sent", "replied", "bounced", "unsubscribed", "complained")
+
+
+def _variants(ab: dict[str, Any]) -> str:
+    """One step's A/B variants (an entry of the report's ``variants``): the figures, the reply
+    rate with its 95 % interval, and the plain verdict."""
+    key = f"variants.{ab['campaign']}.{ab['step']}"
+    table = _table(["variant", *VARIANT_FIGURES, "reply rate", "95 % interval"], [
+        [(f"{key}.{v['variant']}.variant", v["variant"])]
+        + [(f"{key}.{v['variant']}.{k}", v[k]) for k in VARIANT_FIGURES]
+        + [(f"{key}.{v['variant']}.reply_rate", _pct(v["reply_rate"])),
+           (f"{key}.{v['variant']}.interval", "–" if v["reply_rate"] is None else
+            f"{_pct(v['reply_rate_low'])} to {_pct(v['reply_rate_high'])}")]
+        for v in ab["variants"]], f"variants-{ab['campaign']}-{ab['step']}")
+    return (f"<h3>Step {_e(ab['step'])}: A/B variants</h3>{table}"
+            f'<p data-k="{_e(key)}.verdict">{_e(ab["verdict"])}</p>')
+
+
 def render_page(report: dict[str, Any], base: str = "") -> str:
     """Return the page's HTML for a report from :func:`outreach.report.collect`.
 
@@ -67,6 +86,8 @@ def render_page(report: dict[str, Any], base: str = "") -> str:
             + [(f"funnel.{c}.{f['step']}.{k}", f[k]) for k in FUNNEL] for f in steps],
             f"funnel-{c}"))
         parts.append(f'<div class="chart"><canvas data-funnel="{_e(c)}"></canvas></div>')
+        for ab in (v for v in report.get("variants", []) if v["campaign"] == c):
+            parts.append(_variants(ab))
     reasons = [r for r in report["rows"] if r.get("failure_reasons")]
     if reasons:
         parts.append("<h2>Delivery failures by reason</h2>")

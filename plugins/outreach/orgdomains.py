@@ -1,0 +1,48 @@
+"""The organisation of a lead, for the per-company cap (docs/explanation/contact-policy.md).
+
+``outreach.org_domains`` maps an email domain to its organisational domain, the registrable
+domain of the Public Suffix List (:func:`outreach.preflight.organizational_domain`, the DMARC
+rule of RFC 7489 §3.2, offline). The claim reads the table and never computes anything (a domain
+it does not find is its own organisation), so this fills it ahead: at the end of every lead
+import and before every queueing. Free-mail providers are rows of migration 0132; a subdomain of
+one (``mail.yahoo.co.uk`` → ``yahoo.co.uk``) is free mail too.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from outreach import db
+from outreach.preflight import organizational_domain
+from outreach.store import org_domains as store
+
+log = logging.getLogger(__name__)
+
+BATCH = 5_000
+"""Domains mapped per statement."""
+
+
+def fill(url: str) -> int:
+    """Map every lead email domain that ``outreach.org_domains`` does not know yet.
+
+    Safe to run concurrently and twice: inserts skip domains already mapped (ON CONFLICT DO
+    NOTHING), each batch its own transaction.
+
+    :param url: the outreach database.
+    :returns: the number of domains looked at (mapped now or by a concurrent run).
+    :raises psycopg.Error: the database failed (what was mapped before stays).
+    """
+    seen = 0
+    while True:
+        with db.transaction(url) as conn:
+            missing = store.org_domain_missing(conn, limit=BATCH)
+            if not missing:
+                break
+            store.org_domain_add(conn, domains=missing,
+                                  orgs=[organizational_domain(d) for d in missing])
+        seen += len(missing)
+        if len(missing) < BATCH:
+            break
+    if seen:
+        log.info("org domains: mapped=%s", seen)
+    return seen
