@@ -27,6 +27,7 @@
 --   unconfirmed needs a person   trigger outreach_emails_guard_unconfirmed     §5
 --   transactional enqueue ....   outreach.enqueue_transactional     §4 "Transactional mail"
 --   stopping an enrolment .....  outreach.stop_enrollment           §4 "Enrolments"
+--   one webhook per endpoint and event  outreach_webhook_deliveries_endpoint_event_key  §2
 -- Every change of a row that a sender claimed is a guarded UPDATE (status = 'sending' AND
 -- claim_token = the sender's token), written in sql/queries/; each status value below names the
 -- query or function that sets it.
@@ -763,6 +764,57 @@ CREATE TABLE outreach.events (
     CONSTRAINT outreach_events_kind_check CHECK (kind ~ '^[a-z][a-z_]*$')
 );
 
+-- Webhooks out (outreach.webhooks, migration 0130): endpoints subscribe to event kinds; their
+-- secret is named (secret_ref: 'conn:<Airflow connection>' or 'env:<VARIABLE>'), never stored.
+-- boundary is the endpoint's watermark, a transaction boundary (0104): webhook_enqueue takes the
+-- events with boundary <= xact < the snapshot's xmin and moves it there, in one statement that
+-- locks the endpoint row. A new endpoint starts at the xmin of its creation.
+CREATE TABLE outreach.webhook_endpoints (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name        text NOT NULL,
+    url         text NOT NULL,
+    event_kinds text[] NOT NULL,
+    secret_ref  text NOT NULL,
+    enabled     boolean NOT NULL DEFAULT true,
+    boundary    xid8 NOT NULL DEFAULT pg_snapshot_xmin(pg_current_snapshot()),
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_webhook_endpoints_name_key UNIQUE (name),
+    CONSTRAINT outreach_webhook_endpoints_name_check CHECK (name ~ '^[a-z0-9][a-z0-9_-]{0,62}$'),
+    CONSTRAINT outreach_webhook_endpoints_url_check CHECK (url ~ '^https?://[^\s/]+\S*$'),
+    -- '*' is every kind; NULL items are refused (array_to_string would skip them).
+    CONSTRAINT outreach_webhook_endpoints_kinds_check CHECK (
+        cardinality(event_kinds) > 0 AND array_position(event_kinds, NULL) IS NULL
+        AND array_to_string(event_kinds, ',') ~ '^(\*|[a-z][a-z_]*)(,(\*|[a-z][a-z_]*))*$'),
+    CONSTRAINT outreach_webhook_endpoints_secret_check CHECK (
+        secret_ref ~ '^(conn:[A-Za-z0-9_.-]+|env:[A-Za-z_][A-Za-z0-9_]*)$')
+);
+
+-- One row per endpoint and event: UNIQUE (endpoint_id, event_id) is what makes an enqueue run
+-- twice (or two at once) deliver an event to an endpoint once. status:
+--   pending   — to post at next_attempt_at: inserted by webhook_enqueue, set again by
+--               webhook_fail below N attempts and by webhook_replay; a claim (webhook_claim,
+--               SKIP LOCKED) counts the attempt, stamps claim_token and moves next_attempt_at
+--               past the post's lease, so another run does not take it meanwhile;
+--   delivered — a 2xx answered (webhook_deliver_ok, guarded by the claim token);
+--   dead      — the N-th attempt failed (webhook_fail); only webhook_replay sends it again.
+CREATE TABLE outreach.webhook_deliveries (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    endpoint_id     bigint NOT NULL REFERENCES outreach.webhook_endpoints (id) ON DELETE CASCADE,
+    event_id        bigint NOT NULL REFERENCES outreach.events (id) ON DELETE CASCADE,
+    status          text NOT NULL DEFAULT 'pending',
+    attempts        integer NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz NOT NULL DEFAULT now(),
+    claim_token     uuid,
+    last_status     integer,
+    last_error      text,
+    delivered_at    timestamptz,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_webhook_deliveries_endpoint_event_key UNIQUE (endpoint_id, event_id),
+    CONSTRAINT outreach_webhook_deliveries_status_check
+        CHECK (status IN ('pending', 'delivered', 'dead')),
+    CONSTRAINT outreach_webhook_deliveries_attempts_check CHECK (attempts >= 0)
+);
+
 -- =============================================================================================
 -- 3. Indexes (besides those of the PRIMARY KEY and UNIQUE constraints above)
 -- =============================================================================================
@@ -800,6 +852,10 @@ CREATE INDEX outreach_alerts_created_idx ON outreach.alerts (created_at);
 CREATE INDEX outreach_esp_events_email_idx ON outreach.esp_events (email_id);
 CREATE INDEX outreach_events_email_idx ON outreach.events (email_id);
 CREATE INDEX outreach_events_lead_idx ON outreach.events (lead_id);
+CREATE INDEX outreach_events_xact_idx ON outreach.events (xact);
+-- The webhook claim reads the due pending deliveries.
+CREATE INDEX outreach_webhook_deliveries_due_idx
+    ON outreach.webhook_deliveries (next_attempt_at) WHERE status = 'pending';
 -- The company cap finds an organisation's leads (claim_emails_v3).
 CREATE INDEX outreach_leads_domain_idx ON outreach.leads (outreach.email_domain(email));
 CREATE INDEX outreach_org_domains_org_idx ON outreach.org_domains (org);

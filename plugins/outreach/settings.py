@@ -44,6 +44,7 @@ reports every problem, one line each.
 | OUTREACH_ALERT_NOTIFIER_KWARGS   | AlertSettings      | a JSON object                              |
 | OUTREACH_DATABASE_URL            | DatabaseSettings   | a libpq URL (used when connection outreach_db is missing) |
 | OUTREACH_SES_TOPIC_ARNS …        | EspSettings        | the ESP webhooks' keys (:mod:`outreach.esp`) |
+| OUTREACH_WEBHOOK_TIMEOUT …       | :class:`WebhookSettings` | webhooks out (:mod:`outreach.webhooks`) |
 | OUTREACH_HOME, OUTREACH_TEMPLATES | :mod:`outreach.paths` | read with ``os.environ`` (below)     |
 | OUTREACH_CAMPAIGNS, OUTREACH_STATE_DIR | :mod:`outreach.paths` | read with ``os.environ`` (below) |
 | OUTREACH_WORKER_HOSTNAME         | :mod:`outreach.hostname` | read with ``os.environ`` (below)      |
@@ -654,3 +655,42 @@ class RetentionSettings(OutreachSettings):
 
     retention_inbound_days: int = Field(90, ge=1, le=3650, description="days, 1 to 3650")
     retention_import_problem_days: int = Field(30, ge=1, le=3650, description="days, 1 to 3650")
+
+
+class WebhookSettings(OutreachSettings):
+    """Webhooks out (:mod:`outreach.webhooks`), each read once from its ``OUTREACH_*`` variable
+    with its range.
+
+    | variable                            | field                      | default |
+    |-------------------------------------|----------------------------|---------|
+    | OUTREACH_WEBHOOK_TIMEOUT            | webhook_timeout            | 10 (seconds: connect, send, each read) |
+    | OUTREACH_WEBHOOK_MAX_ATTEMPTS       | webhook_max_attempts       | 8 (then the delivery is dead) |
+    | OUTREACH_WEBHOOK_RETRY_BASE_SECONDS | webhook_retry_base_seconds | 60 (the wait after the first failure) |
+    | OUTREACH_WEBHOOK_RETRY_CAP_SECONDS  | webhook_retry_cap_seconds  | 3600 (the longest wait) |
+    | OUTREACH_WEBHOOK_BATCH_SIZE         | webhook_batch_size         | 50 (deliveries one claim takes) |
+    | OUTREACH_WEBHOOK_RUN_SECONDS        | webhook_run_seconds        | 50 (a run stops claiming after this) |
+
+    The n-th failed attempt waits base × 2^(n-1) seconds, at most the cap (``webhook_fail`` in
+    ``sql/queries/webhooks.sql``): with the defaults 1, 2, 4 … 64 minutes, the 8th failure about
+    2 hours after the first post. Why a run is shorter than a minute: the DAG runs every minute.
+    """
+
+    webhook_timeout: float = Field(10.0, ge=1, le=120, description=(
+        "seconds a webhook post may take to connect, send or answer, 1 to 120"))
+    webhook_max_attempts: int = Field(8, ge=1, le=50, description=(
+        "attempts before a delivery is dead, 1 to 50"))
+    webhook_retry_base_seconds: float = Field(60.0, ge=1, le=86_400, description=(
+        "seconds after the first failed attempt (doubled after each), 1 to 86400"))
+    webhook_retry_cap_seconds: float = Field(3600.0, ge=1, le=7 * 86_400, description=(
+        "the longest wait between two attempts, seconds, 1 to 604800"))
+    webhook_batch_size: int = Field(50, ge=1, le=1000, description=(
+        "deliveries one claim takes, 1 to 1000"))
+    webhook_run_seconds: float = Field(50.0, ge=1, le=3600, description=(
+        "seconds one delivery run keeps claiming, 1 to 3600"))
+
+    @property
+    def lease_seconds(self) -> float:
+        """Return how long a claimed delivery is kept from other runs (seconds): three times the
+        timeout (connect, send, answer) plus a minute; restarted right before each post
+        (``webhook_touch``)."""
+        return 3 * self.webhook_timeout + 60

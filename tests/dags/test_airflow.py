@@ -61,7 +61,8 @@ def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
                                    "outreach_lead_stop", "outreach_campaign_pause",
                                    "outreach_campaign_resume", "outreach_campaign_test_send", "outreach_requeue",
                                    "outreach_import_sources", "outreach_unconfirmed_review",
-                                   "outreach_retention", "outreach_campaign_approval"}
+                                   "outreach_retention", "outreach_campaign_approval",
+                                   "outreach_webhooks"}
     scheduled = {d: dag["schedule"] for d, dag in result["dags"].items() if dag["schedule"] is not None}
     if schedules == "on":
         assert scheduled == {"outreach_queue_due": "*/15 * * * *", "outreach_send": "*/10 * * * *",
@@ -69,7 +70,8 @@ def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
                              "outreach_transactional": "* * * * *", "outreach_inbox": "*/10 * * * *",
                              "outreach_import_sources": "0 * * * *",
                              "outreach_retention": "30 3 * * *",
-                             "outreach_campaign_approval": "*/5 * * * *"}
+                             "outreach_campaign_approval": "*/5 * * * *",
+                             "outreach_webhooks": "* * * * *"}
         # A file import from the form updates the demo campaign's leads Asset: queue-due starts.
         assert result["dags"]["outreach_queue_due"]["assets"] == ["outreach://leads/q4-ops-intro"]
     else:  # OUTREACH_SCHEDULES=off: every DAG runs only when triggered
@@ -372,3 +374,35 @@ def test_operator_requeues_exhausted_emails_through_the_dag(db_url, sink, migrat
     assert rows(db_url, "SELECT DISTINCT requeued_by, reason FROM outreach.email_requeues") == [
         {"requeued_by": "Dana (ops)", "reason": "relay fixed"}]
     assert f"skipped=1 [{ids[2]} (failed/unconfirmed)]" in result.log.read_text()
+
+
+def test_webhooks_dag_posts_signed_events_with_the_secret_of_a_connection(
+        db_url, sink, migrated_airflow_home, tmp_path, shared_airflow):
+    """outreach_webhooks through real Airflow: the secret is the password of an Airflow
+    connection (secret_ref conn:…), the loopback receiver verifies each post with the
+    standardwebhooks library, and a second run posts nothing new."""
+    import base64
+    import os
+
+    from outreach.webhooks import add_endpoint
+    from support.webhookreceiver import Receiver
+
+    secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    receiver = Receiver(secret).start()
+    try:
+        add_endpoint(db_url, name="crm", endpoint_url=receiver.url, event_kinds=["replied"],
+                     secret_ref="conn:outreach_test_webhook")
+        ids = [r["id"] for r in rows(db_url, "INSERT INTO outreach.events (kind) VALUES"
+                                             " ('replied'), ('sent'), ('replied') RETURNING id")]
+        env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
+        env["AIRFLOW_CONN_OUTREACH_TEST_WEBHOOK"] = json.dumps({"conn_type": "generic",
+                                                                 "password": secret})
+        first = shared_airflow.run_dag(env, "outreach_webhooks", tmp_path / "webhooks-1.log")
+        second = shared_airflow.run_dag(env, "outreach_webhooks", tmp_path / "webhooks-2.log")
+    finally:
+        receiver.stop()
+    assert first.ok, first.log.read_text()[-4000:]
+    assert second.ok, second.log.read_text()[-4000:]
+    assert receiver.refused == []
+    assert [m for m, _ in receiver.received] == [f"evt_{ids[0]}", f"evt_{ids[2]}"]
+    assert secret not in first.log.read_text() and receiver.url not in first.log.read_text()

@@ -1,5 +1,5 @@
 """Connections and secrets, read from Airflow at task time: the outreach database, each mailbox's
-SMTP and IMAP connection, DKIM keys, the unsubscribe secret and the Postmaster credentials.
+SMTP and IMAP connection, DKIM keys, the unsubscribe secret, the Postmaster credentials and webhook secrets.
 
 The outreach database is the Airflow connection ``outreach_db``, else ``OUTREACH_DATABASE_URL``;
 with neither, every task fails with one line saying what to set
@@ -78,6 +78,29 @@ def unsubscribe_secret(conn_id: str = UNSUBSCRIBE_CONN_ID) -> str:
     if not secret:
         raise SettingsError(f"set OUTREACH_UNSUBSCRIBE_SECRET or the password of the Airflow "
                             f"connection {conn_id!r} (see docs/reference/configuration.md)")
+    return secret
+
+
+def named_secret(ref: str) -> str:
+    """Return the secret a reference names: ``env:NAME`` the environment variable ``NAME``,
+    ``conn:ID`` the password of the Airflow connection ``ID`` (a webhook endpoint's
+    ``secret_ref``: the database holds where a secret is, never the secret).
+
+    :raises LookupError: the reference has neither form, or names nothing that is set (the
+        message names the reference, never a value).
+    """
+    kind, _, name = ref.partition(":")
+    secret = None
+    if kind == "env" and name:
+        secret = os.environ.get(name)
+    elif kind == "conn" and name:
+        conn = _connection(name)
+        secret = conn.password if conn is not None else None
+    else:
+        raise LookupError(f"secret reference {ref[:80]!r} is neither env:NAME nor conn:ID")
+    if not secret:
+        raise LookupError(f"secret {ref} is not set (the environment variable, or the password "
+                          "of the Airflow connection)")
     return secret
 
 
