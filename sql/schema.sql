@@ -815,6 +815,34 @@ CREATE TABLE outreach.webhook_deliveries (
     CONSTRAINT outreach_webhook_deliveries_attempts_check CHECK (attempts >= 0)
 );
 
+-- The audit trail (0128, issue 27): one append-only row per operator decision, written by
+-- outreach.audit.record in the decision's own transaction. actor: the Airflow user, or
+-- 'os:<user>' for the CLI; via: cli, airflow, page or api (a direct library call). Never a full
+-- address: target_key and details hold masked addresses, ids and counts. Append-only (trigger
+-- outreach_audit_log_append_only, §5).
+CREATE TABLE outreach.audit_log (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at           timestamptz NOT NULL DEFAULT now(),
+    actor        text NOT NULL,
+    via          text NOT NULL,
+    action       text NOT NULL,
+    target_kind  text NOT NULL,
+    target_key   text,
+    target_id    bigint,
+    campaign_key text,
+    reason       text,
+    details      jsonb NOT NULL DEFAULT '{}'::jsonb,
+    dag_id       text,
+    run_id       text,
+    CONSTRAINT outreach_audit_log_actor_check CHECK (btrim(actor) <> ''),
+    CONSTRAINT outreach_audit_log_via_check CHECK (via IN ('cli', 'airflow', 'page', 'api')),
+    CONSTRAINT outreach_audit_log_action_check CHECK (action IN (
+        'suppress', 'unsuppress', 'pause', 'resume', 'resolve', 'requeue', 'stop', 'submit',
+        'approve', 'reject', 'erase', 'settings')),
+    CONSTRAINT outreach_audit_log_target_kind_check CHECK (target_kind IN (
+        'suppression', 'campaign', 'mailbox', 'email', 'enrollment', 'lead', 'settings'))
+);
+
 -- =============================================================================================
 -- 3. Indexes (besides those of the PRIMARY KEY and UNIQUE constraints above)
 -- =============================================================================================
@@ -872,6 +900,9 @@ CREATE INDEX outreach_delivery_failures_address_idx
     ON outreach.delivery_failures (address, occurred_at);
 CREATE INDEX outreach_delivery_failures_mailbox_idx
     ON outreach.delivery_failures (mailbox_id, occurred_at) WHERE owner = 'sender';
+-- The audit trail of a campaign (outreach audit --campaign, the campaign page), and by time.
+CREATE INDEX outreach_audit_log_campaign_idx ON outreach.audit_log (campaign_key, at);
+CREATE INDEX outreach_audit_log_at_idx ON outreach.audit_log (at);
 
 -- =============================================================================================
 -- 4. Functions (bodies exactly as their latest migration wrote them)
@@ -1786,6 +1817,19 @@ BEGIN
 END;
 $$;
 
+-- ---------------------------------------------------------------------------------------------
+-- Audit trail
+-- ---------------------------------------------------------------------------------------------
+
+-- Refuses every change to an audit row (UPDATE, DELETE) and TRUNCATE of the table.
+CREATE FUNCTION outreach.audit_log_refuse_change() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'outreach.audit_log is append-only: % refused', TG_OP
+        USING ERRCODE = 'insufficient_privilege';
+END;
+$$;
+
 -- =============================================================================================
 -- 5. Triggers
 -- =============================================================================================
@@ -1915,6 +1959,15 @@ CREATE TRIGGER outreach_emails_record_unconfirmed
     FOR EACH ROW WHEN (NEW.status = 'failed' AND NEW.failure_kind = 'unconfirmed'
                        AND OLD.failure_kind IS DISTINCT FROM 'unconfirmed')
     EXECUTE FUNCTION outreach.record_event();
+
+-- The audit trail is append-only (0128).
+CREATE TRIGGER outreach_audit_log_append_only
+    BEFORE UPDATE OR DELETE ON outreach.audit_log
+    FOR EACH ROW EXECUTE FUNCTION outreach.audit_log_refuse_change();
+
+CREATE TRIGGER outreach_audit_log_no_truncate
+    BEFORE TRUNCATE ON outreach.audit_log
+    FOR EACH STATEMENT EXECUTE FUNCTION outreach.audit_log_refuse_change();
 
 -- =============================================================================================
 -- 6. Grants: none (see the header).

@@ -22,7 +22,7 @@ import datetime as dt
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from outreach import db
+from outreach import audit, db
 from outreach.logutil import log
 from outreach.mailboxes import required  # the same rule as a mailbox pause
 from outreach.store import Conn, campaigns
@@ -56,6 +56,14 @@ class CampaignChange:
         return f"campaign {self.campaign} was already {self.status}; nothing changed"
 
 
+def _audit(conn: Conn, who: audit.Who | None, by: str, action: str, row: campaigns.Campaign,
+           reason: str) -> None:
+    """Record a campaign's status change in the audit trail, in the change's transaction."""
+    audit.record_as(conn, who or audit.Who(by), by=by, action=action, target_kind="campaign",
+                    target_key=row.key, target_id=row.id, campaign_key=row.key, reason=reason,
+                    details={"was": row.status})
+
+
 def _find(conn: Conn, key: str) -> campaigns.Campaign:
     row = campaigns.campaign_find(conn, key=key)
     if row is None:
@@ -64,12 +72,14 @@ def _find(conn: Conn, key: str) -> campaigns.Campaign:
 
 
 def pause_campaign(url: str, key: str, reason: str, by: str, *,
-                   now: dt.datetime | None = None) -> CampaignChange:
+                   now: dt.datetime | None = None, who: audit.Who | None = None) -> CampaignChange:
     """Pause a campaign (by key): none of its steps is queued or claimed until it is resumed.
 
     Idempotent: pausing a paused campaign changes nothing and keeps the first reason.
 
     :param now: a fixed clock (UTC); default the database clock.
+    :param who: who is authenticated (:class:`outreach.audit.Who`; default ``by`` through
+        ``api``): a change is recorded in the audit trail in its own transaction.
     :raises CampaignNotFound: no such campaign.
     :raises ValueError: ``reason`` or ``by`` is empty.
     """
@@ -77,17 +87,21 @@ def pause_campaign(url: str, key: str, reason: str, by: str, *,
     with db.transaction(url) as conn:
         row = _find(conn, key)
         done = campaigns.campaign_pause(conn, campaign_id=row.id, reason=reason, by=by, now=now)
+        if done:
+            _audit(conn, who, by, "pause", row, reason)
     change = CampaignChange(key, bool(done), "paused", done[0].created_at if done else None)
     log.warning("%s by %s: %s", change.line(), by, reason)
     return change
 
 
 def resume_campaign(url: str, key: str, by: str, why: str, *,
-                    now: dt.datetime | None = None) -> CampaignChange:
+                    now: dt.datetime | None = None, who: audit.Who | None = None,
+                    ) -> CampaignChange:
     """Resume a paused campaign (by key), recording who and why. Its queued steps go out within
     each mailbox's daily cap and pacing; steps that fell due meanwhile are queued by the next
     ``queue-due``.
 
+    :param who: as for :func:`pause_campaign`.
     :raises CampaignNotFound: no such campaign.
     :raises ValueError: ``by`` or ``why`` is empty.
     """
@@ -95,6 +109,8 @@ def resume_campaign(url: str, key: str, by: str, why: str, *,
     with db.transaction(url) as conn:
         row = _find(conn, key)
         done = campaigns.campaign_resume(conn, campaign_id=row.id, by=by, why=why, now=now)
+        if done:
+            _audit(conn, who, by, "resume", row, why)
     change = CampaignChange(key, bool(done), "active", done[0].created_at if done else None)
     log.warning("%s by %s: %s", change.line(), by, why)
     return change
@@ -125,7 +141,8 @@ class CampaignStateError(ValueError):
 
 def change_status(url: str, key: str, verb: str, by: str, reason: str, *,
                   now: dt.datetime | None = None,
-                  content_version: str | None = None) -> CampaignChange:
+                  content_version: str | None = None,
+                  who: audit.Who | None = None) -> CampaignChange:
     """Submit (draft → awaiting_approval), approve (awaiting_approval → active, ``approved_by``
     and ``approved_at`` kept on the campaign) or reject (awaiting_approval → draft) a campaign,
     recording who, when (UTC) and why in ``outreach.campaign_events``.
@@ -141,6 +158,7 @@ def change_status(url: str, key: str, verb: str, by: str, reason: str, *,
     :param content_version: ``approve`` only: approve only if this is still the campaign's
         content version (``outreach.campaigns.content_version``, the one the approver was
         shown); ``None``: whatever it is now (the CLI).
+    :param who: as for :func:`pause_campaign`.
     :raises CampaignNotFound: no such campaign.
     :raises CampaignStateError: the campaign is in another state (already approved, a draft
         being approved…) or its content changed since ``content_version``; nothing changed.
@@ -154,6 +172,8 @@ def change_status(url: str, key: str, verb: str, by: str, reason: str, *,
         row = _find(conn, key)
         extra = {"content_version": content_version} if verb == "approve" else {}
         done = transition(conn, campaign_id=row.id, by=by, reason=reason, now=now, **extra)
+        if done:
+            _audit(conn, who, by, verb, row, reason)
     if not done:
         if content_version is not None and row.content_version != content_version:
             raise CampaignStateError(

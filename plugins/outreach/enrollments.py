@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from outreach import db
+from outreach import audit, db
 from outreach.addresses import EmailNotValidError, normalize_address
 from outreach.logutil import log, mask
 from outreach.mailboxes import required  # the same rule as a mailbox pause
@@ -67,10 +67,13 @@ class LeadStop:
                 f"cancelled {self.cancelled} queued email(s)")
 
 
-def stop_lead(url: str, address: str, campaign_key: str, reason: str, by: str) -> LeadStop:
+def stop_lead(url: str, address: str, campaign_key: str, reason: str, by: str, *,
+              who: audit.Who | None = None) -> LeadStop:
     """Stop a lead's enrolment in one campaign (``outreach lead stop``, the ``outreach_lead_stop``
     DAG): it gets nothing more in that campaign. Idempotent: a second stop changes nothing.
 
+    :param who: who is authenticated (:class:`outreach.audit.Who`; default ``by`` through
+        ``api``): a stop is recorded in the audit trail (masked address) in its transaction.
     :raises ValueError: a bad address, or an empty ``reason`` or ``by``.
     :raises EnrollmentNotFound: the lead is not enrolled in that campaign.
     """
@@ -87,6 +90,11 @@ def stop_lead(url: str, address: str, campaign_key: str, reason: str, by: str) -
         after = store.enrollment_find(conn, email=email, campaign_key=campaign_key)
         if after is None:  # never: an enrolment is not deleted
             raise RowMissing("enrollment_find")
+        if before.status == "active":
+            audit.record_as(conn, who or audit.Who(by), by=by, action="stop",
+                            target_kind="enrollment", target_key=mask(email), target_id=before.id,
+                            campaign_key=campaign_key, reason=reason,
+                            details={"cancelled": cancelled})
     result = LeadStop(after.id, mask(email), campaign_key, before.status == "active",
                       after.status, after.stopped_by, after.stop_reason, cancelled)
     log.warning("%s by %s: %s", result.line(), by, reason)

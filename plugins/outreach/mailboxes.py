@@ -16,7 +16,7 @@ import datetime as dt
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from outreach import db
+from outreach import audit, db
 from outreach.logutil import log, mask
 from outreach.store import Conn
 from outreach.store import mailboxes as store
@@ -85,11 +85,13 @@ def pause(conn: Conn, mailbox_id: int, reason: str, by: str, *,
 
 
 def pause_mailbox(url: str, mailbox: str | int, reason: str, by: str, *,
-                  now: dt.datetime | None = None) -> StatusChange:
+                  now: dt.datetime | None = None, who: audit.Who | None = None) -> StatusChange:
     """Pause a mailbox (by id or address): it sends nothing until an operator resumes it.
 
     Idempotent: pausing a paused mailbox changes nothing and keeps the first reason.
 
+    :param who: who is authenticated (:class:`outreach.audit.Who`; default ``by`` through
+        ``api``): a change is recorded in the audit trail in its own transaction.
     :raises MailboxNotFound: no such mailbox.
     :raises ValueError: ``reason`` or ``by`` is empty.
     """
@@ -97,18 +99,21 @@ def pause_mailbox(url: str, mailbox: str | int, reason: str, by: str, *,
     with db.transaction(url) as conn:
         row = find_mailbox(conn, mailbox)
         at = pause(conn, row.id, reason, by, now=now)
+        if at is not None:
+            _audit(conn, who, by, "pause", row, reason)
     change = StatusChange(row.id, mask(row.address), at is not None, "paused", at)
     log.warning("%s by %s: %s", change.line(), by, reason)
     return change
 
 
 def resume_mailbox(url: str, mailbox: str | int, by: str, why: str, *,
-                   now: dt.datetime | None = None) -> StatusChange:
+                   now: dt.datetime | None = None, who: audit.Who | None = None) -> StatusChange:
     """Resume a paused mailbox (by id or address), recording who and why.
 
     Its backlog is not released in one burst: the day's cap and each send run's steady rate
     still apply (``mailbox_remaining_today``).
 
+    :param who: as for :func:`pause_mailbox`.
     :raises MailboxNotFound: no such mailbox.
     :raises ValueError: ``by`` or ``why`` is empty.
     """
@@ -116,10 +121,20 @@ def resume_mailbox(url: str, mailbox: str | int, by: str, why: str, *,
     with db.transaction(url) as conn:
         row = find_mailbox(conn, mailbox)
         done = store.mailbox_resume(conn, mailbox_id=row.id, by=by, why=why, now=now)
+        if done:
+            _audit(conn, who, by, "resume", row, why)
     change = StatusChange(row.id, mask(row.address), bool(done), "active",
                           done[0].created_at if done else None)
     log.warning("%s by %s: %s", change.line(), by, why)
     return change
+
+
+def _audit(conn: Conn, who: audit.Who | None, by: str, action: str, row: store.Mailbox,
+           reason: str) -> None:
+    """Record a mailbox's pause or resume in the audit trail (masked address), in its
+    transaction."""
+    audit.record_as(conn, who or audit.Who(by), by=by, action=action, target_kind="mailbox",
+                    target_key=mask(row.address), target_id=row.id, reason=reason)
 
 
 def mailbox_events(url: str, mailbox: str | int | None = None) -> list[dict[str, Any]]:

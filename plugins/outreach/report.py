@@ -9,11 +9,15 @@ from typing import Any
 
 from outreach import db
 from outreach.logutil import mask
-from outreach.store import import_runs, reports
+from outreach.store import audit_logs, import_runs, reports
 from outreach.store import mailboxes as mailboxes_store
 
 HISTORY_DAYS = 30
 """Days of per-mailbox history in the report (the campaign page's charts), today included."""
+
+
+AUDIT_ROWS = 100
+"""How many of the latest audit rows the report (and so the campaign page) carries."""
 
 
 def collect(url: str, *, now: Any = None, accounts: Any = None) -> dict[str, Any]:
@@ -43,6 +47,9 @@ def collect(url: str, *, now: Any = None, accounts: Any = None) -> dict[str, Any
       current caps and pacing (:func:`outreach.progress.campaign_progress`);
     * ``variants``: per campaign step with A/B variants, each variant's figures and the verdict
       (:func:`ab_variants`).
+    * ``audit``: the last :data:`AUDIT_ROWS` operator decisions, newest first (the audit trail,
+      :mod:`outreach.audit`: ``at``, ``actor``, ``via``, ``action``, target, ``campaign_key``,
+      ``reason``, ``details``; addresses masked).
 
     :param now: a fixed clock (UTC) for the day-based figures; default the database clock.
     :param accounts: opens IMAP accounts for the unconfirmed emails' Sent-folder evidence (the
@@ -79,6 +86,8 @@ def collect(url: str, *, now: Any = None, accounts: Any = None) -> dict[str, Any
                  for r in mailboxes_store.mailbox_names(conn)}
         progress = campaign_progress(conn, now=now,
                                      interval=Settings.from_env(unsubscribe=False).send_interval)
+        audit = [asdict(r) for r in audit_logs.audit_log_list(conn, campaign_key=None, since=None,
+                                                              limit=AUDIT_ROWS)]
     for m in mailboxes:
         m["address"] = mask(m["address"])
         m["name"] = names.get(m["id"], m["address"])
@@ -95,7 +104,7 @@ def collect(url: str, *, now: Any = None, accounts: Any = None) -> dict[str, Any
             "health": health, "days": days,
             "spam_rate_threshold": HealthSettings.from_env().spam_rate_threshold,
             "unconfirmed": unconfirmed_details(url, accounts=accounts), "progress": progress,
-            "variants": variants}
+            "variants": variants, "audit": audit}
 
 
 VARIANT_COUNTS = ("sent", "replied", "bounced", "unsubscribed", "complained")

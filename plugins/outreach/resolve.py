@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from outreach import db
+from outreach import audit, db
 from outreach.logutil import log, mailbox_name, mask, mask_addresses
 from outreach.message import message_id_for
 from outreach.store import emails, resolutions
@@ -134,12 +134,15 @@ def list_unconfirmed(url: str, *, ids: list[int] | None = None, campaign_key: st
 
 def resolve(url: str, decision: str, resolved_by: str, *, ids: list[int] | None = None,
             campaign_key: str | None = None, mailbox: str | None = None, note: str = "",
-            ) -> Resolution:
-    """Resolve unconfirmed emails, one transaction per email (a guarded UPDATE each).
+            who: audit.Who | None = None) -> Resolution:
+    """Resolve unconfirmed emails, one transaction per email (a guarded UPDATE each), each with
+    its audit row (action ``resolve``) in that transaction.
 
     :param decision: ``"was_sent"`` or ``"not_sent"``.
     :param resolved_by: the person deciding (recorded).
     :param ids: email ids; or select by ``campaign_key`` and/or ``mailbox``.
+    :param who: who is authenticated (:class:`outreach.audit.Who`; default ``resolved_by``
+        through ``api``).
     :raises ValueError: unknown decision, no operator name, or no selection at all.
     """
     if decision not in DECISIONS:
@@ -169,6 +172,11 @@ def resolve(url: str, decision: str, resolved_by: str, *, ids: list[int] | None 
                     resolutions.resolution_insert(conn, email_id=r["id"], decision=decision,
                                                   resolved_by=resolved_by, note=note,
                                                   evidence=seen)
+                    audit.record_as(conn, who or audit.Who(resolved_by), by=resolved_by,
+                                    action="resolve", target_kind="email", target_id=r["id"],
+                                    campaign_key=r["campaign_key"], reason=note or None,
+                                    details={"decision": decision,
+                                             "late_acceptance": seen is not None})
                     result.resolved.append(r["id"])
                     log.info("email %s (%s) resolved as %s by %s%s", r["id"], mask(r["email"]),
                              decision, resolved_by, f"; evidence: {seen}" if seen else "")
@@ -254,10 +262,11 @@ def sent_evidence(rows: list[dict[str, Any]], accounts: Callable[[str], Any],
 
 
 def resolve_found(url: str, resolved_by: str, accounts: Callable[[str], Any], *,
-                  campaign_key: str | None = None, mailbox: str | None = None) -> Resolution:
+                  campaign_key: str | None = None, mailbox: str | None = None,
+                  who: audit.Who | None = None) -> Resolution:
     """Resolve ``was_sent`` every unconfirmed email (optionally of one campaign / mailbox) whose
     Message-ID is in its mailbox's Sent folder, each with its evidence as the note; the others
-    stay unconfirmed (not found proves nothing).
+    stay unconfirmed (not found proves nothing). ``who`` as for :func:`resolve`.
 
     :raises ValueError: no operator name.
     """
@@ -272,7 +281,7 @@ def resolve_found(url: str, resolved_by: str, accounts: Callable[[str], Any], *,
             result.skipped.append(r["id"])
             continue
         note = f"{ev.text()} (Message-ID <{row_message_id(r)}>; outreach resolve --auto-found)"
-        done = resolve(url, "was_sent", resolved_by, ids=[r["id"]], note=note)
+        done = resolve(url, "was_sent", resolved_by, ids=[r["id"]], note=note, who=who)
         result.resolved.extend(done.resolved)
         result.skipped.extend(done.skipped)
     log.info(result.line())
@@ -301,7 +310,7 @@ class Requeue:
 
 def requeue_failed(url: str, failure_kind: str, requeued_by: str, reason: str, *,
                    ids: list[int] | None = None, campaign_key: str | None = None,
-                   mailbox: str | None = None) -> Requeue:
+                   mailbox: str | None = None, who: audit.Who | None = None) -> Requeue:
     """Put emails that failed without ever being accepted back in the queue, in one guarded
     statement (``email_requeue_failed``): attempts start again from 0, the idempotency key (so
     the Message-ID) stays, and each requeue is recorded in ``outreach.email_requeues`` with who,
@@ -314,6 +323,9 @@ def requeue_failed(url: str, failure_kind: str, requeued_by: str, reason: str, *
     :param reason: why (recorded), e.g. "relay fixed, ticket 4711".
     :param ids: email ids; with ``campaign_key`` and/or ``mailbox`` (address or id) to narrow,
         or none of them: every email failed with that kind.
+    :param who: who is authenticated (:class:`outreach.audit.Who`; default ``requeued_by``
+        through ``api``): a requeue that moved emails is one audit row (``details``: the ids and
+        their count) in the same transaction.
     :raises ValueError: another failure kind, or no name or reason.
     """
     if failure_kind not in REQUEUE_KINDS:
@@ -328,6 +340,13 @@ def requeue_failed(url: str, failure_kind: str, requeued_by: str, reason: str, *
             conn, failure_kind=failure_kind, ids=ids, campaign_key=campaign_key, mailbox=mailbox,
             requeued_by=requeued_by, reason=reason)
         result.requeued = sorted(r.email_id for r in done)
+        if result.requeued:
+            audit.record_as(conn, who or audit.Who(requeued_by), by=requeued_by,
+                            action="requeue", target_kind="email",
+                            target_id=result.requeued[0] if len(result.requeued) == 1 else None,
+                            campaign_key=campaign_key, reason=reason,
+                            details={"failure_kind": failure_kind, "ids": result.requeued,
+                                     "count": len(result.requeued)})
         missing = [i for i in (ids or []) if i not in result.requeued]
         if missing:
             found = {f.id: f for f in emails.email_failure_state(conn, ids=missing)}

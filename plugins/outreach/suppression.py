@@ -17,9 +17,10 @@ from pathlib import Path
 
 from email_validator import EmailNotValidError
 
-from outreach import db
+from outreach import audit, db
 from outreach.addresses import normalize_address
 from outreach.leads import BoundedLines, Problem, import_path, open_regular
+from outreach.logutil import mask
 from outreach.store import Conn, emails, suppressions
 
 REASONS = ("unsubscribed", "bounced", "complained", "manual", "do-not-contact")
@@ -65,11 +66,15 @@ def parse_entry(value: str) -> tuple[str, str]:
 
 
 def suppress(conn: Conn, value: str, reason: str, source: str, *, actor: str | None = None,
-             ) -> tuple[bool, int]:
+             who: audit.Who | None = None) -> tuple[bool, int]:
     """Suppress an address or domain inside the caller's transaction.
 
     :param actor: who did it, recorded in the history (``outreach.suppression_events``); needs a
         transaction (the setting is transaction-local).
+    :param who: an operator's decision (the CLI, the ``outreach_suppress`` DAG): a new
+        suppression is recorded in the audit trail (:func:`outreach.audit.record`) in the same
+        transaction. ``None`` for what is not an operator's decision (a one-click unsubscribe, a
+        bounce, a complaint): their history is ``outreach.suppression_events``.
     :returns: ``(added, cancelled)``: whether it was new, and how many queued emails it cancelled.
     :raises ValueError: bad value or unknown reason (one of :data:`REASONS`).
     """
@@ -78,10 +83,19 @@ def suppress(conn: Conn, value: str, reason: str, source: str, *, actor: str | N
     kind, norm = parse_entry(value)
     if actor:
         suppressions.suppression_actor_set(conn, actor=actor, note="")
-    added = bool(suppressions.suppression_insert(conn, kind=kind, value=norm, reason=reason,
-                                                 source=source))
+    new = suppressions.suppression_insert(conn, kind=kind, value=norm, reason=reason, source=source)
+    added = bool(new)
     cancelled = len(emails.email_cancel_suppressed(conn)) if added else 0
+    if added and who is not None:
+        audit.record_as(conn, who, by=actor, action="suppress", target_kind="suppression",
+                        target_key=_key(kind, norm), target_id=new[0], reason=reason,
+                        details={"kind": kind, "cancelled": cancelled, "source": source})
     return added, cancelled
+
+
+def _key(kind: str, value: str) -> str:
+    """How the audit trail names a suppression: a domain as is, an address masked."""
+    return mask(value) if kind == "address" else value
 
 
 def _rows(reader: Iterator[list[str]], lines: BoundedLines) -> Iterator[list[str]]:
@@ -161,7 +175,8 @@ class Unsuppressed:
     still_suppressed: bool
 
 
-def unsuppress(conn: Conn, value: str, *, actor: str, note: str) -> Unsuppressed:
+def unsuppress(conn: Conn, value: str, *, actor: str, note: str,
+               who: audit.Who | None = None) -> Unsuppressed:
     """Remove the active suppression of an address or domain inside the caller's transaction.
 
     The removal and who did it and why are recorded in ``outreach.suppression_events``. Emails
@@ -170,6 +185,8 @@ def unsuppress(conn: Conn, value: str, *, actor: str, note: str) -> Unsuppressed
 
     :param actor: who is doing it (non-empty).
     :param note: why (non-empty), for example a ticket reference.
+    :param who: who is authenticated (the CLI's OS user, the Airflow user); default ``actor``
+        through ``api``. A removal is recorded in the audit trail in the same transaction.
     :raises ValueError: bad value, or an empty ``actor`` or ``note``.
     """
     if not actor.strip() or not note.strip():
@@ -178,6 +195,11 @@ def unsuppress(conn: Conn, value: str, *, actor: str, note: str) -> Unsuppressed
     suppressions.suppression_actor_set(conn, actor=actor.strip(), note=note.strip())
     removed = suppressions.suppression_remove(conn, kind=kind, value=norm)
     still = is_suppressed(conn, norm if kind == "address" else f"x@{norm}")
+    if removed is not None:
+        audit.record_as(conn, who or audit.Who(actor.strip()), by=actor, action="unsuppress",
+                        target_kind="suppression", target_key=_key(kind, norm), target_id=removed.id,
+                        reason=note.strip(),
+                        details={"kind": kind, "was": removed.reason, "still_suppressed": still})
     return Unsuppressed(kind, norm, removed is not None, removed.reason if removed else None,
                         still)
 

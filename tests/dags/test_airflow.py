@@ -178,6 +178,16 @@ def test_operator_suppresses_a_domain_through_the_dag(db_url, sink, migrated_air
     events = rows(db_url, "SELECT * FROM outreach.suppression_events WHERE value = 'coho-winery.example' ORDER BY id")
     assert (events[-1]["action"], events[-1]["actor"], events[-1]["note"]) == (
         "unsuppress", "Dana (ops)", "contract signed (ticket 4711)")
+    # The audit trail names the Airflow user who triggered each run (`airflow dags test` runs
+    # as "dag_test"), not the typed name, which is kept in the details (issue 27).
+    audit = rows(db_url, "SELECT actor, via, action, target_key, dag_id, run_id, details->>'by' AS by"
+                         " FROM outreach.audit_log ORDER BY id")
+    assert [(a["actor"], a["via"], a["action"], a["target_key"], a["dag_id"], a["by"])
+            for a in audit] == [
+        ("dag_test", "airflow", "suppress", "coho-winery.example", "outreach_suppress", "Dana (ops)"),
+        ("dag_test", "airflow", "unsuppress", "coho-winery.example", "outreach_unsuppress",
+         "Dana (ops)")]
+    assert all(a["run_id"] for a in audit)
 
 
 ANNA = "anna.schmidt@mail.outreach-demo.example"

@@ -431,11 +431,34 @@ def summary_task(batches: list[dict[str, Any]] | None, results: list[dict[str, A
                           for o in outcomes]}
 
 
+def airflow_who(by: str) -> Any:
+    """Return who makes this task's decision (:class:`outreach.audit.Who`): the Airflow user who
+    triggered the run (``DagRun.triggering_user_name``, from Airflow's login, never typed), through
+    ``airflow``, with the DAG and run ids. A run nobody triggered by hand (a schedule, an asset)
+    is ``airflow:<run type>``. Outside a task (a script calling this module) it is ``by`` through
+    ``api``.
+
+    :param by: the name the form asked for (kept in the audit row's details when it differs).
+    """
+    from airflow.sdk import get_current_context
+
+    from outreach.audit import Who
+
+    try:
+        context = get_current_context()
+    except RuntimeError:  # not inside an Airflow task
+        return Who(by)
+    dag_run = context.get("dag_run")
+    user = getattr(dag_run, "triggering_user_name", None)
+    actor = user or f"airflow:{getattr(dag_run, 'run_type', None) or 'unknown'}"
+    return Who(actor, "airflow", getattr(dag_run, "dag_id", None), getattr(dag_run, "run_id", None))
+
+
 def pause_task(mailbox: str, reason: str, by: str) -> dict[str, Any]:
     """Pause a mailbox (id or address) for an operator; return what changed."""
     from outreach.mailboxes import pause_mailbox
 
-    change = pause_mailbox(database_url(), mailbox, reason, by)  # logs the change
+    change = pause_mailbox(database_url(), mailbox, reason, by, who=airflow_who(by))  # logs it
     return {"mailbox_id": change.mailbox_id, "changed": change.changed, "status": change.status}
 
 
@@ -443,7 +466,7 @@ def resume_task(mailbox: str, by: str, why: str) -> dict[str, Any]:
     """Resume a mailbox (id or address) for an operator; return what changed."""
     from outreach.mailboxes import resume_mailbox
 
-    change = resume_mailbox(database_url(), mailbox, by, why)  # logs the change
+    change = resume_mailbox(database_url(), mailbox, by, why, who=airflow_who(by))  # logs it
     return {"mailbox_id": change.mailbox_id, "changed": change.changed, "status": change.status}
 
 
@@ -452,7 +475,8 @@ def lead_stop_task(address: str, campaign: str, reason: str, by: str) -> dict[st
     masked). See :func:`outreach.enrollments.stop_lead`."""
     from outreach.enrollments import stop_lead
 
-    result = stop_lead(database_url(), address, campaign, reason, by)  # logs the change
+    result = stop_lead(database_url(), address, campaign, reason, by,
+                       who=airflow_who(by))  # logs the change
     return {"enrollment_id": result.enrollment_id, "address": result.address,
             "changed": result.changed, "status": result.status, "cancelled": result.cancelled}
 
@@ -461,7 +485,7 @@ def campaign_pause_task(campaign: str, reason: str, by: str) -> dict[str, Any]:
     """Pause a campaign (key) for an operator; return what changed."""
     from outreach.campaign_pause import pause_campaign
 
-    change = pause_campaign(database_url(), campaign, reason, by)  # logs the change
+    change = pause_campaign(database_url(), campaign, reason, by, who=airflow_who(by))  # logs it
     return {"campaign": change.campaign, "changed": change.changed, "status": change.status}
 
 
@@ -469,7 +493,7 @@ def campaign_resume_task(campaign: str, by: str, why: str) -> dict[str, Any]:
     """Resume a paused campaign (key) for an operator; return what changed."""
     from outreach.campaign_pause import resume_campaign
 
-    change = resume_campaign(database_url(), campaign, by, why)  # logs the change
+    change = resume_campaign(database_url(), campaign, by, why, who=airflow_who(by))  # logs it
     return {"campaign": change.campaign, "changed": change.changed, "status": change.status}
 
 
@@ -642,10 +666,11 @@ def resolve_task(decision: str, resolved_by: str, email_ids: str | list[int] | N
             if ids:
                 raise ValueError("was_sent_if_found selects by campaign and/or mailbox, not by ids")
             result = resolve_found(url, resolved_by, imap_account, campaign_key=campaign_key,
-                                   mailbox=mailbox)
+                                   mailbox=mailbox, who=airflow_who(resolved_by))
         else:
             result = resolve(url, decision, resolved_by, ids=ids or None,
-                             campaign_key=campaign_key, mailbox=mailbox, note=note)
+                             campaign_key=campaign_key, mailbox=mailbox, note=note,
+                             who=airflow_who(resolved_by))
     except ValueError as exc:
         raise AirflowFailException(str(exc)) from None
     if not result.resolved:
@@ -662,7 +687,8 @@ def requeue_task(failure_kind: str, requested_by: str, reason: str, email_ids: l
     from outreach.resolve import requeue_failed
 
     result = requeue_failed(database_url(), failure_kind, requested_by, reason, ids=email_ids,
-                            campaign_key=campaign_key, mailbox=mailbox)
+                            campaign_key=campaign_key, mailbox=mailbox,
+                            who=airflow_who(requested_by))
     return {"failure_kind": failure_kind, "requeued": result.requeued,
             "skipped": {str(k): v for k, v in result.skipped.items()}}
 
@@ -684,7 +710,7 @@ def suppress_task(value: str, reason: str, requested_by: str) -> dict[str, Any]:
 
     with db.transaction(database_url()) as conn:
         added, cancelled = suppress(conn, value, reason, f"operator:{requested_by}",
-                                    actor=requested_by)
+                                    actor=requested_by, who=airflow_who(requested_by))
     log.info("suppress %s (%s) by %s: %s; cancelled %s queued email(s)", mask(value), reason,
              requested_by, "added" if added else "already suppressed", cancelled)
     return {"added": added, "cancelled": cancelled}
@@ -696,7 +722,8 @@ def unsuppress_task(value: str, requested_by: str, why: str) -> dict[str, Any]:
     from outreach.suppression import unsuppress
 
     with db.transaction(database_url()) as conn:
-        result = unsuppress(conn, value, actor=requested_by, note=why)
+        result = unsuppress(conn, value, actor=requested_by, note=why,
+                            who=airflow_who(requested_by))
     log.info("unsuppress %s by %s (%s): removed=%s (was %s) still_suppressed=%s", mask(value),
              requested_by, why, result.removed, result.reason, result.still_suppressed)
     return {"value": mask(value), "removed": result.removed, "reason": result.reason,
@@ -985,8 +1012,11 @@ def review_record_task(collected: dict[str, Any], response: dict[str, Any], dag_
                  user["name"], ids)
         return {"decision": "leave_for_later", "resolved": [], "skipped": ids,
                 "by": user["name"]}
+    from outreach.audit import Who
+
     result = resolve(database_url(), REVIEW_DECISIONS[chosen[0]], user["name"], ids=ids,
-                     note=f"Required Action {dag_id}/{run_id} (Airflow user id {user.get('id')})")
+                     note=f"Required Action {dag_id}/{run_id} (Airflow user id {user.get('id')})",
+                     who=Who(user["name"], "airflow", dag_id, run_id))
     return {"decision": result.decision, "resolved": result.resolved, "skipped": result.skipped,
             "by": user["name"]}
 

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from outreach.cli import (
+    audit,
     campaign,
     config,
     db,
@@ -60,6 +61,7 @@ COMMANDS = (
     send.add_reap,
     report.add_report,
     webhooks.add_webhooks,
+    audit.add_audit,
     dev.add_airflow,
     dev.add_doctor,
     dev.add_demo,
@@ -71,7 +73,7 @@ functions live next to their parser, one module per command group."""
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser (sub-commands: db upgrade, db stop, config check, import-leads, import-suppressions,
     suppress, unsuppress, queue-due, send, inbox, unconfirmed, resolve, mailbox, lead, campaign,
-    transactional, postmaster, reap, report, webhooks,
+    transactional, postmaster, reap, report, webhooks, audit,
     serve-unsubscribe, preflight, dkim-record, airflow, doctor, demo)."""
     p = argparse.ArgumentParser(prog="outreach", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")

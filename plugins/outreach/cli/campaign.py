@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from outreach.cli.common import database_url, operator_name, positive_int
+from outreach.cli.common import cli_who, database_url, operator_name, positive_int
 
 
 def cmd_campaign(args: argparse.Namespace) -> int:
@@ -14,14 +14,17 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
     url = database_url()
     if args.campaign_command == "pause":
-        print(campaign_pause.pause_campaign(url, args.campaign, args.reason, args.by).line())
+        print(campaign_pause.pause_campaign(url, args.campaign, args.reason, args.by,
+                                            who=cli_who()).line())
     elif args.campaign_command == "resume":
-        print(campaign_pause.resume_campaign(url, args.campaign, args.by, args.reason).line())
+        print(campaign_pause.resume_campaign(url, args.campaign, args.by, args.reason,
+                                             who=cli_who()).line())
     elif args.campaign_command in ("submit", "approve", "reject"):
         reason = args.reason or {"submit": "submitted for approval",
                                  "approve": "approved"}.get(args.campaign_command, "")
         print(campaign_pause.change_status(url, args.campaign, args.campaign_command,
-                                           args.by or operator_name(), reason).line())
+                                           args.by or operator_name(), reason,
+                                           who=cli_who()).line())
     elif args.campaign_command == "preview":
         return _preview(url, args)
     elif args.campaign_command == "test-send":

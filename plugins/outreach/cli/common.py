@@ -4,6 +4,7 @@ developer's opt-in), paths the user typed, the operator's name and positive inte
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from outreach.dev import embedded
 
@@ -48,6 +49,14 @@ def operator_name() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "unknown"
+
+
+def cli_who() -> Any:
+    """Who makes a decision from the command line (:class:`outreach.audit.Who`): the OS user,
+    ``os:<login>``, through ``cli`` — recorded in the audit trail whatever ``--by`` says."""
+    from outreach.audit import cli_who as make
+
+    return make(operator_name())
 
 
 def positive_int(text: str) -> int:

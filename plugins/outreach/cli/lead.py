@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from outreach.cli.common import database_url
+from outreach.cli.common import cli_who, database_url
 
 
 def cmd_lead(args: argparse.Namespace) -> int:
@@ -14,7 +14,8 @@ def cmd_lead(args: argparse.Namespace) -> int:
     from outreach.enrollments import stop_lead
 
     if args.lead_command == "stop":
-        print(stop_lead(database_url(), args.address, args.campaign, args.reason, args.by).line())
+        print(stop_lead(database_url(), args.address, args.campaign, args.reason, args.by,
+                        who=cli_who()).line())
     elif args.lead_command == "show":
         return _show(args.address, as_json=args.json)
     return 0

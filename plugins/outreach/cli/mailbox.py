@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from outreach.cli.common import database_url, user_path
+from outreach.cli.common import cli_who, database_url, user_path
 
 
 def _print_verdicts(verdicts: list, rule: str) -> None:
@@ -22,9 +22,11 @@ def cmd_mailbox(args: argparse.Namespace) -> int:
 
     url = database_url()
     if args.mailbox_command == "pause":
-        print(mailboxes.pause_mailbox(url, args.mailbox, args.reason, args.by).line())
+        print(mailboxes.pause_mailbox(url, args.mailbox, args.reason, args.by,
+                                      who=cli_who()).line())
     elif args.mailbox_command == "resume":
-        print(mailboxes.resume_mailbox(url, args.mailbox, args.by, args.reason).line())
+        print(mailboxes.resume_mailbox(url, args.mailbox, args.by, args.reason,
+                                       who=cli_who()).line())
     elif args.mailbox_command == "history":
         events = mailboxes.mailbox_events(url, args.mailbox)
         for e in events:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from outreach.cli.common import database_url, operator_name
+from outreach.cli.common import cli_who, database_url, operator_name
 
 
 def cmd_suppress(args: argparse.Namespace) -> int:
@@ -15,7 +15,7 @@ def cmd_suppress(args: argparse.Namespace) -> int:
 
     with db.transaction(database_url()) as conn:
         added, cancelled = suppress(conn, args.value, args.reason, args.source,
-                                    actor=args.by or operator_name())
+                                    actor=args.by or operator_name(), who=cli_who())
     print(f"{'suppressed' if added else 'already suppressed'}; cancelled {cancelled} queued email(s)")
     return 0
 
@@ -26,7 +26,8 @@ def cmd_unsuppress(args: argparse.Namespace) -> int:
     from outreach.suppression import unsuppress
 
     with db.transaction(database_url()) as conn:
-        result = unsuppress(conn, args.value, actor=args.by or operator_name(), note=args.reason)
+        result = unsuppress(conn, args.value, actor=args.by or operator_name(), note=args.reason,
+                            who=cli_who())
     if not result.removed:
         print(f"{result.kind} {result.value} was not suppressed; nothing changed")
         return 1

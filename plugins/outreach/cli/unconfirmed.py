@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from outreach.cli.common import database_url
+from outreach.cli.common import cli_who, database_url
 
 
 def cmd_unconfirmed(args: argparse.Namespace) -> int:
@@ -38,14 +38,15 @@ def cmd_resolve(args: argparse.Namespace) -> int:
         if args.decision or args.ids:
             raise ValueError("--auto-found decides by itself: give no --decision or --ids")
         result = resolve_found(database_url(), args.by, imap_account, campaign_key=args.campaign,
-                               mailbox=args.mailbox)
+                               mailbox=args.mailbox, who=cli_who())
         print(result.line())
         return 0
     if not args.decision:
         raise ValueError("give --decision was-sent|not-sent, or --auto-found")
     ids = [int(x) for x in args.ids.split(",")] if args.ids else None
     result = resolve(database_url(), args.decision.replace("-", "_"), args.by, ids=ids,
-                     campaign_key=args.campaign, mailbox=args.mailbox, note=args.note)
+                     campaign_key=args.campaign, mailbox=args.mailbox, note=args.note,
+                     who=cli_who())
     print(result.line())
     return 0
 
@@ -56,7 +57,8 @@ def cmd_requeue(args: argparse.Namespace) -> int:
 
     ids = [int(x) for x in args.ids.split(",")] if args.ids else None
     result = requeue_failed(database_url(), args.failed_kind.replace("-", "_"), args.by, args.reason,
-                            ids=ids, campaign_key=args.campaign, mailbox=args.mailbox)
+                            ids=ids, campaign_key=args.campaign, mailbox=args.mailbox,
+                            who=cli_who())
     print(result.line())
     return 0
 

@@ -62,6 +62,24 @@ def _variants(ab: dict[str, Any]) -> str:
             f'<p data-k="{_e(key)}.verdict">{_e(ab["verdict"])}</p>')
 
 
+AUDIT_SHOWN = 10
+"""How many audit rows the page shows per campaign (and in the table of all decisions)."""
+
+
+def _audit_table(rows: list[dict[str, Any]], table_id: str) -> str:
+    """The audit rows as a table: when (UTC), who, through what, what, target, why."""
+    def when(at: Any) -> str:
+        return f"{at:%Y-%m-%d %H:%M} UTC" if hasattr(at, "strftime") else str(at)
+
+    return _table(["when", "who", "via", "action", "target", "why"], [
+        [(f"{table_id}.{a['id']}.at", when(a["at"])), (f"{table_id}.{a['id']}.actor", a["actor"]),
+         (f"{table_id}.{a['id']}.via", a["via"]), (f"{table_id}.{a['id']}.action", a["action"]),
+         (f"{table_id}.{a['id']}.target",
+          " ".join(str(x) for x in (a["target_kind"], a["target_key"] or a["target_id"])
+                   if x is not None)),
+         (f"{table_id}.{a['id']}.reason", a["reason"] or "")] for a in rows], table_id)
+
+
 def render_page(report: dict[str, Any], base: str = "") -> str:
     """Return the page's HTML for a report from :func:`outreach.report.collect`.
 
@@ -88,6 +106,10 @@ def render_page(report: dict[str, Any], base: str = "") -> str:
         parts.append(f'<div class="chart"><canvas data-funnel="{_e(c)}"></canvas></div>')
         for ab in (v for v in report.get("variants", []) if v["campaign"] == c):
             parts.append(_variants(ab))
+        decisions = [a for a in report.get("audit", []) if a["campaign_key"] == c][:AUDIT_SHOWN]
+        parts.append(f"<h3>Last decisions about {_e(c)}</h3>")
+        parts.append(_audit_table(decisions, f"audit-{c}") if decisions
+                     else "<p>No operator decision recorded.</p>")
     reasons = [r for r in report["rows"] if r.get("failure_reasons")]
     if reasons:
         parts.append("<h2>Delivery failures by reason</h2>")
@@ -122,6 +144,9 @@ def render_page(report: dict[str, Any], base: str = "") -> str:
                      f'<div class="chart"><canvas data-sends="{h["id"]}"></canvas></div>'
                      f"<h3>{_e(h['name'])}: Postmaster spam rate (gaps: no data)</h3>"
                      f'<div class="chart"><canvas data-spam="{h["id"]}"></canvas></div>')
+    if report.get("audit"):
+        parts.append("<h2>Recent operator decisions (all)</h2>")
+        parts.append(_audit_table(report["audit"][:AUDIT_SHOWN], "audit"))
     parts.append(f"<h2>Unconfirmed emails ({len(report['unconfirmed'])})</h2>")
     parts.append("<p>Check the mailbox's Sent Items, then answer the Required Action "
                  "(outreach_unconfirmed_review) or trigger outreach_resolve_unconfirmed.</p>")
