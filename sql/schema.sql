@@ -1432,14 +1432,16 @@ BEGIN
     counts := counts || jsonb_build_object('suppression_events', v_n);
 
     -- Emails: rows stay (one per lead and step; the send log's Message-ID, status, times).
+    -- Queued rows are suppressed now: a transactional one has no recipient any more.
     UPDATE outreach.emails e
-    SET last_error = NULL, failure_diagnostic = NULL,
+    SET status = CASE WHEN e.status = 'queued' THEN 'suppressed' ELSE e.status END,
+        last_error = NULL, failure_diagnostic = NULL,
         late_accept_reply = CASE WHEN e.late_accepted_at IS NULL THEN NULL ELSE '[erased]' END,
         recipient = CASE WHEN e.message_class = 'transactional' THEN 'erased:' || e.id END,
         context = CASE WHEN e.message_class = 'transactional' THEN '{}'::jsonb END,
         updated_at = now()
     WHERE e.id = ANY (v_emails)
-      AND (e.last_error IS NOT NULL OR e.failure_diagnostic IS NOT NULL
+      AND (e.status = 'queued' OR e.last_error IS NOT NULL OR e.failure_diagnostic IS NOT NULL
            OR e.late_accept_reply IS DISTINCT FROM CASE WHEN e.late_accepted_at IS NULL THEN NULL ELSE '[erased]' END
            OR (e.message_class = 'transactional' AND e.recipient <> 'erased:' || e.id));
     GET DIAGNOSTICS v_n = ROW_COUNT;

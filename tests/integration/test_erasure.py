@@ -70,15 +70,17 @@ def _seed(url: str, tmp_path, sink, settings) -> tuple:
                   " 2, 0, 0, 0, 2, 0, 0, %s)",
                   (json.dumps([{"line": 2, "field": "title", "reason": "too long: Zenobia Q"},
                                {"line": 3, "field": "email", "reason": "not an address: x@"}]),))
+        c.execute("SELECT * FROM outreach.enqueue_transactional('welcome-1', %s, 'welcome', %s)",
+                  (ADDRESS, json.dumps({"first_name": "Zenobia"})))
         c.execute("INSERT INTO outreach.events (kind, lead_id, payload) VALUES ('note', %s, %s)",
                   (lead_id, json.dumps({"step_id": 1, "who": ADDRESS})))
-    assert set(_holders(url)) >= {"leads", "send_log", "suppressions", "suppression_events",
+    assert set(_holders(url)) >= {"leads", "emails", "send_log", "suppressions", "suppression_events",
                                   "inbound_messages", "delivery_failures", "import_runs", "events"}
     return csv, lead_id
 
 
 @pytest.fixture
-def erased(db_url, tmp_path, sink, settings, monkeypatch, capsys):
+def erased(tx_url, db_url, tmp_path, sink, settings, monkeypatch, capsys):
     """The person imported, sent to, suppressed, replied, bounced, quoted in problem lines and
     an event; then ``outreach lead erase`` (the CLI entry point). Yields (csv, lead id, output)."""
     monkeypatch.setenv("OUTREACH_DATABASE_URL", db_url)
@@ -130,6 +132,13 @@ def test_queueing_and_the_handoff_refuse_the_address(db_url, erased, sink, setti
     assert [r["status"] for r in rows(db_url, "SELECT status::text FROM outreach.emails"
                                               " WHERE lead_id = %s", (back,))] == ["suppressed"]
     assert len(sink.messages()) == before  # (its one message went out before the erasure)
+    # Transactional queueing too, and the row queued before the erasure will not go out.
+    with db.connect(db_url) as c:
+        row = c.execute("SELECT * FROM outreach.enqueue_transactional('welcome-2', %s, 'welcome')",
+                        (ADDRESS,)).fetchone()
+        assert row["status"] == "suppressed"
+        assert c.execute("SELECT status::text FROM outreach.emails WHERE delivery_key = 'welcome-1'"
+                         ).fetchone()["status"] == "suppressed"
 
 
 def test_erasing_twice_is_harmless(db_url, erased, capsys):
