@@ -115,7 +115,7 @@ def connect(url: str, *, autocommit: bool = False, erasure_key: str | None = Non
     :raises OutreachDBError: the server cannot be reached (the message never shows the password).
     """
     options = session_options(url, erasure_key)
-    extra = {"options": options} if options else {}
+    extra: dict[str, Any] = {"options": options} if options else {}
     try:
         return psycopg.connect(url, row_factory=dict_row, autocommit=autocommit,
                                application_name="outreach", **extra)
