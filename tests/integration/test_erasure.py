@@ -117,7 +117,7 @@ def test_queueing_and_the_handoff_refuse_the_address(db_url, erased, sink, setti
     # erasure committed) is not queued, and a row queued for it is suppressed right before the
     # handoff; nothing reaches the server.
     with psycopg.connect(db_url) as c:
-        back = c.execute("INSERT INTO outreach.leads (email, first_name) VALUES (%s, 'Zenobia')"
+        back = c.execute("INSERT INTO outreach.leads (email, first_name, company) VALUES (%s, 'Zenobia', 'Acme')"
                          " RETURNING id", (ADDRESS,)).fetchone()[0]
         c.execute("INSERT INTO outreach.enrollments (campaign_id, lead_id, mailbox_id)"
                   " SELECT id, %s, 1 FROM outreach.campaigns", (back,))
