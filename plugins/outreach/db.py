@@ -78,15 +78,47 @@ def query(name: str) -> str:
         raise KeyError(f"no query named {name!r} in sql/queries") from None
 
 
-def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[dict[str, Any]]:
+ERASURE_KEY_VAR = "OUTREACH_ERASURE_KEY"
+"""The environment variable holding the erasure key (docs/howto/erasure.md): every session gets it
+as the setting ``outreach.erasure_key``, which the suppression rule needs once a person was erased
+(migration 0129: without it, or with another key, ``outreach.is_suppressed`` raises)."""
+
+
+def session_options(url: str, erasure_key: str | None = None) -> str | None:
+    """Return the libpq ``options`` for a session: the URL's own, plus ``-c
+    outreach.erasure_key=…`` when an erasure key is set (``erasure_key``, else the environment's
+    :data:`ERASURE_KEY_VAR`). Passed at connection start, so the key is in no statement (and no
+    statement log); ``None`` when there is nothing to pass.
+
+    :param url: the libpq URL (its ``options``, if any, are kept first).
+    :param erasure_key: the key (default :data:`ERASURE_KEY_VAR` of the environment).
+    """
+    import os
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    key = erasure_key if erasure_key is not None else os.environ.get(ERASURE_KEY_VAR, "")
+    own = conninfo_to_dict(url).get("options")
+    if not key:
+        return str(own) if own else None
+    escaped = key.replace("\\", "\\\\").replace(" ", "\\ ")
+    return " ".join(filter(None, [str(own) if own else "", f"-c outreach.erasure_key={escaped}"]))
+
+
+def connect(url: str, *, autocommit: bool = False, erasure_key: str | None = None,
+            ) -> psycopg.Connection[dict[str, Any]]:
     """Open a psycopg 3 connection returning rows as dicts.
 
     :param url: a libpq URL (``postgresql://…``).
+    :param erasure_key: the erasure key for the session (default: :data:`ERASURE_KEY_VAR` of
+        the environment, see :func:`session_options`).
     :raises OutreachDBError: the server cannot be reached (the message never shows the password).
     """
+    options = session_options(url, erasure_key)
+    extra: dict[str, Any] = {"options": options} if options else {}
     try:
         return psycopg.connect(url, row_factory=dict_row, autocommit=autocommit,
-                               application_name="outreach")
+                               application_name="outreach", **extra)
     except psycopg.OperationalError as exc:
         raise OutreachDBError(f"cannot connect to the outreach database: {exc}") from exc
 

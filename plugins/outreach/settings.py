@@ -45,6 +45,7 @@ reports every problem, one line each.
 | OUTREACH_DATABASE_URL            | DatabaseSettings   | a libpq URL (used when connection outreach_db is missing) |
 | OUTREACH_SES_TOPIC_ARNS …        | EspSettings        | the ESP webhooks' keys (:mod:`outreach.esp`) |
 | OUTREACH_WEBHOOK_TIMEOUT …       | :class:`WebhookSettings` | webhooks out (:mod:`outreach.webhooks`) |
+| OUTREACH_ERASURE_KEY             | :mod:`outreach.db`  | at least 32 characters (read with ``os.environ``) |
 | OUTREACH_HOME, OUTREACH_TEMPLATES | :mod:`outreach.paths` | read with ``os.environ`` (below)     |
 | OUTREACH_CAMPAIGNS, OUTREACH_STATE_DIR | :mod:`outreach.paths` | read with ``os.environ`` (below) |
 | OUTREACH_WORKER_HOSTNAME         | :mod:`outreach.hostname` | read with ``os.environ`` (below)      |

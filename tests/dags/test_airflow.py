@@ -15,7 +15,7 @@ from outreach.dev.localairflow import DagTestSession, airflow_env, run_dag
 from outreach.queue import queue_due
 from support import invariants
 from support.airflowhome import env_for, fresh_home
-from support.flow import EXPECTED_LEADS, hand_over, import_demo, rows
+from support.flow import EXPECTED_LEADS, hand_over, import_demo, rows, scalar
 from support.paths import MAILBOXES, ROOT
 
 pytestmark = pytest.mark.airflow
@@ -62,7 +62,7 @@ def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
                                    "outreach_campaign_resume", "outreach_campaign_test_send", "outreach_requeue",
                                    "outreach_import_sources", "outreach_unconfirmed_review",
                                    "outreach_retention", "outreach_campaign_approval",
-                                   "outreach_webhooks"}
+                                   "outreach_webhooks", "outreach_lead_erase"}
     scheduled = {d: dag["schedule"] for d, dag in result["dags"].items() if dag["schedule"] is not None}
     if schedules == "on":
         assert scheduled == {"outreach_queue_due": "*/15 * * * *", "outreach_send": "*/10 * * * *",
@@ -253,6 +253,21 @@ def test_lead_stop_and_campaign_pause_dags_with_their_params(db_url, sink, migra
     messages = sink.messages()
     invariants.assert_ok(db_url, messages)
     assert len(messages) == EXPECTED_LEADS - 1 and lead not in {m["X-RcptTo"] for m in messages}
+
+
+def test_lead_erase_dag_with_its_params(db_url, sink, migrated_airflow_home, tmp_path, shared_airflow):
+    import_demo(db_url)
+    lead = rows(db_url, "SELECT email FROM outreach.leads ORDER BY id LIMIT 1")[0]["email"]
+    env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
+    env["OUTREACH_ERASURE_KEY"] = "dag-test-erasure-key-0123456789abcdef"
+    airflow = shared_airflow.bound(env)
+    erased = airflow.run_dag("outreach_lead_erase", tmp_path / "erase.log",
+                             conf={"address": lead, "reason": "ticket 9", "operator": "Dana (admin)"})
+    assert erased.ok, erased.log.read_text()[-4000:]
+    assert rows(db_url, "SELECT actor, reason, counts->>'leads' AS leads FROM outreach.erasures") == [
+        {"actor": "Dana (admin)", "reason": "ticket 9", "leads": "1"}]
+    assert scalar(db_url, "SELECT count(*) FROM outreach.leads WHERE email = %s", (lead,)) == 0
+    assert lead not in erased.log.read_text()
 
 
 def test_campaign_test_send_dag_with_its_params(db_url, sink, migrated_airflow_home, tmp_path,

@@ -481,6 +481,19 @@ def lead_stop_task(address: str, campaign: str, reason: str, by: str) -> dict[st
             "changed": result.changed, "status": result.status, "cancelled": result.cancelled}
 
 
+def lead_erase_task(address: str, reason: str, by: str) -> dict[str, Any]:
+    """Erase a person for an admin (:func:`outreach.erasure.erase`); return the erasure's id
+    and counts per table (address masked). Logs one line.
+
+    :raises outreach.erasure.ErasureError: no key, a reason naming the person, or an email to
+        the person being sent right now (the task's retry runs it again).
+    """
+    from outreach.erasure import erase
+
+    result = erase(database_url(), address, actor=by, reason=reason)
+    return {"erasure_id": result.erasure_id, "address": result.address, "counts": result.counts}
+
+
 def campaign_pause_task(campaign: str, reason: str, by: str) -> dict[str, Any]:
     """Pause a campaign (key) for an operator; return what changed."""
     from outreach.campaign_pause import pause_campaign

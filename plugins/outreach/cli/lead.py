@@ -1,12 +1,13 @@
 """``outreach lead stop``: end one lead's enrolment in a campaign; ``outreach lead show``: what
-happened to one lead."""
+happened to one lead; ``outreach lead erase``: remove a person's personal data, keeping them
+refused (:mod:`outreach.erasure`)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from outreach.cli.common import cli_who, database_url
+from outreach.cli.common import cli_who, database_url, operator_name
 
 
 def cmd_lead(args: argparse.Namespace) -> int:
@@ -18,6 +19,16 @@ def cmd_lead(args: argparse.Namespace) -> int:
                         who=cli_who()).line())
     elif args.lead_command == "show":
         return _show(args.address, as_json=args.json)
+    elif args.lead_command == "erase":
+        from outreach.erasure import ErasureError, erase
+
+        try:
+            result = erase(database_url(), args.address, actor=args.by or operator_name(),
+                           reason=args.reason)
+        except ErasureError as exc:
+            print(f"outreach: error: {exc}")
+            return 1
+        print(result.line())
     return 0
 
 
@@ -64,4 +75,12 @@ def add_lead(sub: Any) -> None:
                          "effect), stops, suppressions")
     s.add_argument("address")
     s.add_argument("--json", action="store_true", help="print JSON")
+    s = ldsub.add_parser("erase", help="erase a person (GDPR Art. 17): their personal data is "
+                         "removed from every table, and their address kept only as a keyed hash "
+                         "that refuses it at import, queueing and the handoff (needs "
+                         "OUTREACH_ERASURE_KEY)")
+    s.add_argument("address")
+    s.add_argument("--reason", default="erasure request",
+                   help="why, e.g. a ticket number (recorded; must not name the person)")
+    s.add_argument("--by", help="who (recorded; default: the OS user)")
     ldp.set_defaults(func=cmd_lead)

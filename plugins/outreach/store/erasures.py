@@ -1,0 +1,22 @@
+"""Typed calls of ``sql/queries/erasures.sql``, one function per query, named like it.
+
+Erasure (outreach.erasure): ``outreach.erase_person_v1`` does the whole erasure in the caller's
+transaction (migration 0129 lists every table it touches).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from outreach.store._run import Conn, one
+
+
+def erasure_erase_person(conn: Conn, *, forms: list[str], actor: str, reason: str,
+                         ) -> tuple[int, dict[str, int]]:
+    """``erasure_erase_person``: erase the person whose address is spelled ``forms`` (normal
+    form first); return the ``outreach.erasures`` id and the rows changed per table."""
+    def make(erasure_id: int, counts: dict[str, Any]) -> tuple[int, dict[str, int]]:
+        return erasure_id, {k: int(v) for k, v in counts.items()}
+
+    return one(conn, "erasure_erase_person", {"forms": forms, "actor": actor, "reason": reason},
+               make)
