@@ -723,6 +723,22 @@ CREATE TABLE outreach.events (
     CONSTRAINT outreach_events_kind_check CHECK (kind ~ '^[a-z][a-z_]*$')
 );
 
+-- The warehouse export's position per target (outreach.export, migration 0131): done_* is the
+-- last event, in (xact, id) order, the target durably has; planned_* the last of the batch being
+-- written. Each moves by a guarded UPDATE; a killed run rewrites the planned batch, nothing else.
+CREATE TABLE outreach.export_cursors (
+    target       text PRIMARY KEY,
+    done_xact    xid8 NOT NULL DEFAULT '0'::xid8,
+    done_id      bigint NOT NULL DEFAULT 0,
+    planned_xact xid8,               -- NULL: no batch being written
+    planned_id   bigint,
+    exported     bigint NOT NULL DEFAULT 0,  -- events written, counted once per batch
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_export_cursors_target_check CHECK (target ~ '^[a-z0-9][a-z0-9_-]{0,62}$'),
+    CONSTRAINT outreach_export_cursors_planned_check
+        CHECK ((planned_xact IS NULL) = (planned_id IS NULL))
+);
+
 -- =============================================================================================
 -- 3. Indexes (besides those of the PRIMARY KEY and UNIQUE constraints above)
 -- =============================================================================================
@@ -760,6 +776,8 @@ CREATE INDEX outreach_alerts_created_idx ON outreach.alerts (created_at);
 CREATE INDEX outreach_esp_events_email_idx ON outreach.esp_events (email_id);
 CREATE INDEX outreach_events_email_idx ON outreach.events (email_id);
 CREATE INDEX outreach_events_lead_idx ON outreach.events (lead_id);
+-- The warehouse export reads the log in (xact, id) order from a position.
+CREATE INDEX outreach_events_xact_idx ON outreach.events (xact, id);
 -- The company cap finds an organisation's leads (claim_emails_v3).
 CREATE INDEX outreach_leads_domain_idx ON outreach.leads (outreach.email_domain(email));
 CREATE INDEX outreach_org_domains_org_idx ON outreach.org_domains (org);
