@@ -10,35 +10,16 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from outreach.airflow.tasks import export_task, file_export_target, sql_export_target
-from outreach.dev import embedded
 from outreach.export import export
 from support.flow import rows
 from support.inboxflow import sent_campaign
-
-WAREHOUSE_CONN_ID = "outreach_test_warehouse"
-
-
-@pytest.fixture
-def warehouse_url(pg_admin_url, monkeypatch):
-    """A second, empty database (the warehouse) and an Airflow connection naming it."""
-    name = f"outreach_wh_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = embedded.with_database(pg_admin_url, name)
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    monkeypatch.setenv(f"AIRFLOW_CONN_{WAREHOUSE_CONN_ID.upper()}", json.dumps({
-        "conn_type": "postgres", "host": info.get("host"), "port": int(info.get("port") or 5432),
-        "login": info.get("user"), "password": info.get("password"), "schema": name}))
-    yield url
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+from support.warehouse import WAREHOUSE_CONN_ID
 
 
 def add_events(db_url: str, n: int, kind: str = "campaign_paused") -> list[int]:
