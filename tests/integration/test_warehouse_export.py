@@ -139,3 +139,39 @@ def test_event_of_a_transaction_open_during_an_export_is_exported_by_the_next(
     export(db_url, sql_target(), batch=100)
     assert warehouse_ids(warehouse_url) == all_ids(db_url)
     assert low in warehouse_ids(warehouse_url)
+
+
+class HeldTarget:
+    """A file target whose first write waits until released: a run stuck mid-batch."""
+
+    def __init__(self, inner, started, release) -> None:
+        self.name, self.inner = inner.name, inner
+        self.started, self.release, self.held = started, release, False
+
+    def write(self, events) -> None:
+        if not self.held:
+            self.held = True
+            self.started.set()
+            assert self.release.wait(60)
+        self.inner.write(events)
+
+
+def test_two_overlapping_exports_write_each_event_once_and_count_it_once(db_url, tmp_path):
+    import threading
+
+    add_events(db_url, 11)
+    folder = tmp_path / "lake"
+    started, release = threading.Event(), threading.Event()
+    slow = threading.Thread(target=export, args=(db_url, HeldTarget(files_target(folder), started,
+                                                                    release)),
+                            kwargs={"batch": 4})
+    slow.start()
+    assert started.wait(60)  # the slow run planned its first batch and is writing it
+    fast = export(db_url, files_target(folder), batch=4)  # replays that batch, goes to the end
+    release.set()
+    slow.join(60)
+
+    assert fast.resumed and fast.events == 11
+    assert file_ids(folder) == all_ids(db_url)
+    cursor = rows(db_url, "SELECT exported, planned_id FROM outreach.export_cursors")
+    assert cursor == [{"exported": 11, "planned_id": None}]  # the slow run's advance lost the race
