@@ -12,8 +12,8 @@ Copies the event log (sent, replied, bounced, unsubscribed, …) out, incrementa
 
 Each target keeps its own cursor in `outreach.export_cursors`, moved only after the batch is
 written. **Clearing a task is safe**: a killed or cleared run writes its last batch again (same
-event ids, same file) and goes on — no gap, no second copy. Runs only when triggered; schedule it
-or chain it on the event Assets. See docs/howto/warehouse-export.md.
+event ids, same file) and goes on — no gap, no second copy. Runs only when triggered (or on a
+schedule your deployment gives it). See docs/howto/warehouse-export.md.
 """
 
 from __future__ import annotations
