@@ -18,21 +18,25 @@ FROM outreach.export_cursors WHERE target = %(target)s;
 -- The next batch after the position: only rows whose transaction is below this statement's
 -- xmin (every such transaction has ended, so no row can still appear before the last one
 -- returned), in (xact, id) order, at most %(batch)s.
-SELECT id, kind, occurred_at, xact::text AS xact, campaign_id, lead_id, email_id, payload
-FROM outreach.events
-WHERE (xact, id) > (%(after_xact)s::xid8, %(after_id)s)
-  AND xact < pg_snapshot_xmin(pg_current_snapshot())
-ORDER BY xact, id
+-- ORDER BY names the table's columns (ev.): a bare "xact" would be the text output column, and
+-- '1000' sorts before '999'.
+SELECT ev.id, ev.kind, ev.occurred_at, ev.xact::text AS xact, ev.campaign_id, ev.lead_id,
+       ev.email_id, ev.payload
+FROM outreach.events ev
+WHERE (ev.xact, ev.id) > (%(after_xact)s::xid8, %(after_id)s)
+  AND ev.xact < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY ev.xact, ev.id
 LIMIT %(batch)s;
 
 -- name: export_events_planned
 -- A planned batch again, exactly: the rows after done up to planned. All are below an xmin taken
 -- when the batch was planned, so the set is the one the killed run was writing.
-SELECT id, kind, occurred_at, xact::text AS xact, campaign_id, lead_id, email_id, payload
-FROM outreach.events
-WHERE (xact, id) > (%(after_xact)s::xid8, %(after_id)s)
-  AND (xact, id) <= (%(upto_xact)s::xid8, %(upto_id)s)
-ORDER BY xact, id;
+SELECT ev.id, ev.kind, ev.occurred_at, ev.xact::text AS xact, ev.campaign_id, ev.lead_id,
+       ev.email_id, ev.payload
+FROM outreach.events ev
+WHERE (ev.xact, ev.id) > (%(after_xact)s::xid8, %(after_id)s)
+  AND (ev.xact, ev.id) <= (%(upto_xact)s::xid8, %(upto_id)s)
+ORDER BY ev.xact, ev.id;
 
 -- name: export_cursor_plan
 -- Record the batch about to be written (its last row). Guarded: only from the position this run
