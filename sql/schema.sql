@@ -872,6 +872,22 @@ CREATE TABLE outreach.audit_log (
         'suppression', 'campaign', 'mailbox', 'email', 'enrollment', 'lead', 'settings'))
 );
 
+-- The warehouse export's position per target (outreach.export, migration 0131): done_* is the
+-- last event, in (xact, id) order, the target durably has; planned_* the last of the batch being
+-- written. Each moves by a guarded UPDATE; a killed run rewrites the planned batch, nothing else.
+CREATE TABLE outreach.export_cursors (
+    target       text PRIMARY KEY,
+    done_xact    xid8 NOT NULL DEFAULT '0'::xid8,
+    done_id      bigint NOT NULL DEFAULT 0,
+    planned_xact xid8,               -- NULL: no batch being written
+    planned_id   bigint,
+    exported     bigint NOT NULL DEFAULT 0,  -- events written, counted once per batch
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT outreach_export_cursors_target_check CHECK (target ~ '^[a-z0-9][a-z0-9_-]{0,62}$'),
+    CONSTRAINT outreach_export_cursors_planned_check
+        CHECK ((planned_xact IS NULL) = (planned_id IS NULL))
+);
+
 -- =============================================================================================
 -- 3. Indexes (besides those of the PRIMARY KEY and UNIQUE constraints above)
 -- =============================================================================================
@@ -909,7 +925,8 @@ CREATE INDEX outreach_alerts_created_idx ON outreach.alerts (created_at);
 CREATE INDEX outreach_esp_events_email_idx ON outreach.esp_events (email_id);
 CREATE INDEX outreach_events_email_idx ON outreach.events (email_id);
 CREATE INDEX outreach_events_lead_idx ON outreach.events (lead_id);
-CREATE INDEX outreach_events_xact_idx ON outreach.events (xact);
+-- Webhooks out and the warehouse export read the log in (xact, id) order from a boundary.
+CREATE INDEX outreach_events_xact_idx ON outreach.events (xact, id);
 -- The webhook claim reads the due pending deliveries.
 CREATE INDEX outreach_webhook_deliveries_due_idx
     ON outreach.webhook_deliveries (next_attempt_at) WHERE status = 'pending';

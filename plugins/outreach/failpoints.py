@@ -8,7 +8,8 @@ or TiKV. Off unless ``OUTREACH_FAILPOINTS`` is set; then a no-op dictionary look
 (the end of DATA sent, reply not read), ``after_accept`` (2xx received, send log not written);
 for the inbox reader (:mod:`outreach.inbox`): ``inbox_before_commit`` (a message recorded and its
 effect applied, the transaction not committed), ``inbox_after_commit`` (committed, next message
-not started).
+not started); for the warehouse export (:mod:`outreach.export`): ``export_after_write`` (a batch
+written to the target, the cursor not advanced).
 """
 
 from __future__ import annotations
@@ -21,15 +22,17 @@ POINTS = ("claim_before_commit", "after_claim", "after_handoff_stamp", "before_b
 """The sender's points (the chaos tests cycle through these)."""
 INBOX_POINTS = ("inbox_before_commit", "inbox_after_commit")
 """The inbox reader's points."""
+EXPORT_POINTS = ("export_after_write",)
+"""The warehouse export's points."""
 
 
 def _parse(spec: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         name, _, n = part.partition(":")
-        if name not in POINTS + INBOX_POINTS:
+        if name not in POINTS + INBOX_POINTS + EXPORT_POINTS:
             raise ValueError(f"OUTREACH_FAILPOINTS: unknown point {name!r}; one of "
-                             f"{POINTS + INBOX_POINTS}")
+                             f"{POINTS + INBOX_POINTS + EXPORT_POINTS}")
         out[name] = int(n or "1")
     return out
 

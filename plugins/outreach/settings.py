@@ -695,3 +695,38 @@ class WebhookSettings(OutreachSettings):
         timeout (connect, send, answer) plus a minute; restarted right before each post
         (``webhook_touch``)."""
         return 3 * self.webhook_timeout + 60
+
+
+_TARGET_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+"""A cursor's name (``outreach_export_cursors_target_check``, migration 0131)."""
+
+
+class ExportSettings(OutreachSettings):
+    """The warehouse export (:mod:`outreach.export`, DAG ``outreach_export``), each read once from
+    its ``OUTREACH_*`` variable; the DAG's params override them per run.
+
+    | variable                        | field                   | default |
+    |---------------------------------|-------------------------|---------|
+    | OUTREACH_EXPORT_CONN_ID         | export_conn_id          | unset: no SQL target |
+    | OUTREACH_EXPORT_SQL_TARGET      | export_sql_target       | warehouse |
+    | OUTREACH_EXPORT_PATH            | export_path             | unset: no file target |
+    | OUTREACH_EXPORT_PATH_CONN_ID    | export_path_conn_id     | unset (the store's default credentials) |
+    | OUTREACH_EXPORT_FILES_TARGET    | export_files_target     | files |
+    | OUTREACH_EXPORT_BATCH_SIZE      | export_batch_size       | 5000 events |
+
+    A target's name is its cursor: renaming it starts that target again from the first event
+    (into a new warehouse, a new folder); two names never share progress.
+    """
+
+    export_conn_id: str | None = Field(None, min_length=1, max_length=250, description=(
+        "an Airflow SQL connection id (common-sql DbApiHook) for the tables"))
+    export_sql_target: str = Field("warehouse", pattern=_TARGET_NAME, description=(
+        "the SQL target's cursor name: a-z, 0-9, _ and -, at most 63"))
+    export_path: str | None = Field(None, min_length=1, max_length=1000, description=(
+        "an ObjectStoragePath URL of the folder for JSON-lines files (s3://…, file:///…)"))
+    export_path_conn_id: str | None = Field(None, min_length=1, max_length=250, description=(
+        "the Airflow connection id the object store is read with"))
+    export_files_target: str = Field("files", pattern=_TARGET_NAME, description=(
+        "the file target's cursor name: a-z, 0-9, _ and -, at most 63"))
+    export_batch_size: int = Field(5000, ge=1, le=100_000, description=(
+        "events per batch (one transaction, one file), 1 to 100000"))
