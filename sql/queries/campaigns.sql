@@ -39,6 +39,11 @@ RETURNING id;
 SELECT id, key, name, status, paused_reason, paused_at, paused_by, approved_at, approved_by
 FROM outreach.campaigns WHERE key = %(key)s;
 
+-- name: campaign_list
+-- Every campaign, by key (the campaign page's preview form).
+SELECT id, key, name, status, paused_reason, paused_at, paused_by, approved_at, approved_by
+FROM outreach.campaigns ORDER BY key;
+
 -- name: campaign_pause
 -- Pause an active campaign: queue-due queues nothing for it and the claim takes none of its
 -- queued steps (both check c.status = 'active'); they stay queued. Guarded by status = 'active'

@@ -124,6 +124,11 @@ def campaign_find(conn: Conn, *, key: str) -> Campaign | None:
     return maybe_one(conn, "campaign_find", {"key": key}, Campaign)
 
 
+def campaign_list(conn: Conn) -> list[Campaign]:
+    """``campaign_list``: every campaign, by key (rows as :func:`campaign_find`'s)."""
+    return many(conn, "campaign_list", {}, Campaign)
+
+
 @dataclass(frozen=True, slots=True)
 class CampaignEventStamp:
     """A row of ``campaign_pause`` (columns as the query names them)."""
