@@ -419,7 +419,8 @@ def sync(conn: Conn, campaign: Campaign, mailboxes: list[Mailbox], source_file: 
         send_days=w.iso_days(), window_start=w.start,
         window_end="24:00:00" if w.end == "24:00" else w.end, source_file=source_file,
         stop_on_auto_reply=campaign.stop_on_auto_reply,
-        stop_on_domain_reply=campaign.stop_on_domain_reply, status=campaign.status)
+        stop_on_domain_reply=campaign.stop_on_domain_reply, status=campaign.status,
+        fed_by_source=campaign.source is not None)
     for mailbox_id in mailbox_ids:
         campaigns_store.campaign_mailbox_link(conn, campaign_id=campaign_id, mailbox_id=mailbox_id)
     campaigns_store.campaign_mailbox_unlink_others(conn, campaign_id=campaign_id,

@@ -3,15 +3,21 @@
 -- name: campaign_upsert
 -- %(status)s (the file's `status`: draft or active) applies only when the campaign is created: a
 -- later sync never changes the status (approval, a pause are decided in the database).
+-- %(fed_by_source)s: the file declares a `source:` (such a campaign never finishes by itself,
+-- outreach.finish_campaigns_v1). The update locks the row until the import commits, which is
+-- what keeps a finish from racing the import's enrolments.
 INSERT INTO outreach.campaigns AS c (key, name, timezone, send_days, window_start, window_end,
-                                     source_file, stop_on_auto_reply, stop_on_domain_reply, status)
+                                     source_file, stop_on_auto_reply, stop_on_domain_reply, status,
+                                     fed_by_source)
 VALUES (%(key)s, %(name)s, %(timezone)s, %(send_days)s, %(window_start)s, %(window_end)s,
-        %(source_file)s, %(stop_on_auto_reply)s, %(stop_on_domain_reply)s, %(status)s)
+        %(source_file)s, %(stop_on_auto_reply)s, %(stop_on_domain_reply)s, %(status)s,
+        %(fed_by_source)s)
 ON CONFLICT ON CONSTRAINT outreach_campaigns_key_key DO UPDATE
 SET name = excluded.name, timezone = excluded.timezone, send_days = excluded.send_days,
     window_start = excluded.window_start, window_end = excluded.window_end,
     source_file = excluded.source_file, stop_on_auto_reply = excluded.stop_on_auto_reply,
-    stop_on_domain_reply = excluded.stop_on_domain_reply, updated_at = now()
+    stop_on_domain_reply = excluded.stop_on_domain_reply,
+    fed_by_source = excluded.fed_by_source, updated_at = now()
 RETURNING id;
 
 -- name: campaign_mailbox_link
@@ -77,6 +83,13 @@ resumed AS (
 INSERT INTO outreach.campaign_events (campaign_id, event, actor, reason, created_at)
 SELECT id, 'resumed', %(by)s, %(why)s, now FROM resumed
 RETURNING campaign_id, created_at;
+
+-- name: campaign_finish
+-- Finish every campaign (one, %(campaign_key)s; NULL: all) whose enrolments are all done and
+-- that has nothing in flight: outreach.finish_campaigns_v1 (sql/schema.sql, "Campaigns"), one
+-- guarded UPDATE with its campaign_events row. Run by queue-due after it queued.
+SELECT campaign_id, key, finished_at
+FROM outreach.finish_campaigns_v1(%(now)s::timestamptz, %(campaign_key)s::text);
 
 -- name: campaign_event_list
 -- The status history (pause, resume, submit, approve, reject) of one campaign, or of all (%(campaign_id)s NULL), newest first.

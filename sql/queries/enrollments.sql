@@ -42,7 +42,9 @@ ORDER BY en.id;
 -- name: enrollment_insert_staged
 -- Enrol every staged, unsuppressed lead; a lead already enrolled keeps its enrolment (and its
 -- mailbox, so follow-ups come from the same sender). Mailboxes are assigned round-robin by lead id.
--- Returns the count of new enrolments.
+-- Returns the count of new enrolments. A finished campaign enrols nothing (its lines were marked
+-- by lead_stage_mark_campaign_finished; trigger outreach_enrollments_refuse_finished is the
+-- backstop).
 WITH mbs AS (
     SELECT array_agg(mailbox_id ORDER BY mailbox_id) AS ids
     FROM outreach.campaign_mailboxes WHERE campaign_id = %(campaign_id)s
@@ -54,6 +56,8 @@ WITH mbs AS (
     JOIN outreach.leads l ON l.email = s.email
     CROSS JOIN mbs
     WHERE s.email IS NOT NULL AND s.duplicate_of IS NULL AND NOT s.suppressed
+      AND NOT EXISTS (SELECT 1 FROM outreach.campaigns c
+                      WHERE c.id = %(campaign_id)s AND c.status = 'finished')
     ON CONFLICT ON CONSTRAINT outreach_enrollments_campaign_lead_key DO NOTHING
     RETURNING 1
 )

@@ -26,9 +26,11 @@ def campaign_upsert(
     stop_on_auto_reply: bool,
     stop_on_domain_reply: bool,
     status: str = "draft",
+    fed_by_source: bool = False,
 ) -> int:
     """``campaign_upsert``: create or update a campaign; ``status`` (``draft`` or ``active``)
-    applies only when it is created (a later sync never changes the status).
+    applies only when it is created (a later sync never changes the status); ``fed_by_source``:
+    the file declares a ``source:`` (the campaign then never finishes by itself).
 
     :raises RowMissing: the statement returned no row."""
     return cast(
@@ -47,6 +49,7 @@ def campaign_upsert(
                 "stop_on_auto_reply": stop_on_auto_reply,
                 "stop_on_domain_reply": stop_on_domain_reply,
                 "status": status,
+                "fed_by_source": fed_by_source,
             },
             "id",
         ),
@@ -163,6 +166,26 @@ def campaign_resume(
         {"now": now, "campaign_id": campaign_id, "by": by, "why": why},
         CampaignEventStamp,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedCampaign:
+    """A row of ``campaign_finish``: a campaign that became ``finished``, and when."""
+
+    campaign_id: int
+    key: str
+    finished_at: dt.datetime
+
+
+def campaign_finish(conn: Conn, *, now: dt.datetime | None,
+                    campaign_key: str | None) -> list[FinishedCampaign]:
+    """``campaign_finish``: finish every active or paused campaign (only ``campaign_key``, or
+    all) whose enrolments are all done and that has no email queued, sending or unconfirmed,
+    with its ``finished`` event (``outreach.finish_campaigns_v1``, one guarded UPDATE). A
+    campaign fed by a ``source:`` or without any enrolment never finishes; one being imported
+    into right now is skipped until the next call."""
+    return many(conn, "campaign_finish", {"now": now, "campaign_key": campaign_key},
+                FinishedCampaign)
 
 
 @dataclass(frozen=True, slots=True)
