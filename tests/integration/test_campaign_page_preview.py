@@ -130,3 +130,10 @@ def test_without_a_lead_the_preview_lists_sample_leads_with_skip_reasons(db_url,
     assert missing.status_code == 404
     assert "&lt;b&gt;nobody&lt;/b&gt;@x.example" in missing.text and "<b>" not in missing.text
     assert client.get("/preview", params={"campaign": "nope"}).status_code == 404
+    with psycopg.connect(db_url) as conn:  # a message that cannot be built: said, not a 500
+        first = conn.execute(
+            "UPDATE outreach.leads SET company = 'Bell\x07Co' WHERE id = (SELECT min(lead_id) "
+            "FROM outreach.enrollments) RETURNING email").fetchone()[0]
+    broken = client.get("/preview", params={"campaign": "q4-ops-intro", "lead": first})
+    assert broken.status_code == 422, broken.text
+    assert "the message cannot be built: " in broken.text

@@ -272,7 +272,8 @@ def create_app(database_url: Callable[[], str], *, dependencies: Sequence[Any] =
     Routes: ``GET /`` the page, ``GET /report.json`` the report it shows, ``GET
     /preview?campaign=KEY&lead=ADDRESS&step=S`` a step's preview (:func:`render_preview`; no
     ``lead``: the first :data:`PREVIEW_SAMPLE` enrolled leads; 404 for no such campaign, step
-    or lead), ``GET /static/{name}`` its vendored script, stylesheet and the Chart.js licence.
+    or lead; 422 when a template or header fails, with the reason), ``GET /static/{name}``
+    its vendored script, stylesheet and the Chart.js licence.
     """
     from outreach.report import collect, render_json
 
@@ -307,7 +308,9 @@ def create_app(database_url: Callable[[], str], *, dependencies: Sequence[Any] =
     def preview_page(request: Request, campaign: str | None = None, lead: str | None = None,
                      step: int = 1) -> HTMLResponse:
         from outreach import db
+        from outreach.message import MessageError
         from outreach.preview import PreviewError, preview
+        from outreach.render import RenderError
         from outreach.store import campaigns as campaigns_store
 
         if settings is None:
@@ -328,6 +331,8 @@ def create_app(database_url: Callable[[], str], *, dependencies: Sequence[Any] =
                                     now=clock() if clock is not None else None)
                 except PreviewError as exc:
                     error, status = str(exc), 404
+                except (RenderError, MessageError) as exc:  # a template or header failed
+                    error, status = f"the message cannot be built: {exc}", 422
         return HTMLResponse(render_preview(keys, base, campaign, lead, step, items, error),
                             status_code=status, headers={"Cache-Control": "no-store",
                                                          "Content-Security-Policy": PAGE_CSP,
