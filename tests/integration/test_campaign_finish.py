@@ -16,7 +16,7 @@ from outreach import db
 from outreach.leads import import_leads
 from outreach.queue import queue_due
 from outreach.suppression import suppress
-from support.flow import leads_csv, one_mailbox, rows, scalar, send_all
+from support.flow import leads_csv, one_mailbox, outreach, rows, scalar, send_all
 from support.paths import CAMPAIGN, MAILBOXES
 
 T0 = dt.datetime(2026, 3, 2, 9, 0, tzinfo=dt.UTC)  # the demo's window is always open
@@ -80,8 +80,11 @@ def test_a_finished_campaign_takes_no_new_leads_and_the_import_says_so_per_line(
         db_url, tmp_path):
     import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, ["old@done.example"]), now=T0)
     _stop(db_url, "old@done.example", "stopped")
+    p = outreach(db_url, "queue-due", tmp_path=tmp_path)  # as an operator runs it
+    assert p.returncode == 0, p.stderr
+    assert f"campaign {KEY} finished: every enrolment is done" in p.stdout
     assert queue_due(db_url, now=T0) == {"queued": 0, "per_mailbox": {}, "held": [],
-                                         "finished": [KEY]}
+                                         "finished": []}
     later = leads_csv(tmp_path, ["old@done.example", "new1@late.example", "not-an-address",
                                  "new2@late.example"], name="later.csv")
     result = import_leads(db_url, CAMPAIGN, MAILBOXES, later, now=T0)
