@@ -54,6 +54,7 @@ def pixel():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server.server_address[1]
     server.shutdown()
+    server.server_close()
 
 
 @pytest.fixture
