@@ -11,6 +11,9 @@ declare a `source:`, as soon as an import updated a campaign's leads Asset
   enrolments and step n for leads whose step n-1 was sent long enough ago. Suppressed addresses
   are skipped. A part that fails is rolled back alone, the others commit: the log has one line
   per failed part and one saying what the others queued.
+  Last, a campaign whose enrolments are all done and that has nothing queued, sending or
+  unconfirmed becomes `finished` (one guarded UPDATE, `outreach.finish_campaigns_v1`; not a
+  campaign fed by a `source:`); the log names it.
 
 **Clearing `queue_due` is safe**: a row per (lead, sequence step) is enforced by a UNIQUE
 constraint, so a second run queues nothing twice.

@@ -51,7 +51,8 @@ class OutreachPlugin(AirflowPlugin):
          "url_prefix": URL_PREFIX, "name": "outreach-unsubscribe"},
         {"app": campaign_page.create_app(connections.database_url,
                                          dependencies=_airflow_login(),
-                                         accounts=connections.imap_account),
+                                         accounts=connections.imap_account,
+                                         settings=connections.settings),
          "url_prefix": CAMPAIGNS_PREFIX, "name": "outreach-campaigns"},
     ]
     # /outreach-campaigns (no slash) is the root app's, never the mounted one's: redirect it.

@@ -466,7 +466,8 @@ def sync(conn: Conn, campaign: Campaign, mailboxes: list[Mailbox], source_file: 
         stop_on_auto_reply=campaign.stop_on_auto_reply,
         stop_on_domain_reply=campaign.stop_on_domain_reply, status=campaign.status,
         overlap=campaign.overlap,
-        content_version=campaign_content_version(campaign))
+        content_version=campaign_content_version(campaign),
+        fed_by_source=campaign.source is not None)
     for mailbox_id in mailbox_ids:
         campaigns_store.campaign_mailbox_link(conn, campaign_id=campaign_id, mailbox_id=mailbox_id)
     campaigns_store.campaign_mailbox_unlink_others(conn, campaign_id=campaign_id,

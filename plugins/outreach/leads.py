@@ -208,7 +208,8 @@ def import_path(path: str | Path, *, base: Path | None = None,
 @dataclass(frozen=True)
 class Problem:
     """One bad row or field: ``line`` (1-based, the header is line 1), ``field``, ``reason``,
-    and ``action`` (``"skipped"``: the row was not imported; ``"ignored"``: only the field was)."""
+    and ``action`` (``"skipped"``: the row was not imported; ``"ignored"``: only the field was;
+    ``"not enrolled"``: the lead was stored, the campaign is finished and took it not)."""
 
     line: int
     field: str
@@ -216,7 +217,8 @@ class Problem:
     action: str = "skipped"
 
     def __str__(self) -> str:
-        what = "row skipped" if self.action == "skipped" else "field ignored"
+        what = {"skipped": "row skipped", "not enrolled": "lead stored, not enrolled"}.get(
+            self.action, "field ignored")
         return f"line {self.line}, field {self.field}: {self.reason} ({what})"
 
 
@@ -275,6 +277,9 @@ class ImportResult:
     overlap_skipped: int = 0
     """Leads enrolled stopped because they are in another campaign's sequence (the campaign's
     ``overlap: skip``; docs/explanation/contact-policy.md)."""
+    not_enrolled: int = 0
+    """Lines whose lead was stored but not enrolled because the campaign is finished (each is
+    a problem with action ``not enrolled``): a finished campaign takes no new leads."""
     seconds: dict[str, float] = field(default_factory=dict)
     """Wall seconds of each stage, in order: ``read`` (reading and checking the rows, in this
     process), ``copy`` (writing them to the stage table), ``suppression`` (waiting for it: a
@@ -302,7 +307,9 @@ class ImportResult:
                 f"suppressed={self.suppressed} enrolled={self.enrolled}"
                 + (f" stopped={self.stopped}" if self.stopped else "")
                 + (f" skipped_in_other_campaign={self.overlap_skipped}"
-                   if self.overlap_skipped else ""))
+                   if self.overlap_skipped else "")
+                + (f" not_enrolled={self.not_enrolled} (campaign {self.campaign_key} is "
+                   "finished: it takes no new leads)" if self.not_enrolled else ""))
 
     def timings(self) -> str:
         """Return :attr:`seconds` for a log line: ``read 34.1 s, suppression 0.0 s, …``."""
@@ -1031,6 +1038,8 @@ def apply_staged(conn: Any, campaign: campaign_mod.Campaign, mailboxes: list[cam
     result.seconds["suppression"] += spent.get("suppression", 0.0)
     leads_store.lead_stage_analyze(conn)
     leads_store.lead_stage_mark_duplicates(conn)
+    result.not_enrolled = leads_store.lead_stage_mark_campaign_finished(conn,
+                                                                        campaign_id=campaign_id)
     counts = leads_store.lead_stage_counts(conn)
     result.duplicate, result.suppressed = counts.duplicate, counts.suppressed
     lap("duplicates")

@@ -16,6 +16,9 @@ missing ``requires`` fields (``outreach.lead_missing_fields``).
 from __future__ import annotations
 
 import datetime as dt
+import email
+import email.policy
+import re
 import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -116,3 +119,46 @@ def preview(url: str, key: str, settings: Settings, *, address: str | None = Non
             message_id, wire, notes = build_row(conn, row, settings, now)
             out.append(PreviewItem(row["email"], None, message_id, wire, tuple(notes)))
         return out
+
+
+def item_text(item: PreviewItem, step: int) -> bytes:
+    """Return what ``outreach campaign preview`` prints for one item: a ``===`` line (the lead,
+    and the Message-ID or why the step skips the lead), one ``--- note:`` line per note, then
+    the message as handed over with LF line ends and a blank line. The CLI prints exactly these
+    bytes and the campaign page shows them, so the two can never differ.
+
+    :param step: the step previewed (1-based), named in the ``===`` line.
+    """
+    if item.skip is not None:
+        return f"=== step {step} to {item.address}: SKIPPED: {item.skip}\n".encode()
+    assert item.wire is not None
+    head = f"=== step {step} to {item.address}: Message-ID <{item.message_id}>\n"
+    head += "".join(f"--- note: {note}\n" for note in item.notes)
+    return head.encode() + item.wire.replace(b"\r\n", b"\n") + b"\n"
+
+
+@dataclass(frozen=True)
+class MessageParts:
+    """A built message taken apart for display: ``headers`` (name, unfolded value) in wire
+    order, ``text`` and ``html`` (the decoded parts with LF line ends, as the CLI prints the
+    message — and as a browser reads any page; ``None`` when the message has none)."""
+
+    headers: tuple[tuple[str, str], ...]
+    text: str | None
+    html: str | None
+
+
+def message_parts(wire: bytes) -> MessageParts:
+    """Take a message built by :func:`build_row` (``PreviewItem.wire``) apart: its header fields
+    as written (folded lines joined, encoded words left as they are on the wire) and the decoded
+    text and HTML parts (:mod:`email`'s parser, the default policy)."""
+    head = wire.partition(b"\r\n\r\n")[0].decode("utf-8", "replace")
+    fields = re.split(r"\r\n(?![ \t])", head)
+    headers = tuple((name, re.sub(r"\r\n[ \t]", " ", value).strip())
+                    for name, _, value in (f.partition(":") for f in fields if f))
+    msg = email.message_from_bytes(wire, policy=email.policy.default)
+    text = msg.get_body(("plain",))
+    html = msg.get_body(("html",))
+    return MessageParts(
+        headers, text.get_content().replace("\r\n", "\n") if text is not None else None,
+        html.get_content().replace("\r\n", "\n") if html is not None else None)

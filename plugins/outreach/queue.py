@@ -14,13 +14,15 @@ from typing import Any
 
 from outreach import db, orgdomains
 from outreach.logutil import log, mask
+from outreach.store import campaigns as campaigns_store
 from outreach.store import emails, mailboxes, reports
 
 
 def queue_due(url: str, *, campaign_key: str | None = None, now: dt.datetime | None = None,
               workers: int | None = None) -> dict[str, Any]:
-    """Insert the due step of every eligible lead; return ``{"queued": n, "per_mailbox": {id: n},
-    "held": [{"campaign", "step", "missing", "leads"}, …]}``.
+    """Insert the due step of every eligible lead, then finish the campaigns that are done;
+    return ``{"queued": n, "per_mailbox": {id: n}, "held": [{"campaign", "step", "missing",
+    "leads"}, …], "finished": [key, …]}``.
 
     The leads are split by id into ``workers`` parts, each queued by ``email_queue_due`` on its
     own connection in its own transaction, all at once (one core of the database server each:
@@ -31,6 +33,11 @@ def queue_due(url: str, *, campaign_key: str | None = None, now: dt.datetime | N
 
     ``held`` counts the leads a step is not queued for because they lack a field the step
     ``requires`` (see :class:`outreach.campaign.Step`), per campaign, step and missing fields.
+
+    Then every campaign whose enrolments are all done (last step sent, or the sequence stopped)
+    and that has nothing queued, sending or unconfirmed becomes ``finished``
+    (:func:`outreach.store.campaigns.campaign_finish`, in its own transaction); ``finished``
+    lists their keys. Not a campaign fed by a ``source:``, nor one without enrolments.
 
     :param campaign_key: only this campaign (default all active campaigns).
     :param now: a fixed clock (UTC); default the database clock (each part's transaction start).
@@ -79,10 +86,16 @@ def queue_due(url: str, *, campaign_key: str | None = None, now: dt.datetime | N
         raise failures[0]
     with db.transaction(url) as conn:
         held = [asdict(h) for h in reports.report_missing_fields(conn, campaign_key=campaign_key)]
+    with db.transaction(url) as conn:
+        finished = [f.key for f in campaigns_store.campaign_finish(conn, now=now,
+                                                                   campaign_key=campaign_key)]
     log.info("queue-due: queued=%s per_mailbox=%s", queued, per_mailbox)
     for h in held:
         log.info("queue-due: %s", held_line(h))
-    return {"queued": queued, "per_mailbox": per_mailbox, "held": held}
+    for key in finished:
+        log.info("queue-due: campaign %s finished: every enrolment is done and nothing is in "
+                 "flight (a finished campaign takes no new leads)", key)
+    return {"queued": queued, "per_mailbox": per_mailbox, "held": held, "finished": finished}
 
 
 def held_line(held: dict[str, Any]) -> str:

@@ -5,18 +5,22 @@
 -- later sync never changes the status (approval, a pause are decided in the database), except
 -- that another %(content_version)s of an active or paused campaign sends it back to
 -- awaiting_approval (trigger outreach_campaigns_content_changed: a second approval).
+-- %(fed_by_source)s: the file declares a `source:` (such a campaign never finishes by itself,
+-- outreach.finish_campaigns_v1). The update locks the row until the import commits, which is
+-- what keeps a finish from racing the import's enrolments.
 INSERT INTO outreach.campaigns AS c (key, name, timezone, send_days, window_start, window_end,
                                      source_file, stop_on_auto_reply, stop_on_domain_reply, status,
-                                     overlap, content_version)
+                                     overlap, content_version, fed_by_source)
 VALUES (%(key)s, %(name)s, %(timezone)s, %(send_days)s, %(window_start)s, %(window_end)s,
         %(source_file)s, %(stop_on_auto_reply)s, %(stop_on_domain_reply)s, %(status)s,
-        %(overlap)s, %(content_version)s)
+        %(overlap)s, %(content_version)s, %(fed_by_source)s)
 ON CONFLICT ON CONSTRAINT outreach_campaigns_key_key DO UPDATE
 SET name = excluded.name, timezone = excluded.timezone, send_days = excluded.send_days,
     window_start = excluded.window_start, window_end = excluded.window_end,
     source_file = excluded.source_file, stop_on_auto_reply = excluded.stop_on_auto_reply,
     stop_on_domain_reply = excluded.stop_on_domain_reply, overlap = excluded.overlap,
-    content_version = excluded.content_version, updated_at = now()
+    content_version = excluded.content_version, fed_by_source = excluded.fed_by_source,
+    updated_at = now()
 RETURNING id;
 
 -- name: campaign_mailbox_link
@@ -60,6 +64,11 @@ SELECT id, key, name, status, paused_reason, paused_at, paused_by, approved_at, 
        content_version, approved_content_version
 FROM outreach.campaigns WHERE key = %(key)s;
 
+-- name: campaign_list
+-- Every campaign, by key (the campaign page's preview form).
+SELECT id, key, name, status, paused_reason, paused_at, paused_by, approved_at, approved_by
+FROM outreach.campaigns ORDER BY key;
+
 -- name: campaign_pause
 -- Pause an active campaign: queue-due queues nothing for it and the claim takes none of its
 -- queued steps (both check c.status = 'active'); they stay queued. Guarded by status = 'active'
@@ -93,6 +102,13 @@ resumed AS (
 INSERT INTO outreach.campaign_events (campaign_id, event, actor, reason, created_at)
 SELECT id, 'resumed', %(by)s, %(why)s, now FROM resumed
 RETURNING campaign_id, created_at;
+
+-- name: campaign_finish
+-- Finish every campaign (one, %(campaign_key)s; NULL: all) whose enrolments are all done and
+-- that has nothing in flight: outreach.finish_campaigns_v1 (sql/schema.sql, "Campaigns"), one
+-- guarded UPDATE with its campaign_events row. Run by queue-due after it queued.
+SELECT campaign_id, key, finished_at
+FROM outreach.finish_campaigns_v1(%(now)s::timestamptz, %(campaign_key)s::text);
 
 -- name: campaign_event_list
 -- The status history (pause, resume, submit, approve, reject) of one campaign, or of all (%(campaign_id)s NULL), newest first.

@@ -44,7 +44,9 @@ ORDER BY en.id;
 -- mailbox, so follow-ups come from the same sender). Mailboxes are assigned round-robin by lead id.
 -- A campaign with overlap 'skip' enrols a lead who is in another campaign's sequence as stopped,
 -- by 'contact policy', with the other campaign in the reason (outreach.lead_in_other_sequence,
--- migration 0134). Returns the count of new active enrolments and of those skipped.
+-- migration 0134). A finished campaign enrols nothing (its lines were marked by
+-- lead_stage_mark_campaign_finished; trigger outreach_enrollments_refuse_finished is the
+-- backstop). Returns the count of new active enrolments and of those skipped.
 WITH mbs AS (
     SELECT array_agg(mailbox_id ORDER BY mailbox_id) AS ids
     FROM outreach.campaign_mailboxes WHERE campaign_id = %(campaign_id)s
@@ -66,6 +68,8 @@ WITH mbs AS (
     LEFT JOIN LATERAL (SELECT outreach.lead_in_other_sequence(l.id, %(campaign_id)s) AS other
                        WHERE camp.overlap = 'skip') o ON true
     WHERE s.email IS NOT NULL AND s.duplicate_of IS NULL AND NOT s.suppressed
+      AND NOT EXISTS (SELECT 1 FROM outreach.campaigns c
+                      WHERE c.id = %(campaign_id)s AND c.status = 'finished')
     ON CONFLICT ON CONSTRAINT outreach_enrollments_campaign_lead_key DO NOTHING
     RETURNING status
 )

@@ -78,6 +78,28 @@ FROM (SELECT email, min(line) AS first_line
       GROUP BY email HAVING count(*) > 1) f
 WHERE s.email = f.email AND s.line > f.first_line;
 
+-- name: lead_stage_mark_campaign_finished
+-- A finished campaign takes no new leads (outreach_enrollments_refuse_finished): each line whose
+-- lead would be newly enrolled gets the problem that says so (the lead itself is still stored
+-- or updated, like any other line). A lead already enrolled keeps its enrolment, unmarked. The
+-- campaign's status is read after campaign_upsert locked its row in this transaction, so a
+-- finish cannot commit in between. Returns how many lines were marked.
+WITH marked AS (
+    UPDATE outreach_lead_stage s
+    SET problem_field = 'campaign',
+        problem_reason = 'campaign ' || c.key || ' is finished: a finished campaign takes no new '
+                         'leads (import them into a new campaign)',
+        problem_action = 'not enrolled'
+    FROM outreach.campaigns c
+    WHERE c.id = %(campaign_id)s AND c.status = 'finished'
+      AND s.email IS NOT NULL AND s.duplicate_of IS NULL AND NOT s.suppressed
+      AND NOT EXISTS (SELECT 1 FROM outreach.enrollments en
+                      JOIN outreach.leads l ON l.id = en.lead_id
+                      WHERE en.campaign_id = c.id AND l.email = s.email)
+    RETURNING 1
+)
+SELECT count(*)::integer AS marked FROM marked;
+
 -- name: lead_stage_counts
 -- accepted: rows that go on to the upsert (good, first of their address, not suppressed);
 -- problems: rows reported in ImportResult.problems (skipped, ignored field, or duplicate).

@@ -44,22 +44,13 @@ def _preview(url: str, args: argparse.Namespace) -> int:
     import sys
 
     from outreach.airflow.connections import settings as load_settings
-    from outreach.preview import preview
+    from outreach.preview import item_text, preview
 
     items = preview(url, args.campaign, load_settings(), address=args.lead, sample=args.sample,
                     step=args.step)
     for item in items:
-        if item.skip is not None:
-            print(f"=== step {args.step} to {item.address}: SKIPPED: {item.skip}")
-            continue
-        print(f"=== step {args.step} to {item.address}: Message-ID <{item.message_id}>")
-        for note in item.notes:
-            print(f"--- note: {note}")
-        sys.stdout.flush()
-        assert item.wire is not None
-        sys.stdout.buffer.write(item.wire.replace(b"\r\n", b"\n"))
-        sys.stdout.buffer.flush()
-        print()
+        sys.stdout.buffer.write(item_text(item, args.step))
+    sys.stdout.buffer.flush()
     return 0
 
 

@@ -16,6 +16,8 @@ def cmd_queue_due(args: argparse.Namespace) -> int:
     for h in result["held"]:
         print(f"  {held_line(h)}")
     print(f"queued {result['queued']} email(s)")
+    for key in result["finished"]:
+        print(f"campaign {key} finished: every enrolment is done (it takes no new leads)")
     return 0
 
 

@@ -28,12 +28,14 @@ def campaign_upsert(
     status: str = "draft",
     overlap: str = "allow",
     content_version: str | None = None,
+    fed_by_source: bool = False,
 ) -> int:
     """``campaign_upsert``: create or update a campaign; ``status`` (``draft`` or ``active``)
     applies only when it is created (a later sync never changes the status, except that another
     ``content_version`` of an active or paused campaign sends it back to awaiting_approval:
     trigger ``outreach_campaigns_content_changed``); ``overlap`` (``allow``, ``wait``, ``skip``)
-    follows the file.
+    follows the file; ``fed_by_source``: the file declares a ``source:`` (the campaign then never
+    finishes by itself).
 
     :raises RowMissing: the statement returned no row."""
     return cast(
@@ -54,6 +56,7 @@ def campaign_upsert(
                 "status": status,
                 "overlap": overlap,
                 "content_version": content_version,
+                "fed_by_source": fed_by_source,
             },
             "id",
         ),
@@ -152,6 +155,11 @@ def campaign_find(conn: Conn, *, key: str) -> Campaign | None:
     return maybe_one(conn, "campaign_find", {"key": key}, Campaign)
 
 
+def campaign_list(conn: Conn) -> list[Campaign]:
+    """``campaign_list``: every campaign, by key (rows as :func:`campaign_find`'s)."""
+    return many(conn, "campaign_list", {}, Campaign)
+
+
 @dataclass(frozen=True, slots=True)
 class CampaignEventStamp:
     """A row of ``campaign_pause`` (columns as the query names them)."""
@@ -186,6 +194,26 @@ def campaign_resume(
         {"now": now, "campaign_id": campaign_id, "by": by, "why": why},
         CampaignEventStamp,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedCampaign:
+    """A row of ``campaign_finish``: a campaign that became ``finished``, and when."""
+
+    campaign_id: int
+    key: str
+    finished_at: dt.datetime
+
+
+def campaign_finish(conn: Conn, *, now: dt.datetime | None,
+                    campaign_key: str | None) -> list[FinishedCampaign]:
+    """``campaign_finish``: finish every active or paused campaign (only ``campaign_key``, or
+    all) whose enrolments are all done and that has no email queued, sending or unconfirmed,
+    with its ``finished`` event (``outreach.finish_campaigns_v1``, one guarded UPDATE). A
+    campaign fed by a ``source:`` or without any enrolment never finishes; one being imported
+    into right now is skipped until the next call."""
+    return many(conn, "campaign_finish", {"now": now, "campaign_key": campaign_key},
+                FinishedCampaign)
 
 
 @dataclass(frozen=True, slots=True)

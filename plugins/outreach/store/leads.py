@@ -15,7 +15,7 @@ from typing import cast
 import psycopg
 
 from outreach import db
-from outreach.store._run import Conn, execute, many, maybe_one, one, values
+from outreach.store._run import Conn, execute, many, maybe_one, one, one_value, values
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +95,14 @@ def lead_stage_mark_duplicates(conn: Conn) -> None:
     before: lead_stage_mark_suppressed). Only addresses that occur more than once are joined
     back, so the update touches only them."""
     execute(conn, "lead_stage_mark_duplicates", {})
+
+
+def lead_stage_mark_campaign_finished(conn: Conn, *, campaign_id: int) -> int:
+    """``lead_stage_mark_campaign_finished``: when campaign ``campaign_id`` is finished, give
+    every staged line whose lead would be newly enrolled the problem ``not enrolled`` (the lead
+    is still stored); return how many lines were marked (0: the campaign is not finished)."""
+    return cast("int", one_value(conn, "lead_stage_mark_campaign_finished",
+                                 {"campaign_id": campaign_id}, "marked"))
 
 
 @dataclass(frozen=True, slots=True)

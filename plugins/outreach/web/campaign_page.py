@@ -1,7 +1,10 @@
 """The campaign page: per campaign the funnel by step and each step's A/B variants (their figures,
 reply rates with 95 % intervals and the verdict), per mailbox sends per day against its cap
 and warm-up line, bounce and complaint rates, the Postmaster spam rate (unknown days are gaps,
-never 0) with the 0.1 % line, paused state with who and why, and the unconfirmed list.
+never 0) with the 0.1 % line, paused state with who and why, and the unconfirmed list; and at
+``preview`` a step's preview for a chosen lead, exactly what ``outreach campaign preview`` prints
+(:mod:`outreach.preview`), the HTML part in a sandboxed iframe that runs no script and loads
+nothing (:data:`FRAME_CSP`).
 
 Every figure comes from :func:`outreach.report.collect`, the same named queries as
 ``outreach report --json``. Charts are drawn by Chart.js (MIT, vendored in ``static/`` with its
@@ -18,6 +21,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 # Module level: FastAPI resolves the route signatures' annotations (strings here) in this module.
 from fastapi import FastAPI, HTTPException, Request
@@ -80,6 +84,92 @@ def _audit_table(rows: list[dict[str, Any]], table_id: str) -> str:
          (f"{table_id}.{a['id']}.reason", a["reason"] or "")] for a in rows], table_id)
 
 
+PREVIEW_SAMPLE = 10
+"""How many enrolled leads the preview lists when no lead is chosen (the first by lead id)."""
+
+FRAME_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+"""The Content-Security-Policy of the previewed HTML part (a ``<meta>`` at the top of the
+iframe's ``srcdoc``): nothing is loaded from anywhere (a tracking pixel or remote image would
+tell its owner the message was looked at) but inline styles and ``data:`` images."""
+
+PAGE_CSP = ("default-src 'none'; img-src data:; style-src 'self' 'unsafe-inline'; "
+            "form-action 'self'; frame-ancestors 'self'")
+"""The Content-Security-Policy header of the preview page: no script at all (the page needs
+none), its stylesheet, and — inherited by the ``srcdoc`` iframe — no remote load."""
+
+
+def _campaign_keys(report: dict[str, Any]) -> list[str]:
+    return sorted({p["campaign"] for p in report.get("progress", [])}
+                  | {f["campaign"] for f in report["funnel"]})
+
+
+def _preview_form(keys: Sequence[str], base: str, key: str | None = None,
+                  lead: str | None = None, step: int = 1) -> str:
+    """The form that asks for a preview: campaign, lead address (empty: a list of sample
+    leads), step. A GET form: the preview is a link that can be shared and reloaded."""
+    options = "".join(f'<option value="{_e(k)}"{" selected" if k == key else ""}>{_e(k)}</option>'
+                      for k in keys)
+    return (f'<form id="preview-form" method="get" action="{_e(base)}/preview">'
+            f'<label>campaign <select name="campaign">{options}</select></label> '
+            f'<label>lead address <input name="lead" type="email" size="40" '
+            f'value="{_e(lead or "")}" placeholder="empty: the first {PREVIEW_SAMPLE} leads">'
+            f'</label> <label>step <input name="step" type="number" min="1" value="{step}">'
+            f'</label> <button type="submit">Preview</button></form>')
+
+
+def _item_html(item: Any, step: int, base: str, key: str) -> str:
+    """One previewed lead: the CLI's output, the header fields, the text part, the HTML part in
+    a sandboxed iframe (``sandbox=""``: no script, no same origin, no form, no navigation)."""
+    from outreach.preview import item_text, message_parts
+
+    link = (f'{_e(base)}/preview?campaign={_e(quote(key))}&amp;step={step}'
+            f'&amp;lead={_e(quote(item.address))}')
+    if item.skip is not None:
+        return (f'<section class="preview-item" data-address="{_e(item.address)}">'
+                f'<h3><a href="{link}">{_e(item.address)}</a>: skipped</h3>'
+                f'<p class="skip">{_e(item.skip)}</p></section>')
+    parts = message_parts(item.wire)
+    headers = "".join(f"<tr><th>{_e(n)}</th><td>{_e(v)}</td></tr>" for n, v in parts.headers)
+    srcdoc = (f'<meta http-equiv="Content-Security-Policy" content="{FRAME_CSP}">'
+              + (parts.html or ""))
+    cli = item_text(item, step).decode("utf-8", "replace")
+    return (f'<section class="preview-item" data-address="{_e(item.address)}">'
+            f'<h3><a href="{link}">{_e(item.address)}</a>: Message-ID '
+            f'&lt;{_e(item.message_id)}&gt;</h3>'
+            + "".join(f'<p class="note">{_e(n)}</p>' for n in item.notes)
+            + f'<table class="headers">{headers}</table>'
+            f'<h4>Text part</h4><pre class="text-part">{_e(parts.text or "")}</pre>'
+            f'<h4>HTML part (sandboxed: no script, nothing loaded)</h4>'
+            f'<iframe class="html-part" sandbox="" referrerpolicy="no-referrer" '
+            f'csp="{_e(FRAME_CSP)}" srcdoc="{_e(srcdoc)}"></iframe>'
+            f'<details><summary>As <code>outreach campaign preview</code> prints it</summary>'
+            f'<pre class="cli">{_e(cli)}</pre></details></section>')
+
+
+def render_preview(keys: Sequence[str], base: str, key: str | None, lead: str | None, step: int,
+                   items: Sequence[Any], error: str | None = None) -> str:
+    """Return the preview page's HTML: the form, then per previewed lead :func:`_item_html`, or
+    ``error`` (no such campaign, step or lead). Lead data is hostile: every value is escaped,
+    the HTML part only ever reaches the page escaped inside ``srcdoc``.
+
+    :param items: :class:`outreach.preview.PreviewItem` of step ``step`` of campaign ``key``.
+    """
+    body = ["<h1>Preview</h1>", f'<p><a href="{_e(base)}/">back to the campaigns</a></p>',
+            _preview_form(keys, base, key, lead, step)]
+    if error is not None:
+        body.append(f'<p class="error">{_e(error)}</p>')
+    elif key is not None:
+        title = f"for {lead}" if lead else f"for the first {PREVIEW_SAMPLE} enrolled leads"
+        body.append(f"<h2>Campaign {_e(key)}, step {step}, {_e(title)}</h2>")
+        if not lead:
+            body.append("<p>Choose a lead (its address) to see only its message.</p>")
+        body.extend(_item_html(i, step, base, key) for i in items)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>outreach: preview</title>
+<link rel="stylesheet" href="{_e(base)}/static/campaign_page.css"></head>
+<body>{''.join(body)}</body></html>"""
+
+
 def render_page(report: dict[str, Any], base: str = "") -> str:
     """Return the page's HTML for a report from :func:`outreach.report.collect`.
 
@@ -94,6 +184,10 @@ def render_page(report: dict[str, Any], base: str = "") -> str:
         [(f"progress.{p['campaign']}.{k}", p[k] if p[k] is not None else "–")
          for k in ("campaign", "name", "status", "sent", "queued", "expected_finish")]
         for p in progress.values()], "progress"))
+    parts.append('<h2 id="preview">Preview</h2><p>A step exactly as it would be handed over to '
+                 "a chosen lead (headers, text, HTML), or why the step would skip the lead; the "
+                 "same as <code>outreach campaign preview</code>. Nothing is written.</p>")
+    parts.append(_preview_form(_campaign_keys(report), base))
     campaigns = sorted({f["campaign"] for f in report["funnel"]})
     for c in campaigns:
         steps = [f for f in report["funnel"] if f["campaign"] == c]
@@ -204,7 +298,9 @@ the auth manager's login page, then back to ``next``)."""
 
 
 def create_app(database_url: Callable[[], str], *, dependencies: Sequence[Any] = (),
-               accounts: Callable[[str], Any] | None = None) -> Any:
+               accounts: Callable[[str], Any] | None = None,
+               settings: Callable[[], Any] | None = None,
+               clock: Callable[[], Any] | None = None) -> Any:
     """Return the FastAPI app of the campaign page.
 
     :param database_url: returns the outreach database URL; called per request (never at import).
@@ -214,7 +310,15 @@ def create_app(database_url: Callable[[], str], *, dependencies: Sequence[Any] =
         back; anything else gets the 401.
     :param accounts: opens IMAP accounts for the unconfirmed emails' Sent-folder evidence, the
         same as the Required Action's (:func:`outreach.airflow.connections.imap_account`).
-    Routes: ``GET /`` the page, ``GET /report.json`` the report it shows, ``GET /static/{name}``
+    :param settings: returns the sender's :class:`outreach.settings.Settings` (the unsubscribe
+        URL and secret a preview's List-Unsubscribe is built from), called per preview
+        (:func:`outreach.airflow.connections.settings`); ``None``: the preview answers 503.
+    :param clock: returns the moment a preview is built for (its Date and unsubscribe token;
+        UTC ``datetime``); default the current time. A fixed clock makes a preview reproducible.
+    Routes: ``GET /`` the page, ``GET /report.json`` the report it shows, ``GET
+    /preview?campaign=KEY&lead=ADDRESS&step=S`` a step's preview (:func:`render_preview`; no
+    ``lead``: the first :data:`PREVIEW_SAMPLE` enrolled leads; 404 for no such campaign, step
+    or lead; 422 when a template or header fails, with the reason), ``GET /static/{name}``
     its vendored script, stylesheet and the Chart.js licence.
     """
     from outreach.report import collect, render_json
@@ -245,6 +349,40 @@ def create_app(database_url: Callable[[], str], *, dependencies: Sequence[Any] =
     def report_json() -> Response:
         return Response(render_json(collect(database_url(), accounts=accounts)),
                         media_type="application/json", headers={"Cache-Control": "no-store"})
+
+    @app.get("/preview", response_class=HTMLResponse)
+    def preview_page(request: Request, campaign: str | None = None, lead: str | None = None,
+                     step: int = 1) -> HTMLResponse:
+        from outreach import db
+        from outreach.message import MessageError
+        from outreach.preview import PreviewError, preview
+        from outreach.render import RenderError
+        from outreach.store import campaigns as campaigns_store
+
+        if settings is None:
+            raise HTTPException(status_code=503, detail="preview not configured (no settings)")
+        base = request.scope.get("root_path", "").rstrip("/")
+        lead = (lead or "").strip() or None
+        with db.connect(database_url(), autocommit=True) as conn:
+            keys = [c.key for c in campaigns_store.campaign_list(conn)]
+        items: list[Any] = []
+        error, status = None, 200
+        if campaign is not None:
+            if step < 1:
+                error, status = "the step is a number from 1", 422
+            else:
+                try:
+                    items = preview(database_url(), campaign, settings(), address=lead,
+                                    sample=PREVIEW_SAMPLE, step=step,
+                                    now=clock() if clock is not None else None)
+                except PreviewError as exc:
+                    error, status = str(exc), 404
+                except (RenderError, MessageError) as exc:  # a template or header failed
+                    error, status = f"the message cannot be built: {exc}", 422
+        return HTMLResponse(render_preview(keys, base, campaign, lead, step, items, error),
+                            status_code=status, headers={"Cache-Control": "no-store",
+                                                         "Content-Security-Policy": PAGE_CSP,
+                                                         "Referrer-Policy": "no-referrer"})
 
     @app.get("/static/{name}")
     def static(name: str) -> FileResponse:
