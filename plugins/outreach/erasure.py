@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 
-from outreach import db
+from outreach import audit, db
 from outreach.addresses import normal_form
 from outreach.logutil import log, mask
 from outreach.store import erasures as store
@@ -85,13 +86,19 @@ def address_forms(address: str) -> list[str]:
     return forms
 
 
-def erase(url: str, address: str, *, actor: str, reason: str) -> ErasureResult:
+def erase(url: str, address: str, *, actor: str, reason: str,
+          who: Any = None) -> ErasureResult:
     """Erase the person with ``address`` (one transaction; running it again changes nothing more).
+
+    The audit trail gets one ``erase`` row in the same transaction: who, why, the erasure's id and
+    its counts per table, never the address (:mod:`outreach.audit`).
 
     :param url: the outreach database (libpq URL).
     :param address: the person's address, as written anywhere (it is normalised).
     :param actor: who asked for it (recorded).
     :param reason: why, e.g. a ticket number (recorded; must not name the person).
+    :param who: who decides (:class:`outreach.audit.Who`: the Airflow user, ``os:<login>``);
+        ``None``: ``actor`` through ``api``.
     :raises ErasureError: no key, a reason naming the person, a mailbox's own address, an email
         to the person being sent right now (run it again later), or no database.
     """
@@ -101,6 +108,9 @@ def erase(url: str, address: str, *, actor: str, reason: str) -> ErasureResult:
         with db.connect(url, erasure_key=key) as conn, conn.transaction():
             erasure_id, counts = store.erasure_erase_person(conn, forms=forms, actor=actor,
                                                             reason=reason)
+            audit.record_as(conn, who or audit.Who(actor), by=actor, action="erase",
+                            target_kind="lead", reason=reason,
+                            details={"erasure_id": erasure_id, "counts": counts})
     except (psycopg.errors.InvalidParameterValue, psycopg.errors.ObjectInUse) as exc:
         raise ErasureError(str(exc.diag.message_primary)) from None
     except db.OutreachDBError as exc:

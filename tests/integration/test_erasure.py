@@ -103,6 +103,14 @@ def test_erase_leaves_no_trace_and_keeps_the_rows_the_promise_needs(db_url, eras
     record = rows(db_url, "SELECT actor, reason, lead_id, counts FROM outreach.erasures")
     assert [(r["actor"], r["reason"], r["lead_id"]) for r in record] == [("dpo", "ticket 42", lead_id)]
     assert record[0]["counts"]["leads"] == 1 and record[0]["counts"]["send_log"] == 1
+    # The audit trail has the decision with the OS user, the typed name and the counts.
+    audit = rows(db_url, "SELECT actor, via, action, target_kind, target_key, reason, details"
+                         " FROM outreach.audit_log WHERE action = 'erase'")
+    assert len(audit) == 1 and audit[0]["actor"].startswith("os:")
+    assert (audit[0]["via"], audit[0]["target_kind"], audit[0]["target_key"], audit[0]["reason"]) == (
+        "cli", "lead", None, "ticket 42")
+    assert audit[0]["details"]["by"] == "dpo"
+    assert audit[0]["details"]["counts"] == record[0]["counts"]
 
 
 def test_a_reimport_of_the_same_line_is_refused_as_suppressed(db_url, erased):

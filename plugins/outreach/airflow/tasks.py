@@ -490,7 +490,7 @@ def lead_erase_task(address: str, reason: str, by: str) -> dict[str, Any]:
     """
     from outreach.erasure import erase
 
-    result = erase(database_url(), address, actor=by, reason=reason)
+    result = erase(database_url(), address, actor=by, reason=reason, who=airflow_who(by))
     return {"erasure_id": result.erasure_id, "address": result.address, "counts": result.counts}
 
 

@@ -24,7 +24,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
 
         try:
             result = erase(database_url(), args.address, actor=args.by or operator_name(),
-                           reason=args.reason)
+                           reason=args.reason, who=cli_who())
         except ErasureError as exc:
             print(f"outreach: error: {exc}")
             return 1
