@@ -291,7 +291,7 @@ COMMENT ON TABLE outreach.org_domains IS
     'email domain → organisational domain (Public Suffix List) or free mail; filled by outreach.orgdomains';
 -- Rows: the free-mail providers (migration 0132), then what outreach.orgdomains maps.
 
--- The domain part of a stored (normalised) address, for the index below (§3).
+-- The domain part of a stored (normalised) address (outreach.org_of).
 CREATE FUNCTION outreach.email_domain(p_email text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT lower(split_part(p_email, '@', 2)) $$;
 
@@ -421,6 +421,9 @@ CREATE TABLE outreach.emails (
     -- The step variant this row renders (0126): chosen when queued (outreach.step_variant_for),
     -- never changed (trigger outreach_emails_keep_variant). NULL: the step has no variants.
     variant                text,
+    -- The organisation the row was claimed for (outreach.org_of, by claim_emails_v3, 0140): the
+    -- per-company count reads the day's contacts by it. NULL: free mail, or never claimed so.
+    org                    text,
     CONSTRAINT outreach_emails_lead_step_key UNIQUE (lead_id, step_id),
     CONSTRAINT outreach_emails_variant_fkey
         FOREIGN KEY (step_id, variant) REFERENCES outreach.step_variants (step_id, name),
@@ -469,6 +472,8 @@ COMMENT ON COLUMN outreach.emails.hold_reason IS
     'why the claim held this queued row back and moved scheduled_for (contact policy); NULL: not held';
 COMMENT ON COLUMN outreach.emails.variant IS
     'the step variant this row renders (outreach.step_variants); fixed when queued; NULL: none';
+COMMENT ON COLUMN outreach.emails.org IS
+    'the organisation this row was claimed for (outreach.org_of; NULL: free mail or not claimed by claim_emails_v3)';
 
 -- Exactly one entry per email row, written only after the SMTP server accepted it, by the same
 -- statement that marks the row sent (email_mark_sent; email_resolve_was_sent for an operator).
@@ -935,9 +940,10 @@ CREATE INDEX outreach_events_xact_idx ON outreach.events (xact, id);
 -- The webhook claim reads the due pending deliveries.
 CREATE INDEX outreach_webhook_deliveries_due_idx
     ON outreach.webhook_deliveries (next_attempt_at) WHERE status = 'pending';
--- The company cap finds an organisation's leads (claim_emails_v3).
-CREATE INDEX outreach_leads_domain_idx ON outreach.leads (outreach.email_domain(email));
+-- The company cap counts an organisation's contacts of the day (claim_emails_v3).
 CREATE INDEX outreach_org_domains_org_idx ON outreach.org_domains (org);
+CREATE INDEX outreach_emails_org_claimed_idx ON outreach.emails (org, claimed_at) INCLUDE (lead_id)
+    WHERE org IS NOT NULL;
 -- One failure per email and recipient after the handoff: a second report of it (another DSN,
 -- the same bounce forwarded, an ESP event after the DSN) is not a second bounce. Our own SMTP
 -- session reports once per claim ('smtp:<email id>:<claim token>'): a requeued email refused
@@ -1442,17 +1448,16 @@ BEGIN
                    row_number() OVER (PARTITION BY m.lead_id ORDER BY m.ord) AS lead_rn
             FROM mine m LEFT JOIN touches t USING (lead_id)
         ), org_people AS (
-            -- The people of each organisation contacted in the last 24 hours (any campaign).
-            SELECT outreach.org_of(l2.email) AS org, e.lead_id, min(e.claimed_at) AS first_at
-            FROM outreach.leads l2
-            JOIN outreach.emails e ON e.lead_id = l2.id
+            -- The people of each organisation contacted in the last 24 hours (any campaign), by
+            -- the organisation each row was claimed for (emails.org, index
+            -- outreach_emails_org_claimed_idx: only that day's contacts are read).
+            SELECT e.org, e.lead_id, min(e.claimed_at) AS first_at
+            FROM outreach.emails e
             WHERE p_company_per_day IS NOT NULL
-              AND outreach.email_domain(l2.email) IN (
-                  SELECT unnest(v_orgs) UNION SELECT d.domain FROM outreach.org_domains d
-                                              WHERE d.org = ANY (v_orgs))
+              AND e.org = ANY (v_orgs)
+              AND e.claimed_at > v_now - interval '1 day'
               AND e.message_class = 'marketing'
               AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed')
-              AND e.claimed_at > v_now - interval '1 day'
             GROUP BY 1, 2
         ), org_counts AS (
             SELECT org, count(*) AS n, min(first_at) AS first_at FROM org_people GROUP BY org
@@ -1467,7 +1472,7 @@ BEGIN
             FROM (SELECT org, lead_id, min(ord) AS first_ord FROM passed
                   WHERE person_ok AND org IS NOT NULL AND NOT org_known GROUP BY org, lead_id) s
         ), decided AS (
-            SELECT p.id,
+            SELECT p.id, p.org,
                    CASE WHEN NOT p.person_ok THEN false
                         WHEN p.org IS NULL OR p.org_known OR p_company_per_day IS NULL THEN true
                         ELSE coalesce(oc.n, 0) + np.org_rank <= v_org_cap END AS take,
@@ -1497,7 +1502,7 @@ BEGIN
         UPDATE outreach.emails e
         SET status = 'sending', claim_token = p_claim_token, claimed_at = v_now,
             claimed_by = p_claimed_by, attempts = e.attempts + 1, updated_at = v_now,
-            hold_reason = NULL
+            hold_reason = NULL, org = d.org
         FROM decided d
         WHERE e.id = d.id AND d.take AND e.status IS NOT DISTINCT FROM 'queued'
         RETURNING e.*;

@@ -1,0 +1,174 @@
+-- 0140: the per-company count reads only the day's contacts. claim_emails_v3 (0132) found an
+-- organisation's people through every lead of its domains and each one's emails: at batches of
+-- 50 over ~50 organisations that was ~2,000 index lookups a claim. The claim now stamps each
+-- claimed row with the organisation it was claimed for (emails.org, NULL for free mail), and the
+-- count is an index range over (org, claimed_at). Rows claimed in the last day before this
+-- migration are stamped here, so the rolling 24 hours stay whole across the upgrade.
+ALTER TABLE outreach.emails ADD COLUMN org text;
+COMMENT ON COLUMN outreach.emails.org IS
+    'the organisation this row was claimed for (outreach.org_of; NULL: free mail or not claimed by claim_emails_v3)';
+UPDATE outreach.emails e SET org = outreach.org_of(l.email)
+FROM outreach.leads l
+WHERE l.id = e.lead_id AND e.claimed_at > now() - interval '1 day' AND e.message_class = 'marketing';
+CREATE INDEX outreach_emails_org_claimed_idx ON outreach.emails (org, claimed_at) INCLUDE (lead_id)
+    WHERE org IS NOT NULL;
+-- The count no longer looks leads up by domain.
+DROP INDEX outreach.outreach_leads_domain_idx;
+
+CREATE OR REPLACE FUNCTION outreach.claim_emails_v3(p_message_class text, p_mailbox_id bigint,
+                                         p_limit integer, p_claim_token uuid, p_claimed_by text,
+                                         p_now timestamptz DEFAULT NULL,
+                                         p_person_per_day integer DEFAULT NULL,
+                                         p_person_per_week integer DEFAULT NULL,
+                                         p_company_per_day integer DEFAULT NULL)
+RETURNS SETOF outreach.emails
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+    v_day_cap integer := coalesce(p_person_per_day, 2147483647);
+    v_week_cap integer := coalesce(p_person_per_week, 2147483647);
+    v_org_cap integer := coalesce(p_company_per_day, 2147483647);
+    v_left integer := p_limit;
+    v_seen bigint[] := '{}';
+    v_picked bigint[];
+    v_people bigint[];
+    v_orgs text[];
+    v_claimed integer;
+BEGIN
+    IF p_message_class <> 'marketing'
+       OR (p_person_per_day IS NULL AND p_person_per_week IS NULL AND p_company_per_day IS NULL) THEN
+        RETURN QUERY SELECT * FROM outreach.claim_emails_v1(p_message_class, p_mailbox_id, p_limit,
+                                                            p_claim_token, p_claimed_by, v_now);
+        RETURN;
+    END IF;
+    IF p_person_per_day < 1 OR p_person_per_week < 1 OR p_company_per_day < 1 THEN
+        RAISE EXCEPTION 'contact caps must be at least 1 (or NULL: off), got % a day, % a week, % people of a company a day',
+                        p_person_per_day, p_person_per_week, p_company_per_day
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- At most four rounds: a round whose rows were all held leaves the limit unspent, and the
+    -- held rows' scheduled_for is now later, so the next round picks the rows behind them.
+    FOR v_round IN 1..4 LOOP
+        EXIT WHEN v_left <= 0;
+        -- The pick of claim_emails_v1 (its comments say why it is written so).
+        v_picked := ARRAY(
+            SELECT q.id
+            FROM outreach.emails q
+            JOIN outreach.campaigns c ON c.id = q.campaign_id
+            JOIN outreach.leads l ON l.id = q.lead_id
+            WHERE q.status = 'queued'
+              AND q.mailbox_id = p_mailbox_id
+              AND q.scheduled_for <= v_now
+              AND c.status = 'active'
+              AND q.id <> ALL (v_seen)
+              AND outreach.next_send_slot(v_now, coalesce(l.timezone, c.timezone), c.send_days,
+                                          c.window_start, c.window_end) <= v_now
+            ORDER BY q.scheduled_for, q.id
+            LIMIT v_left
+            FOR NO KEY UPDATE OF q SKIP LOCKED);
+        EXIT WHEN cardinality(v_picked) = 0;
+        v_seen := v_seen || v_picked;
+        -- The locks, each statement after the one before (a lock taken here is seen as held by
+        -- every other claimer until this transaction ends).
+        v_people := ARRAY(
+            SELECT p.lead_id
+            FROM (SELECT DISTINCT q.lead_id FROM outreach.emails q WHERE q.id = ANY (v_picked)) p
+            WHERE pg_try_advisory_xact_lock(hashtextextended('outreach.person:' || p.lead_id, 0)));
+        v_orgs := ARRAY(
+            SELECT o.org
+            FROM (SELECT DISTINCT outreach.org_of(l.email) AS org
+                  FROM outreach.emails q JOIN outreach.leads l ON l.id = q.lead_id
+                  WHERE q.id = ANY (v_picked) AND q.lead_id = ANY (v_people)) o
+            WHERE o.org IS NOT NULL
+              AND (p_company_per_day IS NULL
+                   OR pg_try_advisory_xact_lock(hashtextextended('outreach.org:' || o.org, 0))));
+        -- The decision, on a snapshot taken after the locks.
+        RETURN QUERY
+        WITH cand AS (
+            SELECT q.id, q.lead_id, outreach.org_of(l.email) AS org,
+                   row_number() OVER (ORDER BY q.scheduled_for, q.id) AS ord
+            FROM outreach.emails q JOIN outreach.leads l ON l.id = q.lead_id
+            WHERE q.id = ANY (v_picked) AND q.lead_id = ANY (v_people)
+        ), mine AS (
+            SELECT * FROM cand WHERE org IS NULL OR org = ANY (v_orgs)
+        ), touches AS (
+            -- A touch: a campaign row of the person that is sending or sent (or unconfirmed: it
+            -- may have gone out), by claimed_at.
+            SELECT e.lead_id,
+                   count(*) FILTER (WHERE e.claimed_at > v_now - interval '1 day') AS day_n,
+                   min(e.claimed_at) FILTER (WHERE e.claimed_at > v_now - interval '1 day') AS day_first,
+                   count(*) AS week_n, min(e.claimed_at) AS week_first
+            FROM outreach.emails e
+            WHERE e.lead_id IN (SELECT lead_id FROM mine) AND e.message_class = 'marketing'
+              AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed')
+              AND e.claimed_at > v_now - interval '7 days'
+            GROUP BY e.lead_id
+        ), person AS (
+            SELECT m.*, coalesce(t.day_n, 0) AS day_n, t.day_first,
+                   coalesce(t.week_n, 0) AS week_n, t.week_first,
+                   row_number() OVER (PARTITION BY m.lead_id ORDER BY m.ord) AS lead_rn
+            FROM mine m LEFT JOIN touches t USING (lead_id)
+        ), org_people AS (
+            -- The people of each organisation contacted in the last 24 hours (any campaign), by
+            -- the organisation each row was claimed for (emails.org, index
+            -- outreach_emails_org_claimed_idx: only that day's contacts are read).
+            SELECT e.org, e.lead_id, min(e.claimed_at) AS first_at
+            FROM outreach.emails e
+            WHERE p_company_per_day IS NOT NULL
+              AND e.org = ANY (v_orgs)
+              AND e.claimed_at > v_now - interval '1 day'
+              AND e.message_class = 'marketing'
+              AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed')
+            GROUP BY 1, 2
+        ), org_counts AS (
+            SELECT org, count(*) AS n, min(first_at) AS first_at FROM org_people GROUP BY org
+        ), passed AS (
+            SELECT p.*, (p.day_n + p.lead_rn <= v_day_cap AND p.week_n + p.lead_rn <= v_week_cap) AS person_ok,
+                   EXISTS (SELECT 1 FROM org_people op
+                           WHERE op.org = p.org AND op.lead_id = p.lead_id) AS org_known
+            FROM person p
+        ), new_people AS (
+            -- Each person this claim would newly contact at an organisation, ranked in pick order.
+            SELECT org, lead_id, dense_rank() OVER (PARTITION BY org ORDER BY first_ord, lead_id) AS org_rank
+            FROM (SELECT org, lead_id, min(ord) AS first_ord FROM passed
+                  WHERE person_ok AND org IS NOT NULL AND NOT org_known GROUP BY org, lead_id) s
+        ), decided AS (
+            SELECT p.id, p.org,
+                   CASE WHEN NOT p.person_ok THEN false
+                        WHEN p.org IS NULL OR p.org_known OR p_company_per_day IS NULL THEN true
+                        ELSE coalesce(oc.n, 0) + np.org_rank <= v_org_cap END AS take,
+                   CASE WHEN p.week_n + p.lead_rn > v_week_cap
+                        THEN 'frequency cap: ' || p_person_per_week || ' a week'
+                        WHEN p.day_n + p.lead_rn > v_day_cap
+                        THEN 'frequency cap: ' || p_person_per_day || ' a day'
+                        ELSE 'company cap: ' || p_company_per_day || ' people a day at ' || p.org
+                   END AS reason,
+                   CASE WHEN p.week_n + p.lead_rn > v_week_cap
+                        THEN greatest(coalesce(p.week_first, v_now) + interval '7 days',
+                                      coalesce(p.day_first, v_now) + interval '1 day')
+                        WHEN p.day_n + p.lead_rn > v_day_cap
+                        THEN coalesce(p.day_first, v_now) + interval '1 day'
+                        ELSE coalesce(oc.first_at, v_now) + interval '1 day'
+                   END AS hold_until
+            FROM passed p
+            LEFT JOIN org_counts oc ON oc.org = p.org
+            LEFT JOIN new_people np ON np.org = p.org AND np.lead_id = p.lead_id
+        ), held AS (
+            UPDATE outreach.emails e
+            SET scheduled_for = d.hold_until, hold_reason = d.reason, updated_at = v_now
+            FROM decided d
+            WHERE e.id = d.id AND NOT d.take AND e.status IS NOT DISTINCT FROM 'queued'
+            RETURNING e.id
+        )
+        UPDATE outreach.emails e
+        SET status = 'sending', claim_token = p_claim_token, claimed_at = v_now,
+            claimed_by = p_claimed_by, attempts = e.attempts + 1, updated_at = v_now,
+            hold_reason = NULL, org = d.org
+        FROM decided d
+        WHERE e.id = d.id AND d.take AND e.status IS NOT DISTINCT FROM 'queued'
+        RETURNING e.*;
+        GET DIAGNOSTICS v_claimed = ROW_COUNT;
+        v_left := v_left - v_claimed;
+    END LOOP;
+END
+$$;
