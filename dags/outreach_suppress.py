@@ -6,6 +6,9 @@ it, and its queued sequence steps are cancelled in the same transaction. The dec
 always made by the one SQL function `outreach.is_suppressed()`, at import, at queueing and right
 before each SMTP handoff.
 
+**Admins only**: its `access_control` names the role Admin alone (analysts and operators
+see it but cannot trigger it; docs/howto/users-and-roles.md).
+
 **Clearing `suppress` is safe**: a suppression is unique per address or domain, so a second run
 adds nothing.
 """
@@ -20,7 +23,7 @@ from outreach.airflow import defaults, tasks
 @dag(
     dag_id="outreach_suppress",
     doc_md=__doc__,
-    **defaults.dag_kwargs(operator=True),
+    **defaults.dag_kwargs(operator=True, access="admin"),
     params={
         "value": Param("", type="string", minLength=3, title="Address or @domain"),
         "reason": Param("manual", type="string", title="Reason",

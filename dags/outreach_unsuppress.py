@@ -6,6 +6,9 @@ it and why in `outreach.suppression_events`. Emails the suppression already canc
 cancelled: unsuppressing never sends anything by itself. If the address is still covered (for
 example by a whole-domain suppression), the log says so.
 
+**Admins only**: its `access_control` names the role Admin alone (analysts and operators
+see it but cannot trigger it; docs/howto/users-and-roles.md).
+
 **Clearing `unsuppress` is safe**: a second run finds nothing to remove.
 """
 
@@ -19,7 +22,7 @@ from outreach.airflow import defaults, tasks
 @dag(
     dag_id="outreach_unsuppress",
     doc_md=__doc__,
-    **defaults.dag_kwargs(operator=True),
+    **defaults.dag_kwargs(operator=True, access="admin"),
     params={
         "value": Param("", type="string", minLength=3, title="Address or @domain"),
         "why": Param("", type="string", minLength=3, title="Why",

@@ -50,6 +50,7 @@ reports every problem, one line each.
 | OUTREACH_CAMPAIGNS, OUTREACH_STATE_DIR | :mod:`outreach.paths` | read with ``os.environ`` (below) |
 | OUTREACH_WORKER_HOSTNAME         | :mod:`outreach.hostname` | read with ``os.environ`` (below)      |
 | OUTREACH_IMPORT_ROOTS            | :func:`import_roots` | folders imports may read (``include/data``) |
+| OUTREACH_ADMIN_PASSWORD          | :mod:`outreach.airflow.roles` | user admin's first password    |
 
 The paths and the worker hostname are read with ``os.environ`` on purpose: a settings object costs
 ~1.4 ms to build and these are read per rendered message.

@@ -20,7 +20,8 @@ from support.paths import ROOT
 SECRETS = {"POSTGRES_PASSWORD": "pg-test-pw", "OUTREACH_DB_PASSWORD": "outreach-test-pw",
            "AIRFLOW__API_AUTH__JWT_SECRET": "jwt-test-secret-0123456789",
            "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
-           "OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example"}
+           "OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
+           "OUTREACH_ADMIN_PASSWORD": "admin-test-pw"}
 AIRFLOW_SERVICES = {*SERVICES, WORKER[0], "airflow-init"}
 
 
@@ -88,6 +89,8 @@ def test_services_have_the_process_deployments_settings(config):
             env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://:@redis:")
         for conn in ("ANNA", "BEN", "HELLO"):  # every demo mailbox reaches Mailpit by default
             assert env[f"AIRFLOW_CONN_OUTREACH_SMTP_{conn}"].startswith("smtp://mailpit:1025/")
+        # The admin's first password is the one-off init's only (outreach roles sync).
+        assert (env.get("OUTREACH_ADMIN_PASSWORD") == "admin-test-pw") == (name == "airflow-init"), name
 
 
 def test_capacity_follows_the_sizing_rule_for_its_defaults(config):

@@ -39,6 +39,7 @@ for dag_id, dag in bag.dags.items():
         or getattr(getattr(dag.timetable, "timetable", None), "expression", None),
         "assets": sorted(a.uri for a in getattr(getattr(dag.timetable, "asset_condition", None),
                                                 "objects", []) if hasattr(a, "uri")),
+        "access": sorted(dag.access_control or {}),
         "tasks": {t.task_id: {"retries": t.retries, "owner": t.owner} for t in dag.tasks}}
 print("RESULT " + json.dumps(out))
 """
@@ -76,6 +77,13 @@ def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
         assert result["dags"]["outreach_queue_due"]["assets"] == ["outreach://leads/q4-ops-intro"]
     else:  # OUTREACH_SCHEDULES=off: every DAG runs only when triggered
         assert scheduled == {}
+    # Who may run each DAG (FAB access_control, outreach.airflow.roles): admins alone may
+    # suppress and unsuppress; operators (and admins) run every other DAG.
+    access = {d: dag["access"] for d, dag in result["dags"].items()}
+    assert {d for d, roles in access.items() if roles == ["Admin"]} == {"outreach_suppress",
+                                                                        "outreach_unsuppress"}
+    assert all(roles == ["Admin", "Operator"] for d, roles in access.items()
+               if d not in {"outreach_suppress", "outreach_unsuppress"}), access
     for dag_id, dag in result["dags"].items():
         assert "outreach" in dag["tags"] and dag["doc_md"], dag_id
         for task_id, task in dag["tasks"].items():

@@ -34,7 +34,8 @@ def chromium(profile: Path):
 
 
 def log_in(driver, base_url: str, user: str, password: str, then: str, timeout: float = 60) -> None:
-    """Log in through Airflow's own login page (simple auth manager), then open ``then``."""
+    """Log in through Airflow's login page (the FAB auth manager's form at ``/auth/login/``),
+    then open ``then``."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
@@ -43,7 +44,7 @@ def log_in(driver, base_url: str, user: str, password: str, then: str, timeout: 
     wait = WebDriverWait(driver, timeout)
     wait.until(ec.presence_of_element_located((By.NAME, "username"))).send_keys(user)
     driver.find_element(By.NAME, "password").send_keys(password)
-    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    driver.find_element(By.CSS_SELECTOR, "input[type=submit], button[type=submit]").click()
     wait.until(lambda d: d.get_cookie("_token") is not None)
     driver.get(then)
 

@@ -20,6 +20,9 @@ from outreach.dev import embedded
 from outreach.dev.deploy import Deployment, sqlalchemy_url
 
 FINAL = {"success", "failed"}
+ADMIN_PASSWORD = "admin-test-password-0123"
+"""The first password of the user ``admin``, created in the template by ``outreach roles sync``
+(FAB auth manager): every deployment cloned from it logs in with it."""
 
 
 def _admin(pg_admin_url: str, sql: str) -> None:
@@ -35,7 +38,8 @@ def airflow_meta_template(pg_admin_url: str, tmp_path_factory) -> str:
     name = f"airflow_meta_tpl_{uuid.uuid4().hex[:8]}"
     meta_url = embedded.ensure_database(pg_admin_url, name)
     Deployment(home=tmp_path_factory.mktemp("airflow-meta-template"), metadata_url=sqlalchemy_url(meta_url),
-               outreach_url="postgresql:///unused").migrate()
+               outreach_url="postgresql:///unused",
+               env_extra={"OUTREACH_ADMIN_PASSWORD": ADMIN_PASSWORD}).migrate()
     yield name
     _admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -47,7 +51,7 @@ def running_deployment(pg_admin_url: str, template: str, db_url: str, tmp_path, 
     meta = f"airflow_meta_{uuid.uuid4().hex[:8]}"
     _admin(pg_admin_url, f'CREATE DATABASE "{meta}" TEMPLATE "{template}"')
     dep = Deployment(home=tmp_path / "airflow", metadata_url=sqlalchemy_url(embedded.with_database(pg_admin_url, meta)),
-                     outreach_url=db_url, env_extra=env)
+                     outreach_url=db_url, env_extra={"OUTREACH_ADMIN_PASSWORD": ADMIN_PASSWORD, **env})
     dep.start()
     try:
         dep.wait_ready()
@@ -60,6 +64,21 @@ def running_deployment(pg_admin_url: str, template: str, db_url: str, tmp_path, 
                 if p.info["environ"] and p.info["environ"].get("AIRFLOW_HOME") == str(dep.home)]
         assert not left, f"processes left behind: {[p.info['cmdline'] for p in left]} (started {pids})"
         _admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{meta}" WITH (FORCE)')
+
+
+def add_user(dep: Deployment, admin_token: str, username: str, role: str) -> str:
+    """Create a user with one role through the FAB auth manager's REST API
+    (``POST /auth/fab/v1/users``, as an admin); return its password."""
+    import httpx
+
+    password = f"{username}-pw-{uuid.uuid4().hex[:12]}"
+    r = httpx.post(f"{dep.base_url}/auth/fab/v1/users", timeout=60,
+                   headers={"Authorization": f"Bearer {admin_token}"},
+                   json={"username": username, "email": f"{username}@roles.test.example",
+                         "first_name": username, "last_name": "test", "roles": [{"name": role}],
+                         "password": password})
+    r.raise_for_status()
+    return password
 
 
 # Only the runs a test triggers: a scheduled outreach_send firing at a 10-minute boundary would

@@ -20,12 +20,13 @@ SMTP_POOL_DESCRIPTION = "outreach: concurrent SMTP sessions of the send tasks"
 
 def dag_kwargs(*, schedule: Any = None, retries: int = 1, operator: bool = False,
                on_failure_callback: Any = None, on_retry_callback: Any = None,
-               **extra: Any) -> dict[str, Any]:
+               access: str = "operator", **extra: Any) -> dict[str, Any]:
     """Return the ``@dag`` arguments every outreach DAG shares: ``schedule`` (cron or ``None`` for
     manual DAGs), a fixed start date (UTC), no catch-up, tag ``outreach`` (and ``operator`` for
     operator actions), owner ``outreach``, ``retries`` and ``on_failure_callback`` (after the last
     retry; e.g. :class:`RunFailedNotifier`) and ``on_retry_callback`` (a try failed, a retry
-    follows) per task; ``extra`` is passed through.
+    follows) per task; ``access_control`` by ``access`` (:func:`outreach.airflow.roles.access_control`:
+    ``operator``, the default, or ``admin`` for the admin-only DAGs); ``extra`` is passed through.
 
     ``OUTREACH_SCHEDULES=off`` in the environment of the DAG processor turns every schedule off:
     DAGs then run only when triggered (a staging deployment, a maintenance window, tests that
@@ -33,9 +34,11 @@ def dag_kwargs(*, schedule: Any = None, retries: int = 1, operator: bool = False
 
     :raises outreach.settings.SettingsError: ``OUTREACH_SCHEDULES`` is neither ``on`` nor ``off``
         (a ValueError).
+    :raises ValueError: ``access`` is neither ``operator`` nor ``admin``.
     """
     import datetime as dt
 
+    from outreach.airflow.roles import access_control
     from outreach.settings import ScheduleSettings
 
     switch = ScheduleSettings().schedules
@@ -54,7 +57,7 @@ def dag_kwargs(*, schedule: Any = None, retries: int = 1, operator: bool = False
         default_args["on_retry_callback"] = on_retry_callback
     return {"schedule": schedule if switch == "on" else None, "start_date": dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
             "catchup": False, "tags": ["outreach"] + (["operator"] if operator else []),
-            "default_args": default_args, **extra}
+            "default_args": default_args, "access_control": access_control(access), **extra}
 
 
 def project_files(folder: str, pattern: str) -> list[str]:

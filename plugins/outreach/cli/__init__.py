@@ -28,6 +28,7 @@ from outreach.cli import (
     mailbox,
     postmaster,
     report,
+    roles,
     send,
     serve,
     suppress,
@@ -62,6 +63,7 @@ COMMANDS = (
     report.add_report,
     webhooks.add_webhooks,
     audit.add_audit,
+    roles.add_roles,
     dev.add_airflow,
     dev.add_doctor,
     dev.add_demo,
@@ -73,7 +75,7 @@ functions live next to their parser, one module per command group."""
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser (sub-commands: db upgrade, db stop, config check, import-leads, import-suppressions,
     suppress, unsuppress, queue-due, send, inbox, unconfirmed, resolve, mailbox, lead, campaign,
-    transactional, postmaster, reap, report, webhooks, audit,
+    transactional, postmaster, reap, report, webhooks, audit, roles sync,
     serve-unsubscribe, preflight, dkim-record, airflow, doctor, demo)."""
     p = argparse.ArgumentParser(prog="outreach", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")

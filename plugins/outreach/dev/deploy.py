@@ -19,7 +19,6 @@ definition of what runs: the launcher starts it, and ``tests/acceptance/test_com
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import signal
@@ -33,6 +32,7 @@ from urllib.parse import quote
 
 import psycopg
 
+from outreach.airflow.roles import ADMIN_PASSWORD_VAR, ADMIN_USER
 from outreach.dev.devsmtp import free_port
 from outreach.paths import project_root
 from outreach.settings import DatabaseSettings
@@ -69,11 +69,14 @@ def pool_slots(default: int = DEFAULT_POOL_SLOTS) -> int:
 
 def init_commands(slots: int) -> list[tuple[str, ...]]:
     """Return what a deployment runs once before its services (compose: ``airflow-init``):
-    migrate Airflow's metadata, create or resize the SMTP pool, migrate the outreach database."""
+    migrate Airflow's metadata (the FAB auth manager's tables with it), create or resize the SMTP
+    pool, create or reset the roles and create the first admin user (``outreach roles sync``:
+    :mod:`outreach.airflow.roles`), migrate the outreach database."""
     from outreach.airflow.defaults import SMTP_POOL, SMTP_POOL_DESCRIPTION
 
     return [("airflow", "db", "migrate"),
             ("airflow", "pools", "set", SMTP_POOL, str(slots), SMTP_POOL_DESCRIPTION),
+            ("outreach", "roles", "sync"),
             ("outreach", "db", "upgrade")]
 
 
@@ -83,8 +86,12 @@ def shared_settings(executor: str) -> dict[str, str]:
 
     :param executor: ``LocalExecutor`` or ``CeleryExecutor``.
     """
+    from outreach.airflow.roles import AUTH_MANAGER
+
     out = {
         "AIRFLOW__CORE__EXECUTOR": executor,
+        # Roles (issue 27): Airflow's FAB auth manager, users in the metadata database.
+        "AIRFLOW__CORE__AUTH_MANAGER": AUTH_MANAGER,
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         # Which worker ran a task (the task instance's hostname): OUTREACH_WORKER_HOSTNAME where
@@ -200,8 +207,6 @@ class Deployment:
             or secret_file.read_text().strip(),
             "AIRFLOW__API__SECRET_KEY": env.get("AIRFLOW__API__SECRET_KEY")
             or secret_file.read_text().strip(),
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS",
-                                                                "admin:admin"),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": env.get("AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL", "10"),
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.log_ports[0]),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self.log_ports[1]),
@@ -224,16 +229,21 @@ class Deployment:
         return env
 
     def migrate(self) -> None:
-        """Run :func:`init_commands`' Airflow steps: migrate the metadata database, then create
-        or resize the SMTP pool (the outreach database is the caller's: ``outreach db upgrade``).
+        """Run :func:`init_commands`' Airflow steps: migrate the metadata database, create or
+        resize the SMTP pool, sync the roles and the admin user (the outreach database is the
+        caller's: ``outreach db upgrade``).
 
-        :raises RuntimeError: an ``airflow`` command failed (output included).
+        :raises RuntimeError: a command failed (output included).
         """
         env = self.env()
         for cmd in init_commands(self.pool_slots):
-            if cmd[0] != "airflow":
+            if cmd == ("outreach", "db", "upgrade"):
                 continue
-            proc = subprocess.run([sys.executable, "-m", *cmd], env=env, capture_output=True, text=True)
+            module = ["airflow"] if cmd[0] == "airflow" else ["outreach.cli"]
+            # Only the roles step gets the admin's first password: no component ever holds it.
+            step_env = env if cmd[0] == "airflow" else {**env, ADMIN_PASSWORD_VAR: self.admin_password()}
+            proc = subprocess.run([sys.executable, "-m", *module, *cmd[1:]], env=step_env,
+                                  capture_output=True, text=True)
             if proc.returncode:
                 raise RuntimeError(f"{' '.join(cmd[:3])} failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
 
@@ -378,20 +388,28 @@ class Deployment:
                 pass
             p.wait()
 
-    def admin_password(self, user: str = "admin") -> str:
-        """Return the generated password of a simple-auth-manager user (after the api-server started)."""
-        path = self.home / "simple_auth_manager_passwords.json.generated"
-        deadline = time.monotonic() + 60
-        while not path.exists() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        return json.loads(path.read_text())[user]
+    def admin_password(self) -> str:
+        """Return the first password of the user ``admin`` (:mod:`outreach.airflow.roles`):
+        ``OUTREACH_ADMIN_PASSWORD`` from ``env_extra`` or the environment, else the one generated
+        into ``home/admin_password`` (mode 0600) the first time, and kept."""
+        given = self.env_extra.get(ADMIN_PASSWORD_VAR) or os.environ.get(ADMIN_PASSWORD_VAR)
+        if given:
+            return given
+        path = self.home / "admin_password"
+        if not path.exists():
+            self.home.mkdir(parents=True, exist_ok=True)
+            path.touch(mode=0o600)
+            path.write_text(secrets.token_urlsafe(18))
+        return path.read_text().strip()
 
-    def token(self, user: str = "admin") -> str:
-        """Log in through the REST API and return a JWT."""
+    def token(self, user: str = ADMIN_USER, password: str | None = None) -> str:
+        """Log in through the REST API (``POST /auth/token``, the FAB auth manager's
+        ``create_token``: username and password) and return a JWT; ``password`` defaults to
+        :meth:`admin_password`."""
         import httpx
 
-        r = httpx.post(f"{self.base_url}/auth/token",
-                       json={"username": user, "password": self.admin_password(user)}, timeout=30)
+        r = httpx.post(f"{self.base_url}/auth/token", timeout=30,
+                       json={"username": user, "password": password or self.admin_password()})
         r.raise_for_status()
         return r.json()["access_token"]
 
@@ -565,7 +583,10 @@ def run_foreground(executor: str = "local", workers: int = 2) -> int:
     dep.start()
     try:
         dep.wait_ready()
-        print(f"\nAirflow is up: {dep.base_url}  (user admin, password {dep.admin_password()})")
+        where = (ADMIN_PASSWORD_VAR if os.environ.get(ADMIN_PASSWORD_VAR)
+                 else dep.home / "admin_password")
+        print(f"\nAirflow is up: {dep.base_url}  (user {ADMIN_USER}, first password in {where}; "
+              "more users and roles: docs/howto/users-and-roles.md)")
         print(f"Component logs: {dep.log_dir}.  A component that exits is started again; "
               "Ctrl-C stops everything.\n", flush=True)
         dep.supervise()
