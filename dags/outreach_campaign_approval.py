@@ -33,7 +33,7 @@ from outreach.airflow import defaults, tasks
     doc_md=__doc__,
     params={"campaign": Param(None, type=["null", "string"], title="Campaign (key)",
                               description="Empty: the next campaign awaiting approval")},
-    **{**defaults.dag_kwargs(schedule=defaults.APPROVAL_SCHEDULE, operator=True),
+    **{**defaults.dag_kwargs(schedule=defaults.APPROVAL_SCHEDULE, operator=True, access="admin"),
        # Never paused when first seen: nobody has to find it and unpause it before a campaign
        # can be launched (like outreach_unconfirmed_review).
        "is_paused_upon_creation": False},

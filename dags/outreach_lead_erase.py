@@ -27,7 +27,7 @@ from outreach.airflow import defaults, tasks
 @dag(
     dag_id="outreach_lead_erase",
     doc_md=__doc__,
-    **defaults.dag_kwargs(operator=True),
+    **defaults.dag_kwargs(operator=True, access="admin"),
     params={
         "address": Param(type="string", minLength=3, title="Address",
                          description="The person's email address (any spelling)."),

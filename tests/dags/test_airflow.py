@@ -78,12 +78,13 @@ def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
     else:  # OUTREACH_SCHEDULES=off: every DAG runs only when triggered
         assert scheduled == {}
     # Who may run each DAG (FAB access_control, outreach.airflow.roles): admins alone may
-    # suppress and unsuppress; operators (and admins) run every other DAG.
+    # suppress, unsuppress, erase and approve launches; operators (and admins) run every other.
     access = {d: dag["access"] for d, dag in result["dags"].items()}
-    assert {d for d, roles in access.items() if roles == ["Admin"]} == {"outreach_suppress",
-                                                                        "outreach_unsuppress"}
+    admin_only = {"outreach_suppress", "outreach_unsuppress", "outreach_lead_erase",
+                  "outreach_campaign_approval"}
+    assert {d for d, roles in access.items() if roles == ["Admin"]} == admin_only
     assert all(roles == ["Admin", "Operator"] for d, roles in access.items()
-               if d not in {"outreach_suppress", "outreach_unsuppress"}), access
+               if d not in admin_only), access
     for dag_id, dag in result["dags"].items():
         assert "outreach" in dag["tags"] and dag["doc_md"], dag_id
         for task_id, task in dag["tasks"].items():
