@@ -177,6 +177,11 @@ def test_concurrent_senders_contact_at_most_k_people_of_a_company_a_day(db_url):
     assert company3 and sum(w["emails"] for w in company3) > 0
     assert "Waiting: queued emails the contact policy holds back" in report.render_text(
         report.collect(db_url))
+    # The campaign page shows the same rows, per campaign ("waiting: frequency cap").
+    from outreach.web.campaign_page import render_page
+    page = render_page(report.collect(db_url))
+    assert "Waiting: held back by the contact policy" in page
+    assert ">company cap: 3 people a day at company3.example<" in page
 
 
 def test_held_rows_do_not_spend_the_claims_limit(db_url):

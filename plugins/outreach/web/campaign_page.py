@@ -200,6 +200,15 @@ def render_page(report: dict[str, Any], base: str = "") -> str:
         parts.append(f'<div class="chart"><canvas data-funnel="{_e(c)}"></canvas></div>')
         for ab in (v for v in report.get("variants", []) if v["campaign"] == c):
             parts.append(_variants(ab))
+        waiting = [w for w in report.get("waiting", []) if w["campaign"] == c]
+        if waiting:
+            parts.append("<h3>Waiting: held back by the contact policy</h3>")
+            parts.append(_table(["step", "reason", "emails", "first may go (UTC)"], [
+                [(f"waiting.{c}.{i}.step", w["step"]), (f"waiting.{c}.{i}.reason", w["reason"]),
+                 (f"waiting.{c}.{i}.emails", w["emails"]),
+                 (f"waiting.{c}.{i}.next_at", f"{w['next_at']:%Y-%m-%d %H:%M}"
+                  if hasattr(w["next_at"], "strftime") else w["next_at"])]
+                for i, w in enumerate(waiting)], f"waiting-{c}"))
         decisions = [a for a in report.get("audit", []) if a["campaign_key"] == c][:AUDIT_SHOWN]
         parts.append(f"<h3>Last decisions about {_e(c)}</h3>")
         parts.append(_audit_table(decisions, f"audit-{c}") if decisions
