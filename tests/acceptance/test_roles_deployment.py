@@ -102,8 +102,10 @@ def test_analyst_is_refused_operator_clears_and_admin_unsuppresses(
                                  for t in send_tis(dep, admin, run_id)), 300,
                      "the cleared send tasks to run again")
 
-            # The admin's unsuppress runs and removes the suppression.
-            r = call(dep, "POST", f"/dags/{UNSUPPRESS}/dagRuns", admin, json=conf)
+            # An admin's unsuppress runs, removes the suppression and leaves an audit row with
+            # the admin's Airflow user name (not the name typed in the form).
+            ada = dep.token("ada", add_user(dep, admin, "ada", "Admin"))
+            r = call(dep, "POST", f"/dags/{UNSUPPRESS}/dagRuns", ada, json=conf)
             assert r.status_code == 200, r.text
             unsuppress_run = r.json()["dag_run_id"]
             done = wait_for(lambda: (x := dep.api("GET", f"/dags/{UNSUPPRESS}/dagRuns/{unsuppress_run}",
@@ -112,6 +114,10 @@ def test_analyst_is_refused_operator_clears_and_admin_unsuppresses(
             assert done["state"] == "success", task_instances(dep, admin, UNSUPPRESS, unsuppress_run)
             assert rows(db_url, "SELECT count(*) AS n FROM outreach.suppressions WHERE value = %s",
                         (suppressed,))[0]["n"] == 0
+            audit = rows(db_url, "SELECT actor, via, action, dag_id, run_id FROM outreach.audit_log"
+                                 " WHERE action = 'unsuppress'")
+            assert audit == [{"actor": "ada", "via": "airflow", "action": "unsuppress",
+                              "dag_id": UNSUPPRESS, "run_id": unsuppress_run}], audit
 
             # An anonymous browser is sent to the login page, not given a bare 401.
             anon = httpx.get(f"{dep.base_url}/outreach-campaigns/", timeout=60,

@@ -193,3 +193,14 @@ def test_the_sql_hmac_is_rfc_2104_hmac_sha256(db_url):
             got = c.execute("SELECT encode(outreach.hmac_sha256(%s, convert_to(%s, 'UTF8')), 'hex')",
                             (key, message)).fetchone()[0]
             assert got == hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
+
+
+def test_an_export_after_the_erasure_holds_neither_address_nor_name(db_url, erased, tmp_path):
+    from outreach.export import FileTarget, export
+
+    folder = tmp_path / "export"
+    folder.mkdir()
+    result = export(db_url, FileTarget("erasure-check", folder), batch=100)
+    assert result.events > 0
+    text = "".join(p.read_text(encoding="utf-8").lower() for p in sorted(folder.glob("*.jsonl")))
+    assert text and not [n for n in NEEDLES if n.lower() in text]
