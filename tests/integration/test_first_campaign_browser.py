@@ -10,6 +10,7 @@ docs/img/first-campaign-draft.png and docs/img/first-campaign-variants.png."""
 from __future__ import annotations
 
 import json
+import textwrap
 
 import pytest
 
@@ -20,6 +21,8 @@ from support.paths import CAMPAIGN, ROOT
 
 KEY = "my-first"
 IMG = ROOT / "docs" / "img"
+TUTORIAL = ROOT / "docs" / "tutorial" / "first-campaign.md"
+MY_FIRST = "include/campaigns/my-first.yaml"  # the tutorial's file; the test's is in tmp_path
 # The lines the tutorial adds under step 1 of the copied demo campaign (keep them identical).
 VARIANTS = """    variants:
       - name: late
@@ -41,6 +44,7 @@ def accounts(imap_accounts):
 def my_first_campaign(tmp_path):
     """The tutorial's step 1: the demo campaign copied, its own key and name, no `status:
     active` line, two subject variants on step 1."""
+    assert textwrap.indent(VARIANTS, "    ") in TUTORIAL.read_text(), "the tutorial's variants differ"
     demo = CAMPAIGN.read_text()
     assert demo.count("status: active\n") == 1 and demo.count("    requires: [company]\n") == 2
     text = (demo.replace("key: q4-ops-intro", f"key: {KEY}")
@@ -53,6 +57,10 @@ def my_first_campaign(tmp_path):
 
 
 def run(db_url, tmp_path, *args):
+    """Run ``outreach ARGS`` as the tutorial says it (the tutorial must show the same command,
+    with its campaign file for this test's); return its output."""
+    line = " ".join([".venv/bin/outreach", *args]).replace(str(tmp_path / f"{KEY}.yaml"), MY_FIRST)
+    assert line in TUTORIAL.read_text(), f"the tutorial does not show: {line}"
     p = outreach(db_url, *args, tmp_path=tmp_path)
     assert p.returncode == 0, (args, p.stdout, p.stderr)
     return p.stdout
