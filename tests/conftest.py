@@ -51,8 +51,8 @@ from outreach.settings import Settings  # noqa: E402 - after the environment abo
 
 # Fixtures some tests need, kept with their helpers in tests/support (pytest plugins: no import in
 # the test module, which would shadow the fixture's name with an unused import).
-pytest_plugins = ["support.airflowhome", "support.deployment", "support.imapserver", "support.signupapp",
-                  "support.sources", "support.warehouse"]
+pytest_plugins = ["support.airflowhome", "support.browser", "support.deployment", "support.imapserver",
+                  "support.signupapp", "support.sources", "support.warehouse"]
 
 # The folder a test lives in says what it needs (README, "Tests"); its marker is the folder's name,
 # so `-m "not acceptance"` or `-m unit` select by it from anywhere.

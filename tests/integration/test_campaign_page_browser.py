@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -41,12 +40,6 @@ class Pixel(BaseHTTPRequestHandler):
         pass
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def pixel():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Pixel)
@@ -55,27 +48,6 @@ def pixel():
     yield server.server_address[1]
     server.shutdown()
     server.server_close()
-
-
-@pytest.fixture
-def page_url(db_url, settings):
-    import uvicorn
-
-    from outreach.web.campaign_page import create_app
-
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(
-        create_app(lambda: db_url, settings=lambda: settings), host="127.0.0.1", port=port,
-        log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
 
 
 def test_a_browser_picks_a_lead_and_sees_its_preview_with_no_script_run(

@@ -1,9 +1,13 @@
 """Debian's chromium, headless, driven by Selenium through Debian's chromium-driver (both from
-apt, installed by `make browser`; nothing is downloaded at test time)."""
+apt, installed by `make browser`; nothing is downloaded at test time), and the campaign page's
+app served on loopback for it (fixture ``page_url``, a pytest plugin of tests/conftest.py)."""
 
 from __future__ import annotations
 
 import shutil
+import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,32 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--window-size=1280,2400")
+
+
+@pytest.fixture
+def page_url(db_url, settings):
+    """The base URL of the campaign page's real FastAPI app (:func:`outreach.web.campaign_page.
+    create_app`) served by uvicorn on a free loopback port, on this test's database and settings
+    (no login: the deployment's is tested in tests/acceptance/test_operator_ui_deployment.py)."""
+    import uvicorn
+
+    from outreach.web.campaign_page import create_app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(lambda: db_url, settings=lambda: settings), host="127.0.0.1", port=port,
+        log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
 
 
 def chromium(profile: Path):
