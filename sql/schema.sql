@@ -21,6 +21,10 @@
 --                         pg_try_advisory_xact_lock on 'outreach.person:<lead id>' and
 --                         'outreach.org:<domain>'; organisations: outreach.org_domains  §4
 --   the send window ..... outreach.next_send_slot                   §4 "Send windows"
+--   the calendar ........ holidays: outreach.holidays (filled by outreach.calendars), read by
+--                         outreach.next_open_slot (email_queue_due) and the `cal` join of
+--                         outreach.claim_emails_v3; business days: outreach.add_working_days;
+--                         blackout dates: campaigns.blackout_dates; freeze: mailboxes.freeze_*  §4
 --   one email per lead and step  outreach_emails_lead_step_key      §2 outreach.emails
 --   one send-log entry per email outreach_send_log_email_key        §2 outreach.send_log
 --   the Message-ID never changes trigger outreach_emails_keep_idempotency_key  §5
@@ -122,12 +126,18 @@ CREATE TABLE outreach.mailboxes (
     imap_conn_id     text,                     -- the mailbox's own IMAP account
     unsubscribe_imap_conn_id text,             -- the account receiving mailto:unsubscribe@…
     label            text NOT NULL DEFAULT '', -- the name operators know it by (logs, UI)
+    -- A freeze (the mailbox file's `freeze:`, 0137): on these local dates (both included) the
+    -- claim (outreach.claim_emails_v3) takes nothing of the mailbox.
+    freeze_from      date,
+    freeze_to        date,
     CONSTRAINT outreach_mailboxes_address_key UNIQUE (address),
     CONSTRAINT outreach_mailboxes_status_check CHECK (status IN ('active', 'paused')),
     CONSTRAINT outreach_mailboxes_cap_check CHECK (daily_cap > 0 AND warmup_initial > 0
         AND warmup_days >= 0 AND warmup_increment >= 0),
     CONSTRAINT outreach_mailboxes_dkim_check CHECK ((dkim_selector IS NULL) = (dkim_key_conn_id IS NULL)),
-    CONSTRAINT outreach_mailboxes_label_check CHECK (length(label) <= 80 AND label !~ '[[:cntrl:]]')
+    CONSTRAINT outreach_mailboxes_label_check CHECK (length(label) <= 80 AND label !~ '[[:cntrl:]]'),
+    CONSTRAINT outreach_mailboxes_freeze_check
+        CHECK ((freeze_from IS NULL) = (freeze_to IS NULL) AND freeze_from <= freeze_to)
 );
 
 CREATE TABLE outreach.campaigns (
@@ -177,14 +187,24 @@ CREATE TABLE outreach.campaigns (
     -- A person already in another campaign's sequence (the contact policy): allow, wait
     -- (email_queue_due) or skip (enrollment_insert_staged); outreach.lead_in_other_sequence.
     overlap       text NOT NULL DEFAULT 'allow',
+    -- The calendar (0137): delay_days in working days (email_queue_due,
+    -- outreach.add_working_days); the holiday country of leads without their own `country`
+    -- (outreach.lead_country); dates the campaign sends nothing (outreach.next_open_slot and
+    -- the claim).
+    business_days  boolean NOT NULL DEFAULT false,
+    country        text,
+    blackout_dates date[] NOT NULL DEFAULT '{}',
     CONSTRAINT outreach_campaigns_key_key UNIQUE (key),
     CONSTRAINT outreach_campaigns_status_check
         CHECK (status IN ('draft', 'awaiting_approval', 'active', 'paused', 'finished')),
     CONSTRAINT outreach_campaigns_window_check CHECK (window_start < window_end),
-    CONSTRAINT outreach_campaigns_overlap_check CHECK (overlap IN ('allow', 'wait', 'skip'))
+    CONSTRAINT outreach_campaigns_overlap_check CHECK (overlap IN ('allow', 'wait', 'skip')),
+    CONSTRAINT outreach_campaigns_country_check CHECK (country ~ '^[A-Z]{2}$')
 );
 COMMENT ON COLUMN outreach.campaigns.overlap IS
     'a person already in another sequence: allow, wait (step 1 after the other is done) or skip';
+COMMENT ON COLUMN outreach.campaigns.business_days IS
+    'delay_days count working days (Mon-Fri, no holiday of the lead''s country)';
 
 CREATE TABLE outreach.campaign_mailboxes (
     campaign_id bigint NOT NULL REFERENCES outreach.campaigns (id),
@@ -290,6 +310,31 @@ CREATE TABLE outreach.org_domains (
 COMMENT ON TABLE outreach.org_domains IS
     'email domain → organisational domain (Public Suffix List) or free mail; filled by outreach.orgdomains';
 -- Rows: the free-mail providers (migration 0132), then what outreach.orgdomains maps.
+
+-- The public holidays of a country (ISO 3166-1 alpha-2), national ones only (no subdivision),
+-- from the `holidays` Python package: filled by outreach.calendar.fill before every queueing for
+-- the countries of leads (custom column `country`) and campaigns (`country:`), for the years in
+-- outreach.holiday_years. Read by the queue and the claim, never computed there.
+CREATE TABLE outreach.holidays (
+    country text NOT NULL,
+    day     date NOT NULL,
+    name    text NOT NULL,
+    PRIMARY KEY (country, day),
+    CONSTRAINT outreach_holidays_country_check CHECK (country ~ '^[A-Z]{2}$')
+);
+COMMENT ON TABLE outreach.holidays IS
+    'public holidays per ISO country (the holidays package); filled by outreach.calendar.fill';
+
+-- Which (country, year) outreach.calendar.fill has filled (a country the package does not know
+-- is marked too, with no holiday: it is not asked again every run).
+CREATE TABLE outreach.holiday_years (
+    country   text NOT NULL,
+    year      integer NOT NULL,
+    known     boolean NOT NULL,
+    filled_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (country, year),
+    CONSTRAINT outreach_holiday_years_check CHECK (country ~ '^[A-Z]{2}$' AND year BETWEEN 1970 AND 2200)
+);
 
 -- The domain part of a stored (normalised) address (outreach.org_of).
 CREATE FUNCTION outreach.email_domain(p_email text) RETURNS text
@@ -1104,6 +1149,81 @@ BEGIN
 END
 $$;
 
+-- The country whose holidays apply to a lead: its custom column `country` (an ISO code, any
+-- case, blanks ignored), else the campaign's; NULL: no holidays. Inlined (IMMUTABLE SQL).
+CREATE FUNCTION outreach.lead_country(p_custom jsonb, p_campaign_country text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(CASE WHEN upper(btrim(p_custom ->> 'country')) ~ '^[A-Z]{2}$'
+                         THEN upper(btrim(p_custom ->> 'country')) END,
+                    p_campaign_country)
+$$;
+
+-- Why the local day p_day is closed to campaign mail for a lead of p_country in a campaign with
+-- p_blackout: 'holiday in DE', 'blackout date 2026-12-24', or NULL (open).
+CREATE FUNCTION outreach.day_closed(p_day date, p_country text, p_blackout date[]) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN p_day = ANY (p_blackout) THEN 'blackout date ' || p_day
+                WHEN EXISTS (SELECT 1 FROM outreach.holidays h
+                             WHERE h.country = p_country AND h.day = p_day)
+                THEN 'holiday in ' || p_country END
+$$;
+
+-- outreach.next_send_slot that also skips closed days (outreach.day_closed): the first moment at
+-- or after `after` inside the window of one of `days` in `tz` that is no holiday of p_country
+-- and no blackout date. Looks 60 days ahead (a blackout of weeks); raises data_exception past.
+CREATE FUNCTION outreach.next_open_slot(after timestamptz, tz text, days integer[],
+                                        win_start time, win_end time, p_country text,
+                                        p_blackout date[]) RETURNS timestamptz
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    local_day date := (after AT TIME ZONE tz)::date;
+    d date;
+    opens timestamptz;
+    closes timestamptz;
+BEGIN
+    FOR i IN 0..60 LOOP
+        d := local_day + i;
+        CONTINUE WHEN NOT (extract(isodow FROM d)::integer = ANY (days))
+                   OR outreach.day_closed(d, p_country, p_blackout) IS NOT NULL;
+        opens := (d + win_start) AT TIME ZONE tz;
+        closes := (d + win_end) AT TIME ZONE tz;
+        IF after < opens THEN
+            RETURN opens;
+        ELSIF after < closes THEN
+            RETURN after;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'no open send slot within 61 days of % in % (days %, % to %, country %, blackout %)',
+        after, tz, days, win_start, win_end, p_country, p_blackout USING ERRCODE = 'data_exception';
+END
+$$;
+
+-- p_from plus p_days working days in time zone p_tz: the local date moves forward one day at a
+-- time, counting only Monday to Friday days that are no holiday of p_country; the local time of
+-- day is kept (DST-safe, as next_send_slot). 0 days: p_from. A business_days campaign's step is
+-- due at add_working_days(previous send, delay_days) (email_queue_due).
+CREATE FUNCTION outreach.add_working_days(p_from timestamptz, p_days integer, p_tz text,
+                                          p_country text) RETURNS timestamptz
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    local_ts timestamp := p_from AT TIME ZONE p_tz;
+    d date := local_ts::date;
+    left_ integer := p_days;
+BEGIN
+    IF p_days <= 0 THEN
+        RETURN p_from;
+    END IF;
+    WHILE left_ > 0 LOOP
+        d := d + 1;
+        IF extract(isodow FROM d) < 6
+           AND NOT EXISTS (SELECT 1 FROM outreach.holidays h WHERE h.country = p_country AND h.day = d) THEN
+            left_ := left_ - 1;
+        END IF;
+    END LOOP;
+    RETURN (d + local_ts::time) AT TIME ZONE p_tz;
+END
+$$;
+
 -- ---------------------------------------------------------------------------------------------
 -- Warm-up
 -- ---------------------------------------------------------------------------------------------
@@ -1373,9 +1493,11 @@ DECLARE
     v_people bigint[];
     v_orgs text[];
     v_claimed integer;
+    -- No cap: no advisory lock is needed (the row locks keep claimers apart), only the calendar.
+    v_caps boolean := p_person_per_day IS NOT NULL OR p_person_per_week IS NOT NULL
+                      OR p_company_per_day IS NOT NULL;
 BEGIN
-    IF p_message_class <> 'marketing'
-       OR (p_person_per_day IS NULL AND p_person_per_week IS NULL AND p_company_per_day IS NULL) THEN
+    IF p_message_class <> 'marketing' THEN
         RETURN QUERY SELECT * FROM outreach.claim_emails_v1(p_message_class, p_mailbox_id, p_limit,
                                                             p_claim_token, p_claimed_by, v_now);
         RETURN;
@@ -1384,6 +1506,13 @@ BEGIN
         RAISE EXCEPTION 'contact caps must be at least 1 (or NULL: off), got % a day, % a week, % people of a company a day',
                         p_person_per_day, p_person_per_week, p_company_per_day
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- A mailbox frozen on its local date (mailboxes.freeze_from … freeze_to, the mailbox file's
+    -- `freeze:`) takes nothing: its rows stay queued as they are, for after the freeze.
+    IF EXISTS (SELECT 1 FROM outreach.mailboxes m
+               WHERE m.id = p_mailbox_id
+                 AND (v_now AT TIME ZONE m.timezone)::date BETWEEN m.freeze_from AND m.freeze_to) THEN
+        RETURN;
     END IF;
     -- At most four rounds: a round whose rows were all held leaves the limit unspent, and the
     -- held rows' scheduled_for is now later, so the next round picks the rows behind them.
@@ -1412,7 +1541,8 @@ BEGIN
         v_people := ARRAY(
             SELECT p.lead_id
             FROM (SELECT DISTINCT q.lead_id FROM outreach.emails q WHERE q.id = ANY (v_picked)) p
-            WHERE pg_try_advisory_xact_lock(hashtextextended('outreach.person:' || p.lead_id, 0)));
+            WHERE NOT v_caps
+               OR pg_try_advisory_xact_lock(hashtextextended('outreach.person:' || p.lead_id, 0)));
         v_orgs := ARRAY(
             SELECT o.org
             FROM (SELECT DISTINCT outreach.org_of(l.email) AS org
@@ -1423,11 +1553,26 @@ BEGIN
                    OR pg_try_advisory_xact_lock(hashtextextended('outreach.org:' || o.org, 0))));
         -- The decision, on a snapshot taken after the locks.
         RETURN QUERY
-        WITH cand AS (
+        WITH cal AS (
+            -- The calendar (0137): the lead's local date is a blackout date of the campaign or a
+            -- holiday of the lead's country (one join on outreach.holidays). Such a row is held
+            -- to the next open slot whatever the caps say, and counts for no cap.
             SELECT q.id, q.lead_id, outreach.org_of(l.email) AS org,
-                   row_number() OVER (ORDER BY q.scheduled_for, q.id) AS ord
-            FROM outreach.emails q JOIN outreach.leads l ON l.id = q.lead_id
+                   row_number() OVER (ORDER BY q.scheduled_for, q.id) AS ord,
+                   CASE WHEN z.today = ANY (c.blackout_dates) THEN 'blackout date ' || z.today
+                        WHEN h.day IS NOT NULL THEN 'holiday in ' || h.country END AS closed,
+                   z.tz, z.country, c.send_days, c.window_start, c.window_end, c.blackout_dates
+            FROM outreach.emails q
+            JOIN outreach.leads l ON l.id = q.lead_id
+            JOIN outreach.campaigns c ON c.id = q.campaign_id
+            CROSS JOIN LATERAL (
+                SELECT coalesce(l.timezone, c.timezone) AS tz,
+                       outreach.lead_country(l.custom, c.country) AS country,
+                       (v_now AT TIME ZONE coalesce(l.timezone, c.timezone))::date AS today) z
+            LEFT JOIN outreach.holidays h ON h.country = z.country AND h.day = z.today
             WHERE q.id = ANY (v_picked) AND q.lead_id = ANY (v_people)
+        ), cand AS (
+            SELECT id, lead_id, org, ord FROM cal WHERE closed IS NULL
         ), mine AS (
             SELECT * FROM cand WHERE org IS NULL OR org = ANY (v_orgs)
         ), touches AS (
@@ -1438,7 +1583,7 @@ BEGIN
                    min(e.claimed_at) FILTER (WHERE e.claimed_at > v_now - interval '1 day') AS day_first,
                    count(*) AS week_n, min(e.claimed_at) AS week_first
             FROM outreach.emails e
-            WHERE e.lead_id IN (SELECT lead_id FROM mine) AND e.message_class = 'marketing'
+            WHERE v_caps AND e.lead_id IN (SELECT lead_id FROM mine) AND e.message_class = 'marketing'
               AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed')
               AND e.claimed_at > v_now - interval '7 days'
             GROUP BY e.lead_id
@@ -1492,6 +1637,11 @@ BEGIN
             FROM passed p
             LEFT JOIN org_counts oc ON oc.org = p.org
             LEFT JOIN new_people np ON np.org = p.org AND np.lead_id = p.lead_id
+            UNION ALL
+            SELECT k.id, false, k.closed,
+                   outreach.next_open_slot(v_now, k.tz, k.send_days, k.window_start, k.window_end,
+                                           k.country, k.blackout_dates)
+            FROM cal k WHERE k.closed IS NOT NULL
         ), held AS (
             UPDATE outreach.emails e
             SET scheduled_for = d.hold_until, hold_reason = d.reason, updated_at = v_now
@@ -1512,7 +1662,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION outreach.claim_emails_v3 IS
-    'the claim with the contact policy (person per 24 h and 7 days, company per 24 h); docs/explanation/contact-policy.md';
+    'the claim with the contact policy (person per 24 h and 7 days, company per 24 h) and the calendar (holidays, blackout dates, mailbox freeze); docs/explanation/contact-policy.md';
 
 -- The key of another campaign whose sequence the lead is in now, or NULL. In a sequence: an
 -- active enrolment in an active or paused campaign (other than p_campaign_id) whose last step

@@ -224,6 +224,16 @@ class Campaign(_Model):
     """A lead already in another campaign's sequence: ``allow`` (both run; the frequency cap
     spaces the touches), ``wait`` (step 1 is queued once the other sequence is done) or ``skip``
     (enrolled stopped, the other campaign named in the reason). docs/explanation/contact-policy.md."""
+    business_days: bool = False
+    """Each step's ``delay_days`` counts working days: Monday to Friday, not a public holiday of
+    the lead's country, in the lead's time zone (``outreach.add_working_days``, migration 0137).
+    The send window's ``days`` still decide on which days mail goes out."""
+    country: str | None = Field(default=None, pattern=r"^[A-Za-z]{2}$")
+    """ISO 3166-1 alpha-2 code (``DE``) whose public holidays apply to a lead without its own
+    ``country`` custom column. Holidays are outside every send window.
+    docs/explanation/contact-policy.md "Calendars"."""
+    blackout_dates: list[dt.date] = Field(default_factory=list)
+    """Dates (in the lead's time zone) on which this campaign sends nothing."""
     custom_columns: list[CustomName] = Field(default_factory=list)
     source: Source | None = None
     schedule: str | None = None
@@ -258,6 +268,21 @@ class Campaign(_Model):
             raise ValueError("step 1 cannot have 'thread: true': it starts the thread that later "
                              "steps with 'thread: true' reply in")
         return steps
+
+
+class Freeze(_Model):
+    """A mailbox freeze: from ``from`` to ``to`` (dates of the mailbox's time zone, both
+    included) the claim takes nothing of the mailbox (``outreach.claim_emails_v3``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    from_: dt.date = Field(alias="from")
+    to: dt.date
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Freeze:
+        if self.to < self.from_:
+            raise ValueError(f"freeze: 'to' ({self.to}) is before 'from' ({self.from_})")
+        return self
 
 
 class Mailbox(_Model):
@@ -295,6 +320,9 @@ class Mailbox(_Model):
     unsubscribe_imap_conn_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_\-]+$")
     """The Airflow IMAP connection of the account that receives ``unsubscribe@<domain>`` (the
     List-Unsubscribe mailto) when that address is not delivered into this mailbox's inbox."""
+    freeze: Freeze | None = None
+    """``freeze: {from: 2026-12-20, to: 2027-01-03}``: the mailbox sends no campaign mail on
+    those dates (its queued rows wait; transactional mail still goes)."""
     auth: Literal["basic", "oauth2"] | None = None
     """How this mailbox's SMTP and IMAP connections log in, as reviewed in this file: ``basic``
     (password) or ``oauth2`` (XOAUTH2; docs/howto/oauth-mailboxes.md). The connections' extra
@@ -429,7 +457,9 @@ def upsert_mailbox(conn: Conn, m: Mailbox) -> int:
         warmup_start=m.warmup_start, warmup_initial=m.warmup_initial, warmup_days=m.warmup_days,
         warmup_increment=m.warmup_increment, dkim_selector=m.dkim_selector,
         dkim_key_conn_id=m.dkim_key_conn_id, transactional=m.transactional,
-        imap_conn_id=m.imap_conn_id, unsubscribe_imap_conn_id=m.unsubscribe_imap_conn_id)
+        imap_conn_id=m.imap_conn_id, unsubscribe_imap_conn_id=m.unsubscribe_imap_conn_id,
+        freeze_from=m.freeze.from_ if m.freeze else None,
+        freeze_to=m.freeze.to if m.freeze else None)
 
 
 def sync_mailboxes(url: str, path: str | Path) -> list[int]:
@@ -467,7 +497,9 @@ def sync(conn: Conn, campaign: Campaign, mailboxes: list[Mailbox], source_file: 
         stop_on_domain_reply=campaign.stop_on_domain_reply, status=campaign.status,
         overlap=campaign.overlap,
         content_version=campaign_content_version(campaign),
-        fed_by_source=campaign.source is not None)
+        fed_by_source=campaign.source is not None, business_days=campaign.business_days,
+        country=campaign.country.upper() if campaign.country else None,
+        blackout_dates=sorted(set(campaign.blackout_dates)))
     for mailbox_id in mailbox_ids:
         campaigns_store.campaign_mailbox_link(conn, campaign_id=campaign_id, mailbox_id=mailbox_id)
     campaigns_store.campaign_mailbox_unlink_others(conn, campaign_id=campaign_id,

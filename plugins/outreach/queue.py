@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from outreach import db, orgdomains
+from outreach import calendars, db, orgdomains
 from outreach.logutil import log, mask
 from outreach.store import campaigns as campaigns_store
 from outreach.store import emails, mailboxes, reports
@@ -63,6 +63,8 @@ def queue_due(url: str, *, campaign_key: str | None = None, now: dt.datetime | N
 
     # The per-company cap reads lead organisations in the claim; map new domains first.
     orgdomains.fill(url)
+    # The calendar reads the leads' public holidays in the queue and the claim; fill them first.
+    calendars.fill(url, now=now)
     with ThreadPoolExecutor(parts, thread_name_prefix="outreach-queue-due") as pool:
         futures = [pool.submit(queue_part, part) for part in range(parts)]
     per_mailbox: dict[int, int] = {}

@@ -3,7 +3,8 @@
 -- 50 over ~50 organisations that was ~2,000 index lookups a claim. The claim now stamps each
 -- claimed row with the organisation it was claimed for (emails.org, NULL for free mail), and the
 -- count is an index range over (org, claimed_at). Rows claimed in the last day before this
--- migration are stamped here, so the rolling 24 hours stay whole across the upgrade.
+-- migration are stamped here, so the rolling 24 hours stay whole across the upgrade. The
+-- function below is 0137's (the calendar) with the count changed and emails.org stamped.
 ALTER TABLE outreach.emails ADD COLUMN org text;
 COMMENT ON COLUMN outreach.emails.org IS
     'the organisation this row was claimed for (outreach.org_of; NULL: free mail or not claimed by claim_emails_v3)';
@@ -34,9 +35,11 @@ DECLARE
     v_people bigint[];
     v_orgs text[];
     v_claimed integer;
+    -- No cap: no advisory lock is needed (the row locks keep claimers apart), only the calendar.
+    v_caps boolean := p_person_per_day IS NOT NULL OR p_person_per_week IS NOT NULL
+                      OR p_company_per_day IS NOT NULL;
 BEGIN
-    IF p_message_class <> 'marketing'
-       OR (p_person_per_day IS NULL AND p_person_per_week IS NULL AND p_company_per_day IS NULL) THEN
+    IF p_message_class <> 'marketing' THEN
         RETURN QUERY SELECT * FROM outreach.claim_emails_v1(p_message_class, p_mailbox_id, p_limit,
                                                             p_claim_token, p_claimed_by, v_now);
         RETURN;
@@ -45,6 +48,13 @@ BEGIN
         RAISE EXCEPTION 'contact caps must be at least 1 (or NULL: off), got % a day, % a week, % people of a company a day',
                         p_person_per_day, p_person_per_week, p_company_per_day
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- A mailbox frozen on its local date (mailboxes.freeze_from … freeze_to, the mailbox file's
+    -- `freeze:`) takes nothing: its rows stay queued as they are, for after the freeze.
+    IF EXISTS (SELECT 1 FROM outreach.mailboxes m
+               WHERE m.id = p_mailbox_id
+                 AND (v_now AT TIME ZONE m.timezone)::date BETWEEN m.freeze_from AND m.freeze_to) THEN
+        RETURN;
     END IF;
     -- At most four rounds: a round whose rows were all held leaves the limit unspent, and the
     -- held rows' scheduled_for is now later, so the next round picks the rows behind them.
@@ -73,7 +83,8 @@ BEGIN
         v_people := ARRAY(
             SELECT p.lead_id
             FROM (SELECT DISTINCT q.lead_id FROM outreach.emails q WHERE q.id = ANY (v_picked)) p
-            WHERE pg_try_advisory_xact_lock(hashtextextended('outreach.person:' || p.lead_id, 0)));
+            WHERE NOT v_caps
+               OR pg_try_advisory_xact_lock(hashtextextended('outreach.person:' || p.lead_id, 0)));
         v_orgs := ARRAY(
             SELECT o.org
             FROM (SELECT DISTINCT outreach.org_of(l.email) AS org
@@ -84,11 +95,26 @@ BEGIN
                    OR pg_try_advisory_xact_lock(hashtextextended('outreach.org:' || o.org, 0))));
         -- The decision, on a snapshot taken after the locks.
         RETURN QUERY
-        WITH cand AS (
+        WITH cal AS (
+            -- The calendar (0137): the lead's local date is a blackout date of the campaign or a
+            -- holiday of the lead's country (one join on outreach.holidays). Such a row is held
+            -- to the next open slot whatever the caps say, and counts for no cap.
             SELECT q.id, q.lead_id, outreach.org_of(l.email) AS org,
-                   row_number() OVER (ORDER BY q.scheduled_for, q.id) AS ord
-            FROM outreach.emails q JOIN outreach.leads l ON l.id = q.lead_id
+                   row_number() OVER (ORDER BY q.scheduled_for, q.id) AS ord,
+                   CASE WHEN z.today = ANY (c.blackout_dates) THEN 'blackout date ' || z.today
+                        WHEN h.day IS NOT NULL THEN 'holiday in ' || h.country END AS closed,
+                   z.tz, z.country, c.send_days, c.window_start, c.window_end, c.blackout_dates
+            FROM outreach.emails q
+            JOIN outreach.leads l ON l.id = q.lead_id
+            JOIN outreach.campaigns c ON c.id = q.campaign_id
+            CROSS JOIN LATERAL (
+                SELECT coalesce(l.timezone, c.timezone) AS tz,
+                       outreach.lead_country(l.custom, c.country) AS country,
+                       (v_now AT TIME ZONE coalesce(l.timezone, c.timezone))::date AS today) z
+            LEFT JOIN outreach.holidays h ON h.country = z.country AND h.day = z.today
             WHERE q.id = ANY (v_picked) AND q.lead_id = ANY (v_people)
+        ), cand AS (
+            SELECT id, lead_id, org, ord FROM cal WHERE closed IS NULL
         ), mine AS (
             SELECT * FROM cand WHERE org IS NULL OR org = ANY (v_orgs)
         ), touches AS (
@@ -99,7 +125,7 @@ BEGIN
                    min(e.claimed_at) FILTER (WHERE e.claimed_at > v_now - interval '1 day') AS day_first,
                    count(*) AS week_n, min(e.claimed_at) AS week_first
             FROM outreach.emails e
-            WHERE e.lead_id IN (SELECT lead_id FROM mine) AND e.message_class = 'marketing'
+            WHERE v_caps AND e.lead_id IN (SELECT lead_id FROM mine) AND e.message_class = 'marketing'
               AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed')
               AND e.claimed_at > v_now - interval '7 days'
             GROUP BY e.lead_id
@@ -153,6 +179,11 @@ BEGIN
             FROM passed p
             LEFT JOIN org_counts oc ON oc.org = p.org
             LEFT JOIN new_people np ON np.org = p.org AND np.lead_id = p.lead_id
+            UNION ALL
+            SELECT k.id, false, k.closed,
+                   outreach.next_open_slot(v_now, k.tz, k.send_days, k.window_start, k.window_end,
+                                           k.country, k.blackout_dates)
+            FROM cal k WHERE k.closed IS NOT NULL
         ), held AS (
             UPDATE outreach.emails e
             SET scheduled_for = d.hold_until, hold_reason = d.reason, updated_at = v_now

@@ -14,7 +14,9 @@
 -- (outreach.is_suppressed, a call per address: it cannot be inlined) is asked only for pairs that
 -- are due, and a run with nothing due asks it nothing. scheduled_for is the next open slot of the
 -- campaign's send window in the lead's time zone (falling back to the campaign's), computed once
--- per campaign and time zone of the due pairs (slot), not once per row — and only for those: a
+-- per campaign, time zone and holiday country (outreach.lead_country) of the due pairs (slot),
+-- skipping the country's holidays and the campaign's blackout dates (outreach.next_open_slot,
+-- 0137), not once per row — and only for those: a
 -- lead that is not due (not enrolled, stopped, another campaign) never has its time zone read,
 -- so a zone PostgreSQL does not know cannot stop queue-due for everyone (review, 2026-12-01). The idempotency key (the Message-ID) is md5 of a random
 -- seed drawn once per run and the row's (lead, step): unique as (lead, step) is, unguessable
@@ -30,7 +32,8 @@
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now, gen_random_uuid()::text AS seed),
 due AS MATERIALIZED (
     SELECT en.lead_id, st.id AS step_id, c.id AS campaign_id, en.mailbox_id,
-           coalesce(l.timezone, c.timezone) AS tz, l.email
+           coalesce(l.timezone, c.timezone) AS tz, l.email,
+           outreach.lead_country(l.custom, c.country) AS country
     FROM n
     CROSS JOIN outreach.enrollments en
     JOIN outreach.campaigns c ON c.id = en.campaign_id
@@ -45,6 +48,16 @@ due AS MATERIALIZED (
       AND (st.position = 1 OR pe.status = 'sent')
       AND CASE WHEN st.position = 1 THEN en.enrolled_at ELSE pe.sent_at END
           + st.delay_days * interval '1 day' <= n.now
+      -- business_days (0137): the delay counts working days in the lead's zone and country
+      -- (outreach.add_working_days); asked only once the calendar-day delay has passed (a
+      -- working-day delay is never shorter), so a lead not due costs no call.
+      AND CASE WHEN NOT c.business_days OR st.delay_days = 0 THEN true
+               WHEN CASE WHEN st.position = 1 THEN en.enrolled_at ELSE pe.sent_at END
+                    + st.delay_days * interval '1 day' > n.now THEN false
+               ELSE outreach.add_working_days(
+                        CASE WHEN st.position = 1 THEN en.enrolled_at ELSE pe.sent_at END,
+                        st.delay_days, coalesce(l.timezone, c.timezone),
+                        outreach.lead_country(l.custom, c.country)) <= n.now END
       AND NOT EXISTS (SELECT 1 FROM outreach.emails e
                       WHERE e.lead_id = en.lead_id AND e.step_id = st.id)
       AND (st.requires = '{}' OR outreach.lead_missing_fields(l, st.requires) = '{}')
@@ -54,9 +67,10 @@ due AS MATERIALIZED (
            OR outreach.lead_in_other_sequence(en.lead_id, c.id, en.enrolled_at, en.id) IS NULL)
 ),
 slot AS MATERIALIZED (
-SELECT p.campaign_id, p.tz,
-       outreach.next_send_slot(n.now, p.tz, c.send_days, c.window_start, c.window_end) AS at
-FROM (SELECT DISTINCT campaign_id, tz FROM due) p
+SELECT p.campaign_id, p.tz, p.country,
+       outreach.next_open_slot(n.now, p.tz, c.send_days, c.window_start, c.window_end,
+                               p.country, c.blackout_dates) AS at
+FROM (SELECT DISTINCT campaign_id, tz, country FROM due) p
 JOIN outreach.campaigns c ON c.id = p.campaign_id
 CROSS JOIN n
 ),
@@ -72,6 +86,7 @@ SELECT d.lead_id, d.step_id, d.campaign_id, d.mailbox_id, s.at,
 FROM due d
 CROSS JOIN n
 JOIN slot s ON s.campaign_id = d.campaign_id AND s.tz = d.tz
+            AND s.country IS NOT DISTINCT FROM d.country
 WHERE NOT outreach.is_suppressed(d.email)
 ORDER BY d.lead_id, d.step_id
 ON CONFLICT ON CONSTRAINT outreach_emails_lead_step_key DO NOTHING

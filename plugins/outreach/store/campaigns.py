@@ -29,13 +29,17 @@ def campaign_upsert(
     overlap: str = "allow",
     content_version: str | None = None,
     fed_by_source: bool = False,
+    business_days: bool = False,
+    country: str | None = None,
+    blackout_dates: list[dt.date] | None = None,
 ) -> int:
     """``campaign_upsert``: create or update a campaign; ``status`` (``draft`` or ``active``)
     applies only when it is created (a later sync never changes the status, except that another
     ``content_version`` of an active or paused campaign sends it back to awaiting_approval:
     trigger ``outreach_campaigns_content_changed``); ``overlap`` (``allow``, ``wait``, ``skip``)
     follows the file; ``fed_by_source``: the file declares a ``source:`` (the campaign then never
-    finishes by itself).
+    finishes by itself); ``business_days``, ``country`` (ISO code, the holidays of leads without
+    their own ``country``) and ``blackout_dates``: the calendar (migration 0137).
 
     :raises RowMissing: the statement returned no row."""
     return cast(
@@ -57,6 +61,9 @@ def campaign_upsert(
                 "overlap": overlap,
                 "content_version": content_version,
                 "fed_by_source": fed_by_source,
+                "business_days": business_days,
+                "country": country,
+                "blackout_dates": blackout_dates or [],
             },
             "id",
         ),

@@ -40,9 +40,12 @@ def mailbox_upsert(
     transactional: bool,
     imap_conn_id: str | None,
     unsubscribe_imap_conn_id: str | None,
+    freeze_from: dt.date | None = None,
+    freeze_to: dt.date | None = None,
 ) -> int:
     """``mailbox_upsert``: Create or update a mailbox from the mailbox file; its pause status is
-    never touched here.
+    never touched here. ``freeze_from``/``freeze_to`` (both or neither, local dates of the
+    mailbox, inclusive): the claim takes nothing then (migration 0137).
 
     :raises RowMissing: the statement returned no row."""
     return cast(
@@ -66,6 +69,8 @@ def mailbox_upsert(
                 "transactional": transactional,
                 "imap_conn_id": imap_conn_id,
                 "unsubscribe_imap_conn_id": unsubscribe_imap_conn_id,
+                "freeze_from": freeze_from,
+                "freeze_to": freeze_to,
             },
             "id",
         ),
