@@ -180,7 +180,7 @@ BEGIN
             LEFT JOIN org_counts oc ON oc.org = p.org
             LEFT JOIN new_people np ON np.org = p.org AND np.lead_id = p.lead_id
             UNION ALL
-            SELECT k.id, false, k.closed,
+            SELECT k.id, NULL::text, false, k.closed,
                    outreach.next_open_slot(v_now, k.tz, k.send_days, k.window_start, k.window_end,
                                            k.country, k.blackout_dates)
             FROM cal k WHERE k.closed IS NOT NULL
