@@ -34,7 +34,13 @@ from outreach.campaign import FileSource, SqlSource, _load, _Model
 from outreach.leads import ImportFileError
 from outreach.logutil import log, mask_addresses
 from outreach.paths import resolve, suppression_sources_file
-from outreach.sources import SourceError, _regular_object, _sql_cursor, object_version
+from outreach.sources import (
+    SourceError,
+    _regular_object,
+    _sql_cursor,
+    glob_objects,
+    object_version,
+)
 from outreach.store import sources as sources_store
 from outreach.store import suppressions as suppressions_store
 from outreach.suppression import (
@@ -186,15 +192,11 @@ def report(result: SuppressionImport) -> None:
 
 
 def _import_files(url: str, source: SuppressionSource) -> list[SuppressionImport]:
-    from airflow.sdk import ObjectStoragePath
-
     assert source.files is not None
     pattern = source.files.path
-    base, _, glob = pattern.rpartition("/")
-    root = ObjectStoragePath(base + "/", conn_id=source.files.conn_id)
     results: list[SuppressionImport] = []
     failed: list[str] = []
-    for obj in sorted(root.glob(glob or "*"), key=str):
+    for obj in glob_objects(source.files):
         try:
             if not _regular_object(obj):
                 continue
