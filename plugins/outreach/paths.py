@@ -34,6 +34,14 @@ def campaigns_dir() -> Path:
     return Path(env).resolve() if env else project_root() / "include" / "campaigns"
 
 
+def suppression_sources_file() -> Path:
+    """Return ``<root>/include/suppression_sources.yaml``, or ``OUTREACH_SUPPRESSION_SOURCES``:
+    the do-not-contact sources (``suppressions:``) that ``outreach_import_suppression_sources``
+    imports (outreach.airflow.suppression_sources). A missing file declares none."""
+    env = os.environ.get("OUTREACH_SUPPRESSION_SOURCES")
+    return Path(env).resolve() if env else project_root() / "include" / "suppression_sources.yaml"
+
+
 def state_dir() -> Path:
     """Return ``<root>/.outreach``: local state (embedded PostgreSQL data, demo Maildir)."""
     env = os.environ.get("OUTREACH_STATE_DIR")

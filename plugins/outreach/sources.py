@@ -159,16 +159,12 @@ def object_version(info: dict[str, Any]) -> str:
 def _import_files(url: str, campaign: campaign_mod.Campaign,
                   mailboxes: list[campaign_mod.Mailbox], campaign_file: str,
                   now: dt.datetime | None) -> list[ImportResult]:
-    from airflow.sdk import ObjectStoragePath
-
     source = campaign.source
     assert source is not None and source.files is not None
     pattern = source.files.path
-    base, _, glob = pattern.rpartition("/")
-    root = ObjectStoragePath(base + "/", conn_id=source.files.conn_id)
     results: list[ImportResult] = []
     failed: list[str] = []
-    for obj in sorted(root.glob(glob or "*"), key=str):
+    for obj in glob_objects(source.files):
         try:
             if not _regular_object(obj):
                 continue
@@ -188,6 +184,17 @@ def _import_files(url: str, campaign: campaign_mod.Campaign,
                               f"above; fix or remove them, the next run tries again): "
                               f"{', '.join(failed[:5])}")
     return results
+
+
+def glob_objects(files: campaign_mod.FileSource) -> list[Any]:
+    """Return the ``ObjectStoragePath`` objects matching a file source's ``path`` (the glob in its
+    last part; folders included, see :func:`_regular_object`), sorted by URI, through the store
+    of ``files.conn_id``."""
+    from airflow.sdk import ObjectStoragePath
+
+    base, _, glob = files.path.rpartition("/")
+    root = ObjectStoragePath(base + "/", conn_id=files.conn_id)
+    return sorted(root.glob(glob or "*"), key=str)
 
 
 def _regular_object(obj: Any) -> bool:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import csv
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from email_validator import EmailNotValidError
 
@@ -29,7 +30,8 @@ REASONS = ("unsubscribed", "bounced", "complained", "manual", "do-not-contact")
 @dataclass
 class SuppressionImport:
     """Outcome of a do-not-contact import: ``added``, ``known`` (already there), ``invalid``,
-    ``cancelled`` queued emails, and the ``problems`` by line."""
+    ``cancelled`` queued emails, and the ``problems`` by line (``unit``: ``line`` of a file,
+    ``row`` of a query's result)."""
 
     file: str
     added: int = 0
@@ -37,6 +39,12 @@ class SuppressionImport:
     invalid: int = 0
     cancelled: int = 0
     problems: list[Problem] = field(default_factory=list)
+    unit: str = "line"
+
+    def problem_lines(self, limit: int = 100) -> list[str]:
+        """The first ``limit`` problems as ``<file>, <unit> N, field F: reason (row skipped)``."""
+        return [f"{self.file}, {self.unit} {p.line}, field {p.field}: {p.reason} (row skipped)"
+                for p in self.problems[:limit]]
 
 
 def parse_entry(value: str) -> tuple[str, str]:
@@ -108,10 +116,80 @@ def _rows(reader: Iterator[list[str]], lines: BoundedLines) -> Iterator[list[str
         yield record
 
 
+VALUE_HEADERS = ("email", "email address", "domain", "address", "value")
+"""The header names of the column a do-not-contact list's entries are read from (case and outer
+spaces ignored); without one of them, the first column (and a file's first line is an entry)."""
+
+
+def value_column(header: list[str]) -> int | None:
+    """Return the index of the entry column of a do-not-contact list's ``header`` (one of
+    :data:`VALUE_HEADERS`), or ``None``."""
+    names = [str(h).strip().lower() for h in header]
+    return next((i for i, h in enumerate(names) if h in VALUE_HEADERS), None)
+
+
+def apply_entries(conn: Conn, entries: Iterable[tuple[int, str, str]], result: SuppressionImport,
+                  *, reason: str, source: str) -> SuppressionImport:
+    """The one import path of do-not-contact entries (a CSV, a suppression source), inside the
+    caller's transaction: each ``(row, field, value)`` is parsed (:func:`parse_entry`) and
+    inserted once (``ON CONFLICT DO NOTHING``: a known entry is counted ``known`` and adds no
+    history); a blank value is skipped, a bad one counted ``invalid`` and reported in
+    ``result.problems`` (row and field named) while the rest goes on. Then every queued email
+    the entries now suppress (``outreach.is_suppressed``) is cancelled. The history rows
+    (``outreach.suppression_events``) carry ``source``.
+
+    :param reason: one of :data:`REASONS`.
+    :returns: ``result``, its counts increased.
+    :raises ValueError: unknown reason.
+    """
+    if reason not in REASONS:
+        raise ValueError(f"unknown reason {reason!r}; one of {REASONS}")
+    for line, name, value in entries:
+        if not value.strip():
+            continue
+        try:
+            kind, norm = parse_entry(value)
+        except ValueError as exc:
+            result.invalid += 1
+            result.problems.append(Problem(line, name, str(exc)))
+            continue
+        if suppressions.suppression_insert(conn, kind=kind, value=norm, reason=reason,
+                                           source=source):
+            result.added += 1
+        else:
+            result.known += 1
+    result.cancelled += len(emails.email_cancel_suppressed(conn))
+    return result
+
+
+def csv_entries(f: IO[str], label: str | Path) -> Iterator[tuple[int, str, str]]:
+    """The ``(line, field, value)`` entries of a do-not-contact CSV opened with ``newline=""``
+    (first column, or a column named as :data:`VALUE_HEADERS`), for :func:`apply_entries`.
+
+    :raises ImportFileError: (while iterating) a row longer than
+        :data:`outreach.leads.MAX_ROW_CHARS` (``label`` named).
+    """
+    lines = BoundedLines(f, label)  # rows of at most MAX_ROW_CHARS: read in bounded memory
+    reader = csv.reader(lines)
+    first = next(reader, None)
+    if first is None:
+        return
+    header = [h.strip().lower() for h in first]
+    col = value_column(first)
+    body: Iterator[tuple[int, list[str]]] = (
+        (reader.line_num, record) for record in _rows(reader, lines))
+    if col is None:
+        body = itertools.chain([(1, first)], body)
+    col = col or 0
+    for line, record in body:
+        if record and col < len(record):
+            yield line, header[col] if header else "value", record[col]
+
+
 def import_suppressions(url: str, csv_file: str | Path, reason: str = "do-not-contact",
                         ) -> SuppressionImport:
     """Import a do-not-contact CSV (first column, or a column named email/domain) in one
-    transaction; bad lines are reported and the rest imported.
+    transaction through :func:`apply_entries`; bad lines are reported and the rest imported.
 
     :param csv_file: inside an import folder (see :func:`outreach.leads.import_path`; a relative
         path is relative to the project root).
@@ -123,36 +201,8 @@ def import_suppressions(url: str, csv_file: str | Path, reason: str = "do-not-co
     result = SuppressionImport(file=str(csv_file))
     with open_regular(path, "r", encoding="utf-8-sig", newline="") as f, \
             db.transaction(url) as conn:
-        lines = BoundedLines(f, csv_file)  # rows of at most MAX_ROW_CHARS: read in bounded memory
-        reader = csv.reader(lines)
-        first = next(reader, None)
-        if first is None:
-            return result
-        header = [h.strip().lower() for h in first]
-        col = next((i for i, h in enumerate(header) if h in ("email", "email address", "domain",
-                                                             "address", "value")), None)
-        body: Iterator[tuple[int, list[str]]] = (
-            (reader.line_num, record) for record in _rows(reader, lines))
-        if col is None:
-            body = itertools.chain([(1, first)], body)
-        col = col or 0
-        for line, record in body:
-            if not record or col >= len(record) or not record[col].strip():
-                continue
-            try:
-                kind, norm = parse_entry(record[col])
-            except ValueError as exc:
-                result.invalid += 1
-                result.problems.append(Problem(line, header[col] if header else "value", str(exc)))
-                continue
-            added = suppressions.suppression_insert(conn, kind=kind, value=norm, reason=reason,
-                                                    source=str(csv_file))
-            if added:
-                result.added += 1
-            else:
-                result.known += 1
-        result.cancelled = len(emails.email_cancel_suppressed(conn))
-    return result
+        return apply_entries(conn, csv_entries(f, csv_file), result, reason=reason,
+                             source=str(csv_file))
 
 
 def is_suppressed(conn: Conn, address: str, message_class: str = "marketing") -> bool:

@@ -63,13 +63,15 @@ def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
                                    "outreach_campaign_resume", "outreach_campaign_test_send", "outreach_requeue",
                                    "outreach_import_sources", "outreach_unconfirmed_review",
                                    "outreach_retention", "outreach_campaign_approval",
-                                   "outreach_webhooks", "outreach_lead_erase", "outreach_export"}
+                                   "outreach_webhooks", "outreach_lead_erase", "outreach_export",
+                                   "outreach_import_suppression_sources"}
     scheduled = {d: dag["schedule"] for d, dag in result["dags"].items() if dag["schedule"] is not None}
     if schedules == "on":
         assert scheduled == {"outreach_queue_due": "*/15 * * * *", "outreach_send": "*/10 * * * *",
                              "outreach_report": "0 7 * * *", "outreach_postmaster": "0 7 * * *",
                              "outreach_transactional": "* * * * *", "outreach_inbox": "*/10 * * * *",
                              "outreach_import_sources": "0 * * * *",
+                             "outreach_import_suppression_sources": "0 * * * *",
                              "outreach_retention": "30 3 * * *",
                              "outreach_campaign_approval": "*/5 * * * *",
                              "outreach_webhooks": "* * * * *"}

@@ -117,6 +117,21 @@ def source_dags() -> list[dict[str, Any]]:
     return out
 
 
+SUPPRESSION_SOURCES_SCHEDULE = "@hourly"
+"""The schedule of ``outreach_import_suppression_sources`` (the do-not-contact sources)."""
+
+
+def suppression_source_names() -> list[str]:
+    """Return the names of the do-not-contact sources of the suppression sources file, for
+    ``dags/outreach_import_suppression_sources.py`` (one task each). Files only (DAG parsing).
+
+    :raises outreach.campaign.ConfigError: the file is invalid.
+    """
+    from outreach.airflow.suppression_sources import load_sources
+
+    return [s.name for s in load_sources()]
+
+
 def dag_schedule(schedule: str) -> Any:
     """Return ``schedule`` as ``@dag`` takes it: an Asset for an Asset URI, else the string."""
     from outreach.sources import is_asset_uri

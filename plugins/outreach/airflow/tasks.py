@@ -831,6 +831,29 @@ def source_import_task(campaign_file: str) -> dict[str, Any]:
     return total
 
 
+def suppression_source_task(name: str) -> dict[str, Any]:
+    """Import one do-not-contact source of the suppression sources file
+    (:func:`outreach.airflow.suppression_sources.import_source`, which logs each bad row with
+    source, row and field, and one summary line per import); return the counts.
+
+    :raises outreach.sources.SourceError: the source is not declared or cannot be read.
+    :raises outreach.leads.ImportFileError: object(s) of a file source unusable as a whole (the
+        task fails after importing the others; clearing it is safe: known entries add nothing).
+    """
+    from outreach.airflow.suppression_sources import import_source, source_named
+
+    config_check_task()
+    results = import_source(database_url(), source_named(name))
+    total: dict[str, Any] = {"imports": len(results), "added": 0, "known": 0, "invalid": 0,
+                             "cancelled": 0}
+    for r in results:  # each import's problems and summary are logged as it commits
+        for k in ("added", "known", "invalid", "cancelled"):
+            total[k] += getattr(r, k)
+    if not results:
+        log.info("suppression source %s: nothing new", name)
+    return total
+
+
 def inbox_targets_task() -> list[dict[str, Any]]:
     """Return the IMAP accounts to read this run (see :func:`outreach.inbox.plan_targets`)."""
     from outreach.inbox import plan_targets
