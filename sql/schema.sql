@@ -1037,33 +1037,54 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
                                        convert_to(outreach.normalize_address(address), 'UTF8')), 'hex')
 $$;
 
+-- Which of addresses (any spelling; NULLs ignored) are suppressed for message_class: returned as
+-- given (each distinct one once), so a caller joins them back to its rows. Marketing mail honours
+-- every suppression; transactional mail ignores unsubscribed and complained. Addresses and
+-- domains compare in normal form (outreach.normalize_address), an erased address by its keyed
+-- hash (0129), for which the session's erasure key is checked once per call of this function:
+-- once someone was erased a missing or other key raises invalid_parameter_value
+-- (outreach.erasure_key) whenever an address is not suppressed by address or domain.
+CREATE FUNCTION outreach.suppressed_addresses(addresses text[], message_class text DEFAULT 'marketing')
+RETURNS TABLE (address text)
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    WITH k AS MATERIALIZED (
+        -- The key (NULL before the first erasure), checked once; materialised, so its column is
+        -- a plain value to hmac_sha256 (which then inlines) and erasure_key() runs once.
+        SELECT outreach.erasure_key() AS key
+    ),
+    a AS (
+        SELECT DISTINCT x AS address, outreach.normalize_address(x) AS norm
+        FROM unnest(addresses) x
+        WHERE x IS NOT NULL
+    )
+    SELECT a.address
+    FROM a
+    WHERE EXISTS (
+        SELECT 1 FROM outreach.suppressions s
+        WHERE ((s.kind = 'address' AND s.value = a.norm)
+               OR (s.kind = 'domain' AND s.value = split_part(a.norm, '@', 2)))
+          AND (message_class = 'marketing' OR s.reason NOT IN ('unsubscribed', 'complained'))
+    )
+    OR EXISTS (
+        SELECT 1 FROM k JOIN outreach.suppressions s
+          ON s.kind = 'address_hmac'
+         AND s.value = encode(outreach.hmac_sha256(k.key, convert_to(a.norm, 'UTF8')), 'hex')
+        WHERE k.key IS NOT NULL
+          AND (message_class = 'marketing' OR s.reason NOT IN ('unsubscribed', 'complained'))
+    )
+$$;
+
 -- The suppression rule: the only place where "may we write to this address?" is decided. Lead
--- import, queueing (email_queue_due, outreach.enqueue_transactional) and the pre-send check all
--- call it. Marketing mail honours every suppression; transactional mail (a receipt, a password
--- reset: mail the recipient asked for by acting) ignores the marketing opt-outs (unsubscribed,
--- complained) and honours bounced, manual, do-not-contact and erased. Addresses and domains
--- compare in normal form; an erased address by its keyed hash (0129), which raises rather than
--- match nothing when the session lacks the erasure key (outreach.erasure_key).
+-- import and queueing (lead_stage_mark_suppressed and email_queue_due ask
+-- outreach.suppressed_addresses for all their addresses at once; outreach.enqueue_transactional)
+-- and the pre-send check all use it. Marketing mail honours every suppression; transactional mail
+-- (a receipt, a password reset: mail the recipient asked for by acting) ignores the marketing
+-- opt-outs (unsubscribed, complained) and honours bounced, manual, do-not-contact and erased.
+-- It is outreach.suppressed_addresses (above) asked about one address (0139).
 CREATE FUNCTION outreach.is_suppressed(address text, message_class text DEFAULT 'marketing')
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT EXISTS (
-        SELECT 1 FROM outreach.suppressions s
-        WHERE ((s.kind = 'address' AND s.value = outreach.normalize_address(address))
-               OR (s.kind = 'domain'
-                   AND s.value = split_part(outreach.normalize_address(address), '@', 2)))
-          AND (message_class = 'marketing'
-               OR s.reason NOT IN ('unsubscribed', 'complained'))
-    )
-    -- Erased addresses: asked only once someone was erased (the key's fingerprint exists), the
-    -- hash computed once per call (a sub-select), not once per suppression row it is compared
-    -- with (9 µs a call before the first erasure, as before 0129).
-    OR (EXISTS (SELECT 1 FROM outreach.erasure_keys)
-        AND EXISTS (SELECT 1 FROM outreach.suppressions s
-                    WHERE s.kind = 'address_hmac'
-                      AND s.value = (SELECT outreach.erased_address_hash(address))
-                      AND (message_class = 'marketing'
-                           OR s.reason NOT IN ('unsubscribed', 'complained'))))
+    SELECT EXISTS (SELECT 1 FROM outreach.suppressed_addresses(ARRAY[address], message_class))
 $$;
 
 -- ---------------------------------------------------------------------------------------------
