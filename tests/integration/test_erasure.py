@@ -243,3 +243,25 @@ def test_the_set_form_and_the_per_address_rule_agree_on_a_mixed_set(db_url, eras
     queued = {r["lead_id"] for r in rows(db_url, "SELECT lead_id FROM outreach.emails WHERE lead_id = ANY (%s)",
                                          (list(ids.values()),))}
     assert queued == {ids[a] for a in free}
+
+
+def test_the_sessions_key_check_proof_is_honoured_only_for_the_right_key(db_url, erased):
+    # outreach.db.connect passes the proof (db.erasure_key_check) beside the key; the database
+    # takes it only when it matches the stored fingerprint, so a wrong key with its own proof,
+    # or the right key with a stale proof, still gets the full check.
+    wrong = "another key, not the one used 0123456789"
+    with db.connect(db_url, erasure_key=wrong) as c, \
+            pytest.raises(psycopg.errors.InvalidParameterValue, match="not the key"):
+        c.execute("SELECT outreach.is_suppressed('someone@else.example')")
+    with db.connect(db_url, erasure_key=wrong) as c, \
+            pytest.raises(psycopg.errors.InvalidParameterValue, match="not the key"):
+        list(c.execute("SELECT * FROM outreach.suppressed_addresses(ARRAY['a@b.example', %s])", (ADDRESS,)))
+    with db.connect(db_url) as c:  # the right key and its proof
+        assert c.execute("SELECT outreach.is_suppressed(%s) AS s", (ADDRESS,)).fetchone()["s"]
+        c.execute("SELECT set_config('outreach.erasure_key_check', %s, false)",
+                  (db.erasure_key_check(wrong),))  # a stale proof: the full check, which passes
+        assert c.execute("SELECT outreach.is_suppressed(%s) AS s", (ADDRESS,)).fetchone()["s"]
+        c.execute("SELECT set_config('outreach.erasure_key', %s, false)", (wrong,))  # key changed
+        c.execute("SELECT set_config('outreach.erasure_key_check', %s, false)", (db.erasure_key_check(KEY),))
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="not the key"):
+            c.execute("SELECT outreach.is_suppressed('someone@else.example')")
