@@ -17,6 +17,33 @@
 -- The per-call key check is made cheap for sessions opened by outreach.db.connect (below).
 -- Bench (docs/howto/erasure.md, "Cost"): 100,000 addresses after an erasure, same database.
 
+-- pgcrypto's C hmac() where the server has it (a real PostgreSQL ships it with its contrib
+-- files; the pgserver wheel does not): the same RFC 2104 HMAC-SHA256, about three times faster
+-- than the SQL one (PostgreSQL 15, 100,000 hashes: 0.4 s against 1.2 s). CREATE EXTENSION fails
+-- without the contrib files or the privilege; then the SQL HMAC (0129) stays, nothing else
+-- changes. The function keeps its name and signature, so every caller (the fingerprint, the
+-- erased address's hash) gets the same bytes either way.
+DO $do$
+DECLARE
+    v_schema name;
+BEGIN
+    BEGIN
+        CREATE EXTENSION IF NOT EXISTS pgcrypto;
+    EXCEPTION WHEN OTHERS THEN
+        RAISE NOTICE 'pgcrypto is not available (%): keeping the SQL HMAC', SQLERRM;
+    END;
+    SELECT n.nspname INTO v_schema
+    FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pgcrypto';
+    IF v_schema IS NOT NULL THEN
+        EXECUTE format($f$
+CREATE OR REPLACE FUNCTION outreach.hmac_sha256(key bytea, message bytea) RETURNS bytea
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $b$
+    SELECT %I.hmac(message, key, 'sha256')
+$b$$f$, v_schema);
+    END IF;
+END
+$do$;
+
 -- The session's erasure key (0129), failing closed as before; what is new is a cheap path for
 -- a session that proves it checked its key already: outreach.db.connect passes, beside the key,
 -- the setting outreach.erasure_key_check = hex sha256(key || fingerprint), the fingerprint being
