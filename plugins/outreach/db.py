@@ -84,9 +84,31 @@ as the setting ``outreach.erasure_key``, which the suppression rule needs once a
 (migration 0129: without it, or with another key, ``outreach.is_suppressed`` raises)."""
 
 
+ERASURE_KEY_CHECK_TEXT = b"outreach erasure key check"
+"""The fixed text whose HMAC under the key is the key's fingerprint (``outreach.erasure_keys``,
+migration 0129)."""
+
+
+def erasure_key_check(key: str) -> str:
+    """Return the session's proof of its key check (migration 0139): hex SHA-256 of the key and
+    its fingerprint (hex HMAC-SHA256 of :data:`ERASURE_KEY_CHECK_TEXT` under the key), both
+    UTF-8. ``outreach.erasure_key()`` compares it with SHA-256 of the session's key and the
+    stored fingerprint, which match only for the right key, and then skips the SQL HMAC; any
+    other value takes the full check. It reveals no more than the fingerprint does.
+
+    :param key: the erasure key (non-empty).
+    """
+    import hashlib
+    import hmac
+
+    fingerprint = hmac.new(key.encode(), ERASURE_KEY_CHECK_TEXT, hashlib.sha256).hexdigest()
+    return hashlib.sha256((key + fingerprint).encode()).hexdigest()
+
+
 def session_options(url: str, erasure_key: str | None = None) -> str | None:
     """Return the libpq ``options`` for a session: the URL's own, plus ``-c
-    outreach.erasure_key=…`` when an erasure key is set (``erasure_key``, else the environment's
+    outreach.erasure_key=…`` and ``-c outreach.erasure_key_check=…`` (:func:`erasure_key_check`)
+    when an erasure key is set (``erasure_key``, else the environment's
     :data:`ERASURE_KEY_VAR`). Passed at connection start, so the key is in no statement (and no
     statement log); ``None`` when there is nothing to pass.
 
@@ -102,7 +124,8 @@ def session_options(url: str, erasure_key: str | None = None) -> str | None:
     if not key:
         return str(own) if own else None
     escaped = key.replace("\\", "\\\\").replace(" ", "\\ ")
-    return " ".join(filter(None, [str(own) if own else "", f"-c outreach.erasure_key={escaped}"]))
+    return " ".join(filter(None, [str(own) if own else "", f"-c outreach.erasure_key={escaped}",
+                                  f"-c outreach.erasure_key_check={erasure_key_check(key)}"]))
 
 
 def connect(url: str, *, autocommit: bool = False, erasure_key: str | None = None,

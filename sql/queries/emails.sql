@@ -10,9 +10,10 @@
 -- the step requires is not queued for it (report_missing_fields counts them; lead_missing_fields
 -- is inlined, and a step without requires skips it). Returns one row per mailbox with how many
 -- were queued (never one row per email).
--- The due pairs (due) come first, materialised, so that the one suppression function
--- (outreach.is_suppressed, a call per address: it cannot be inlined) is asked only for pairs that
--- are due, and a run with nothing due asks it nothing. scheduled_for is the next open slot of the
+-- The due pairs (due) come first, materialised, so that the one suppression rule is asked only
+-- for pairs that are due, and once for all of them: outreach.suppressed_addresses gets every due
+-- address in one array (the erasure key checked once, each address hashed once; 0139) instead of
+-- one outreach.is_suppressed call per pair. scheduled_for is the next open slot of the
 -- campaign's send window in the lead's time zone (falling back to the campaign's), computed once
 -- per campaign, time zone and holiday country (outreach.lead_country) of the due pairs (slot),
 -- skipping the country's holidays and the campaign's blackout dates (outreach.next_open_slot,
@@ -74,6 +75,9 @@ FROM (SELECT DISTINCT campaign_id, tz, country FROM due) p
 JOIN outreach.campaigns c ON c.id = p.campaign_id
 CROSS JOIN n
 ),
+sup AS MATERIALIZED (
+SELECT address FROM outreach.suppressed_addresses(ARRAY(SELECT email FROM due))
+),
 ins AS (
 INSERT INTO outreach.emails (lead_id, step_id, campaign_id, mailbox_id, scheduled_for,
                              idempotency_key, variant)
@@ -87,7 +91,7 @@ FROM due d
 CROSS JOIN n
 JOIN slot s ON s.campaign_id = d.campaign_id AND s.tz = d.tz
             AND s.country IS NOT DISTINCT FROM d.country
-WHERE NOT outreach.is_suppressed(d.email)
+WHERE NOT EXISTS (SELECT 1 FROM sup WHERE sup.address = d.email)
 ORDER BY d.lead_id, d.step_id
 ON CONFLICT ON CONSTRAINT outreach_emails_lead_step_key DO NOTHING
 RETURNING mailbox_id

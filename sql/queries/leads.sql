@@ -57,13 +57,19 @@ FROM STDIN;
 ANALYZE outreach_lead_stage (line, email, duplicate_of, suppressed, problem_action);
 
 -- name: lead_stage_mark_suppressed
--- Suppression at import: the one function decides, for the staged lines %(from_line)s to
--- %(to_line)s (NULL, NULL: all). A CSV import asks it for each batch of rows just copied, while
--- the next batch is read (outreach.leads._stage_rows), by the line index. Only suppressed rows
--- are written; lead_stage_mark_duplicates clears the mark of a row that repeats an earlier line.
-UPDATE outreach_lead_stage SET suppressed = true
-WHERE (%(from_line)s::integer IS NULL OR line BETWEEN %(from_line)s AND %(to_line)s)
-  AND email IS NOT NULL AND outreach.is_suppressed(email);
+-- Suppression at import: the one rule decides, for the staged lines %(from_line)s to
+-- %(to_line)s (NULL, NULL: all), asked once for all their addresses
+-- (outreach.suppressed_addresses, the set form of outreach.is_suppressed: the erasure key checked
+-- once, each address hashed once; 0139). A CSV import asks it for each batch of rows just copied,
+-- while the next batch is read (outreach.leads._stage_rows), by the line index. Only suppressed
+-- rows are written; lead_stage_mark_duplicates clears the mark of a row that repeats an earlier line.
+UPDATE outreach_lead_stage st SET suppressed = true
+FROM outreach.suppressed_addresses(ARRAY(
+         SELECT email FROM outreach_lead_stage
+         WHERE (%(from_line)s::integer IS NULL OR line BETWEEN %(from_line)s AND %(to_line)s)
+           AND email IS NOT NULL)) sup(address)
+WHERE (%(from_line)s::integer IS NULL OR st.line BETWEEN %(from_line)s AND %(to_line)s)
+  AND st.email = sup.address;
 
 -- name: lead_stage_mark_duplicates
 -- In-file duplicates: the first line of each normalised address wins; later lines repeat it and

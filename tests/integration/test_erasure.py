@@ -204,3 +204,75 @@ def test_an_export_after_the_erasure_holds_neither_address_nor_name(db_url, eras
     assert result.events > 0
     text = "".join(p.read_text(encoding="utf-8").lower() for p in sorted(folder.glob("*.jsonl")))
     assert text and not [n for n in NEEDLES if n.lower() in text]
+
+
+# A mixed set after an erasure: the erased person (another spelling), an address and a domain
+# suppressed for marketing only (unsubscribed, complained) or for every class (manual), and
+# addresses nobody suppressed; the same address twice and a NULL too.
+MIXED = {
+    f"  {ADDRESS.upper()}": ("marketing", "transactional"),        # erased: every class
+    "Uma.Unsub@proseware.example": ("marketing",),                 # address, unsubscribed
+    "manual.stop@proseware.example": ("marketing", "transactional"),  # address, manual
+    "anyone@Complainers.example": ("marketing",),                  # domain, complained
+    "x@blocked-domain.example": ("marketing", "transactional"),    # domain, do-not-contact
+    "free.person@proseware.example": (),
+    "zenobia.quillfeather@other.example": (),                      # the erased local part elsewhere
+}
+
+
+def test_the_set_form_and_the_per_address_rule_agree_on_a_mixed_set(db_url, erased, tmp_path):
+    with db.transaction(db_url) as conn:
+        suppress(conn, "uma.unsub@proseware.example", "unsubscribed", "unsubscribe link")
+        suppress(conn, "manual.stop@proseware.example", "manual", "test")
+        suppress(conn, "complainers.example", "complained", "test")
+        suppress(conn, "blocked-domain.example", "do-not-contact", "test")
+    given = [*MIXED, "free.person@proseware.example", None]
+    with db.connect(db_url) as c:
+        for message_class in ("marketing", "transactional"):
+            expected = {a for a, classes in MIXED.items() if message_class in classes}
+            per_address = {a for a in MIXED if c.execute("SELECT outreach.is_suppressed(%s, %s) AS s",
+                                                         (a, message_class)).fetchone()["s"]}
+            as_set = [r["address"] for r in c.execute(
+                "SELECT address FROM outreach.suppressed_addresses(%s, %s)", (given, message_class))]
+            assert per_address == expected, message_class
+            assert sorted(as_set) == sorted(expected), message_class  # as given, each once
+    # The bulk paths: an import of the mixed set stores exactly the addresses the per-address
+    # rule lets through (the import marks its staged rows set-based), and queue-due queues exactly
+    # the enrolled leads it lets through.
+    free = {a for a, classes in MIXED.items() if "marketing" not in classes}
+    csv = leads_csv(tmp_path, [f"{a.strip()},X,Y" for a in MIXED], name="mixed.csv")
+    got = import_leads(db_url, CAMPAIGN, MAILBOXES, csv)
+    assert (got.imported, got.suppressed) == (len(free), len(MIXED) - len(free))
+    with psycopg.connect(db_url) as c:
+        ids = {a: c.execute("INSERT INTO outreach.leads (email, first_name, company)"
+                            " VALUES (%s, 'X', 'Y') ON CONFLICT (email) DO UPDATE SET company = 'Y'"
+                            " RETURNING id", (a.strip().lower(),)).fetchone()[0] for a in MIXED}
+        c.execute("INSERT INTO outreach.enrollments (campaign_id, lead_id, mailbox_id)"
+                  " SELECT c.id, l, 1 FROM outreach.campaigns c, unnest(%s::bigint[]) l"
+                  " ON CONFLICT DO NOTHING", (list(ids.values()),))
+    queue_due(db_url)
+    queued = {r["lead_id"] for r in rows(db_url, "SELECT lead_id FROM outreach.emails WHERE lead_id = ANY (%s)",
+                                         (list(ids.values()),))}
+    assert queued == {ids[a] for a in free}
+
+
+def test_the_sessions_key_check_proof_is_honoured_only_for_the_right_key(db_url, erased):
+    # outreach.db.connect passes the proof (db.erasure_key_check) beside the key; the database
+    # takes it only when it matches the stored fingerprint, so a wrong key with its own proof,
+    # or the right key with a stale proof, still gets the full check.
+    wrong = "another key, not the one used 0123456789"
+    with db.connect(db_url, erasure_key=wrong) as c, \
+            pytest.raises(psycopg.errors.InvalidParameterValue, match="not the key"):
+        c.execute("SELECT outreach.is_suppressed('someone@else.example')")
+    with db.connect(db_url, erasure_key=wrong) as c, \
+            pytest.raises(psycopg.errors.InvalidParameterValue, match="not the key"):
+        list(c.execute("SELECT * FROM outreach.suppressed_addresses(ARRAY['a@b.example', %s])", (ADDRESS,)))
+    with db.connect(db_url) as c:  # the right key and its proof
+        assert c.execute("SELECT outreach.is_suppressed(%s) AS s", (ADDRESS,)).fetchone()["s"]
+        c.execute("SELECT set_config('outreach.erasure_key_check', %s, false)",
+                  (db.erasure_key_check(wrong),))  # a stale proof: the full check, which passes
+        assert c.execute("SELECT outreach.is_suppressed(%s) AS s", (ADDRESS,)).fetchone()["s"]
+        c.execute("SELECT set_config('outreach.erasure_key', %s, false)", (wrong,))  # key changed
+        c.execute("SELECT set_config('outreach.erasure_key_check', %s, false)", (db.erasure_key_check(KEY),))
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="not the key"):
+            c.execute("SELECT outreach.is_suppressed('someone@else.example')")

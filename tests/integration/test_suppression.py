@@ -15,18 +15,20 @@ from support import invariants
 from support.flow import import_demo, leads_csv, rows, scalar, send_all
 from support.paths import CAMPAIGN, MAILBOXES
 
-# is_suppressed() as migration 0001 defines it, plus: "or the address is in test_blocked".
-# Nothing but the function knows about test_blocked, so whatever reacts to it asks the function.
+# The rule (outreach.suppressed_addresses, 0139, of which is_suppressed is the one-address form)
+# as migration 0001 defined it, plus: "or the address is in test_blocked". Nothing but the rule
+# knows about test_blocked, so whatever reacts to it asks the rule.
 REPLACE_FUNCTION = """
 CREATE TABLE public.test_blocked (address text PRIMARY KEY);
-CREATE OR REPLACE FUNCTION outreach.is_suppressed(address text, message_class text DEFAULT 'marketing')
-RETURNS boolean
+CREATE OR REPLACE FUNCTION outreach.suppressed_addresses(addresses text[], message_class text DEFAULT 'marketing')
+RETURNS TABLE (address text)
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT EXISTS (SELECT 1 FROM public.test_blocked b WHERE b.address = lower(is_suppressed.address))
+    SELECT a.x FROM unnest(addresses) a(x)
+    WHERE EXISTS (SELECT 1 FROM public.test_blocked b WHERE b.address = lower(a.x))
         OR EXISTS (
         SELECT 1 FROM outreach.suppressions s
-        WHERE (s.kind = 'address' AND s.value = lower(is_suppressed.address))
-           OR (s.kind = 'domain' AND s.value = lower(split_part(is_suppressed.address, '@', 2))))
+        WHERE (s.kind = 'address' AND s.value = lower(a.x))
+           OR (s.kind = 'domain' AND s.value = lower(split_part(a.x, '@', 2))))
 $$;
 """
 
