@@ -109,6 +109,33 @@ def announce_leads(outlet_events: Any, summary: dict[str, Any]) -> str | None:
     return uri
 
 
+def announce_events_task(announcer: str, outlet_events: Any) -> dict[str, dict[str, Any]]:
+    """Update the event Assets of ``announcer``'s families (``outreach://events/<family>``,
+    through :func:`outreach.airflow.defaults.events_alias`) that have new events, each with the
+    id range in its extra (:func:`outreach.eventassets.collect`); a family without new events
+    gets no asset event. Return the extras by family.
+
+    :param announcer: ``inbox`` or ``send`` (:data:`outreach.eventassets.ANNOUNCERS`).
+    :param outlet_events: the task context's ``outlet_events``.
+    :raises outreach.db.OutreachDBError: the database cannot be reached (the cursor stays: the
+        retry announces the same events).
+    """
+    from airflow.sdk import Asset
+
+    from outreach.airflow.defaults import events_alias
+    from outreach.eventassets import ANNOUNCERS, asset_uri, collect
+
+    ranges = collect(database_url(), announcer)
+    for family, extra in ranges.items():
+        outlet_events[events_alias(announcer)].add(Asset(asset_uri(family)), extra=extra)
+        log.info("Asset %s updated: %s new event(s), ids %s..%s", asset_uri(family),
+                 extra["count"], extra["first_id"], extra["last_id"])
+    if not ranges:
+        log.info("no new events of %s: no asset event",
+                 ", ".join(asset_uri(f) for f in ANNOUNCERS[announcer]))
+    return ranges
+
+
 def _import(url: str, campaign_file: str, mailbox_file: str, leads_file: str,
             suppressions_file: str | None) -> dict[str, Any]:
     from outreach.leads import PROGRESS_ROWS, ImportFileError, import_leads, import_path, progress_line
