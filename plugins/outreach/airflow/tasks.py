@@ -1247,3 +1247,29 @@ def export_task(kind: str, params: dict[str, Any] | None = None) -> dict[str, An
     result = export(database_url(), target, batch=batch)  # logs its line
     return {"target": result.target, "batches": result.batches, "events": result.events,
             "resumed": result.resumed}
+
+
+def notify_replies_task() -> dict[str, int]:
+    """Notify the new replies (:func:`outreach.notify.notify_replies`) through the alert notifier
+    (:func:`outreach.airflow.alerts.deliver_alert`), reading their first lines from the mailboxes
+    by their IMAP connections; return ``{"replies", "messages"}``.
+
+    :raises airflow.sdk.exceptions.AirflowSkipException: no notifier is configured
+        (``OUTREACH_ALERT_TO`` / ``OUTREACH_ALERT_NOTIFIER``); the cursor is left as it was.
+    :raises outreach.settings.SettingsError: a notify setting is out of range, or the
+        notifier cannot be built.
+    :raises Exception: the notifier failed; the batch is delivered again by the retry.
+    """
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from outreach.airflow.alerts import alert_notifier, deliver_alert
+    from outreach.notify import notify_replies
+    from outreach.settings import NotifySettings
+
+    config = NotifySettings()
+    if alert_notifier() is None:
+        raise AirflowSkipException("no notifier: set OUTREACH_ALERT_TO (SMTP) or "
+                                   "OUTREACH_ALERT_NOTIFIER (e.g. Slack's); replies wait")
+    result = notify_replies(database_url(), deliver_alert, imap_account, config)
+    log.info("reply notifications: %s repl(ies) in %s message(s)", result.replies, result.messages)
+    return {"replies": result.replies, "messages": result.messages}
