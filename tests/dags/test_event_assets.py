@@ -13,7 +13,7 @@ import pytest
 from outreach.dev.localairflow import run_dag
 from support.airflowhome import env_for, fresh_home
 from support.flow import rows
-from support.inboxflow import IMAP_CONN_IDS, mail, sent_campaign
+from support.inboxflow import replied_campaign
 
 pytestmark = pytest.mark.airflow
 
@@ -27,12 +27,7 @@ def asset_events(home) -> list[tuple]:
 
 def test_a_reply_updates_the_replies_asset_with_its_event_id(
         db_url, sink, settings, tmp_path, imap_accounts, migrated_airflow_home):
-    for conn_id in IMAP_CONN_IDS:
-        imap_accounts.add(conn_id)
-    sent = sent_campaign(db_url, tmp_path, settings, ["rita@reply.example", "quiet@reply.example"])
-    imap_accounts.append("outreach_imap_anna", mail(
-        "Rita <rita@reply.example>", "Re: hello", "Yes, let's talk on Tuesday.",
-        headers={"In-Reply-To": f"<{sent['rita@reply.example']['message_id']}>"}))
+    replied_campaign(db_url, tmp_path, settings, imap_accounts, "rita@reply.example", "Yes, let's talk on Tuesday.")
     home = fresh_home(migrated_airflow_home, tmp_path, "home")
     env = env_for(home, db_url, sink)
     env.update(imap_accounts.env())

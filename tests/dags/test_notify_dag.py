@@ -13,7 +13,7 @@ import pytest
 from outreach.dev.devsmtp import MaildirServer
 from support.airflowhome import env_for, fresh_home
 from support.alerts import OPS, subject_of
-from support.inboxflow import IMAP_CONN_IDS, mail, read_all, sent_campaign
+from support.inboxflow import read_all, replied_campaign
 
 pytestmark = pytest.mark.airflow
 
@@ -35,13 +35,8 @@ def text_of(message) -> str:
 def test_a_reply_is_notified_once_with_its_first_lines(
         db_url, sink, settings, tmp_path, imap_accounts, migrated_airflow_home, shared_airflow,
         notice_sink):
-    for conn_id in IMAP_CONN_IDS:
-        imap_accounts.add(conn_id)
-    sent = sent_campaign(db_url, tmp_path, settings, ["rita.lopez@reply.example", "quiet@reply.example"])
-    imap_accounts.append("outreach_imap_anna", mail(
-        "Rita <rita.lopez@reply.example>", "Re: hello",
-        "Yes, let's talk on Tuesday.\n\nCall me at <b>noon</b>.\n> On Monday you wrote:\n> hello",
-        headers={"In-Reply-To": f"<{sent['rita.lopez@reply.example']['message_id']}>"}))
+    replied_campaign(db_url, tmp_path, settings, imap_accounts, "rita.lopez@reply.example",
+                     "Yes, let's talk on Tuesday.\n\nCall me at <b>noon</b>.\n> On Monday you wrote:\n> hello")
     read_all(db_url)  # what outreach_inbox's read does: the reply event is recorded
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
     env.update(imap_accounts.env())
