@@ -8,6 +8,11 @@ has ended (failed or not), **rates**: the hard-bounce and complaint-rate rules (
 `outreach_postmaster`), so a mailbox whose late bounces or complaints cross a threshold is
 paused within minutes.
 
+Once every read has ended, **announce** updates the event Assets with new events —
+`outreach://events/replies`, `…/auto_replies`, `…/bounces`, `…/complaints`,
+`…/unsubscribes` — each with the id range and count in its extra; a family without new events
+gets no asset event. A DAG of yours scheduled on one runs after it (docs/howto/notifications.md).
+
 Each new message is classified — bounce (hard/soft), complaint (ARF), unsubscribe by mail,
 auto-reply, reply, unmatched — and recorded with its evidence; its effect is applied in the same
 transaction: a hard bounce suppresses the address and counts toward the bounce rate, a complaint
@@ -54,9 +59,14 @@ def outreach_inbox():
     def rates() -> list:
         return tasks.bounce_rate_task() + tasks.complaint_rate_task()
 
+    @task(trigger_rule=TriggerRule.ALL_DONE, outlets=[defaults.events_alias("inbox")])
+    def announce(**context) -> dict:
+        return tasks.announce_events_task("inbox", context["outlet_events"])
+
     reads = read.expand(target=targets())
     summary(reads)
     reads >> rates()
+    reads >> announce()
 
 
 outreach_inbox()

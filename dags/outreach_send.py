@@ -37,6 +37,9 @@ Sends queued emails: preflight → plan → one mapped **send_batch** per batch 
   updates the asset that opens a Required Action for them (`outreach_unconfirmed_review`);
   skipped when there are none.
 
+* **announce** updates the event Assets `outreach://events/sent` and
+  `outreach://events/unconfirmed` with the id range of the new events (none: no asset event).
+
 **Clearing is safe.** A cleared or retried `send_batch` claims fresh rows or none: what its
 earlier try sent is `sent`, and rows it left `sending` (a killed worker) go to the reaper: the row
 whose handoff was stamped becomes *unconfirmed* — never resent automatically — and the rows never
@@ -80,10 +83,15 @@ def outreach_send():
     def flag_unconfirmed() -> dict:
         return tasks.flag_unconfirmed_task()
 
+    @task(trigger_rule=TriggerRule.ALL_DONE, outlets=[defaults.events_alias("send")])
+    def announce(**context) -> dict:
+        return tasks.announce_events_task("send", context["outlet_events"])
+
     batches = plan(preflight())
     sent = send_batch.expand(batch=batches)
     summary(batches, sent)
     sent >> flag_unconfirmed()
+    sent >> announce()
 
 
 outreach_send()

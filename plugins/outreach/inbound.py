@@ -163,6 +163,14 @@ def first_line(msg: Message) -> str:
     """Return the first non-empty line of the message's text (the first plain-text part that is
     not an attachment, else the first HTML one without tags; never inside an enclosed message)
     that is not quoted (``>``) — what a person typed at the top of a reply; '' when none."""
+    lines = leading_lines(msg, 1)
+    return lines[0][:200] if lines else ""
+
+
+def leading_lines(msg: Message, count: int) -> list[str]:
+    """Return the first ``count`` non-empty, non-quoted (``>``) lines of the message's text,
+    stripped (the part :func:`first_line` reads); ``[]`` when it has none. Used for the reply
+    notice's excerpt (:mod:`outreach.notify`)."""
     plain: Message | None = None
     html: Message | None = None
     inside: set[int] = set()
@@ -181,15 +189,18 @@ def first_line(msg: Message) -> str:
             html = part
     part = plain or html
     if part is None:
-        return ""
+        return []
     text = text_of(part)
     if part is html:
         text = _TAG.sub("\n", text)
+    out: list[str] = []
     for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith(">"):
-            return line[:200]
-    return ""
+            out.append(line)
+            if len(out) >= count:
+                break
+    return out
 
 
 def _report_type(compat: Message) -> str:

@@ -731,3 +731,27 @@ class ExportSettings(OutreachSettings):
         "the file target's cursor name: a-z, 0-9, _ and -, at most 63"))
     export_batch_size: int = Field(5000, ge=1, le=100_000, description=(
         "events per batch (one transaction, one file), 1 to 100000"))
+
+
+class NotifySettings(OutreachSettings):
+    """Reply notifications (:mod:`outreach.notify`, DAG ``outreach_notify_replies``), read once
+    from their ``OUTREACH_*`` variables. They go through the alert notifier
+    (:func:`outreach.airflow.alerts.alert_notifier`: ``OUTREACH_ALERT_TO`` or
+    ``OUTREACH_ALERT_NOTIFIER``).
+
+    | variable                  | field          | default |
+    |---------------------------|----------------|---------|
+    | OUTREACH_NOTIFY_MASK      | notify_mask    | on: the lead's address masked (``j***@acme.com``) |
+    | OUTREACH_NOTIFY_LINES     | notify_lines   | 5 lines of the reply |
+    | OUTREACH_NOTIFY_CHARS     | notify_chars   | 500 characters of the reply at most |
+    | OUTREACH_NOTIFY_TARGET    | notify_target  | notify-replies (the cursor's name) |
+    """
+
+    notify_mask: Annotated[Literal["on", "off"], _LOWER] = Field("on", description=(
+        "on (the lead's address is masked in a notice) or off (shown whole)"))
+    notify_lines: int = Field(5, ge=0, le=50, description=(
+        "how many first lines of the reply a notice quotes, 0 to 50 (0: none)"))
+    notify_chars: int = Field(500, ge=0, le=5000, description=(
+        "the most characters of the reply a notice quotes, 0 to 5000"))
+    notify_target: str = Field("notify-replies", pattern=_TARGET_NAME, description=(
+        "the notifications' cursor name: a-z, 0-9, _ and -, at most 63"))

@@ -57,3 +57,19 @@ WHERE target = %(target)s
   AND done_xact = %(after_xact)s::xid8 AND done_id = %(after_id)s
   AND planned_xact = %(upto_xact)s::xid8 AND planned_id = %(upto_id)s
 RETURNING target;
+
+-- name: export_cursor_ensure_at_end
+-- A consumer that must not act on the whole past (reply notifications, outreach.notify): its
+-- cursor, created the first time at the last final event (as in export_events_next) that is
+-- more than a day old, so a first run acts on at most the last day's events (the replies the
+-- inbox recorded before the notifications' first run, not a year of them). Nothing when it
+-- exists.
+INSERT INTO outreach.export_cursors (target, done_xact, done_id)
+SELECT %(target)s, coalesce(last.xact, '0'::xid8), coalesce(last.id, 0)
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
+    SELECT ev.xact, ev.id FROM outreach.events ev
+    WHERE ev.xact < pg_snapshot_xmin(pg_current_snapshot())
+      AND ev.occurred_at < now() - interval '1 day'
+    ORDER BY ev.xact DESC, ev.id DESC LIMIT 1) AS last ON true
+ON CONFLICT (target) DO NOTHING;

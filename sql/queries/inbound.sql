@@ -53,3 +53,21 @@ SELECT im.id, im.class, im.evidence, im.effect, im.account,
 FROM outreach.inbound_messages im
 LEFT JOIN outreach.leads l ON l.id = im.lead_id
 ORDER BY im.id;
+
+-- name: inbound_reply_notices
+-- What a reply notice says about each reply event (outreach.notify), in event order: the lead's
+-- address, the campaign, the step replied to, the mailbox, the message's subject and where it
+-- lies (account, folder, UIDVALIDITY, UID) so its first lines are read from the mailbox: the
+-- text itself is never stored. A lead, email or campaign erased meanwhile gives NULLs.
+SELECT ev.id AS event_id, l.email AS lead, c.key AS campaign, st.position AS step,
+       m.label AS mailbox_label, m.display_name AS mailbox_display_name, m.address AS mailbox_address,
+       im.subject, im.account, im.folder, im.uidvalidity, im.uid
+FROM outreach.events ev
+LEFT JOIN outreach.inbound_messages im ON im.id = (ev.payload->>'inbound_id')::bigint
+LEFT JOIN outreach.leads l ON l.id = ev.lead_id
+LEFT JOIN outreach.campaigns c ON c.id = ev.campaign_id
+LEFT JOIN outreach.emails e ON e.id = ev.email_id
+LEFT JOIN outreach.sequence_steps st ON st.id = e.step_id
+LEFT JOIN outreach.mailboxes m ON m.id = im.mailbox_id
+WHERE ev.id = ANY(%(event_ids)s) AND ev.kind = 'replied'
+ORDER BY ev.id;

@@ -64,7 +64,8 @@ def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
                                    "outreach_import_sources", "outreach_unconfirmed_review",
                                    "outreach_retention", "outreach_campaign_approval",
                                    "outreach_webhooks", "outreach_lead_erase", "outreach_export",
-                                   "outreach_import_suppression_sources"}
+                                   "outreach_import_suppression_sources",
+                                   "outreach_notify_replies"}
     scheduled = {d: dag["schedule"] for d, dag in result["dags"].items() if dag["schedule"] is not None}
     if schedules == "on":
         assert scheduled == {"outreach_queue_due": "*/15 * * * *", "outreach_send": "*/10 * * * *",
@@ -77,6 +78,8 @@ def test_every_dag_loads_without_database_or_network(tmp_path, schedules):
                              "outreach_webhooks": "* * * * *"}
         # A file import from the form updates the demo campaign's leads Asset: queue-due starts.
         assert result["dags"]["outreach_queue_due"]["assets"] == ["outreach://leads/q4-ops-intro"]
+        # Issue 26: the inbox's replies Asset schedules the reply notifications.
+        assert result["dags"]["outreach_notify_replies"]["assets"] == ["outreach://events/replies"]
     else:  # OUTREACH_SCHEDULES=off: every DAG runs only when triggered
         assert scheduled == {}
     # Who may run each DAG (FAB access_control, outreach.airflow.roles): admins alone may

@@ -230,3 +230,26 @@ def approval_params() -> dict[str, Any]:
     return {"reason": Param("", type=["null", "string"], title="Reason",
                             description="Why (a rejection sends the campaign back to draft "
                                         "with this reason; recorded with an approval too)")}
+
+
+def events_alias(announcer: str) -> Any:
+    """Return the AssetAlias through which ``announcer``'s DAG (a key of
+    :data:`outreach.eventassets.ANNOUNCERS`: ``inbox``, ``send``) updates the event Assets
+    (``outreach://events/<family>``): only the families with new events get an asset event.
+    Declared as the task's outlet; a plain Asset outlet would get an event on every success."""
+    from airflow.sdk import AssetAlias
+
+    return AssetAlias(f"outreach_events_{announcer}")
+
+
+def events_asset(family: str) -> Any:
+    """Return the Asset of an event family (``outreach://events/<family>``) for a DAG's
+    ``schedule`` (``outreach_notify_replies``: ``events_asset("replies")``).
+
+    :raises KeyError: unknown family (:data:`outreach.eventassets.FAMILIES`).
+    """
+    from airflow.sdk import Asset
+
+    from outreach.eventassets import asset_uri
+
+    return Asset(asset_uri(family))

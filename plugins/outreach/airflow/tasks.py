@@ -109,6 +109,33 @@ def announce_leads(outlet_events: Any, summary: dict[str, Any]) -> str | None:
     return uri
 
 
+def announce_events_task(announcer: str, outlet_events: Any) -> dict[str, dict[str, Any]]:
+    """Update the event Assets of ``announcer``'s families (``outreach://events/<family>``,
+    through :func:`outreach.airflow.defaults.events_alias`) that have new events, each with the
+    id range in its extra (:func:`outreach.eventassets.collect`); a family without new events
+    gets no asset event. Return the extras by family.
+
+    :param announcer: ``inbox`` or ``send`` (:data:`outreach.eventassets.ANNOUNCERS`).
+    :param outlet_events: the task context's ``outlet_events``.
+    :raises outreach.db.OutreachDBError: the database cannot be reached (the cursor stays: the
+        retry announces the same events).
+    """
+    from airflow.sdk import Asset
+
+    from outreach.airflow.defaults import events_alias
+    from outreach.eventassets import ANNOUNCERS, asset_uri, collect
+
+    ranges = collect(database_url(), announcer)
+    for family, extra in ranges.items():
+        outlet_events[events_alias(announcer)].add(Asset(asset_uri(family)), extra=extra)
+        log.info("Asset %s updated: %s new event(s), ids %s..%s", asset_uri(family),
+                 extra["count"], extra["first_id"], extra["last_id"])
+    if not ranges:
+        log.info("no new events of %s: no asset event",
+                 ", ".join(asset_uri(f) for f in ANNOUNCERS[announcer]))
+    return ranges
+
+
 def _import(url: str, campaign_file: str, mailbox_file: str, leads_file: str,
             suppressions_file: str | None) -> dict[str, Any]:
     from outreach.leads import PROGRESS_ROWS, ImportFileError, import_leads, import_path, progress_line
@@ -1243,3 +1270,29 @@ def export_task(kind: str, params: dict[str, Any] | None = None) -> dict[str, An
     result = export(database_url(), target, batch=batch)  # logs its line
     return {"target": result.target, "batches": result.batches, "events": result.events,
             "resumed": result.resumed}
+
+
+def notify_replies_task() -> dict[str, int]:
+    """Notify the new replies (:func:`outreach.notify.notify_replies`) through the alert notifier
+    (:func:`outreach.airflow.alerts.deliver_alert`), reading their first lines from the mailboxes
+    by their IMAP connections; return ``{"replies", "messages"}``.
+
+    :raises airflow.sdk.exceptions.AirflowSkipException: no notifier is configured
+        (``OUTREACH_ALERT_TO`` / ``OUTREACH_ALERT_NOTIFIER``); the cursor is left as it was.
+    :raises outreach.settings.SettingsError: a notify setting is out of range, or the
+        notifier cannot be built.
+    :raises Exception: the notifier failed; the batch is delivered again by the retry.
+    """
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from outreach.airflow.alerts import alert_notifier, deliver_alert
+    from outreach.notify import notify_replies
+    from outreach.settings import NotifySettings
+
+    config = NotifySettings()
+    if alert_notifier() is None:
+        raise AirflowSkipException("no notifier: set OUTREACH_ALERT_TO (SMTP) or "
+                                   "OUTREACH_ALERT_NOTIFIER (e.g. Slack's); replies wait")
+    result = notify_replies(database_url(), deliver_alert, imap_account, config)
+    log.info("reply notifications: %s repl(ies) in %s message(s)", result.replies, result.messages)
+    return {"replies": result.replies, "messages": result.messages}

@@ -89,3 +89,12 @@ def export_cursor_advance(conn: Conn, *, target: str, after_xact: str, after_id:
                        {"target": target, "after_xact": after_xact, "after_id": after_id,
                         "upto_xact": upto_xact, "upto_id": upto_id, "count": count},
                        "target") is not None
+
+
+def export_cursor_ensure_at_end(conn: Conn, *, target: str) -> None:
+    """``export_cursor_ensure_at_end``: create the target's cursor, if missing, at the last final
+    event more than a day old (a consumer that acts on at most a day of the past).
+
+    :raises outreach.db.OutreachDBError: the name breaks ``outreach_export_cursors_target_check``.
+    """
+    execute(conn, "export_cursor_ensure_at_end", {"target": target})

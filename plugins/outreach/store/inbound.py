@@ -150,3 +150,28 @@ def inbound_effect_list(conn: Conn) -> list[InboundEffect]:
     """``inbound_effect_list``: Every inbound message recorded, oldest first, with the lead it
     concerned (the demo's report)."""
     return many(conn, "inbound_effect_list", {}, InboundEffect)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyNotice:
+    """A row of ``inbound_reply_notices``: what a reply notice says about one reply event
+    (``None`` where the lead, campaign, email or message was erased)."""
+
+    event_id: int
+    lead: str | None
+    campaign: str | None
+    step: int | None
+    mailbox_label: str | None
+    mailbox_display_name: str | None
+    mailbox_address: str | None
+    subject: str | None
+    account: str | None
+    folder: str | None
+    uidvalidity: int | None
+    uid: int | None
+
+
+def inbound_reply_notices(conn: Conn, *, event_ids: list[int]) -> list[ReplyNotice]:
+    """``inbound_reply_notices``: the reply events among ``event_ids`` with their lead,
+    campaign, step, mailbox, subject and place in the mailbox, in event order."""
+    return many(conn, "inbound_reply_notices", {"event_ids": event_ids}, ReplyNotice)

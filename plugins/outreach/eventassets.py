@@ -1,0 +1,102 @@
+"""The event Assets (issue 26, item 2): which event kinds make up each family
+(``outreach://events/<family>``), and what the DAG that announces a family puts in its asset
+event's extra — the id range and count of the family's events that are new since that DAG's
+last announcement.
+
+"New" is read as the warehouse export reads (:func:`outreach.export.export`): a cursor per
+announcer in ``outreach.export_cursors`` (target ``assets-<announcer>``), final events only
+(written by a transaction below ``pg_snapshot_xmin``, migration 0104), in (xact, id) order, the
+cursor planned before and moved after the events are collected. So every event of a family is
+in one announcement, never skipped: an event whose transaction was still open when the task
+read is announced by the next run. The one gap: a task killed after its cursor moved but before
+Airflow recorded the task's success loses that announcement (Airflow records asset events only
+with the success). A consumer that must see every event reads the log by its own watermark (as
+``outreach_notify_replies`` does) and takes the asset event as the signal to look.
+
+Ids are not commit-ordered: ``first_id``..``last_id`` bounds the announced events, and an event
+of the family with an id inside that range may belong to an earlier or a later announcement
+(``count`` is exact). Nothing here imports Airflow: :func:`outreach.airflow.tasks.announce_events_task`
+adds the asset events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from outreach.store.exports import ExportEvent
+
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "replies": ("replied",),
+    "auto_replies": ("auto_replied",),
+    "bounces": ("bounced",),
+    "complaints": ("complained",),
+    "unsubscribes": ("unsubscribed",),
+    "sent": ("sent",),
+    "unconfirmed": ("unconfirmed",),
+}
+"""Family name → the ``outreach.events`` kinds (migration 0115) its Asset announces."""
+
+ANNOUNCERS: dict[str, tuple[str, ...]] = {
+    "inbox": ("replies", "auto_replies", "bounces", "complaints", "unsubscribes"),
+    "send": ("sent", "unconfirmed"),
+}
+"""Which DAG announces which families: ``inbox`` is ``outreach_inbox``, ``send`` is
+``outreach_send``. A family's events are announced by its DAG whoever wrote them (an
+unsubscribe from the web page is announced by the next inbox run; a transactional send by the
+next send run)."""
+
+BATCH = 5000
+"""Events read per transaction while collecting (the cursor moves batch by batch)."""
+
+
+def asset_uri(family: str) -> str:
+    """Return the Asset URI of an event family: ``outreach://events/<family>``.
+
+    :raises KeyError: ``family`` is not one of :data:`FAMILIES`.
+    """
+    FAMILIES[family]
+    return f"outreach://events/{family}"
+
+
+def cursor_name(announcer: str) -> str:
+    """Return the announcer's cursor (``outreach.export_cursors.target``): ``assets-<announcer>``."""
+    return f"assets-{announcer}"
+
+
+class _Collect:
+    """An export target that keeps, per family, the first and last id and the count."""
+
+    def __init__(self, name: str, families: Sequence[str]) -> None:
+        self.name = name
+        self._kind_family = {k: f for f in families for k in FAMILIES[f]}
+        self.ranges: dict[str, dict[str, int]] = {}
+
+    def write(self, events: Sequence[ExportEvent]) -> None:
+        for e in events:
+            family = self._kind_family.get(e.kind)
+            if family is None:
+                continue
+            r = self.ranges.setdefault(family, {"first_id": e.id, "last_id": e.id, "count": 0})
+            r["first_id"] = min(r["first_id"], e.id)
+            r["last_id"] = max(r["last_id"], e.id)
+            r["count"] += 1
+
+
+def collect(url: str, announcer: str) -> dict[str, dict[str, Any]]:
+    """Move the announcer's cursor over every final event after it and return, for each of its
+    families with at least one such event, the asset event's extra: ``{"first_id", "last_id",
+    "count", "kinds"}`` (ids of ``outreach.events``). A family without new events is absent.
+
+    :param url: the outreach database (libpq URL).
+    :param announcer: a key of :data:`ANNOUNCERS`.
+    :raises KeyError: unknown announcer.
+    :raises outreach.db.OutreachDBError: the database cannot be reached.
+    """
+    from outreach.export import export
+
+    families = ANNOUNCERS[announcer]
+    target = _Collect(cursor_name(announcer), families)
+    export(url, target, batch=BATCH)
+    return {f: {**target.ranges[f], "kinds": list(FAMILIES[f])}
+            for f in families if f in target.ranges}
