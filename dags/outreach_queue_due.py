@@ -14,6 +14,10 @@ declare a `source:`, as soon as an import updated a campaign's leads Asset
   Last, a campaign whose enrolments are all done and that has nothing queued, sending or
   unconfirmed becomes `finished` (one guarded UPDATE, `outreach.finish_campaigns_v1`; not a
   campaign fed by a `source:`); the log names it.
+* **mx_providers** then looks up the MX records of the recipient domains of queued rows whose
+  cached mailbox provider is missing or about to expire, for the provider cap
+  (`OUTREACH_PROVIDER_HOURLY`; docs/explanation/contact-policy.md). A failed lookup keeps the
+  old entry and is tried again next run; the claim never looks anything up.
 
 **Clearing `queue_due` is safe**: a row per (lead, sequence step) is enforced by a UNIQUE
 constraint, so a second run queues nothing twice.
@@ -37,7 +41,11 @@ def outreach_queue_due():
     def queue_due() -> dict:
         return tasks.queue_task()
 
-    queue_due()
+    @task
+    def mx_providers() -> dict:
+        return tasks.mx_providers_task()
+
+    queue_due() >> mx_providers()
 
 
 outreach_queue_due()

@@ -128,12 +128,20 @@ class _Dns:
         self.unreachable: str | None = None
 
     def query(self, name: str, rdtype: str) -> list:
+        return self.query_ttl(name, rdtype)[0]
+
+    def query_ttl(self, name: str, rdtype: str) -> tuple[list, int | None]:
+        """Return the records and their TTL in seconds (``([], None)``: no such name or record).
+
+        :raises LookupFailed: any other failure (timeout, SERVFAIL, …).
+        """
         if self.unreachable:
             raise LookupFailed(f"{rdtype} {name}: skipped, {self.unreachable}")
         try:
-            return list(self.resolver.resolve(name, rdtype, search=False))
+            answer = self.resolver.resolve(name, rdtype, search=False)
+            return list(answer), answer.rrset.ttl if answer.rrset is not None else None
         except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):
-            return []
+            return [], None
         except dns.exception.DNSException as exc:
             if isinstance(exc, dns.exception.Timeout):
                 self.unreachable = f"DNS unreachable ({type(exc).__name__})"

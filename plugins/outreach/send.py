@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from outreach import db, failpoints
 from outreach.addresses import EmailNotValidError, normalize_address
@@ -138,7 +139,7 @@ def claim(conn: Conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datet
           gap_seconds: float = 0.0, gap_jitter: float = 0.0,
           gap_horizon: dt.timedelta = dt.timedelta(minutes=15),
           person_per_day: int | None = None, person_per_week: int | None = None,
-          company_per_day: int | None = None,
+          company_per_day: int | None = None, provider_hourly: dict[str, int] | None = None,
           ) -> tuple[list[dict[str, Any]], str]:
     """Claim up to ``limit`` due rows of one mailbox within its quota, in one transaction.
 
@@ -150,8 +151,11 @@ def claim(conn: Conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datet
     claimed row gets ``row["not_before"]`` (aware datetime, UTC), the moment reserved for its
     handoff (``mailbox_reserve_handoffs``), and only rows reserved within ``gap_horizon`` are taken.
     ``person_per_day``/``person_per_week``/``company_per_day``: the contact policy across campaigns
-    (``None``: that cap off; the rule: ``outreach.claim_emails_v3`` in ``sql/schema.sql``); rows
-    over it stay queued, moved later, with ``hold_reason``, and are not returned.
+    (``None``: that cap off; the rule: ``outreach.claim_emails_v4`` in ``sql/schema.sql``);
+    ``provider_hourly``: at most that many rows of this mailbox an hour (rolling) to recipients
+    of each mailbox provider (``{"microsoft": 20}``; the provider from cached MX records,
+    :mod:`outreach.mxproviders`; ``None`` or empty: off); rows over a cap stay queued, moved
+    later, with ``hold_reason``, and are not returned.
     Transactional: one claim statement (``email_claim_transactional``) with no window, cap,
     warm-up or gap; a paused mailbox claims nothing.
 
@@ -195,7 +199,8 @@ def claim(conn: Conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datet
             "mailbox_id": mailbox_id, "limit": min(limit, quota.run_left, fit or limit),
             "now": now, "claim_token": uuid.uuid4(), "claimed_by": worker,
             "person_per_day": person_per_day, "person_per_week": person_per_week,
-            "company_per_day": company_per_day})
+            "company_per_day": company_per_day,
+            "provider_hourly": Jsonb(provider_hourly) if provider_hourly else None})
         if rows and fit is not None:
             moments = mailboxes.mailbox_reserve_handoffs(
                 conn, mailbox_id=mailbox_id, rows=len(rows), now=now, gap_seconds=gap_seconds,
@@ -615,7 +620,8 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
                                gap_horizon=settings.gap_horizon,
                                person_per_day=settings.contact_per_day or None,
                                person_per_week=settings.contact_per_week or None,
-                               company_per_day=settings.contact_company_per_day or None)
+                               company_per_day=settings.contact_company_per_day or None,
+                               provider_hourly=settings.provider_hourly or None)
         except psycopg.OperationalError as exc:
             # The claim either committed or not; nothing was handed over either way, so rows it
             # may have claimed are put back in the queue by the reaper (never stamped).

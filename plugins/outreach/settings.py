@@ -211,6 +211,30 @@ _COMMA_LIST = BeforeValidator(_comma_list)
 _INT_ITEMS = BeforeValidator(_int_items)
 """Applied before :data:`_COMMA_LIST`'s split (Annotated runs the last first): whole items."""
 
+PROVIDERS = ("google", "microsoft", "yahoo", "apple", "other")
+"""The recipient mailbox providers (:mod:`outreach.mxproviders`, migration 0138)."""
+
+
+def _provider_caps(value: Any) -> Any:
+    """``microsoft=20,google=40`` → ``{"microsoft": 20, "google": 40}`` (empty: off).
+
+    :raises ValueError: an item that is not ``provider=N`` with a known provider and a plain
+        whole N from 1 to 10000, or a provider named twice.
+    """
+    if not isinstance(value, str):
+        return value
+    caps: dict[str, int] = {}
+    for item in (p.strip() for p in value.split(",")) if value.strip() else ():
+        name, sep, n = (x.strip() for x in item.partition("="))
+        name = name.lower()
+        if not sep or name not in PROVIDERS or not _INT.fullmatch(n) or not 1 <= int(n) <= 10_000:
+            raise ValueError(f"items must be provider=N, provider one of {', '.join(PROVIDERS)}, "
+                             f"N 1 to 10000; got {item!r}")
+        if name in caps:
+            raise ValueError(f"provider {name} named twice")
+        caps[name] = int(n)
+    return caps
+
 
 class Settings(OutreachSettings):
     """Sender settings (the ``send`` path, marketing and transactional).
@@ -254,9 +278,11 @@ class Settings(OutreachSettings):
     Contact policy (docs/explanation/contact-policy.md): at most ``contact_per_day`` (1) campaign
     emails a person in any 24 hours and ``contact_per_week`` (3) in any 7 days, and with
     ``contact_company_per_day`` (off) at most that many people of one organisation in any 24
-    hours, over all campaigns; decided inside the claim (``outreach.claim_emails_v3`` in
+    hours, over all campaigns; decided inside the claim (``outreach.claim_emails_v4`` in
     ``sql/schema.sql``), a row over a cap stays queued with a later ``scheduled_for`` and its
-    ``hold_reason``.
+    ``hold_reason``. ``provider_hourly`` (off): at most that many emails an hour (rolling) from
+    one mailbox to recipients of each mailbox provider, the provider from the domain's cached
+    MX records (:mod:`outreach.mxproviders`), decided in the same claim.
     """
 
     SECRET_FIELDS: ClassVar[frozenset[str]] = frozenset({"unsubscribe_secret"})
@@ -293,6 +319,10 @@ class Settings(OutreachSettings):
     contact_company_per_day: int = Field(0, ge=0, le=10_000, description=(
         "different people of one organisation (Public Suffix List domain; free mail is none) "
         "contacted in any 24 hours over all campaigns, 0 (no cap) to 10000"))
+    provider_hourly: Annotated[dict[str, int], NoDecode, BeforeValidator(_provider_caps)] = Field(
+        default_factory=dict, description=(
+            "comma-separated provider=N (google, microsoft, yahoo, apple, other; N 1 to 10000): "
+            "emails an hour one mailbox sends to recipients of that provider; empty: off"))
     transactional_retry_seconds: Annotated[tuple[Annotated[int, Field(ge=1, le=3600)], ...],
                                            NoDecode, _INT_ITEMS, _COMMA_LIST] = Field(
         (10, 60), min_length=1, max_length=5, description=(

@@ -108,7 +108,7 @@ SELECT mailbox_id, count(*)::integer AS queued FROM ins GROUP BY mailbox_id ORDE
 SET LOCAL enable_nestloop = off;
 
 -- name: email_claim_batch
--- The claim of campaign rows: outreach.claim_emails_v3 (sql/schema.sql, "The claim") locks up to
+-- The claim of campaign rows: outreach.claim_emails_v4 (sql/schema.sql, "The claim") locks up to
 -- %(limit)s due rows of one mailbox that no other sender holds, in their send window, stamps a
 -- fresh claim token, claimed_at and attempts + 1; this query returns with them everything needed
 -- to build the messages. The caller holds the mailbox lock and caps %(limit)s by
@@ -116,11 +116,12 @@ SET LOCAL enable_nestloop = off;
 -- contact policy across campaigns (NULL: off), decided in the claim; rows over it stay queued,
 -- later, with their hold_reason.
 WITH claimed AS (
-    SELECT * FROM outreach.claim_emails_v3('marketing', %(mailbox_id)s::bigint, %(limit)s::integer,
+    SELECT * FROM outreach.claim_emails_v4('marketing', %(mailbox_id)s::bigint, %(limit)s::integer,
                                            %(claim_token)s::uuid, %(claimed_by)s::text,
                                            %(now)s::timestamptz, %(person_per_day)s::integer,
                                            %(person_per_week)s::integer,
-                                           %(company_per_day)s::integer)
+                                           %(company_per_day)s::integer,
+                                           %(provider_hourly)s::jsonb)
 )
 SELECT cl.id, cl.claim_token, cl.attempts, cl.idempotency_key, cl.lead_id, cl.step_id,
        cl.message_class, l.email, l.first_name, l.last_name, l.company, l.title, l.custom,

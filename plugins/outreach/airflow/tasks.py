@@ -186,6 +186,15 @@ def queue_task() -> dict[str, Any]:
     return result
 
 
+def mx_providers_task() -> dict[str, int]:
+    """Cache the mailbox provider (MX records) of the domains of queued rows, for the provider
+    cap (:func:`outreach.mxproviders.refresh`; resolver: ``OUTREACH_DNS_NAMESERVER``)."""
+    from outreach.mxproviders import refresh
+    from outreach.settings import PreflightSettings
+
+    return refresh(database_url(), nameserver=PreflightSettings().dns_nameserver)
+
+
 def preflight_mode() -> str:
     """Return ``OUTREACH_PREFLIGHT``: ``block``, ``warn`` (the default) or ``off``.
 

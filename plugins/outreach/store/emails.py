@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 from uuid import UUID
 
+from psycopg.types.json import Jsonb
+
 from outreach.store._run import Conn, execute, many, maybe_one, one_value, values
 
 
@@ -96,9 +98,11 @@ def email_claim_batch(
     person_per_day: int | None = None,
     person_per_week: int | None = None,
     company_per_day: int | None = None,
+    provider_hourly: dict[str, int] | None = None,
 ) -> list[ClaimedEmail]:
-    """``email_claim_batch``: the claim of campaign rows (``outreach.claim_emails_v3``, with the
-    contact policy's caps that are set; ``None``: that cap is off)."""
+    """``email_claim_batch``: the claim of campaign rows (``outreach.claim_emails_v4``, with the
+    contact policy's caps that are set; ``None``: that cap is off; ``provider_hourly``: emails
+    an hour from this mailbox per recipient provider)."""
     return many(
         conn,
         "email_claim_batch",
@@ -111,6 +115,7 @@ def email_claim_batch(
             "person_per_day": person_per_day,
             "person_per_week": person_per_week,
             "company_per_day": company_per_day,
+            "provider_hourly": Jsonb(provider_hourly) if provider_hourly else None,
         },
         ClaimedEmail,
     )
