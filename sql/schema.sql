@@ -315,7 +315,7 @@ COMMENT ON TABLE outreach.org_domains IS
     'email domain → organisational domain (Public Suffix List) or free mail; filled by outreach.orgdomains';
 -- Rows: the free-mail providers (migration 0132), then what outreach.orgdomains maps.
 
--- The mailbox provider of an email domain from its MX records (migration 0138), until the
+-- The mailbox provider of an email domain from its MX records (migration 0141), until the
 -- records' TTL ends; filled by outreach.mxproviders (outreach_queue_due), read by the claim.
 CREATE TABLE outreach.mx_providers (
     domain text PRIMARY KEY,

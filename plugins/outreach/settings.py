@@ -212,7 +212,7 @@ _INT_ITEMS = BeforeValidator(_int_items)
 """Applied before :data:`_COMMA_LIST`'s split (Annotated runs the last first): whole items."""
 
 PROVIDERS = ("google", "microsoft", "yahoo", "apple", "other")
-"""The recipient mailbox providers (:mod:`outreach.mxproviders`, migration 0138)."""
+"""The recipient mailbox providers (:mod:`outreach.mxproviders`, migration 0141)."""
 
 
 def _provider_caps(value: Any) -> Any:

@@ -1,5 +1,5 @@
 -- Mailbox providers of email domains from their MX records (outreach.mx_providers, migration
--- 0138): the provider cap of the claim.
+-- 0141): the provider cap of the claim.
 
 -- name: mx_provider_stale
 -- The email domains of queued campaign rows whose provider is not cached, or whose entry ends

@@ -1,4 +1,4 @@
-"""Provider-aware throttling (issue 25, item 3; migration 0138): the recipient's mailbox provider
+"""Provider-aware throttling (issue 25, item 3; migration 0141): the recipient's mailbox provider
 from its MX records, cached with the TTL by outreach.mxproviders (a real DNS server on loopback),
 and per-mailbox hourly caps per provider decided inside the claim (outreach.claim_emails_v4),
 checked with concurrent senders and at a real SMTP server."""

@@ -1,4 +1,4 @@
--- 0138: provider-aware throttling (issue 25, item 3): per-mailbox hourly caps per recipient
+-- 0141: provider-aware throttling (issue 25, item 3): per-mailbox hourly caps per recipient
 -- mailbox provider (Google, Microsoft, Yahoo, Apple, other), decided inside the claim.
 --
 -- The provider of an email domain comes from its MX records, looked up by outreach.mxproviders
