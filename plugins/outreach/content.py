@@ -61,7 +61,8 @@ def content_version(template: str, subject: str | None, *, thread: bool = False,
 def campaign_content_version(campaign: Campaign, *, directory: Path | None = None) -> str:
     """Return the content version of a whole campaign as synced: the first 16 hex digits of a
     SHA-256 over each step's :func:`content_version` with its position, ``delay_days`` and
-    ``requires``, and each of its A/B variants' names and :func:`content_version`s. Kept in ``outreach.campaigns.content_version`` (migration 0127); another value
+    ``requires``, and each of its A/B variants' names and :func:`content_version`s. Kept in
+    ``outreach.campaigns.content_version`` (migration 0127); another value
     for an approved campaign sends it back to awaiting approval (a second approval, issue 24
     item 4: "a second approval is needed when an active campaign's templates or steps change").
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from test_campaign_overlap import NOW, _enrol, _queued
 
 from outreach.queue import queue_due
 from support.flow import scalar
-
-from test_campaign_overlap import NOW, _enrol, _queued
 
 
 @pytest.mark.xfail(strict=True, reason="attack finding: lead_in_other_sequence (0134) counts only a"

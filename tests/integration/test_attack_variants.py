@@ -1,12 +1,12 @@
-"""Attack: an active campaign's A/B variant copy edited — does it need a second approval?"""
+"""Attack: an edited A/B variant of an active campaign needs a second approval."""
 
 from __future__ import annotations
+
+from test_ab_variants import leads_file, write_campaign
 
 from outreach.leads import import_leads
 from support.flow import scalar
 from support.paths import MAILBOXES
-
-from test_ab_variants import leads_file, write_campaign
 
 
 def test_an_edited_variant_subject_of_an_active_campaign_needs_a_second_approval(

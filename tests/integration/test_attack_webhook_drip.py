@@ -6,10 +6,10 @@ import socket
 import threading
 import time
 
+from test_webhooks import SECRET_VAR, add_events, read_secret, secret  # noqa: F401 (fixture)
+
 from outreach.settings import WebhookSettings
 from outreach.webhooks import add_endpoint, deliver, enqueue
-
-from test_webhooks import SECRET_VAR, add_events, read_secret, secret  # noqa: F401 (fixture)
 
 DRIP = 12  # bytes, one every 0.9 s: each read is under the 1 s timeout
 
