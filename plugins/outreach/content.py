@@ -61,16 +61,29 @@ def content_version(template: str, subject: str | None, *, thread: bool = False,
 def campaign_content_version(campaign: Campaign, *, directory: Path | None = None) -> str:
     """Return the content version of a whole campaign as synced: the first 16 hex digits of a
     SHA-256 over each step's :func:`content_version` with its position, ``delay_days`` and
-    ``requires``. Kept in ``outreach.campaigns.content_version`` (migration 0127); another value
+    ``requires``, and each of its A/B variants' names and :func:`content_version`s. Kept in
+    ``outreach.campaigns.content_version`` (migration 0127); another value
     for an approved campaign sends it back to awaiting approval (a second approval, issue 24
     item 4: "a second approval is needed when an active campaign's templates or steps change").
 
     :param directory: the templates folder (default :func:`outreach.paths.templates_dir`).
     """
-    steps = [{"position": i, "delay_days": step.delay_days, "requires": sorted(set(step.requires)),
-              "content": content_version(step.template, step.subject, thread=step.thread,
-                                         campaign_key=campaign.key, campaign_name=campaign.name,
-                                         directory=directory)}
-             for i, step in enumerate(campaign.steps, start=1)]
+    steps = []
+    for i, step in enumerate(campaign.steps, start=1):
+        entry: dict[str, object] = {
+            "position": i, "delay_days": step.delay_days, "requires": sorted(set(step.requires)),
+            "content": content_version(step.template, step.subject, thread=step.thread,
+                                       campaign_key=campaign.key, campaign_name=campaign.name,
+                                       directory=directory)}
+        if step.variants:
+            # Each A/B variant's copy is what its leads get (0126): editing, adding or dropping
+            # one is a content change that needs a second approval. Absent without variants, so
+            # a campaign without them keeps the version it had.
+            entry["variants"] = [
+                [name, content_version(template, subject, thread=step.thread,
+                                       campaign_key=campaign.key, campaign_name=campaign.name,
+                                       variant=name, directory=directory)]
+                for name, template, subject in step.copies()]
+        steps.append(entry)
     blob = json.dumps(steps, sort_keys=True, ensure_ascii=False).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

@@ -106,6 +106,7 @@ def erase(url: str, address: str, *, actor: str, reason: str,
     forms = address_forms(address)
     try:
         with db.connect(url, erasure_key=key) as conn, conn.transaction():
+            store.erasure_wait_for_imports(conn)  # an import in flight may re-store the address
             erasure_id, counts = store.erasure_erase_person(conn, forms=forms, actor=actor,
                                                             reason=reason)
             audit.record_as(conn, who or audit.Who(actor), by=actor, action="erase",

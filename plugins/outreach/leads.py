@@ -1015,6 +1015,8 @@ def apply_staged(conn: Any, campaign: campaign_mod.Campaign, mailboxes: list[cam
     :returns: the result, ``run_id`` set.
     """
     result = ImportResult(file=name, campaign_key=campaign.key)
+    # An erasure waits for this import (its suppression check would miss one committed later).
+    leads_store.lead_import_hold_off_erasure(conn)
     campaign_id = campaign_mod.sync(conn, campaign, mailboxes, campaign_file)
     result.campaign_id = campaign_id
     leads_store.lead_stage_create(conn)

@@ -197,12 +197,16 @@ def _post(client: Any, d: ClaimedDelivery,
     except (LookupError, ValueError) as exc:
         return None, str(exc)[:300]
     try:
-        response = client.post(d.url, content=payload, headers=headers)
+        # Streamed, the body never read: only the status decides, and a receiver that drips its
+        # body a byte at a time (each read under the timeout) cannot hold the post past its
+        # lease, where another run would post it again (review 2026-12-02).
+        with client.stream("POST", d.url, content=payload, headers=headers) as response:
+            status = response.status_code
     except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL is not an HTTPError
         return None, mask_addresses(f"{type(exc).__name__}: {exc}".replace(d.url, "<url>"))[:300]
-    if 200 <= response.status_code < 300:
-        return response.status_code, None
-    return response.status_code, f"HTTP {response.status_code}"
+    if 200 <= status < 300:
+        return status, None
+    return status, f"HTTP {status}"
 
 
 def replay(url: str, *, endpoint: str | None = None, dead_only: bool = False,

@@ -5,6 +5,13 @@
 -- name: lead_by_address
 SELECT id, email FROM outreach.leads WHERE email = %(address)s;
 
+-- name: lead_import_hold_off_erasure
+-- At the start of a lead import, in its transaction: an erasure (erasure_wait_for_imports) waits
+-- until this import commits, and one already running is waited for here, so the import's
+-- suppression check sees every erasure committed before its upsert.
+SELECT pg_advisory_xact_lock_shared(hashtextextended('outreach.erasure-vs-import', 0)) IS NULL
+       AS waited;
+
 -- name: lead_stage_create
 -- One row per data row of the file, written by one COPY as the file is read: a good row has an
 -- email (and, if a field was dropped, problem_* with action 'ignored'); a skipped row has no email

@@ -20,3 +20,9 @@ def erasure_erase_person(conn: Conn, *, forms: list[str], actor: str, reason: st
 
     return one(conn, "erasure_erase_person", {"forms": forms, "actor": actor, "reason": reason},
                make)
+
+
+def erasure_wait_for_imports(conn: Conn) -> None:
+    """``erasure_wait_for_imports``: wait for the lead imports in flight and hold new ones off
+    until the caller's transaction ends (a transaction-scoped advisory lock)."""
+    one(conn, "erasure_wait_for_imports", {}, lambda waited: None)

@@ -176,3 +176,9 @@ class TimelineEntry:
 def lead_timeline(conn: Conn, *, address: str) -> list[TimelineEntry]:
     """``lead_timeline``: everything that happened to one lead, oldest first."""
     return many(conn, "lead_timeline", {"address": address}, TimelineEntry)
+
+
+def lead_import_hold_off_erasure(conn: Conn) -> None:
+    """``lead_import_hold_off_erasure``: make an erasure wait until the caller's import
+    transaction ends (a shared transaction-scoped advisory lock; waits for a running erasure)."""
+    one(conn, "lead_import_hold_off_erasure", {}, lambda waited: None)
