@@ -1976,30 +1976,36 @@ $$;
 COMMENT ON FUNCTION outreach.claim_emails_v3 IS
     'the claim with the contact policy (person per 24 h and 7 days, company per 24 h) and the calendar (holidays, blackout dates, mailbox freeze); docs/explanation/contact-policy.md';
 
--- The key of another campaign whose sequence the lead is in now, or NULL. In a sequence: an
--- active enrolment in an active or paused campaign (other than p_campaign_id) whose last step
--- has no email in a final state (sent, failed, cancelled, suppressed) yet. With p_before_at /
+-- The key of another campaign whose sequence the lead is in now, or NULL. In a sequence (0142):
+-- an active enrolment in an active or paused campaign, or one awaiting a second approval,
+-- (other than p_campaign_id), none of whose emails ended unsent (failed but not unconfirmed,
+-- cancelled, suppressed) and whose last step has not been sent. With p_before_at /
 -- p_before_id only enrolments made before (enrolled_at, id) count: two 'wait' campaigns that
 -- enrolled one person at once then wait for the earlier enrolment only, never for each other.
 CREATE FUNCTION outreach.lead_in_other_sequence(p_lead_id bigint, p_campaign_id bigint,
-                                                p_before_at timestamptz DEFAULT NULL,
-                                                p_before_id bigint DEFAULT NULL)
+                                                           p_before_at timestamptz DEFAULT NULL,
+                                                           p_before_id bigint DEFAULT NULL)
 RETURNS text
 LANGUAGE sql STABLE AS $$
     SELECT c.key
     FROM outreach.enrollments en
     JOIN outreach.campaigns c ON c.id = en.campaign_id
     WHERE en.lead_id = p_lead_id AND en.campaign_id <> p_campaign_id AND en.status = 'active'
-      AND c.status IN ('active', 'paused')
+      AND (c.status IN ('active', 'paused')
+           OR (c.status = 'awaiting_approval'
+               AND EXISTS (SELECT 1 FROM outreach.emails s1
+                           WHERE s1.lead_id = p_lead_id AND s1.campaign_id = c.id)))
       AND (p_before_at IS NULL OR (en.enrolled_at, en.id) < (p_before_at, p_before_id))
       AND NOT EXISTS (
           SELECT 1
-          FROM outreach.sequence_steps last
-          JOIN outreach.emails e ON e.step_id = last.id AND e.lead_id = p_lead_id
-          WHERE last.campaign_id = c.id
-            AND last.position = (SELECT max(s.position) FROM outreach.sequence_steps s
-                                 WHERE s.campaign_id = c.id)
-            AND e.status IN ('sent', 'failed', 'cancelled', 'suppressed'))
+          FROM outreach.sequence_steps st
+          JOIN outreach.emails e ON e.step_id = st.id AND e.lead_id = p_lead_id
+          WHERE st.campaign_id = c.id
+            AND ((e.status IN ('cancelled', 'suppressed')
+                  OR (e.status = 'failed' AND e.failure_kind IS DISTINCT FROM 'unconfirmed'))
+                 OR (e.status = 'sent'
+                     AND st.position = (SELECT max(s.position) FROM outreach.sequence_steps s
+                                        WHERE s.campaign_id = c.id))))
     ORDER BY en.enrolled_at, en.id
     LIMIT 1
 $$;
@@ -2263,20 +2269,22 @@ $$;
 -- Erasure
 -- ---------------------------------------------------------------------------------------------
 
--- Does t mention any of needles (case-insensitive)?
+-- Does t mention any of needles (case-insensitive, as whole words: 0143)?
 CREATE FUNCTION outreach.erasure_mentions(t text, needles text[]) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT t IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(needles) n
-                                     WHERE n <> '' AND strpos(lower(t), lower(n)) > 0)
+    SELECT t IS NOT NULL AND EXISTS (
+        SELECT 1 FROM unnest(needles) n
+        WHERE n <> '' AND strpos(lower(t), lower(n)) > 0
+          AND t ~* ('\m' || regexp_replace(n, '([^[:alnum:]_[:space:]])', '\\\1', 'g') || '\M'))
 $$;
 
--- t with every occurrence of each of needles (case-insensitive) replaced by '[erased]'.
+-- t with every whole-word occurrence of each of needles (case-insensitive) replaced by '[erased]'.
 CREATE FUNCTION outreach.erasure_clean(t text, needles text[]) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN NOT outreach.erasure_mentions(t, needles) THEN t
-        ELSE regexp_replace(t, '(' || (SELECT string_agg(regexp_replace(n, '([^[:alnum:]_[:space:]])',
-                                                                        '\\\1', 'g'), '|')
-                                       FROM unnest(needles) n WHERE n <> '') || ')',
+        ELSE regexp_replace(t, '\m(' || (SELECT string_agg(regexp_replace(n, '([^[:alnum:]_[:space:]])',
+                                                                           '\\\1', 'g'), '|')
+                                          FROM unnest(needles) n WHERE n <> '') || ')\M',
                             '[erased]', 'gi')
     END
 $$;

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import psycopg
-import pytest
 
 from outreach.erasure import erase
 from outreach.leads import import_leads
@@ -15,8 +14,6 @@ from support.paths import CAMPAIGN, MAILBOXES
 KEY = "test-erasure-key-0123456789abcdef-0123"
 
 
-@pytest.mark.xfail(strict=True, reason="attack finding: erase_person_v1 (0129) matches names as"
-                   " case-insensitive substrings in every row of events, alerts, *_events")
 def test_erasing_li_wei_keeps_unrelated_text(db_url, tmp_path, monkeypatch):
     monkeypatch.setenv("OUTREACH_ERASURE_KEY", KEY)
     csv = leads_csv(tmp_path, ["li.wei@proseware.example,Li,Wei Freight",

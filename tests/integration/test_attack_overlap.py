@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-import pytest
 from test_campaign_overlap import NOW, _enrol, _queued
 
 from outreach.queue import queue_due
 from support.flow import scalar
 
 
-@pytest.mark.xfail(strict=True, reason="attack finding: lead_in_other_sequence (0134) counts only a"
-                   " final last step as done; 0133's finish counts a failed earlier step too")
 def test_wait_ends_when_the_other_sequence_stopped_at_a_failed_step(db_url, tmp_path):
     _enrol(db_url, tmp_path, "first", None, steps=2)
     assert queue_due(db_url, now=NOW)["queued"] == 5
@@ -31,8 +28,6 @@ def test_wait_ends_when_the_other_sequence_stopped_at_a_failed_step(db_url, tmp_
     assert _queued(db_url, "second") == 1
 
 
-@pytest.mark.xfail(strict=True, reason="attack finding: lead_in_other_sequence (0134) ignores a"
-                   " sequence whose campaign awaits a second approval")
 def test_wait_keeps_waiting_while_the_other_campaign_awaits_a_second_approval(db_url, tmp_path):
     _enrol(db_url, tmp_path, "first", None, steps=2)
     assert queue_due(db_url, now=NOW)["queued"] == 5
