@@ -107,8 +107,8 @@ def erase(url: str, address: str, *, actor: str, reason: str,
     try:
         with db.connect(url, erasure_key=key) as conn, conn.transaction():
             store.erasure_wait_for_imports(conn)  # an import in flight may re-store the address
-            erasure_id, counts = store.erasure_erase_person(conn, forms=forms, actor=actor,
-                                                            reason=reason)
+            erased = store.erasure_erase_person(conn, forms=forms, actor=actor, reason=reason)
+            erasure_id, counts = erased.erasure_id, erased.counts
             audit.record_as(conn, who or audit.Who(actor), by=actor, action="erase",
                             target_kind="lead", reason=reason,
                             details={"erasure_id": erasure_id, "counts": counts})

@@ -115,8 +115,9 @@ def enqueue(url: str, *, now: dt.datetime | None = None) -> int:
     """
     with db.transaction(url) as conn:
         counts = store.webhook_enqueue(conn, now=now)
-    log.info("webhooks: %d delivery(ies) queued for %d endpoint(s)", counts.a, counts.b)
-    return counts.a
+    log.info("webhooks: %d delivery(ies) queued for %d endpoint(s)", counts.queued,
+             counts.endpoints)
+    return counts.queued
 
 
 def deliver(url: str, *, secret: Callable[[str], str], settings: WebhookSettings | None = None,
@@ -228,8 +229,8 @@ def replay(url: str, *, endpoint: str | None = None, dead_only: bool = False,
             raise ValueError(f"no webhook endpoint named {endpoint!r} (outreach webhooks list)")
         counts = store.webhook_replay(conn, endpoint=endpoint, dead_only=dead_only,
                                       since_event=since_event, now=now)
-    log.info("webhooks: replay added %d and reset %d delivery(ies)", counts.a, counts.b)
-    return counts.a, counts.b
+    log.info("webhooks: replay added %d and reset %d delivery(ies)", counts.added, counts.reset)
+    return counts.added, counts.reset
 
 
 def add_endpoint(url: str, *, name: str, endpoint_url: str, event_kinds: list[str],

@@ -70,7 +70,8 @@ FROM outreach.campaigns WHERE key = %(key)s;
 
 -- name: campaign_list
 -- Every campaign, by key (the campaign page's preview form).
-SELECT id, key, name, status, paused_reason, paused_at, paused_by, approved_at, approved_by
+SELECT id, key, name, status, paused_reason, paused_at, paused_by, approved_at, approved_by,
+       content_version, approved_content_version
 FROM outreach.campaigns ORDER BY key;
 
 -- name: campaign_pause

@@ -8,7 +8,7 @@
 -- it gets the events of transactions that had not ended when it was added, and every later one.
 INSERT INTO outreach.webhook_endpoints (name, url, event_kinds, secret_ref, enabled)
 VALUES (%(name)s, %(url)s, %(event_kinds)s, %(secret_ref)s, %(enabled)s)
-RETURNING id, name;
+RETURNING id;
 
 -- name: webhook_endpoint_list
 -- Every endpoint with its deliveries counted by status (no secret: only where it is read).

@@ -57,9 +57,10 @@ def expected_figures(report: dict) -> dict[str, str]:
 
 
 def check_campaign_page(dep, db_url: str, unconfirmed: list[int], tmp_path) -> None:
-    """Anonymous: the page is refused, the unsubscribe path answers. Logged in through Airflow's
-    login page in chromium: the page shows exactly ``outreach report --json``'s figures and its
-    charts are drawn (screenshot in .test-artifacts/)."""
+    """Anonymous: the page is refused to a script and sends a browser to the login page, the
+    unsubscribe path answers. Logged in through Airflow's login page in chromium: the page shows
+    exactly ``outreach report --json``'s figures and its charts are drawn (screenshot in
+    .test-artifacts/)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -72,6 +73,10 @@ def check_campaign_page(dep, db_url: str, unconfirmed: list[int], tmp_path) -> N
     assert [u["id"] for u in report["unconfirmed"]] == unconfirmed
     driver = browser.chromium(tmp_path / "chromium-profile")
     try:
+        # An anonymous browser asking for the page is sent to Airflow's login page (issue 27).
+        driver.get(page)
+        WebDriverWait(driver, 60).until(lambda d: "/auth/login" in d.current_url)
+        assert driver.find_element(By.NAME, "username")
         browser.log_in(driver, dep.base_url, "admin", dep.admin_password(), page)
         WebDriverWait(driver, 60).until(
             lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-charts-ready") == "yes")

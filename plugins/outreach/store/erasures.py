@@ -6,20 +6,26 @@ transaction (migration 0129 lists every table it touches).
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from outreach.store._run import Conn, one
 
 
-def erasure_erase_person(conn: Conn, *, forms: list[str], actor: str, reason: str,
-                         ) -> tuple[int, dict[str, int]]:
+@dataclass(frozen=True, slots=True)
+class Erased:
+    """A row of ``erasure_erase_person``: the ``outreach.erasures`` id and the rows changed per
+    table (``{table: count}``)."""
+
+    erasure_id: int
+    counts: dict[str, int]
+
+
+def erasure_erase_person(conn: Conn, *, forms: list[str], actor: str, reason: str) -> Erased:
     """``erasure_erase_person``: erase the person whose address is spelled ``forms`` (normal
     form first); return the ``outreach.erasures`` id and the rows changed per table."""
-    def make(erasure_id: int, counts: dict[str, Any]) -> tuple[int, dict[str, int]]:
-        return erasure_id, {k: int(v) for k, v in counts.items()}
-
-    return one(conn, "erasure_erase_person", {"forms": forms, "actor": actor, "reason": reason},
-               make)
+    row = one(conn, "erasure_erase_person", {"forms": forms, "actor": actor, "reason": reason},
+              Erased)
+    return Erased(row.erasure_id, {k: int(v) for k, v in row.counts.items()})
 
 
 def erasure_wait_for_imports(conn: Conn) -> None:

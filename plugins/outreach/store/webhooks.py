@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, cast
 
-from outreach.store._run import Conn, many, maybe_value, one
+from outreach.store._run import Conn, many, maybe_value, one, one_value
 
 
 @dataclass(frozen=True)
@@ -60,12 +60,19 @@ class Failed:
 
 
 @dataclass(frozen=True)
-class Counts:
-    """Two counts a query reports (``webhook_enqueue``: queued, endpoints; ``webhook_replay``:
-    added, reset), as ``a`` and ``b`` in that order."""
+class EnqueueCounts:
+    """A row of ``webhook_enqueue``: deliveries queued, endpoints whose boundary moved."""
 
-    a: int
-    b: int
+    queued: int
+    endpoints: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayCounts:
+    """A row of ``webhook_replay``: deliveries added, deliveries reset to pending."""
+
+    added: int
+    reset: int
 
 
 def webhook_endpoint_add(conn: Conn, *, name: str, url: str, event_kinds: list[str],
@@ -75,10 +82,9 @@ def webhook_endpoint_add(conn: Conn, *, name: str, url: str, event_kinds: list[s
     :raises outreach.db.OutreachDBError: the name exists (constraint
         ``outreach_webhook_endpoints_name_key``) or a value breaks a check constraint.
     """
-    row: dict[str, Any] = one(conn, "webhook_endpoint_add", {"name": name, "url": url, "event_kinds": event_kinds,
-                                             "secret_ref": secret_ref, "enabled": enabled},
-              dict)
-    return cast("int", row["id"])
+    return cast("int", one_value(conn, "webhook_endpoint_add", {
+        "name": name, "url": url, "event_kinds": event_kinds, "secret_ref": secret_ref,
+        "enabled": enabled}, "id"))
 
 
 def webhook_endpoint_list(conn: Conn) -> list[Endpoint]:
@@ -86,12 +92,11 @@ def webhook_endpoint_list(conn: Conn) -> list[Endpoint]:
     return many(conn, "webhook_endpoint_list", {}, Endpoint)
 
 
-def webhook_enqueue(conn: Conn, *, now: dt.datetime | None = None) -> Counts:
+def webhook_enqueue(conn: Conn, *, now: dt.datetime | None = None) -> EnqueueCounts:
     """``webhook_enqueue``: turn the events past each enabled endpoint's boundary into deliveries
     due at ``now`` (UTC; default the database's now); return (deliveries queued, endpoints whose
     boundary moved)."""
-    row: dict[str, Any] = one(conn, "webhook_enqueue", {"now": now}, dict)
-    return Counts(int(row["queued"]), int(row["endpoints"]))
+    return one(conn, "webhook_enqueue", {"now": now}, EnqueueCounts)
 
 
 def webhook_claim(conn: Conn, *, token: uuid.UUID, batch: int, lease_seconds: float,
@@ -133,8 +138,7 @@ def webhook_fail(conn: Conn, *, id: int, token: uuid.UUID, http_status: int | No
 
 
 def webhook_replay(conn: Conn, *, endpoint: str | None, dead_only: bool, since_event: int | None,
-                   now: dt.datetime | None = None) -> Counts:
+                   now: dt.datetime | None = None) -> ReplayCounts:
     """``webhook_replay``: make deliveries due again; return (deliveries added, reset)."""
-    row: dict[str, Any] = one(conn, "webhook_replay", {"endpoint": endpoint, "dead_only": dead_only,
-                                       "since_event": since_event, "now": now}, dict)
-    return Counts(int(row["added"]), int(row["reset"]))
+    return one(conn, "webhook_replay", {"endpoint": endpoint, "dead_only": dead_only,
+                                        "since_event": since_event, "now": now}, ReplayCounts)
