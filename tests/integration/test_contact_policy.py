@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import threading
 
 from outreach import db
 from outreach.send import claim
+from support.scenario import claim_until_drained
 
 NOW = dt.datetime(2026, 3, 4, 10, 7, tzinfo=dt.UTC)
 PEOPLE = 200
@@ -48,31 +48,8 @@ def _seed(conn) -> list[int]:
 
 def _senders(db_url: str, boxes: list[int], per_day: int | None,
              company_per_day: int | None = None) -> None:
-    start = threading.Barrier(len(boxes))
-    errors: list[Exception] = []
-
-    def run(box: int) -> None:
-        try:
-            with db.connect(db_url, autocommit=True) as conn:
-                start.wait()
-                for _ in range(20):
-                    rows, _note = claim(conn, box, 10, worker=f"w{box}", now=NOW,
-                                        person_per_day=per_day, person_per_week=3,
-                                        company_per_day=company_per_day)
-                    due = conn.execute(
-                        "SELECT count(*) AS n FROM outreach.emails WHERE mailbox_id = %s AND"
-                        " status = 'queued' AND scheduled_for <= %s", (box, NOW)).fetchone()["n"]
-                    if not rows and not due:
-                        return
-        except Exception as exc:  # noqa: BLE001 - re-raised by the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(b,)) for b in boxes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    claim_until_drained(db_url, boxes, now=NOW, batch=10, rounds=20, person_per_day=per_day,
+                        person_per_week=3, company_per_day=company_per_day)
 
 
 def test_concurrent_senders_in_two_campaigns_give_no_one_two_emails_a_day(db_url):

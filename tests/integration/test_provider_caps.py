@@ -6,7 +6,6 @@ checked with concurrent senders and at a real SMTP server."""
 from __future__ import annotations
 
 import datetime as dt
-import threading
 
 import pytest
 
@@ -15,6 +14,7 @@ from outreach.send import claim
 from support.dnszone import dns_server, mx
 from support.flow import leads_csv, one_mailbox, outreach, rows, scalar
 from support.paths import CAMPAIGN, MAILBOXES, SMTP_CONN_IDS
+from support.scenario import claim_until_drained
 
 NOW = dt.datetime(2026, 3, 4, 10, 7, tzinfo=dt.UTC)
 PER_BOX = 30  # Microsoft and Google recipients each, per mailbox
@@ -57,32 +57,8 @@ def _seed(conn) -> list[int]:
 
 
 def _senders(db_url: str, boxes: list[int], caps: dict[str, int]) -> None:
-    senders = [box for box in boxes for _ in range(2)]
-    start = threading.Barrier(len(senders))
-    errors: list[Exception] = []
-
-    def run(box: int) -> None:
-        try:
-            with db.connect(db_url, autocommit=True) as conn:
-                start.wait()
-                for _ in range(40):
-                    got, _note = claim(conn, box, 4, worker=f"w{box}", now=NOW,
-                                       person_per_day=1, person_per_week=3,
-                                       provider_hourly=caps)
-                    due = conn.execute(
-                        "SELECT count(*) AS n FROM outreach.emails WHERE mailbox_id = %s AND"
-                        " status = 'queued' AND scheduled_for <= %s", (box, NOW)).fetchone()["n"]
-                    if not got and not due:
-                        return
-        except Exception as exc:  # noqa: BLE001 - re-raised by the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(b,)) for b in senders]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    claim_until_drained(db_url, [box for box in boxes for _ in range(2)], now=NOW, batch=4,
+                        rounds=40, person_per_day=1, person_per_week=3, provider_hourly=caps)
 
 
 def _per_box(conn, status: str) -> dict[tuple[int, str], int]:

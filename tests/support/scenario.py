@@ -91,3 +91,25 @@ def concurrently(target: Callable[..., object], args: Sequence[tuple]) -> None:
         t.join()
     if errors:
         raise errors[0]
+
+
+def claim_until_drained(db_url: str, senders: Sequence[int], *, now: dt.datetime, batch: int,
+                        rounds: int, **policy: object) -> None:
+    """One sender per entry of ``senders`` (a mailbox id; the same one twice is two senders of
+    it), all released at once (:func:`concurrently`): each claims up to ``batch`` rows of its
+    mailbox at ``now`` with the contact-policy keywords ``policy`` (:func:`outreach.send.claim`),
+    at most ``rounds`` times, until a claim takes nothing and no row of the mailbox is due."""
+    from outreach import db
+    from outreach.send import claim
+
+    def run(box: int) -> None:
+        with db.connect(db_url, autocommit=True) as conn:
+            for _ in range(rounds):
+                got, _note = claim(conn, box, batch, worker=f"w{box}", now=now, **policy)
+                due = conn.execute(
+                    "SELECT count(*) AS n FROM outreach.emails WHERE mailbox_id = %s AND"
+                    " status = 'queued' AND scheduled_for <= %s", (box, now)).fetchone()["n"]
+                if not got and not due:
+                    return
+
+    concurrently(run, [(box,) for box in senders])
