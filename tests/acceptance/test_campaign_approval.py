@@ -12,14 +12,21 @@ tests/acceptance/test_campaign_approval.py``.
 from __future__ import annotations
 
 import datetime as dt
-import time
 
 import pytest
 
 from outreach.campaign_pause import change_status
 from outreach.leads import import_leads
 from outreach.suppression import import_suppressions
-from support.deployment import BASE_ENV, running_deployment, task_instances, trigger, wait_for, wait_run
+from support.deployment import (
+    BASE_ENV,
+    running_deployment,
+    task_instances,
+    trigger,
+    wait_answerable,
+    wait_for,
+    wait_run,
+)
 from support.flow import EXPECTED_LEADS, rows, scalar
 from support.paths import CAMPAIGN, DNC, LEADS, MAILBOXES
 
@@ -31,9 +38,7 @@ KEY = "q4-ops-intro"
 
 def _answer(dep, token, run_id: str, chosen: str, reason: str) -> dict:
     """Wait for the run's Required Action, check what it shows, answer it as the UI does."""
-    wait_for(lambda: any(t["task_id"] == "decide" and t["state"] == "awaiting_input"
-                         for t in task_instances(dep, token, DAG, run_id)), 240,
-             "the Required Action to open")
+    wait_answerable(dep, token, DAG, run_id, "decide")
     path = f"/dags/{DAG}/dagRuns/{run_id}/taskInstances/decide/-1/hitlDetails"
     detail = dep.api("GET", path, token)
     assert detail["options"] == ["approve", "reject"] and not detail["defaults"]
@@ -45,7 +50,6 @@ def _answer(dep, token, run_id: str, chosen: str, reason: str) -> dict:
     assert body.count("Subject: ") == 2, body  # two sample renders
     addresses = [r["email"] for r in rows(dep.outreach_url, "SELECT email FROM outreach.leads")]
     assert not [a for a in addresses if a in body]  # lead addresses are masked
-    time.sleep(5)  # as test_operator_walkthrough: a person never answers within a second
     return dep.api("PATCH", path, token, json={"chosen_options": [chosen],
                                                "params_input": {"reason": reason}})
 

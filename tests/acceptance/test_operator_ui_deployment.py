@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import time
 
 import httpx
 import pytest
@@ -30,6 +29,7 @@ from support.deployment import (
     running_deployment,
     send_tis,
     task_instances,
+    wait_answerable,
     wait_for,
 )
 from support.flow import hand_over, import_demo, outreach, rows
@@ -148,17 +148,12 @@ def test_required_actions_resolve_listed_rows_and_failures_turn_red_and_alert_on
                 assert f"| {i} | not checked: " in detail["body"], detail["body"]
                 assert "| q4-ops-intro | 1 |" in detail["body"], detail["body"]
             assert "anna.schmidt@" not in detail["body"]
+            wait_answerable(dep, token, "outreach_unconfirmed_review", review_run, "decide")
             answer = dep.api("PATCH", path, token, json={"chosen_options": ["not sent, requeue"]})
             assert answer["responded_by"]["name"] == "admin"
             # A requeue is confirmed in a second step before anything changes.
             confirm = path.replace("/decide/", "/confirm_requeue/")
-            wait_for(lambda: any(t["task_id"] == "confirm_requeue" and t["state"] == "awaiting_input"
-                                 for t in task_instances(dep, token, "outreach_unconfirmed_review",
-                                                         review_run)), 180, "the confirmation")
-            # An answer within a second of the task pausing races Airflow's executor event for
-            # that pause (seen with 3.x: the resumed task is failed and retried, and the retry
-            # asks again); a person never answers that fast, this test waits as one would.
-            time.sleep(5)
+            wait_answerable(dep, token, "outreach_unconfirmed_review", review_run, "confirm_requeue", 180)
             dep.api("PATCH", confirm, token, json={"chosen_options": [REQUEUE_CONFIRM]})
             done = wait_for(lambda: (r := dep.api("GET", f"/dags/outreach_unconfirmed_review/dagRuns/"
                                                   f"{review_run}", token))["state"] in {"success", "failed"} and r,

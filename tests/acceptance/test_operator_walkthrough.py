@@ -34,6 +34,7 @@ from support.deployment import (
     send_tis,
     task_instances,
     trigger,
+    wait_answerable,
     wait_for,
     wait_run,
 )
@@ -181,6 +182,7 @@ def test_a_newcomer_follows_the_docs_from_import_to_a_safe_clear(
                 assert detail and "not checked: Sent folder unreadable" in detail["body"]
 
                 # 6. "not sent, requeue" asks again, with the evidence, before anything changes.
+                wait_answerable(dep, token, REVIEW, review_run, "decide")
                 _click_answer(driver, dep, review_run, "decide", "not sent, requeue",
                               "walkthrough-required-action.png")
                 wait_for(lambda: _awaiting(dep, token, "confirm_requeue") == review_run, 180,
@@ -189,6 +191,7 @@ def test_a_newcomer_follows_the_docs_from_import_to_a_safe_clear(
                 assert "gets it twice" in confirm["body"] and "not checked:" in confirm["body"]
                 assert rows(db_url, "SELECT count(*) AS n FROM outreach.emails WHERE failure_kind"
                                     " = 'unconfirmed'")[0]["n"] == 2  # nothing changed yet
+                wait_answerable(dep, token, REVIEW, review_run, "confirm_requeue")
                 _click_answer(driver, dep, review_run, "confirm_requeue", REQUEUE_CONFIRM,
                               "walkthrough-confirm-requeue.png")
                 done = wait_for(lambda: (r := dep.api("GET", f"/dags/{REVIEW}/dagRuns/{review_run}",

@@ -126,6 +126,25 @@ def task_instances(dep, token, dag_id, run_id) -> list[dict]:
     return dep.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", token)["task_instances"]
 
 
+def wait_answerable(dep, token, dag_id: str, run_id: str, task_id: str, timeout: float = 240) -> None:
+    """Wait until the run's ``task_id`` awaits input (a Required Action is open) *and* the scheduler
+    has processed the executor's event for the worker that paused it (its ``TaskInstance Finished:
+    … state=awaiting_input`` line in ``scheduler.log``).
+
+    Why the second wait: an answer lands the task back in the queue under the same try number;
+    if the scheduler sees the pausing worker's exit only after that, Airflow 3 (LocalExecutor)
+    takes it for the resumed task's end, fails the try and the retry asks again (seen on 2 loaded
+    cores 6 s after the pause). A person never answers that fast; a test must not either."""
+    wait_for(lambda: any(t["task_id"] == task_id and t["state"] == "awaiting_input"
+                         for t in task_instances(dep, token, dag_id, run_id)), timeout,
+             f"{dag_id}.{task_id} to await input")
+    head = f"TaskInstance Finished: dag_id={dag_id}, task_id={task_id}, run_id={run_id}, "
+    log = dep.log_dir / "scheduler.log"
+    wait_for(lambda: any(head in line and "state=awaiting_input," in line
+                         for line in log.read_text(errors="replace").splitlines()),
+             timeout, f"the scheduler to see the worker that paused {dag_id}.{task_id} exit")
+
+
 def clear_and_wait(dep, token, run_id: str, tis: list[dict], *, only_failed: bool) -> dict:
     """Clear send_batch task instances (and what follows them) through the REST API; wait for the
     run to finish again; return the run."""
