@@ -129,7 +129,7 @@ def value_column(header: list[str]) -> int | None:
 
 
 def apply_entries(conn: Conn, entries: Iterable[tuple[int, str, str]], result: SuppressionImport,
-                  *, reason: str, source: str) -> SuppressionImport:
+                  *, reason: str, source: str, who: audit.Who | None = None) -> SuppressionImport:
     """The one import path of do-not-contact entries (a CSV, a suppression source), inside the
     caller's transaction: each ``(row, field, value)`` is parsed (:func:`parse_entry`) and
     inserted once (``ON CONFLICT DO NOTHING``: a known entry is counted ``known`` and adds no
@@ -139,11 +139,15 @@ def apply_entries(conn: Conn, entries: Iterable[tuple[int, str, str]], result: S
     (``outreach.suppression_events``) carry ``source``.
 
     :param reason: one of :data:`REASONS`.
+    :param who: an operator's import (the CLI's OS user, an Airflow run), as for
+        :func:`suppress`: one that adds entries leaves one ``suppress`` row in the audit trail,
+        in the same transaction, naming ``source`` and the counts.
     :returns: ``result``, its counts increased.
     :raises ValueError: unknown reason.
     """
     if reason not in REASONS:
         raise ValueError(f"unknown reason {reason!r}; one of {REASONS}")
+    before = (result.added, result.known, result.invalid, result.cancelled)
     for line, name, value in entries:
         if not value.strip():
             continue
@@ -159,6 +163,13 @@ def apply_entries(conn: Conn, entries: Iterable[tuple[int, str, str]], result: S
         else:
             result.known += 1
     result.cancelled += len(emails.email_cancel_suppressed(conn))
+    added, known, invalid, cancelled = (now - was for now, was in zip(
+        (result.added, result.known, result.invalid, result.cancelled), before, strict=True))
+    if added and who is not None:
+        audit.record_as(conn, who, action="suppress", target_kind="suppression",
+                        target_key=source, reason=reason,
+                        details={"bulk": True, "added": added, "known": known, "invalid": invalid,
+                                 "cancelled": cancelled})
     return result
 
 
@@ -187,7 +198,7 @@ def csv_entries(f: IO[str], label: str | Path) -> Iterator[tuple[int, str, str]]
 
 
 def import_suppressions(url: str, csv_file: str | Path, reason: str = "do-not-contact",
-                        ) -> SuppressionImport:
+                        who: audit.Who | None = None) -> SuppressionImport:
     """Import a do-not-contact CSV (first column, or a column named email/domain) in one
     transaction through :func:`apply_entries`; bad lines are reported and the rest imported.
 
@@ -195,6 +206,7 @@ def import_suppressions(url: str, csv_file: str | Path, reason: str = "do-not-co
         path is relative to the project root).
     :raises ImportFileError: the file is outside the import folders, not a regular file, or a
         row is longer than :data:`outreach.leads.MAX_ROW_CHARS` (nothing imported).
+    :param who: who runs it, for the audit trail (:func:`apply_entries`).
     :raises OSError: the file cannot be read.
     """
     path = import_path(csv_file)
@@ -202,7 +214,7 @@ def import_suppressions(url: str, csv_file: str | Path, reason: str = "do-not-co
     with open_regular(path, "r", encoding="utf-8-sig", newline="") as f, \
             db.transaction(url) as conn:
         return apply_entries(conn, csv_entries(f, csv_file), result, reason=reason,
-                             source=str(csv_file))
+                             source=str(csv_file), who=who)
 
 
 def is_suppressed(conn: Conn, address: str, message_class: str = "marketing") -> bool:

@@ -231,3 +231,22 @@ def test_the_campaign_page_shows_the_campaigns_last_decisions(db_url):
     html = render_page(collect(db_url))
     section = html.split(f'<table id="audit-{KEY}">', 1)[1].split("</table>", 1)[0]
     assert "os:alice" in section and "pause" in section and "legal &lt;review&gt;" in section
+
+
+def test_a_bulk_suppression_import_leaves_one_audit_row_with_its_counts(db_url, tmp_path):
+    """``outreach import-suppressions`` is an operator decision (found by the attack on issue 27):
+    one row naming the file and the counts, none when a re-import adds nothing."""
+    csv = tmp_path / "dnc.csv"
+    csv.write_text("email\njane@acme.example\nnot-an-address\nbad.example\n")
+    p = outreach(db_url, "import-suppressions", str(csv), tmp_path=tmp_path,
+                 OUTREACH_IMPORT_ROOTS=str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    [row] = audit_rows(db_url)
+    assert (row["action"], row["actor"], row["via"], row["target_kind"], row["reason"]) == (
+        "suppress", f"os:{getpass.getuser()}", "cli", "suppression", "do-not-contact")
+    assert row["target_key"] == str(csv)
+    assert row["details"] == {"bulk": True, "added": 2, "known": 0, "invalid": 1, "cancelled": 0}
+    p = outreach(db_url, "import-suppressions", str(csv), tmp_path=tmp_path,
+                 OUTREACH_IMPORT_ROOTS=str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert len(audit_rows(db_url)) == 1  # nothing added: no decision to record

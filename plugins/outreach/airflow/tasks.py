@@ -149,7 +149,7 @@ def _import(url: str, campaign_file: str, mailbox_file: str, leads_file: str,
         import_path(path, roots=config, hint="campaign and mailbox files live in the project's include/")
     out: dict[str, Any] = {}
     if suppressions_file:
-        sup = import_suppressions(url, suppressions_file)
+        sup = import_suppressions(url, suppressions_file, who=airflow_who("import"))
         for p in sup.problems:
             log.warning("%s, %s", suppressions_file, p)
         log.info("suppressions %s: added=%s known=%s invalid=%s cancelled=%s", suppressions_file,

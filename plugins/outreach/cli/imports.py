@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from outreach.cli.common import database_url, positive_int, user_path
+from outreach.cli.common import cli_who, database_url, positive_int, user_path
 
 
 def _print_suppressions(given: str, sup) -> None:
@@ -26,7 +26,8 @@ def cmd_import_leads(args: argparse.Namespace) -> int:
     campaign = user_path(args.campaign, "include/campaigns/demo.yaml")
     mailboxes = user_path(args.mailboxes, "include/mailboxes.yaml")
     if args.suppressions:
-        _print_suppressions(args.suppressions, import_suppressions(url, user_path(args.suppressions)))
+        _print_suppressions(args.suppressions, import_suppressions(url, user_path(args.suppressions),
+                                                                       who=cli_who()))
 
     def progress(rows: int, seconds: float) -> None:  # stderr: stdout stays the report (--json)
         print(progress_line(args.csv, rows, seconds), file=sys.stderr, flush=True)
@@ -55,7 +56,8 @@ def cmd_import_suppressions(args: argparse.Namespace) -> int:
     """Run ``outreach import-suppressions``; return the exit code."""
     from outreach.suppression import import_suppressions
 
-    _print_suppressions(args.csv, import_suppressions(database_url(), user_path(args.csv), reason=args.reason))
+    _print_suppressions(args.csv, import_suppressions(database_url(), user_path(args.csv), reason=args.reason,
+                                                     who=cli_who()))
     return 0
 
 
