@@ -701,6 +701,7 @@ class WebhookSettings(OutreachSettings):
     | OUTREACH_WEBHOOK_RETRY_CAP_SECONDS  | webhook_retry_cap_seconds  | 3600 (the longest wait) |
     | OUTREACH_WEBHOOK_BATCH_SIZE         | webhook_batch_size         | 50 (deliveries one claim takes) |
     | OUTREACH_WEBHOOK_RUN_SECONDS        | webhook_run_seconds        | 50 (a run stops claiming after this) |
+    | OUTREACH_WEBHOOK_ALLOW_PRIVATE      | webhook_allow_private      | false (non-public addresses refused) |
 
     The n-th failed attempt waits base × 2^(n-1) seconds, at most the cap (``webhook_fail`` in
     ``sql/queries/webhooks.sql``): with the defaults 1, 2, 4 … 64 minutes, the 8th failure about
@@ -719,6 +720,10 @@ class WebhookSettings(OutreachSettings):
         "deliveries one claim takes, 1 to 1000"))
     webhook_run_seconds: float = Field(50.0, ge=1, le=3600, description=(
         "seconds one delivery run keeps claiming, 1 to 3600"))
+    webhook_allow_private: bool = Field(False, description=(
+        "post to endpoints whose host is or resolves to a non-public address (loopback, private, "
+        "link-local such as a cloud metadata service); off: such an endpoint is refused when added "
+        "and each attempt to it fails (outreach.webhooks.destination)"))
 
     @property
     def lease_seconds(self) -> float:

@@ -22,6 +22,12 @@ Delivery is at least once, each event once per endpoint in the database:
 * :func:`replay` — dead rows, or every row from an event id on, due again (``outreach webhooks
   replay``).
 
+Where a post may go (:func:`destination`): the endpoint's host is resolved right before each post
+and every address it resolves to must be public (``ipaddress``'s ``is_global``) unless
+``OUTREACH_WEBHOOK_ALLOW_PRIVATE`` is on; the post then connects to the address that was checked
+(the URL's name kept for ``Host`` and TLS), so a name that resolves elsewhere a moment later (DNS
+rebinding) cannot reach a loopback service or a cloud metadata address (OWASP SSRF prevention).
+
 The secret is read where the endpoint's ``secret_ref`` says (the caller passes the reader,
 :func:`outreach.airflow.connections.named_secret`); the logs name the endpoint, never its URL
 (a URL may hold a token) nor the secret.
@@ -30,7 +36,9 @@ The secret is read where the endpoint's ``secret_ref`` says (the caller passes t
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import json
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -159,7 +167,7 @@ def deliver(url: str, *, secret: Callable[[str], str], settings: WebhookSettings
                                            lease_seconds=s.lease_seconds, now=now):
                     counts["skipped"] += 1
                     continue
-                status, error = _post(client, d, read_secret)
+                status, error = _post(client, d, read_secret, s.webhook_allow_private)
                 if error is None and status is not None:
                     store.webhook_deliver_ok(conn, id=d.id, token=token, http_status=status,
                                              now=now)
@@ -186,22 +194,69 @@ def deliver(url: str, *, secret: Callable[[str], str], settings: WebhookSettings
     return result
 
 
-def _post(client: Any, d: ClaimedDelivery,
-          secret: Callable[[str], str]) -> tuple[int | None, str | None]:
-    """Post one delivery; return (HTTP status or ``None``, ``None`` on a 2xx else the error in a
-    line that holds neither the URL nor an address)."""
+class UnsafeDestination(ValueError):
+    """An endpoint URL that may not be posted to (:func:`destination`); the message names the
+    host and the setting, never the URL's path or query (they may hold a token)."""
+
+
+ALLOW_PRIVATE_HINT = ("set OUTREACH_WEBHOOK_ALLOW_PRIVATE=true only for a receiver on this machine "
+                      "or a private network you trust")
+
+
+def destination(endpoint_url: str, *, allow_private: bool) -> tuple[str, str]:
+    """Check where a post to ``endpoint_url`` would go; return ``(host, address)``: the URL's host
+    name and the address to connect to (the first one it resolves to).
+
+    Every address the host resolves to (``socket.getaddrinfo``, A and AAAA) must be public
+    (:attr:`ipaddress.IPv4Address.is_global`: not loopback, private, link-local such as
+    169.254.169.254, shared, reserved or multicast) unless ``allow_private``.
+
+    :raises UnsafeDestination: not an http(s) URL with a host, the host does not resolve, or it
+        resolves to a non-public address and ``allow_private`` is off.
+    """
+    import httpx
+
+    try:
+        url = httpx.URL(endpoint_url)
+    except httpx.InvalidURL as exc:
+        raise UnsafeDestination(f"webhook URL cannot be parsed: {exc}") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise UnsafeDestination("webhook URL must be http:// or https:// with a host")
+    try:
+        infos = socket.getaddrinfo(url.host, url.port or (443 if url.scheme == "https" else 80),
+                                   type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UnsafeDestination(f"webhook host {url.host} does not resolve ({exc})") from None
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    if not allow_private:
+        private = [a for a in addresses if not ipaddress.ip_address(a.split("%")[0]).is_global]
+        if private:
+            raise UnsafeDestination(f"webhook host {url.host} resolves to a non-public address "
+                                    f"({', '.join(private[:3])}); {ALLOW_PRIVATE_HINT}")
+    return url.host, addresses[0]
+
+
+def _post(client: Any, d: ClaimedDelivery, secret: Callable[[str], str],
+          allow_private: bool) -> tuple[int | None, str | None]:
+    """Post one delivery to the address :func:`destination` checked; return (HTTP status or
+    ``None``, ``None`` on a 2xx else the error in a line that holds neither the URL nor an
+    address)."""
     import httpx
 
     payload = body(d)
     try:
         headers = signed_headers(secret(d.secret_ref), webhook_id(d.event_id), payload)
+        host, address = destination(d.url, allow_private=allow_private)
     except (LookupError, ValueError) as exc:
         return None, str(exc)[:300]
     try:
+        url = httpx.URL(d.url)
+        headers["Host"] = url.netloc.decode("ascii")
         # Streamed, the body never read: only the status decides, and a receiver that drips its
         # body a byte at a time (each read under the timeout) cannot hold the post past its
         # lease, where another run would post it again (review 2026-12-02).
-        with client.stream("POST", d.url, content=payload, headers=headers) as response:
+        with client.stream("POST", url.copy_with(host=address), content=payload, headers=headers,
+                           extensions={"sni_hostname": host}) as response:
             status = response.status_code
     except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL is not an HTTPError
         return None, mask_addresses(f"{type(exc).__name__}: {exc}".replace(d.url, "<url>"))[:300]
@@ -234,7 +289,7 @@ def replay(url: str, *, endpoint: str | None = None, dead_only: bool = False,
 
 
 def add_endpoint(url: str, *, name: str, endpoint_url: str, event_kinds: list[str],
-                 secret_ref: str, enabled: bool = True) -> int:
+                 secret_ref: str, enabled: bool = True, allow_private: bool | None = None) -> int:
     """Add an endpoint; return its id. It gets the events of transactions that end from now on
     (older ones: :func:`replay` with ``since_event``).
 
@@ -242,8 +297,13 @@ def add_endpoint(url: str, *, name: str, endpoint_url: str, event_kinds: list[st
     :param endpoint_url: an http(s) URL.
     :param event_kinds: kinds of ``outreach.events`` (``replied``, ``bounced`` …) or ``*``.
     :param secret_ref: ``env:NAME`` or ``conn:ID``, where the ``whsec_`` secret is read.
+    :param allow_private: default ``OUTREACH_WEBHOOK_ALLOW_PRIVATE``; the URL is checked by
+        :func:`destination` (each post checks it again).
+    :raises UnsafeDestination: the URL may not be posted to (nothing stored).
     :raises ValueError: a value the table refuses (the constraint named), or the name exists.
     """
+    destination(endpoint_url, allow_private=WebhookSettings().webhook_allow_private
+                if allow_private is None else allow_private)
     try:
         with db.transaction(url) as conn:
             return store.webhook_endpoint_add(conn, name=name, url=endpoint_url,

@@ -430,12 +430,13 @@ def test_webhooks_dag_posts_signed_events_with_the_secret_of_a_connection(
     receiver = Receiver(secret).start()
     try:
         add_endpoint(db_url, name="crm", endpoint_url=receiver.url, event_kinds=["replied"],
-                     secret_ref="conn:outreach_test_webhook")
+                     secret_ref="conn:outreach_test_webhook", allow_private=True)
         ids = [r["id"] for r in rows(db_url, "INSERT INTO outreach.events (kind) VALUES"
                                              " ('replied'), ('sent'), ('replied') RETURNING id")]
         env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
         env["AIRFLOW_CONN_OUTREACH_TEST_WEBHOOK"] = json.dumps({"conn_type": "generic",
                                                                  "password": secret})
+        env["OUTREACH_WEBHOOK_ALLOW_PRIVATE"] = "true"  # the receiver listens on loopback
         first = shared_airflow.run_dag(env, "outreach_webhooks", tmp_path / "webhooks-1.log")
         second = shared_airflow.run_dag(env, "outreach_webhooks", tmp_path / "webhooks-2.log")
     finally:

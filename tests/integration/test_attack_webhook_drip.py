@@ -43,10 +43,10 @@ def test_a_dripping_receiver_cannot_hold_a_post_past_three_timeouts(db_url, secr
     srv, port = _drip_server()
     try:
         add_endpoint(db_url, name="slow", endpoint_url=f"http://127.0.0.1:{port}/hook",
-                     event_kinds=["*"], secret_ref=f"env:{SECRET_VAR}")
+                     event_kinds=["*"], secret_ref=f"env:{SECRET_VAR}", allow_private=True)
         add_events(db_url, ["replied"])
         enqueue(db_url)
-        s = WebhookSettings(webhook_timeout=1, webhook_run_seconds=2)
+        s = WebhookSettings(webhook_timeout=1, webhook_run_seconds=2, webhook_allow_private=True)
         started = time.monotonic()
         deliver(db_url, secret=read_secret, settings=s)
         took = time.monotonic() - started

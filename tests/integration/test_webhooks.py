@@ -17,11 +17,18 @@ import psycopg
 import pytest
 
 from outreach.settings import WebhookSettings
-from outreach.webhooks import add_endpoint, deliver, enqueue
+from outreach.webhooks import UnsafeDestination, add_endpoint, deliver, destination, enqueue
 from support.flow import outreach, rows
 from support.webhookreceiver import Receiver
 
 SECRET_VAR = "OUTREACH_TEST_WEBHOOK_SECRET"
+
+
+@pytest.fixture(autouse=True)
+def loopback_receivers(monkeypatch) -> None:
+    """The receivers here listen on 127.0.0.1: allowed as a user allows a receiver on their own
+    machine (the default refusal: test_a_non_public_destination_is_refused_when_added_and_posted)."""
+    monkeypatch.setenv("OUTREACH_WEBHOOK_ALLOW_PRIVATE", "true")
 
 
 @pytest.fixture
@@ -62,7 +69,7 @@ def statuses(url: str) -> dict[int, tuple[str, int]]:
 
 SETTINGS = WebhookSettings(webhook_timeout=5, webhook_max_attempts=8,
                            webhook_retry_base_seconds=60, webhook_retry_cap_seconds=900,
-                           webhook_batch_size=4, webhook_run_seconds=60)
+                           webhook_batch_size=4, webhook_run_seconds=60, webhook_allow_private=True)
 
 
 def test_every_event_arrives_once_after_dedup_through_500s_a_restart_and_a_late_commit(
@@ -230,8 +237,13 @@ def test_a_missing_secret_fails_the_attempt_without_posting_or_naming_a_value(db
 
 
 def test_an_endpoint_url_httpx_cannot_parse_fails_its_attempt_not_the_run(db_url, receiver):
-    add_endpoint(db_url, name="broken", endpoint_url="http://127.0.0.1:0x/hook", event_kinds=["*"],
-                 secret_ref=f"env:{SECRET_VAR}")
+    # Stored before add_endpoint checked URLs (it refuses this one now).
+    with pytest.raises(UnsafeDestination, match="cannot be parsed"):
+        add_endpoint(db_url, name="broken", endpoint_url="http://127.0.0.1:0x/hook",
+                     event_kinds=["*"], secret_ref=f"env:{SECRET_VAR}")
+    rows(db_url, "INSERT INTO outreach.webhook_endpoints (name, url, event_kinds, secret_ref)"
+                 " VALUES ('broken', 'http://127.0.0.1:0x/hook', '{*}', %s) RETURNING id",
+         (f"env:{SECRET_VAR}",))
     add_endpoint(db_url, name="crm", endpoint_url=receiver.url, event_kinds=["*"],
                  secret_ref=f"env:{SECRET_VAR}")
     [event_id] = add_events(db_url, ["replied"])
@@ -240,4 +252,39 @@ def test_an_endpoint_url_httpx_cannot_parse_fails_its_attempt_not_the_run(db_url
     assert (result.delivered, result.retried) == (1, 1)
     assert [m for m, _ in receiver.received] == [f"evt_{event_id}"]
     [row] = rows(db_url, "SELECT last_error FROM outreach.webhook_deliveries WHERE status = 'pending'")
-    assert row["last_error"].startswith("InvalidURL") and "0x/hook" not in row["last_error"]
+    assert row["last_error"].startswith("webhook URL cannot be parsed") and "0x/hook" not in row["last_error"]
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8080/hook", "http://localhost/hook",
+                                 "http://169.254.169.254/latest/meta-data/", "https://10.1.2.3/x",
+                                 "http://[::1]:9000/hook", "ftp://crm.example/hook"])
+def test_a_non_public_destination_is_refused_when_added(db_url, monkeypatch, url):
+    monkeypatch.delenv("OUTREACH_WEBHOOK_ALLOW_PRIVATE")
+    p = outreach(db_url, "webhooks", "add", "crm", "--url", url, "--events", "*",
+                 "--secret", f"env:{SECRET_VAR}")
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert ("OUTREACH_WEBHOOK_ALLOW_PRIVATE" in p.stderr or "http:// or https://" in p.stderr), p.stderr
+    assert "/hook" not in p.stderr and "meta-data" not in p.stderr  # the path may hold a token
+    assert rows(db_url, "SELECT * FROM outreach.webhook_endpoints") == []
+
+
+def test_a_public_address_passes_the_check_without_connecting():
+    assert destination("https://93.184.215.14/hook?t=1", allow_private=False) == (
+        "93.184.215.14", "93.184.215.14")
+
+
+def test_an_endpoint_that_turned_private_is_not_posted_to(db_url, receiver, secret):
+    """Added while the setting was on (or its name resolved elsewhere then): each post checks the
+    destination again, so with the setting off nothing reaches the loopback receiver."""
+    add_endpoint(db_url, name="crm", endpoint_url=receiver.url, event_kinds=["*"],
+                 secret_ref=f"env:{SECRET_VAR}")
+    add_events(db_url, ["replied"])
+    enqueue(db_url)
+    strict = SETTINGS.model_copy(update={"webhook_allow_private": False})
+    assert deliver(db_url, secret=read_secret, settings=strict).retried == 1
+    assert receiver.received == []
+    [row] = rows(db_url, "SELECT status, last_error FROM outreach.webhook_deliveries")
+    assert row["status"] == "pending" and "non-public address (127.0.0.1)" in row["last_error"]
+    assert receiver.url not in row["last_error"]
+    assert deliver(db_url, secret=read_secret, settings=SETTINGS,
+                   now=db_now(db_url) + dt.timedelta(hours=1)).delivered == 1

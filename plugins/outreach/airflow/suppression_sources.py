@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from outreach import db
+from outreach.airflow.who import airflow_who
 from outreach.campaign import FileSource, SqlSource, _load, _Model
 from outreach.leads import ImportFileError
 from outreach.logutil import log, mask_addresses
@@ -172,20 +173,13 @@ def _import_sql(url: str, source: SuppressionSource) -> SuppressionImport:
         with db.transaction(url) as conn:
             suppressions_store.suppression_actor_set(conn, actor=ACTOR, note=source.label)
             apply_entries(conn, entries(), result, reason=source.reason, source=source.label,
-                          who=_who())
+                          who=airflow_who(ACTOR))
     finally:
         if cur is not None:
             cur.close()
         dbconn.close()
     report(result)
     return result
-
-
-def _who() -> Any:
-    """Who imports, for the audit trail: the Airflow run (:func:`outreach.airflow.tasks.airflow_who`)."""
-    from outreach.airflow.tasks import airflow_who
-
-    return airflow_who(ACTOR)
 
 
 def report(result: SuppressionImport) -> None:
@@ -241,5 +235,5 @@ def _import_object(url: str, source: SuppressionSource, obj: Any,
             with local.open("r", encoding="utf-8-sig", newline="") as f:
                 suppressions_store.suppression_actor_set(conn, actor=ACTOR, note=source.label)
                 apply_entries(conn, csv_entries(f, result.file), result, reason=source.reason,
-                              source=source.label, who=_who())
+                              source=source.label, who=airflow_who(ACTOR))
     return result
