@@ -184,5 +184,5 @@ def change_status(url: str, key: str, verb: str, by: str, reason: str, *,
         raise CampaignStateError(f"campaign {key} is {row.status!r}; {verb} needs {needs!r} "
                                  "(outreach campaign history KEY shows how it got there)")
     change = CampaignChange(key, True, after, done[0].created_at, past)
-    log.warning("%s by %s: %s", change.line(), by, reason)
+    log.info("%s by %s: %s", change.line(), by, reason)
     return change
