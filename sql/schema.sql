@@ -1553,7 +1553,7 @@ CREATE FUNCTION outreach.email_org(p_email text) RETURNS TABLE (org text)
 LANGUAGE sql STABLE PARALLEL SAFE ROWS 1 AS $$
     SELECT CASE WHEN d.domain IS NULL THEN e.domain
                 WHEN d.free_mail THEN NULL ELSE d.org END
-    FROM (SELECT outreach.email_domain(p_email) AS domain) e
+    FROM (SELECT outreach.email_domain(p_email) AS domain OFFSET 0) e
     LEFT JOIN outreach.org_domains d ON d.domain = e.domain
 $$;
 
@@ -1563,7 +1563,7 @@ CREATE FUNCTION outreach.email_provider(p_email text, p_now timestamptz)
 RETURNS TABLE (provider text)
 LANGUAGE sql STABLE PARALLEL SAFE ROWS 1 AS $$
     SELECT coalesce(m.provider, 'other')
-    FROM (SELECT outreach.email_domain(p_email) AS domain) e
+    FROM (SELECT outreach.email_domain(p_email) AS domain OFFSET 0) e
     LEFT JOIN outreach.mx_providers m ON m.domain = e.domain AND m.expires_at > p_now
 $$;
 
@@ -1696,11 +1696,15 @@ BEGIN
             SELECT * FROM cand WHERE org IS NULL OR org = ANY (v_orgs)
         ), touches AS (
             -- A touch: a campaign row of the person that is sending or sent (or unconfirmed: it
-            -- may have gone out), by claimed_at.
+            -- may have gone out), by claimed_at. day_orgs: the organisations the person's
+            -- touches of the last 24 hours were claimed for (emails.org): a person already
+            -- contacted for the organisation does not count twice for it.
             SELECT e.lead_id,
                    count(*) FILTER (WHERE e.claimed_at > v_now - interval '1 day') AS day_n,
                    min(e.claimed_at) FILTER (WHERE e.claimed_at > v_now - interval '1 day') AS day_first,
-                   count(*) AS week_n, min(e.claimed_at) AS week_first
+                   count(*) AS week_n, min(e.claimed_at) AS week_first,
+                   array_agg(DISTINCT e.org) FILTER (WHERE e.claimed_at > v_now - interval '1 day'
+                                                     AND e.org IS NOT NULL) AS day_orgs
             FROM outreach.emails e
             WHERE v_caps AND e.lead_id IN (SELECT lead_id FROM mine) AND e.message_class = 'marketing'
               AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed')
@@ -1708,7 +1712,7 @@ BEGIN
             GROUP BY e.lead_id
         ), person AS (
             SELECT m.*, coalesce(t.day_n, 0) AS day_n, t.day_first,
-                   coalesce(t.week_n, 0) AS week_n, t.week_first,
+                   coalesce(t.week_n, 0) AS week_n, t.week_first, t.day_orgs,
                    row_number() OVER (PARTITION BY m.lead_id ORDER BY m.ord) AS lead_rn
             FROM mine m LEFT JOIN touches t USING (lead_id)
         ), org_people AS (
@@ -1742,8 +1746,7 @@ BEGIN
             GROUP BY 1
         ), person_passed AS (
             SELECT p.*, (p.day_n + p.lead_rn <= v_day_cap AND p.week_n + p.lead_rn <= v_week_cap) AS person_ok,
-                   EXISTS (SELECT 1 FROM org_people op
-                           WHERE op.org = p.org AND op.lead_id = p.lead_id) AS org_known,
+                   coalesce(p.org = ANY (p.day_orgs), false) AS org_known,
                    (v_provider_caps ->> p.provider)::integer AS provider_cap
             FROM person p
         ), passed AS (
