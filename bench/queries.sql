@@ -107,3 +107,20 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type 
 -- The campaign page's baseline: its report queries with the server's JIT on (as before
 -- report_jit_off).
 SET jit = on;
+
+-- name: bench_claim_calendar_and_mx
+-- The claim bench's policy is every policy on: give the campaign a holiday country and a blackout
+-- date (neither today, so nothing is held, but the claim looks both up), fill the holidays of DE
+-- for the year around today, and cache an MX provider for most bench domains (google, microsoft,
+-- yahoo in turn; a few left out stay 'other'), as outreach.mxproviders would.
+UPDATE outreach.campaigns
+SET country = 'DE', blackout_dates = ARRAY[(now() + interval '200 days')::date];
+INSERT INTO outreach.holidays (country, day, name)
+SELECT 'DE', d::date, 'bench holiday'
+FROM generate_series(now() + interval '2 days', now() + interval '300 days', interval '30 days') d
+ON CONFLICT DO NOTHING;
+INSERT INTO outreach.mx_providers (domain, provider, expires_at, checked_at)
+SELECT 'bench' || i || '.example', (ARRAY['google', 'microsoft', 'yahoo'])[1 + i % 3],
+       now() + interval '1 day', now()
+FROM generate_series(0, 89) i
+ON CONFLICT (domain) DO NOTHING;

@@ -38,6 +38,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--claim-rows", type=int, default=10_000, help="queued items per claim run")
     p.add_argument("--claimers", default="1,2,8", help="concurrent claimers, comma-separated")
     p.add_argument("--claim-batch", type=int, default=50, help="rows per claim (and PgQueuer batch)")
+    p.add_argument("--claim-systems", default=",".join(bench_claim.SYSTEMS),
+                   help="claim systems to measure, comma-separated (ours always)")
     p.add_argument("--claim-mailboxes", type=int, default=4, help="mailboxes the rows are spread over")
     p.add_argument("--send-emails", type=int, default=300, help="emails per send-path run")
     p.add_argument("--latency-delay", type=float, default=0.1,
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("outreach").setLevel(logging.WARNING)
     only = set(args.only.split(","))
     sizes = {k: getattr(args, k) for k in ("claim_rows", "claimers", "claim_batch",
-                                             "claim_mailboxes", "send_emails", "latency_delay",
+                                             "claim_mailboxes", "claim_systems", "send_emails", "latency_delay",
                                              "latency_parallelism", "latency_batch",
                                              "latency_mailboxes", "import_rows",
                                              "fanout_tasks", "fanout_batch", "scaleout_emails",
@@ -93,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             "claim": lambda: bench_claim.bench(
                 server, workdir, rows=args.claim_rows,
                 concurrency=[int(c) for c in args.claimers.split(",")], batch=args.claim_batch,
-                mailboxes=args.claim_mailboxes, repeats=args.repeats),
+                mailboxes=args.claim_mailboxes, repeats=args.repeats,
+                systems=tuple(args.claim_systems.split(","))),
             "send": lambda: bench_send.bench(server, workdir, emails=args.send_emails,
                                              mailboxes=2, repeats=args.repeats),
             "latency": lambda: bench_latency.bench(

@@ -22,8 +22,10 @@
 --                         pg_try_advisory_xact_lock on 'outreach.person:<lead id>' and
 --                         'outreach.org:<domain>'; organisations: outreach.org_domains  §4
 --   the provider cap .... outreach.claim_emails_v4 (p_provider_hourly): the mailbox's rows of
---                         the last hour per recipient provider (outreach.provider_of, cached
---                         MX in outreach.mx_providers), under the caller's mailbox lock  §4
+--                         the last hour per recipient provider (emails.provider, stamped at the
+--                         claim from outreach.email_provider: cached MX in outreach.mx_providers;
+--                         read by outreach_emails_mailbox_claimed_idx), under the caller's
+--                         mailbox lock  §4
 --   the send window ..... outreach.next_send_slot                   §4 "Send windows"
 --   the calendar ........ holidays: outreach.holidays (filled by outreach.calendars), read by
 --                         outreach.next_open_slot (email_queue_due) and the `cal` join of
@@ -487,6 +489,9 @@ CREATE TABLE outreach.emails (
     -- The organisation the row was claimed for (outreach.org_of, by claim_emails_v3, 0140): the
     -- per-company count reads the day's contacts by it. NULL: free mail, or never claimed so.
     org                    text,
+    -- The recipient mailbox provider the row was claimed for (outreach.email_provider, by
+    -- claim_emails_v4, 0144): the provider cap counts the mailbox's hour by it.
+    provider               text,
     CONSTRAINT outreach_emails_lead_step_key UNIQUE (lead_id, step_id),
     CONSTRAINT outreach_emails_variant_fkey
         FOREIGN KEY (step_id, variant) REFERENCES outreach.step_variants (step_id, name),
@@ -537,6 +542,8 @@ COMMENT ON COLUMN outreach.emails.variant IS
     'the step variant this row renders (outreach.step_variants); fixed when queued; NULL: none';
 COMMENT ON COLUMN outreach.emails.org IS
     'the organisation this row was claimed for (outreach.org_of; NULL: free mail or not claimed by claim_emails_v3)';
+COMMENT ON COLUMN outreach.emails.provider IS
+    'the recipient mailbox provider this row was claimed for (outreach.email_provider); NULL: not claimed by claim_emails_v4 since 0144';
 
 -- Exactly one entry per email row, written only after the SMTP server accepted it, by the same
 -- statement that marks the row sent (email_mark_sent; email_resolve_was_sent for an operator).
@@ -1539,22 +1546,35 @@ $$;
 -- The contact policy in one set-based claim (0132): the person per 24 h and 7 days, the
 -- company per 24 h, and more rounds when picked rows were held. Its steps and why the locks and
 -- the decision are separate statements: docs/explanation/contact-policy.md.
+-- Each is a set-returning SQL function (one row for every address) that PostgreSQL inlines into
+-- the query that joins it (0144): the claim joins them; org_of and provider_of read them.
 -- The organisation of an address: its mapped org, NULL for free mail, else its own domain.
-CREATE FUNCTION outreach.org_of(p_email text) RETURNS text
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN d.domain IS NULL THEN outreach.email_domain(p_email)
+CREATE FUNCTION outreach.email_org(p_email text) RETURNS TABLE (org text)
+LANGUAGE sql STABLE PARALLEL SAFE ROWS 1 AS $$
+    SELECT CASE WHEN d.domain IS NULL THEN e.domain
                 WHEN d.free_mail THEN NULL ELSE d.org END
-    FROM (SELECT outreach.email_domain(p_email) AS domain) e
+    FROM (SELECT outreach.email_domain(p_email) AS domain OFFSET 0) e
     LEFT JOIN outreach.org_domains d ON d.domain = e.domain
 $$;
 
 -- The mailbox provider of an address at p_now: the cached provider of its domain while the
 -- entry has not expired, else 'other' (never a lookup).
+CREATE FUNCTION outreach.email_provider(p_email text, p_now timestamptz)
+RETURNS TABLE (provider text)
+LANGUAGE sql STABLE PARALLEL SAFE ROWS 1 AS $$
+    SELECT coalesce(m.provider, 'other')
+    FROM (SELECT outreach.email_domain(p_email) AS domain OFFSET 0) e
+    LEFT JOIN outreach.mx_providers m ON m.domain = e.domain AND m.expires_at > p_now
+$$;
+
+CREATE FUNCTION outreach.org_of(p_email text) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT o.org FROM outreach.email_org(p_email) o
+$$;
+
 CREATE FUNCTION outreach.provider_of(p_email text, p_now timestamptz) RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT coalesce((SELECT m.provider FROM outreach.mx_providers m
-                     WHERE m.domain = outreach.email_domain(p_email) AND m.expires_at > p_now),
-                    'other')
+    SELECT p.provider FROM outreach.email_provider(p_email, p_now) p
 $$;
 
 CREATE FUNCTION outreach.claim_emails_v4(p_message_class text, p_mailbox_id bigint,
@@ -1639,8 +1659,9 @@ BEGIN
                OR pg_try_advisory_xact_lock(hashtextextended('outreach.person:' || p.lead_id, 0)));
         v_orgs := ARRAY(
             SELECT o.org
-            FROM (SELECT DISTINCT outreach.org_of(l.email) AS org
+            FROM (SELECT DISTINCT eo.org
                   FROM outreach.emails q JOIN outreach.leads l ON l.id = q.lead_id
+                  CROSS JOIN LATERAL outreach.email_org(l.email) eo
                   WHERE q.id = ANY (v_picked) AND q.lead_id = ANY (v_people)) o
             WHERE o.org IS NOT NULL
               AND (p_company_per_day IS NULL
@@ -1651,8 +1672,7 @@ BEGIN
             -- The calendar (0137): the lead's local date is a blackout date of the campaign or a
             -- holiday of the lead's country (one join on outreach.holidays). Such a row is held
             -- to the next open slot whatever the caps say, and counts for no cap.
-            SELECT q.id, q.lead_id, outreach.org_of(l.email) AS org,
-                   outreach.provider_of(l.email, v_now) AS provider,
+            SELECT q.id, q.lead_id, eo.org, pv.provider,
                    row_number() OVER (ORDER BY q.scheduled_for, q.id) AS ord,
                    CASE WHEN z.today = ANY (c.blackout_dates) THEN 'blackout date ' || z.today
                         WHEN h.day IS NOT NULL THEN 'holiday in ' || h.country END AS closed,
@@ -1665,6 +1685,10 @@ BEGIN
                        outreach.lead_country(l.custom, c.country) AS country,
                        (v_now AT TIME ZONE coalesce(l.timezone, c.timezone))::date AS today) z
             LEFT JOIN outreach.holidays h ON h.country = z.country AND h.day = z.today
+            -- The organisation and the provider as joins (outreach.email_org and
+            -- outreach.email_provider are inlined into this query: one index lookup each).
+            CROSS JOIN LATERAL outreach.email_org(l.email) eo
+            CROSS JOIN LATERAL outreach.email_provider(l.email, v_now) pv
             WHERE q.id = ANY (v_picked) AND q.lead_id = ANY (v_people)
         ), cand AS (
             SELECT id, lead_id, org, provider, ord FROM cal WHERE closed IS NULL
@@ -1672,11 +1696,15 @@ BEGIN
             SELECT * FROM cand WHERE org IS NULL OR org = ANY (v_orgs)
         ), touches AS (
             -- A touch: a campaign row of the person that is sending or sent (or unconfirmed: it
-            -- may have gone out), by claimed_at.
+            -- may have gone out), by claimed_at. day_orgs: the organisations the person's
+            -- touches of the last 24 hours were claimed for (emails.org): a person already
+            -- contacted for the organisation does not count twice for it.
             SELECT e.lead_id,
                    count(*) FILTER (WHERE e.claimed_at > v_now - interval '1 day') AS day_n,
                    min(e.claimed_at) FILTER (WHERE e.claimed_at > v_now - interval '1 day') AS day_first,
-                   count(*) AS week_n, min(e.claimed_at) AS week_first
+                   count(*) AS week_n, min(e.claimed_at) AS week_first,
+                   array_agg(DISTINCT e.org) FILTER (WHERE e.claimed_at > v_now - interval '1 day'
+                                                     AND e.org IS NOT NULL) AS day_orgs
             FROM outreach.emails e
             WHERE v_caps AND e.lead_id IN (SELECT lead_id FROM mine) AND e.message_class = 'marketing'
               AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed')
@@ -1684,7 +1712,7 @@ BEGIN
             GROUP BY e.lead_id
         ), person AS (
             SELECT m.*, coalesce(t.day_n, 0) AS day_n, t.day_first,
-                   coalesce(t.week_n, 0) AS week_n, t.week_first,
+                   coalesce(t.week_n, 0) AS week_n, t.week_first, t.day_orgs,
                    row_number() OVER (PARTITION BY m.lead_id ORDER BY m.ord) AS lead_rn
             FROM mine m LEFT JOIN touches t USING (lead_id)
         ), org_people AS (
@@ -1703,10 +1731,14 @@ BEGIN
             SELECT org, count(*) AS n, min(first_at) AS first_at FROM org_people GROUP BY org
         ), provider_counts AS (
             -- This mailbox's touches of each recipient provider in the last hour (the mailbox
-            -- row is locked by the caller for the whole claim: these counts are serialized).
-            SELECT outreach.provider_of(l3.email, v_now) AS provider, count(*) AS n,
-                   min(e.claimed_at) AS first_at
-            FROM outreach.emails e JOIN outreach.leads l3 ON l3.id = e.lead_id
+            -- row is locked by the caller for the whole claim: these counts are serialized), by
+            -- the provider each row was claimed for (emails.provider, 0144); a row claimed
+            -- without it (by claim_emails_v3) by its recipient's provider now.
+            SELECT coalesce(e.provider,
+                            outreach.provider_of((SELECT l3.email FROM outreach.leads l3
+                                                  WHERE l3.id = e.lead_id), v_now)) AS provider,
+                   count(*) AS n, min(e.claimed_at) AS first_at
+            FROM outreach.emails e
             WHERE v_provider_caps IS NOT NULL
               AND e.mailbox_id = p_mailbox_id AND e.message_class = 'marketing'
               AND (e.status IN ('sending', 'sent') OR e.failure_kind = 'unconfirmed')
@@ -1714,8 +1746,7 @@ BEGIN
             GROUP BY 1
         ), person_passed AS (
             SELECT p.*, (p.day_n + p.lead_rn <= v_day_cap AND p.week_n + p.lead_rn <= v_week_cap) AS person_ok,
-                   EXISTS (SELECT 1 FROM org_people op
-                           WHERE op.org = p.org AND op.lead_id = p.lead_id) AS org_known,
+                   coalesce(p.org = ANY (p.day_orgs), false) AS org_known,
                    (v_provider_caps ->> p.provider)::integer AS provider_cap
             FROM person p
         ), passed AS (
@@ -1734,7 +1765,7 @@ BEGIN
                   WHERE person_ok AND provider_ok AND org IS NOT NULL AND NOT org_known
                   GROUP BY org, lead_id) s
         ), decided AS (
-            SELECT p.id, p.org,
+            SELECT p.id, p.org, p.provider,
                    CASE WHEN NOT p.person_ok OR NOT p.provider_ok THEN false
                         WHEN p.org IS NULL OR p.org_known OR p_company_per_day IS NULL THEN true
                         ELSE coalesce(oc.n, 0) + np.org_rank <= v_org_cap END AS take,
@@ -1759,7 +1790,7 @@ BEGIN
             LEFT JOIN org_counts oc ON oc.org = p.org
             LEFT JOIN new_people np ON np.org = p.org AND np.lead_id = p.lead_id
             UNION ALL
-            SELECT k.id, NULL::text, false, k.closed,
+            SELECT k.id, NULL::text, NULL::text, false, k.closed,
                    outreach.next_open_slot(v_now, k.tz, k.send_days, k.window_start, k.window_end,
                                            k.country, k.blackout_dates)
             FROM cal k WHERE k.closed IS NOT NULL
@@ -1773,7 +1804,7 @@ BEGIN
         UPDATE outreach.emails e
         SET status = 'sending', claim_token = p_claim_token, claimed_at = v_now,
             claimed_by = p_claimed_by, attempts = e.attempts + 1, updated_at = v_now,
-            hold_reason = NULL, org = d.org
+            hold_reason = NULL, org = d.org, provider = d.provider
         FROM decided d
         WHERE e.id = d.id AND d.take AND e.status IS NOT DISTINCT FROM 'queued'
         RETURNING e.*;

@@ -176,3 +176,24 @@ def test_held_rows_do_not_spend_the_claims_limit(db_url):
                         person_per_week=3)
         assert len(rows) == 10
         assert not {r["lead_id"] for r in rows} & set(first)
+
+
+def test_a_person_already_contacted_today_does_not_count_twice_for_the_company(db_url):
+    """With two touches a day allowed, a person of a company reached its cap of one may get a
+    second email (they are already its one person of the day); a new person of it waits."""
+    with db.connect(db_url, autocommit=True) as conn:
+        boxes = _seed(conn)
+        caps = {"person_per_day": 2, "person_per_week": 3, "company_per_day": 1}
+        first, _ = claim(conn, boxes[0], 1, worker="w", now=NOW, **caps)
+        assert [r["email"] for r in first] == ["p0@company0.example"]
+        # Campaign c1's mailbox 4 has p0's second step due first, then p68 and p136 of company0.
+        got, _ = claim(conn, boxes[4], 100, worker="w", now=NOW + dt.timedelta(minutes=1), **caps)
+        emails = {r["email"] for r in got}
+        assert "p0@company0.example" in emails
+        assert not emails & {"p68@company0.example", "p136@company0.example"}
+        held = {r["email"]: r["hold_reason"] for r in conn.execute(
+            "SELECT l.email, e.hold_reason FROM outreach.emails e JOIN outreach.leads l"
+            " ON l.id = e.lead_id WHERE e.mailbox_id = %s AND e.status = 'queued'"
+            " AND l.email LIKE '%%@company0.example'", (boxes[4],))}
+        assert held == {"p68@company0.example": "company cap: 1 people a day at company0.example",
+                        "p136@company0.example": "company cap: 1 people a day at company0.example"}

@@ -132,6 +132,42 @@ def test_the_mx_cache_keeps_the_ttl_and_the_claim_never_looks_up(db_url):
         assert sum(r["email"].endswith("@msft.example") for r in got) == PER_BOX
 
 
+def test_a_row_counts_for_the_provider_it_was_claimed_for_within_its_hour(db_url):
+    """The hour's count reads the provider each row was claimed for (emails.provider, 0144),
+    not its domain's provider now: a domain whose MX moves to Google within the hour does not
+    turn the Microsoft mail already sent into Google mail."""
+    with db.connect(db_url, autocommit=True) as conn:
+        boxes = _seed(conn)
+    with dns_server(_zone()) as ns:
+        assert mxproviders.refresh(db_url, nameserver=ns, now=NOW)["looked_up"] == 2
+    caps = {"google": CAP}
+    with db.connect(db_url, autocommit=True) as conn:
+        got, _ = claim(conn, boxes[0], 100, worker="w", now=NOW, person_per_day=1,
+                       person_per_week=3, provider_hourly=caps)
+        assert len(got) == PER_BOX + CAP
+        assert {r["provider"]: r["n"] for r in conn.execute(
+            "SELECT provider, count(*) AS n FROM outreach.emails WHERE status = 'sending'"
+            " GROUP BY 1")} == {"microsoft": PER_BOX, "google": CAP}
+        conn.execute("UPDATE outreach.mx_providers SET provider = 'google'"
+                     " WHERE domain = 'msft.example'")
+        camp, step = conn.execute("SELECT campaign_id, step_id FROM outreach.emails"
+                                  " LIMIT 1").fetchone().values()
+        for i in range(2):
+            lead = conn.execute("INSERT INTO outreach.leads (email) VALUES (%s) RETURNING id",
+                                (f"new{i}@goog.example",)).fetchone()["id"]
+            conn.execute("INSERT INTO outreach.enrollments (campaign_id, lead_id, mailbox_id)"
+                         " VALUES (%s, %s, %s)", (camp, lead, boxes[0]))
+            conn.execute("INSERT INTO outreach.emails (lead_id, step_id, campaign_id, mailbox_id,"
+                         " scheduled_for) VALUES (%s, %s, %s, %s, %s)",
+                         (lead, step, camp, boxes[0], NOW))
+        # Ten minutes later Google has had CAP of this mailbox's hour: two more fit a cap of
+        # CAP + 2 (counted by the domain's provider now it would be PER_BOX + CAP: none).
+        got, _ = claim(conn, boxes[0], 100, worker="w", now=NOW + dt.timedelta(minutes=10),
+                       person_per_day=1, person_per_week=3,
+                       provider_hourly={"google": CAP + 2})
+        assert sorted(r["email"] for r in got) == ["new0@goog.example", "new1@goog.example"]
+
+
 def test_provider_caps_must_name_known_providers_and_whole_numbers(db_url):
     from outreach.settings import _provider_caps
 
