@@ -55,14 +55,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fanout-batch", type=int, default=50, help="emails per mapped task")
     p.add_argument("--scaleout-emails", type=int, default=200,
                    help="emails per scale-out run (real Airflow, LocalExecutor and Celery)")
-    p.add_argument("--scaleout-batch", type=int, default=25, help="rows per mapped send task")
+    p.add_argument("--scaleout-batch", type=int, default=25,
+                   help="rows per mapped send task at least (each of the rule's batches a run "
+                   "takes its share of the emails)")
     p.add_argument("--scaleout-slots", type=int, default=4,
                    help="send slots per worker (OUTREACH_WORKER_SEND_SLOTS of the sizing rule)")
-    p.add_argument("--scaleout-sessions", type=int, default=2,
+    p.add_argument("--scaleout-sessions", type=int, default=4,
                    help="SMTP sessions per mailbox (OUTREACH_SESSIONS_PER_MAILBOX of the sizing rule)")
-    p.add_argument("--scaleout-delay", type=float, default=0.075,
+    p.add_argument("--scaleout-delay", type=float, default=0.1,
                    help="seconds the scale-out sink waits before each reply to a command")
-    p.add_argument("--scaleout-workers", default="1,2", help="Celery workers, comma-separated")
+    p.add_argument("--scaleout-workers", default="1,2,4", help="Celery workers, comma-separated")
     p.add_argument("--repeats", type=int, default=3, help="runs per figure (the median is shown)")
     p.add_argument("--only", default=",".join(PATHS), help=f"subset of {','.join(PATHS)}")
     p.add_argument("--out", type=Path, default=BENCH / "results" / "latest.md")
@@ -89,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         [os.environ.get("OUTREACH_IMPORT_ROOTS", "include/data"), str(Path(workdir).resolve())])
     server = Server(workdir)
     started = time.perf_counter()
+    load_at_start = os.getloadavg()
     try:
         version = server.version()
         steps = {
@@ -123,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.close()
         shutil.rmtree(workdir, ignore_errors=True)
+    # The machine may be shared: what else ran shows in its load (2 cores: 2.0 is full).
+    report.notes.append("load average (1, 5, 15 min) at the start "
+                        + ", ".join(f"{x:.1f}" for x in load_at_start) + "; at the end "
+                        + ", ".join(f"{x:.1f}" for x in os.getloadavg()))
     report.notes.append(f"whole run {time.perf_counter() - started:.0f} s; PostgreSQL "
                         f"{'embedded (pgserver, Unix socket)' if server.embedded else 'OUTREACH_BENCH_ADMIN_URL'}")
     text = write_report(report, args.out, machine(version))

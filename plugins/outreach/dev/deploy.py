@@ -50,6 +50,13 @@ EXECUTORS = {"local": "LocalExecutor", "celery": "CeleryExecutor"}
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 POOL_SLOTS_VAR = "OUTREACH_SMTP_POOL_SLOTS"
 DEFAULT_POOL_SLOTS = 4
+CELERY_OPERATION_TIMEOUT = "10"
+"""Seconds the scheduler gives one publish of a task to the Celery broker
+(``[celery] operation_timeout``; Airflow's default is 1). A publish that times out is tried 3
+more times, then the task instance is failed before it ever started and waits ``retry_delay``
+(300 s) for its next try: on a loaded host (the scheduler's first publish also connects to Redis)
+1 s was seen to cost a send run 5 minutes (bench/results/scaleout-2026-12-02.md, Celery ×1:
+"waits 351.3 s"). 10 s still bounds a scheduler loop when the broker hangs."""
 
 
 def pool_slots(default: int = DEFAULT_POOL_SLOTS) -> int:
@@ -100,6 +107,9 @@ def shared_settings(executor: str) -> dict[str, str]:
         # A worker never falls back to the embedded PostgreSQL: no database is an error.
         "OUTREACH_EMBEDDED_DB": "0",
     }
+    if executor == "CeleryExecutor":
+        # A slow publish to the broker must not fail a task before it starts (see the constant).
+        out["AIRFLOW__CELERY__OPERATION_TIMEOUT"] = CELERY_OPERATION_TIMEOUT
     return out
 
 
