@@ -4,6 +4,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# apt-get waits for another apt-get (a second checkout installing Dovecot or chromium at the same
+# time) instead of failing at once on the dpkg lock.
+APT_WAIT := -o DPkg::Lock::Timeout=600
 
 .PHONY: demo test test-fast lint docs chaos bench bench-inbound bench-venv airflow airflow-worker venv clean stop browser imap-server
 BENCH_VENV := .venv-bench
@@ -72,8 +75,8 @@ airflow-worker: venv
 imap-server:
 	@command -v dovecot >/dev/null 2>&1 || test -x /usr/sbin/dovecot || { \
 		if [ "$$(id -u)" = 0 ]; then \
-			DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dovecot-imapd; \
+			DEBIAN_FRONTEND=noninteractive apt-get $(APT_WAIT) update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get $(APT_WAIT) install -y -qq --no-install-recommends dovecot-imapd; \
 		else echo "Dovecot is missing: sudo apt-get install dovecot-imapd (docs/tutorial/first-campaign.md)" >&2; exit 1; fi; }
 
 ## Debian's chromium and chromium-driver, the headless browser the campaign-page test drives
@@ -81,8 +84,8 @@ imap-server:
 browser:
 	@{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || { \
 		if [ "$$(id -u)" = 0 ]; then \
-			DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver; \
+			DEBIAN_FRONTEND=noninteractive apt-get $(APT_WAIT) update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get $(APT_WAIT) install -y -qq --no-install-recommends chromium chromium-driver; \
 		else echo "chromium is missing: sudo apt-get install chromium chromium-driver (docs/tutorial/first-campaign.md)" >&2; exit 1; fi; }
 
 ## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow, real Dovecot, real chromium)
