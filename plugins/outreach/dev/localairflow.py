@@ -86,6 +86,19 @@ def ensure_metadata(env: dict[str, str]) -> None:
     marker.write_text("ok\n")
 
 
+def dags_test_args(env: dict[str, str], dag_id: str, conf: dict | None = None) -> list[str]:
+    """Return the ``airflow dags test`` arguments for ``dag_id``: ``-f DAGS_FOLDER/<dag_id>.py``
+    when the DAG has a file of that name (every DAG but the per-source imports), so Airflow parses
+    and stores that one file, not all 26 (~3 s a run); ``-c`` with ``conf`` as JSON."""
+    args = ["dags", "test", dag_id]
+    own_file = Path(env.get("AIRFLOW__CORE__DAGS_FOLDER", "")) / f"{dag_id}.py"
+    if env.get("AIRFLOW__CORE__DAGS_FOLDER") and own_file.is_file():
+        args += ["-f", str(own_file)]
+    if conf:
+        args += ["-c", json.dumps(conf)]
+    return args
+
+
 _STATE = re.compile(r"DagRun Finished: .*?state=(\w+)|dag_run_state=['\"]?(\w+)|"
                     r"Dag run .*? (?:finished|ended) .*?state[=:] ?['\"]?(\w+)", re.IGNORECASE)
 
@@ -97,9 +110,7 @@ def run_dag(env: dict[str, str], dag_id: str, log_path: Path, conf: dict | None 
     :param log_path: the full Airflow output is written there.
     :raises subprocess.TimeoutExpired: the run took longer than ``timeout`` seconds.
     """
-    args = ["dags", "test", dag_id]
-    if conf:
-        args += ["-c", json.dumps(conf)]
+    args = dags_test_args(env, dag_id, conf)
     proc = subprocess.run(airflow_cmd(*args), env=env, capture_output=True, text=True,
                           timeout=timeout)
     output = proc.stdout + "\n" + proc.stderr
@@ -213,9 +224,7 @@ class DagTestSession:
             process is killed).
         :raises RuntimeError: the session's process exited (its last output is included).
         """
-        args = ["dags", "test", dag_id]
-        if conf:
-            args += ["-c", json.dumps(conf)]
+        args = dags_test_args(env or self.env, dag_id, conf)
         request: dict[str, object] = {"args": args, "log": str(log_path)}
         if env is not None:
             if bound_at_start(env) != bound_at_start(self.env):
