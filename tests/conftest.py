@@ -94,6 +94,13 @@ def pg_admin_url() -> str:
         # made the server of a concurrent session PANIC ("pg_control: Permission denied").
         pgdata = Path(tempfile.mkdtemp(prefix="outreach-test-pg-"))
         server = pgserver.get_server(str(pgdata), cleanup_mode="stop")
+    # A throw-away server: nothing it holds must outlive an operating-system crash, so it skips
+    # the flushes that make data survive one (a killed or restarted PostgreSQL still keeps every
+    # committed row). Every test clones a database from the template, which fsyncs each file.
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        for name in ("fsync", "full_page_writes"):  # synchronous_commit stays on: test_ledger_commit
+            conn.execute(f"ALTER SYSTEM SET {name} = off")
+        conn.execute("SELECT pg_reload_conf()")
     yield server.get_uri()
     # Stop it now, while pytest's output streams are still open, instead of at interpreter exit.
     server.cleanup()
