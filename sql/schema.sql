@@ -136,6 +136,9 @@ CREATE TABLE outreach.mailboxes (
     -- claim (outreach.claim_emails_v3) takes nothing of the mailbox.
     freeze_from      date,
     freeze_to        date,
+    -- The mailbox's own provider (the mailbox file's `provider:`, 0145), for a campaign's
+    -- provider_match; NULL: its domain's MX provider (outreach.email_provider).
+    provider         text,
     CONSTRAINT outreach_mailboxes_address_key UNIQUE (address),
     CONSTRAINT outreach_mailboxes_status_check CHECK (status IN ('active', 'paused')),
     CONSTRAINT outreach_mailboxes_cap_check CHECK (daily_cap > 0 AND warmup_initial > 0
@@ -143,8 +146,12 @@ CREATE TABLE outreach.mailboxes (
     CONSTRAINT outreach_mailboxes_dkim_check CHECK ((dkim_selector IS NULL) = (dkim_key_conn_id IS NULL)),
     CONSTRAINT outreach_mailboxes_label_check CHECK (length(label) <= 80 AND label !~ '[[:cntrl:]]'),
     CONSTRAINT outreach_mailboxes_freeze_check
-        CHECK ((freeze_from IS NULL) = (freeze_to IS NULL) AND freeze_from <= freeze_to)
+        CHECK ((freeze_from IS NULL) = (freeze_to IS NULL) AND freeze_from <= freeze_to),
+    CONSTRAINT outreach_mailboxes_provider_check
+        CHECK (provider IN ('google', 'microsoft', 'yahoo', 'apple', 'other'))
 );
+COMMENT ON COLUMN outreach.mailboxes.provider IS
+    'the mailbox''s own provider as configured; NULL: its domain''s MX provider (outreach.mx_providers)';
 
 CREATE TABLE outreach.campaigns (
     id           bigserial PRIMARY KEY,
@@ -200,6 +207,9 @@ CREATE TABLE outreach.campaigns (
     business_days  boolean NOT NULL DEFAULT false,
     country        text,
     blackout_dates date[] NOT NULL DEFAULT '{}',
+    -- Enrolment gives a lead a mailbox of its own mailbox provider while one is open and within
+    -- its share (enrollment_insert_staged, 0145); false: round robin by lead id.
+    provider_match boolean NOT NULL DEFAULT false,
     CONSTRAINT outreach_campaigns_key_key UNIQUE (key),
     CONSTRAINT outreach_campaigns_status_check
         CHECK (status IN ('draft', 'awaiting_approval', 'active', 'paused', 'finished')),
@@ -211,6 +221,8 @@ COMMENT ON COLUMN outreach.campaigns.overlap IS
     'a person already in another sequence: allow, wait (step 1 after the other is done) or skip';
 COMMENT ON COLUMN outreach.campaigns.business_days IS
     'delay_days count working days (Mon-Fri, no holiday of the lead''s country)';
+COMMENT ON COLUMN outreach.campaigns.provider_match IS
+    'enrolment prefers a mailbox of the lead''s mailbox provider (enrollment_insert_staged)';
 
 CREATE TABLE outreach.campaign_mailboxes (
     campaign_id bigint NOT NULL REFERENCES outreach.campaigns (id),

@@ -234,6 +234,12 @@ class Campaign(_Model):
     docs/explanation/contact-policy.md "Calendars"."""
     blackout_dates: list[dt.date] = Field(default_factory=list)
     """Dates (in the lead's time zone) on which this campaign sends nothing."""
+    provider_match: bool = False
+    """At enrolment, a lead whose mailbox provider (its domain's MX, as cached) is a mailbox's
+    own (the mailbox file's ``provider``, else its domain's MX) gets that mailbox while it is
+    active, not frozen and within its share of the campaign's leads; the other leads fill the
+    shares left (``enrollment_insert_staged``, migration 0145). A lead keeps its mailbox.
+    docs/explanation/contact-policy.md "Provider match"."""
     custom_columns: list[CustomName] = Field(default_factory=list)
     source: Source | None = None
     schedule: str | None = None
@@ -323,6 +329,10 @@ class Mailbox(_Model):
     freeze: Freeze | None = None
     """``freeze: {from: 2026-12-20, to: 2027-01-03}``: the mailbox sends no campaign mail on
     those dates (its queued rows wait; transactional mail still goes)."""
+    provider: Literal["google", "microsoft", "yahoo", "apple", "other"] | None = None
+    """The mailbox's own mailbox provider, for a campaign's ``provider_match`` (``google`` for a
+    Google Workspace mailbox). ``None``: its domain's MX provider, as cached
+    (``outreach.mx_providers``, looked up by the ``mx_providers`` task of outreach_queue_due)."""
     auth: Literal["basic", "oauth2"] | None = None
     """How this mailbox's SMTP and IMAP connections log in, as reviewed in this file: ``basic``
     (password) or ``oauth2`` (XOAUTH2; docs/howto/oauth-mailboxes.md). The connections' extra
@@ -459,7 +469,7 @@ def upsert_mailbox(conn: Conn, m: Mailbox) -> int:
         dkim_key_conn_id=m.dkim_key_conn_id, transactional=m.transactional,
         imap_conn_id=m.imap_conn_id, unsubscribe_imap_conn_id=m.unsubscribe_imap_conn_id,
         freeze_from=m.freeze.from_ if m.freeze else None,
-        freeze_to=m.freeze.to if m.freeze else None)
+        freeze_to=m.freeze.to if m.freeze else None, provider=m.provider)
 
 
 def sync_mailboxes(url: str, path: str | Path) -> list[int]:
@@ -499,7 +509,8 @@ def sync(conn: Conn, campaign: Campaign, mailboxes: list[Mailbox], source_file: 
         content_version=campaign_content_version(campaign),
         fed_by_source=campaign.source is not None, business_days=campaign.business_days,
         country=campaign.country.upper() if campaign.country else None,
-        blackout_dates=sorted(set(campaign.blackout_dates)))
+        blackout_dates=sorted(set(campaign.blackout_dates)),
+        provider_match=campaign.provider_match)
     for mailbox_id in mailbox_ids:
         campaigns_store.campaign_mailbox_link(conn, campaign_id=campaign_id, mailbox_id=mailbox_id)
     campaigns_store.campaign_mailbox_unlink_others(conn, campaign_id=campaign_id,

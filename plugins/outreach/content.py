@@ -61,7 +61,9 @@ def content_version(template: str, subject: str | None, *, thread: bool = False,
 def campaign_content_version(campaign: Campaign, *, directory: Path | None = None) -> str:
     """Return the content version of a whole campaign as synced: the first 16 hex digits of a
     SHA-256 over each step's :func:`content_version` with its position, ``delay_days`` and
-    ``requires``, and each of its A/B variants' names and :func:`content_version`s. Kept in
+    ``requires``, each of its A/B variants' names and :func:`content_version`s, and the
+    campaign's calendar (``business_days``, holiday ``country``, ``blackout_dates``: they move
+    when each message goes out). Kept in
     ``outreach.campaigns.content_version`` (migration 0127); another value
     for an approved campaign sends it back to awaiting approval (a second approval, issue 24
     item 4: "a second approval is needed when an active campaign's templates or steps change").
@@ -85,5 +87,25 @@ def campaign_content_version(campaign: Campaign, *, directory: Path | None = Non
                                        variant=name, directory=directory)]
                 for name, template, subject in step.copies()]
         steps.append(entry)
-    blob = json.dumps(steps, sort_keys=True, ensure_ascii=False).encode()
+    material: object = steps
+    calendar = _calendar(campaign)
+    if calendar:
+        # A calendar moves every step's send day (working-day delays, holidays and blackout
+        # dates are outside every send window, 0137), so a change needs a second approval.
+        # Absent for a campaign on the default calendar, which keeps the version it had.
+        material = {"steps": steps, "calendar": calendar}
+    blob = json.dumps(material, sort_keys=True, ensure_ascii=False).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _calendar(campaign: Campaign) -> dict[str, object]:
+    """The campaign's calendar settings that differ from the default (none: ``{}``), as synced
+    (country upper-case, blackout dates sorted without repeats)."""
+    calendar: dict[str, object] = {}
+    if campaign.business_days:
+        calendar["business_days"] = True
+    if campaign.country:
+        calendar["country"] = campaign.country.upper()
+    if campaign.blackout_dates:
+        calendar["blackout_dates"] = sorted({d.isoformat() for d in campaign.blackout_dates})
+    return calendar

@@ -9,14 +9,15 @@
 -- outreach.finish_campaigns_v1). The update locks the row until the import commits, which is
 -- what keeps a finish from racing the import's enrolments. %(business_days)s, %(country)s,
 -- %(blackout_dates)s: the campaign's calendar (0137; email_queue_due, outreach.claim_emails_v3).
+-- %(provider_match)s: the enrolment's provider match (0145, enrollment_insert_staged).
 INSERT INTO outreach.campaigns AS c (key, name, timezone, send_days, window_start, window_end,
                                      source_file, stop_on_auto_reply, stop_on_domain_reply, status,
                                      overlap, content_version, fed_by_source, business_days,
-                                     country, blackout_dates)
+                                     country, blackout_dates, provider_match)
 VALUES (%(key)s, %(name)s, %(timezone)s, %(send_days)s, %(window_start)s, %(window_end)s,
         %(source_file)s, %(stop_on_auto_reply)s, %(stop_on_domain_reply)s, %(status)s,
         %(overlap)s, %(content_version)s, %(fed_by_source)s, %(business_days)s, %(country)s,
-        %(blackout_dates)s::date[])
+        %(blackout_dates)s::date[], %(provider_match)s)
 ON CONFLICT ON CONSTRAINT outreach_campaigns_key_key DO UPDATE
 SET name = excluded.name, timezone = excluded.timezone, send_days = excluded.send_days,
     window_start = excluded.window_start, window_end = excluded.window_end,
@@ -24,7 +25,8 @@ SET name = excluded.name, timezone = excluded.timezone, send_days = excluded.sen
     stop_on_domain_reply = excluded.stop_on_domain_reply, overlap = excluded.overlap,
     content_version = excluded.content_version, fed_by_source = excluded.fed_by_source,
     business_days = excluded.business_days, country = excluded.country,
-    blackout_dates = excluded.blackout_dates, updated_at = now()
+    blackout_dates = excluded.blackout_dates, provider_match = excluded.provider_match,
+    updated_at = now()
 RETURNING id;
 
 -- name: campaign_mailbox_link

@@ -11,14 +11,15 @@ RETURNING id;
 -- name: mailbox_upsert
 -- Create or update a mailbox from the mailbox file; its pause status is never touched here.
 -- freeze_from/freeze_to: the file's `freeze:` (the claim takes nothing then, 0137).
+-- provider: the file's `provider:` (a campaign's provider_match, 0145).
 INSERT INTO outreach.mailboxes AS m (address, display_name, label, smtp_conn_id, timezone, daily_cap,
                                      warmup_start, warmup_initial, warmup_days, warmup_increment,
                                      dkim_selector, dkim_key_conn_id, transactional, imap_conn_id,
-                                     unsubscribe_imap_conn_id, freeze_from, freeze_to)
+                                     unsubscribe_imap_conn_id, freeze_from, freeze_to, provider)
 VALUES (%(address)s, %(display_name)s, %(label)s, %(smtp_conn_id)s, %(timezone)s, %(daily_cap)s,
         %(warmup_start)s, %(warmup_initial)s, %(warmup_days)s, %(warmup_increment)s,
         %(dkim_selector)s, %(dkim_key_conn_id)s, %(transactional)s, %(imap_conn_id)s,
-        %(unsubscribe_imap_conn_id)s, %(freeze_from)s, %(freeze_to)s)
+        %(unsubscribe_imap_conn_id)s, %(freeze_from)s, %(freeze_to)s, %(provider)s)
 ON CONFLICT ON CONSTRAINT outreach_mailboxes_address_key DO UPDATE
 SET display_name = excluded.display_name, label = excluded.label, smtp_conn_id = excluded.smtp_conn_id,
     timezone = excluded.timezone, daily_cap = excluded.daily_cap,
@@ -27,7 +28,8 @@ SET display_name = excluded.display_name, label = excluded.label, smtp_conn_id =
     dkim_selector = excluded.dkim_selector, dkim_key_conn_id = excluded.dkim_key_conn_id,
     transactional = excluded.transactional, imap_conn_id = excluded.imap_conn_id,
     unsubscribe_imap_conn_id = excluded.unsubscribe_imap_conn_id,
-    freeze_from = excluded.freeze_from, freeze_to = excluded.freeze_to, updated_at = now()
+    freeze_from = excluded.freeze_from, freeze_to = excluded.freeze_to,
+    provider = excluded.provider, updated_at = now()
 RETURNING id;
 
 -- name: mailbox_preflight_targets

@@ -4,11 +4,20 @@
 -- name: mx_provider_stale
 -- The email domains of queued campaign rows whose provider is not cached, or whose entry ends
 -- before %(until)s, at most %(limit)s of them: outreach.mxproviders looks them up (the claim
--- never does; an unknown or expired domain is 'other' there).
+-- never does; an unknown or expired domain is 'other' there). Also the domain of each mailbox
+-- without a configured provider in a campaign with provider_match (0145: the enrolment matches
+-- a lead's provider to the mailbox's own; a few rows).
 SELECT d.domain
-FROM (SELECT DISTINCT outreach.email_domain(l.email) AS domain
+FROM (SELECT outreach.email_domain(l.email) AS domain
       FROM outreach.emails e JOIN outreach.leads l ON l.id = e.lead_id
-      WHERE e.status = 'queued' AND e.message_class = 'marketing') d
+      WHERE e.status = 'queued' AND e.message_class = 'marketing'
+      UNION
+      SELECT outreach.email_domain(m.address)
+      FROM outreach.mailboxes m
+      WHERE m.provider IS NULL
+        AND EXISTS (SELECT 1 FROM outreach.campaign_mailboxes cm
+                    JOIN outreach.campaigns c ON c.id = cm.campaign_id
+                    WHERE cm.mailbox_id = m.id AND c.provider_match)) d
 LEFT JOIN outreach.mx_providers m ON m.domain = d.domain
 WHERE d.domain <> '' AND (m.domain IS NULL OR m.expires_at < %(until)s)
 ORDER BY m.expires_at NULLS FIRST, d.domain

@@ -32,6 +32,7 @@ def campaign_upsert(
     business_days: bool = False,
     country: str | None = None,
     blackout_dates: list[dt.date] | None = None,
+    provider_match: bool = False,
 ) -> int:
     """``campaign_upsert``: create or update a campaign; ``status`` (``draft`` or ``active``)
     applies only when it is created (a later sync never changes the status, except that another
@@ -39,7 +40,8 @@ def campaign_upsert(
     trigger ``outreach_campaigns_content_changed``); ``overlap`` (``allow``, ``wait``, ``skip``)
     follows the file; ``fed_by_source``: the file declares a ``source:`` (the campaign then never
     finishes by itself); ``business_days``, ``country`` (ISO code, the holidays of leads without
-    their own ``country``) and ``blackout_dates``: the calendar (migration 0137).
+    their own ``country``) and ``blackout_dates``: the calendar (migration 0137);
+    ``provider_match``: the enrolment prefers a mailbox of the lead's provider (migration 0145).
 
     :raises RowMissing: the statement returned no row."""
     return cast(
@@ -64,6 +66,7 @@ def campaign_upsert(
                 "business_days": business_days,
                 "country": country,
                 "blackout_dates": blackout_dates or [],
+                "provider_match": provider_match,
             },
             "id",
         ),

@@ -42,10 +42,12 @@ def mailbox_upsert(
     unsubscribe_imap_conn_id: str | None,
     freeze_from: dt.date | None = None,
     freeze_to: dt.date | None = None,
+    provider: str | None = None,
 ) -> int:
     """``mailbox_upsert``: Create or update a mailbox from the mailbox file; its pause status is
     never touched here. ``freeze_from``/``freeze_to`` (both or neither, local dates of the
-    mailbox, inclusive): the claim takes nothing then (migration 0137).
+    mailbox, inclusive): the claim takes nothing then (migration 0137). ``provider``: the
+    mailbox's own provider as configured (``None``: its domain's MX provider; migration 0145).
 
     :raises RowMissing: the statement returned no row."""
     return cast(
@@ -71,6 +73,7 @@ def mailbox_upsert(
                 "unsubscribe_imap_conn_id": unsubscribe_imap_conn_id,
                 "freeze_from": freeze_from,
                 "freeze_to": freeze_to,
+                "provider": provider,
             },
             "id",
         ),
