@@ -86,7 +86,7 @@ class Step(_Model):
     ``In-Reply-To``/``References`` name the thread's earlier messages and the subject is
     ``Re: `` + step 1's subject as sent; only when step 1 really went out to the lead (a send-log
     entry), otherwise it goes out as a new message with its own ``subject`` (never a fake
-    "Re:"; see :func:`outreach.send.thread_of`)."""
+    "Re:"; see :func:`outreach.compose.thread_of`)."""
 
     template: str = Field(pattern=r"^[A-Za-z0-9_\-/]+$")
     subject: str = Field(min_length=1, max_length=300)

@@ -354,7 +354,7 @@ class Settings(OutreachSettings):
     @property
     def heartbeat_interval(self) -> float:
         """Return seconds between two heartbeats of a live sender's claim
-        (:class:`outreach.send.ClaimHeartbeat`): a quarter of the release threshold, so three
+        (:class:`outreach.claim.ClaimHeartbeat`): a quarter of the release threshold, so three
         heartbeats may be lost (a slow database, a busy machine) before a live claim is released."""
         return self.release_threshold.total_seconds() / 4
 

@@ -21,12 +21,12 @@ from outreach.campaign_pause import (
     pause_campaign,
     resume_campaign,
 )
+from outreach.claim import claim
 from outreach.enrollments import EnrollmentNotFound, stop_lead
 from outreach.mailboxes import MailboxNotFound, pause_mailbox, resume_mailbox
 from outreach.queue import queue_due, reap
 from outreach.report import collect
 from outreach.resolve import requeue_failed, resolve
-from outreach.send import claim
 from outreach.suppression import suppress, unsuppress
 from outreach.web.campaign_page import render_page
 from support.flow import hand_over, import_demo, outreach, rows, scalar

@@ -17,9 +17,9 @@ from outreach import db
 from outreach.airflow import alerts as airflow_alerts
 from outreach.airflow import tasks as adapter
 from outreach.alerts import list_alerts, raise_alert
+from outreach.claim import claim
 from outreach.dev.devsmtp import MaildirServer
 from outreach.queue import queue_due, reap
-from outreach.send import claim
 from support.alerts import OPS, subject_of
 from support.flow import hand_over, import_demo, rows
 

@@ -388,7 +388,7 @@ def send_task(batch: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     The task's label (``context["batch_label"]``, its ``map_index_template``) first says what was
     planned, then what the task did over all its tries, per mailbox by name (``anna — sales:
     sent 30, requeued 24``). The log has one line per email handed over (id, masked recipient,
-    step, mailbox, outcome: :func:`outreach.send.describe`).
+    step, mailbox, outcome: :func:`outreach.claim.describe`).
 
     :raises outreach.send.MailboxUnreachable: a mailbox's SMTP connection, login or DKIM key
         failed before any of its rows was handed over (its rows are back in the queue, attempts
