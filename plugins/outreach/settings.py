@@ -579,7 +579,7 @@ def import_roots(env: dict[str, str] | None = None) -> tuple[Path, ...]:
 
     Why: the ``outreach_import_leads`` form takes a path typed in the Airflow UI, and the worker
     must not read (or report lines of) any other file it can reach. The check itself is
-    :func:`outreach.leads.import_path`.
+    :func:`outreach.leadfile.import_path`.
 
     :raises SettingsError: the value names no folder, has an empty item (``a,,b``), or names a
         folder that does not exist.

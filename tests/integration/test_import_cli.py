@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from outreach.leads import ImportFileError
+from outreach.leadfile import ImportFileError
 from support.flow import cli_env, outreach_cmd, scalar
 
 

@@ -9,7 +9,8 @@ import subprocess
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from outreach.leads import ImportFileError, import_leads, import_path
+from outreach.leadfile import ImportFileError, import_path
+from outreach.leads import import_leads
 from outreach.settings import SettingsError, import_roots
 from outreach.suppression import import_suppressions
 from support.flow import cli_env, outreach_cmd, scalar
@@ -96,7 +97,7 @@ def test_cli_never_reads_or_echoes_a_file_outside_the_roots(db_url, sink, outsid
 
 
 def test_no_email_column_lists_a_few_cut_header_names_only(tmp_path):
-    from outreach.leads import open_leads_csv
+    from outreach.leadcsv import open_leads_csv
 
     path = tmp_path / "wide.csv"
     path.write_text(",".join(["Name" + "x" * 100] + [f"c{i}" for i in range(30)]) + "\nA\n")

@@ -61,7 +61,7 @@ def import_task(campaign_file: str, mailbox_file: str, leads_file: str,
 
     Paths are relative to the project root; the CSVs must lie inside ``OUTREACH_IMPORT_ROOTS``
     and the campaign and mailbox files inside the project's ``include/``
-    (:func:`outreach.leads.import_path`): the form's text reads no other file. A progress line
+    (:func:`outreach.leadfile.import_path`): the form's text reads no other file. A progress line
     is logged every :data:`outreach.leads.PROGRESS_ROWS` rows; the summary is logged last.
 
     :raises airflow.sdk.exceptions.AirflowFailException: a file is missing, outside the import
@@ -74,7 +74,7 @@ def import_task(campaign_file: str, mailbox_file: str, leads_file: str,
     from airflow.sdk.exceptions import AirflowFailException
 
     from outreach.campaign import ConfigError
-    from outreach.leads import ImportFileError
+    from outreach.leadfile import ImportFileError
 
     config_check_task()
     try:
@@ -139,7 +139,8 @@ def announce_events_task(announcer: str, outlet_events: Any) -> dict[str, dict[s
 
 def _import(url: str, campaign_file: str, mailbox_file: str, leads_file: str,
             suppressions_file: str | None) -> dict[str, Any]:
-    from outreach.leads import PROGRESS_ROWS, ImportFileError, import_leads, import_path, progress_line
+    from outreach.leadfile import ImportFileError, import_path
+    from outreach.leads import PROGRESS_ROWS, import_leads, progress_line
     from outreach.paths import project_root
     from outreach.suppression import import_suppressions
 
@@ -821,7 +822,7 @@ def source_import_task(campaign_file: str) -> dict[str, Any]:
     """Import one campaign's declared source (:func:`outreach.sources.import_source`); log the
     problems and one summary line per import; return the counts.
 
-    :raises outreach.leads.ImportFileError: rows or an object unusable as a whole (the task
+    :raises outreach.leadfile.ImportFileError: rows or an object unusable as a whole (the task
         fails; clearing it is safe: an object is imported once, a SQL source re-read changes
         only what changed).
     :raises outreach.sources.SourceError: the source cannot be read.
@@ -851,7 +852,7 @@ def suppression_source_task(name: str) -> dict[str, Any]:
     source, row and field, and one summary line per import); return the counts.
 
     :raises outreach.sources.SourceError: the source is not declared or cannot be read.
-    :raises outreach.leads.ImportFileError: object(s) of a file source unusable as a whole (the
+    :raises outreach.leadfile.ImportFileError: object(s) of a file source unusable as a whole (the
         task fails after importing the others; clearing it is safe: known entries add nothing).
     """
     from outreach.airflow.suppression_sources import import_source, source_named
