@@ -296,7 +296,7 @@ def send_run(url: str, connector: SmtpConnector, settings: Settings, *,
     planned batch (:func:`send_planned`) one after the other.
 
     The send DAG runs the same pieces as tasks (``plan`` reaps and plans, one mapped ``send_batch``
-    per planned batch, see :mod:`outreach.airflow.tasks`); the ``outreach send`` command and the
+    per planned batch, see :mod:`outreach.airflow.tasks_send`); the ``outreach send`` command and the
     tests run them here, in one process.
 
     :param mailbox_id: plan for this mailbox only.

@@ -420,7 +420,7 @@ class DatabaseSettings(OutreachSettings):
 
 
 class PreflightSettings(OutreachSettings):
-    """The DNS preflight of the send DAG (see :func:`outreach.airflow.tasks.preflight_task`).
+    """The DNS preflight of the send DAG (see :func:`outreach.airflow.tasks_send.preflight_task`).
 
     Values are read by the strict rule of :meth:`OutreachSettings._strict` (empty, ``1_0`` and
     ``10,,60`` are errors); ranges are the fields' own."""

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from outreach import db
-from outreach.airflow.tasks import REQUEUE_CONFIRM
+from outreach.airflow.tasks_unconfirmed import REQUEUE_CONFIRM
 from outreach.claim import claim
 from outreach.dev.devsmtp import MaildirServer
 from outreach.queue import reap

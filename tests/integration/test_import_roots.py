@@ -70,18 +70,18 @@ def test_import_functions_refuse_a_file_outside_the_roots(db_url, outside, monke
 
 
 def test_the_airflow_task_refuses_a_typed_path_outside_the_roots(db_url, outside, monkeypatch):
-    from outreach.airflow import tasks as airflow_adapter
+    from outreach.airflow import tasks_import
 
     secret, data = outside
     monkeypatch.setenv("OUTREACH_IMPORT_ROOTS", str(data))
     monkeypatch.setenv("OUTREACH_DATABASE_URL", db_url)  # a key=value conninfo is no Airflow URI
     with pytest.raises(REFUSED, match="not inside an import folder") as exc:
-        airflow_adapter.import_task("include/campaigns/demo.yaml", "include/mailboxes.yaml",
-                                    str(secret), None)
+        tasks_import.import_task("include/campaigns/demo.yaml", "include/mailboxes.yaml",
+                                 str(secret), None)
     assert "SECRET" not in str(exc.value)
     with pytest.raises(REFUSED, match="not inside an import folder"):
-        airflow_adapter.import_task("include/campaigns/demo.yaml", "include/mailboxes.yaml",
-                                    str(data / "leads.csv"), "include/data/../../../../../../etc/passwd")
+        tasks_import.import_task("include/campaigns/demo.yaml", "include/mailboxes.yaml",
+                                 str(data / "leads.csv"), "include/data/../../../../../../etc/passwd")
     assert scalar(db_url, "SELECT count(*) FROM outreach.leads") == 0
 
 
@@ -110,7 +110,7 @@ def test_no_email_column_lists_a_few_cut_header_names_only(tmp_path):
 
 def test_the_airflow_form_reads_campaign_and_mailbox_files_only_from_the_project(db_url, outside,
                                                                                 monkeypatch):
-    from outreach.airflow import tasks as airflow_adapter
+    from outreach.airflow import tasks_import
 
     secret, data = outside
     monkeypatch.setenv("OUTREACH_IMPORT_ROOTS", str(data))
@@ -118,5 +118,5 @@ def test_the_airflow_form_reads_campaign_and_mailbox_files_only_from_the_project
     for campaign, mailboxes in ((str(secret), "include/mailboxes.yaml"),
                                 ("include/campaigns/demo.yaml", "include/../../../../etc/passwd")):
         with pytest.raises(REFUSED, match="campaign and mailbox files live in") as exc:
-            airflow_adapter.import_task(campaign, mailboxes, str(data / "leads.csv"), None)
+            tasks_import.import_task(campaign, mailboxes, str(data / "leads.csv"), None)
         assert "SECRET" not in str(exc.value) and "root:" not in str(exc.value)
