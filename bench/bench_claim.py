@@ -4,7 +4,7 @@ Four systems work through the same number of queued items with the same concurre
 server, each in its own database cloned from a template built once (so every run starts from
 the same state):
 
-* **ours**: :func:`outreach.send.claim` (mailbox lock, quota, the one claim statement) and the
+* **ours**: :func:`outreach.claim.claim` (mailbox lock, quota, the one claim statement) and the
   ``email_mark_sent`` statement (row sent + ledger entry) per row;
 * **policy**: ours with every contact policy on (person a day and a week, company a day, an
   hourly cap per recipient provider: ``outreach.claim_emails_v4``; the campaign has a holiday
@@ -65,7 +65,7 @@ def _timed(part: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 def _ours(url: str, index: int, batch: int, mailboxes: list[int],
           policy: dict[str, Any] | None = None) -> list[int]:
-    from outreach.send import claim
+    from outreach.claim import claim
 
     conn = db.connect(url, autocommit=True)
     active = mailboxes[index % len(mailboxes):] + mailboxes[:index % len(mailboxes)]
@@ -304,7 +304,7 @@ def _quota_ms(url: str, mailboxes: list[int], n: int = 5, warm: int = 10) -> flo
     with db.connect(url, autocommit=True) as conn:
         for i in range(warm + n):
             t = time.perf_counter()
-            db.one(conn, "mailbox_remaining_today", {  # as outreach.send.claim asks it
+            db.one(conn, "mailbox_remaining_today", {  # as outreach.claim.claim asks it
                 "mailbox_id": mailboxes[0], "now": None, "interval": None, "gap_seconds": 0.0,
                 "gap_jitter": 0.0, "horizon": dt.timedelta(minutes=15)})
             if i >= warm:

@@ -227,5 +227,5 @@ def _why_import(ratio: float, seconds: float, leads: int, peak: float, small: fl
             f"memory grows with the file ({small:.0f} MiB for ⅒ of it, {peak:.0f} MiB for all): "
             "something holds per-row state; `import_leads` should keep only the current batch "
             "of rows (`outreach.leads.STAGE_BATCH`) and counts (see "
-            "`outreach.leads.LeadsCsv.staged` and `_stage_rows`)")
+            "`outreach.leadcsv.LeadsCsv.staged` and `_stage_rows`)")
     return "; ".join(parts)

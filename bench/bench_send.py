@@ -4,7 +4,7 @@
 render, build, DKIM-sign, SMTP handoff, ledger, one guarded statement per outcome. Compared in
 the same run, on the same messages and the same SMTP server:
 
-* (a) a loop that only renders, signs and sends (``outreach.send.prepare`` + ``sendmail``) over
+* (a) a loop that only renders, signs and sends (``outreach.compose.prepare`` + ``sendmail``) over
   one SMTP session, on rows claimed before the clock starts;
 * (b) the naive Airflow way: the SMTP provider's ``SmtpHook.send_email_smtp`` once per message
   (a hook, so a connection, per message; rendered with the same templates; no DKIM, no ledger).
@@ -157,7 +157,7 @@ def dkim_key() -> bytes:
 
 def _claim_all(url: str, mailboxes: list[int]) -> list[dict[str, Any]]:
     """Claim every queued row (before the clock starts, for the baselines)."""
-    from outreach.send import claim
+    from outreach.claim import claim
 
     rows: list[dict[str, Any]] = []
     with db.connect(url, autocommit=True) as conn:
@@ -214,7 +214,7 @@ def ours(url: str, mailboxes: list[int], pem: bytes) -> float:
 def render_sign_send(rows: list[dict[str, Any]], pem: bytes | None) -> float:
     """Baseline (a): render, sign and send every row over one SMTP session; return seconds."""
     from outreach.airflow.connections import smtp_connector
-    from outreach.send import prepare
+    from outreach.compose import prepare
 
     now = dt.datetime.now(dt.UTC)
     start = time.perf_counter()
@@ -230,8 +230,8 @@ def naive_airflow(rows: list[dict[str, Any]]) -> float:
     """Baseline (b): ``SmtpHook(...).send_email_smtp`` once per message; return seconds."""
     from airflow.providers.smtp.hooks.smtp import SmtpHook
 
+    from outreach.compose import _context  # the template context the sender uses
     from outreach.render import render
-    from outreach.send import _context  # the template context the sender uses
 
     start = time.perf_counter()
     for row in rows:
@@ -252,7 +252,7 @@ def signing_cost(pem: bytes, row: dict[str, Any], n: int = 200) -> dict[str, flo
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import padding
 
-    from outreach.send import prepare
+    from outreach.compose import prepare
     from outreach.signing import DkimKey, headers_to_sign, sign
 
     _, wire = prepare({**row, "dkim_selector": None}, SETTINGS, dt.datetime.now(dt.UTC))

@@ -25,7 +25,7 @@ from __future__ import annotations
 from airflow.providers.standard.operators.hitl import HITLOperator
 from airflow.sdk import Param, dag, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_approval
 
 
 @dag(
@@ -41,13 +41,13 @@ from outreach.airflow import defaults, tasks
 def outreach_campaign_approval():
     @task
     def collect(**context) -> dict:
-        return tasks.approval_collect_task(context["run_id"], context["params"].get("campaign"))
+        return tasks_approval.approval_collect_task(context["run_id"], context["params"].get("campaign"))
 
     decide = HITLOperator(
         task_id="decide",
         subject="{{ ti.xcom_pull(task_ids='collect')['subject'] }}",
         body="{{ ti.xcom_pull(task_ids='collect')['body'] }}",
-        options=[tasks.APPROVE, tasks.REJECT],
+        options=[tasks_approval.APPROVE, tasks_approval.REJECT],
         defaults=None,
         multiple=False,
         params=defaults.approval_params(),
@@ -55,8 +55,8 @@ def outreach_campaign_approval():
 
     @task
     def record(collected: dict, response: dict, **context) -> dict:
-        return tasks.approval_record_task(collected, response, context["dag"].dag_id,
-                                          context["run_id"])
+        return tasks_approval.approval_record_task(collected, response, context["dag"].dag_id,
+                                                   context["run_id"])
 
     collected = collect()
     collected >> decide

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_operator
 
 
 @dag(
@@ -36,7 +36,7 @@ def outreach_campaign_pause():
     @task
     def pause() -> dict:
         p = get_current_context()["params"]
-        return tasks.campaign_pause_task(p["campaign"], p["reason"], p["operator"])
+        return tasks_operator.campaign_pause_task(p["campaign"], p["reason"], p["operator"])
 
     pause()
 

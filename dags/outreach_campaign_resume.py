@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_operator
 
 
 @dag(
@@ -36,7 +36,7 @@ def outreach_campaign_resume():
     @task
     def resume() -> dict:
         p = get_current_context()["params"]
-        return tasks.campaign_resume_task(p["campaign"], p["operator"], p["why"])
+        return tasks_operator.campaign_resume_task(p["campaign"], p["operator"], p["why"])
 
     resume()
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_operator
 
 
 @dag(
@@ -42,8 +42,8 @@ def outreach_campaign_test_send():
     @task
     def test_send() -> list[dict]:
         p = get_current_context()["params"]
-        return tasks.campaign_test_send_task(p["campaign"], list(p["to"]), p["operator"],
-                                             lead=p["lead"] or None, step=int(p["step"]))
+        return tasks_operator.campaign_test_send_task(p["campaign"], list(p["to"]), p["operator"],
+                                                      lead=p["lead"] or None, step=int(p["step"]))
 
     test_send()
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_export
 
 
 @dag(
@@ -40,11 +40,11 @@ from outreach.airflow import defaults, tasks
 def outreach_export():
     @task
     def to_sql() -> dict:
-        return tasks.export_task("sql", get_current_context()["params"])
+        return tasks_export.export_task("sql", get_current_context()["params"])
 
     @task
     def to_files() -> dict:
-        return tasks.export_task("files", get_current_context()["params"])
+        return tasks_export.export_task("files", get_current_context()["params"])
 
     to_sql()
     to_files()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_import
 
 
 @dag(
@@ -45,9 +45,9 @@ def outreach_import_leads():
     def import_leads() -> dict:
         context = get_current_context()
         p = context["params"]
-        out = tasks.import_task(p["campaign_file"], p["mailbox_file"], p["leads_file"],
-                                p.get("suppressions_file"))
-        tasks.announce_leads(context["outlet_events"], out)
+        out = tasks_import.import_task(p["campaign_file"], p["mailbox_file"], p["leads_file"],
+                                       p.get("suppressions_file"))
+        tasks_import.announce_leads(context["outlet_events"], out)
         return out
 
     import_leads()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from airflow.sdk import Asset, dag, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_import
 from outreach.sources import lead_asset_uri
 
 
@@ -31,7 +31,7 @@ def _build(spec: dict) -> None:
     def import_sources():
         for campaign_file, key in spec["campaigns"]:
             task(task_id=f"import_{key.replace('-', '_')}",
-                 outlets=[Asset(lead_asset_uri(key))])(tasks.source_import_task)(
+                 outlets=[Asset(lead_asset_uri(key))])(tasks_import.source_import_task)(
                      campaign_file)
         if not spec["campaigns"]:
             @task

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from airflow.sdk import dag, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_import
 
 
 @dag(dag_id="outreach_import_suppression_sources", doc_md=__doc__,
@@ -29,7 +29,7 @@ from outreach.airflow import defaults, tasks
 def import_suppression_sources():
     names = defaults.suppression_source_names()
     for name in names:
-        task(task_id=f"import_{name.replace('-', '_')}")(tasks.suppression_source_task)(name)
+        task(task_id=f"import_{name.replace('-', '_')}")(tasks_import.suppression_source_task)(name)
     if not names:
         @task
         def no_sources() -> str:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from airflow.sdk import TriggerRule, dag, get_current_context, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_common, tasks_health, tasks_inbox
 
 
 @dag(
@@ -44,24 +44,24 @@ from outreach.airflow import defaults, tasks
 def outreach_inbox():
     @task
     def targets() -> list[dict]:
-        return tasks.inbox_targets_task()
+        return tasks_inbox.inbox_targets_task()
 
     @task(map_index_template="{{ inbox_label }}")
     def read(target: dict) -> dict:
         get_current_context()["inbox_label"] = target["label"]
-        return tasks.inbox_read_task(target)
+        return tasks_inbox.inbox_read_task(target)
 
     @task(trigger_rule=TriggerRule.NONE_FAILED)
     def summary(results) -> dict:
-        return tasks.inbox_summary_task(list(results) if results is not None else [])
+        return tasks_inbox.inbox_summary_task(list(results) if results is not None else [])
 
     @task(trigger_rule=TriggerRule.ALL_DONE)
     def rates() -> list:
-        return tasks.bounce_rate_task() + tasks.complaint_rate_task()
+        return tasks_health.bounce_rate_task() + tasks_health.complaint_rate_task()
 
     @task(trigger_rule=TriggerRule.ALL_DONE, outlets=[defaults.events_alias("inbox")])
     def announce(**context) -> dict:
-        return tasks.announce_events_task("inbox", context["outlet_events"])
+        return tasks_common.announce_events_task("inbox", context["outlet_events"])
 
     reads = read.expand(target=targets())
     summary(reads)

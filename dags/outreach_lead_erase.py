@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_operator
 
 
 @dag(
@@ -42,7 +42,7 @@ def outreach_lead_erase():
     @task
     def erase() -> dict:
         p = get_current_context()["params"]
-        return tasks.lead_erase_task(p["address"], p["reason"], p["operator"])
+        return tasks_operator.lead_erase_task(p["address"], p["reason"], p["operator"])
 
     erase()
 

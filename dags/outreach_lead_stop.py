@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_operator
 
 
 @dag(
@@ -39,8 +39,8 @@ def outreach_lead_stop():
     @task
     def stop() -> dict:
         p = get_current_context()["params"]
-        return tasks.lead_stop_task(p["address"], p["campaign"], p["reason"],
-                                    p["operator"])
+        return tasks_operator.lead_stop_task(p["address"], p["campaign"], p["reason"],
+                                             p["operator"])
 
     stop()
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_operator
 
 
 @dag(
@@ -35,7 +35,7 @@ def outreach_mailbox_pause():
     @task
     def pause() -> dict:
         p = get_current_context()["params"]
-        return tasks.pause_task(p["mailbox"], p["reason"], p["operator"])
+        return tasks_operator.pause_task(p["mailbox"], p["reason"], p["operator"])
 
     pause()
 

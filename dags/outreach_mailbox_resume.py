@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_operator
 
 
 @dag(
@@ -37,7 +37,7 @@ def outreach_mailbox_resume():
     @task
     def resume() -> dict:
         p = get_current_context()["params"]
-        return tasks.resume_task(p["mailbox"], p["operator"], p["why"])
+        return tasks_operator.resume_task(p["mailbox"], p["operator"], p["why"])
 
     resume()
 

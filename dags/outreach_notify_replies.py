@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from airflow.sdk import dag, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_inbox
 
 
 @dag(
@@ -32,7 +32,7 @@ from outreach.airflow import defaults, tasks
 def outreach_notify_replies():
     @task
     def notify() -> dict:
-        return tasks.notify_replies_task()
+        return tasks_inbox.notify_replies_task()
 
     notify()
 

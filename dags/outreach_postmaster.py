@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from airflow.sdk import dag, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_health
 
 
 @dag(
@@ -37,19 +37,19 @@ from outreach.airflow import defaults, tasks
 def outreach_postmaster():
     @task
     def fetch_postmaster() -> dict:
-        return tasks.postmaster_fetch_task()
+        return tasks_health.postmaster_fetch_task()
 
     @task
     def pause_on_spam_rate() -> list:
-        return tasks.spam_rate_task()
+        return tasks_health.spam_rate_task()
 
     @task
     def pause_on_bounce_rate() -> list:
-        return tasks.bounce_rate_task()
+        return tasks_health.bounce_rate_task()
 
     @task
     def pause_on_complaint_rate() -> list:
-        return tasks.complaint_rate_task()
+        return tasks_health.complaint_rate_task()
 
     fetch_postmaster() >> pause_on_spam_rate()
     pause_on_bounce_rate()

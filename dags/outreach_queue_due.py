@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from airflow.sdk import dag, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_send
 
 
 @dag(
@@ -39,11 +39,11 @@ from outreach.airflow import defaults, tasks
 def outreach_queue_due():
     @task
     def queue_due() -> dict:
-        return tasks.queue_task()
+        return tasks_send.queue_task()
 
     @task
     def mx_providers() -> dict:
-        return tasks.mx_providers_task()
+        return tasks_send.mx_providers_task()
 
     queue_due() >> mx_providers()
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from airflow.sdk import dag, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_operator
 
 
 @dag(
@@ -24,7 +24,7 @@ from outreach.airflow import defaults, tasks
 def outreach_report():
     @task
     def report() -> dict:
-        return tasks.report_task()
+        return tasks_operator.report_task()
 
     report()
 

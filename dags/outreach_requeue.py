@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_operator
 
 
 @dag(
@@ -48,8 +48,8 @@ def outreach_requeue():
     @task
     def requeue() -> dict:
         p = get_current_context()["params"]
-        return tasks.requeue_task(p["failed_kind"], p["requested_by"], p["reason"],
-                                  p["email_ids"] or None, p["campaign_key"], p["mailbox"])
+        return tasks_operator.requeue_task(p["failed_kind"], p["requested_by"], p["reason"],
+                                           p["email_ids"] or None, p["campaign_key"], p["mailbox"])
 
     requeue()
 

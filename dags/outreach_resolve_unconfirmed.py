@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_unconfirmed
 
 
 @dag(
@@ -62,14 +62,14 @@ def outreach_resolve_unconfirmed():
     @task
     def evidence() -> list:
         p = get_current_context()["params"]
-        return tasks.evidence_task(p["email_ids"],
-                                   p["campaign_key"], p["mailbox"])
+        return tasks_unconfirmed.evidence_task(p["email_ids"],
+                                               p["campaign_key"], p["mailbox"])
 
     @task
     def resolve() -> dict:
         p = get_current_context()["params"]
-        return tasks.resolve_task(p["decision"], p["resolved_by"], p["email_ids"],
-                                  p["campaign_key"], p["mailbox"], p["note"])
+        return tasks_unconfirmed.resolve_task(p["decision"], p["resolved_by"], p["email_ids"],
+                                              p["campaign_key"], p["mailbox"], p["note"])
 
     evidence() >> resolve()
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from airflow.sdk import TriggerRule, dag, get_current_context, task
 
-from outreach.airflow import alerts, defaults, tasks
+from outreach.airflow import alerts, defaults, tasks_common, tasks_send, tasks_unconfirmed
 
 
 @dag(
@@ -63,29 +63,29 @@ from outreach.airflow import alerts, defaults, tasks
 def outreach_send():
     @task
     def preflight() -> dict:
-        return tasks.preflight_task()
+        return tasks_send.preflight_task()
 
     @task
     def plan(checked: dict) -> list[dict]:
-        return tasks.plan_task(checked)
+        return tasks_send.plan_task(checked)
 
     @task(map_index_template="{{ batch_label }}", pool=defaults.SMTP_POOL)
     def send_batch(batch: dict) -> dict:
         # The task's own context (not a copy): the label set in it is what the UI shows.
-        return tasks.send_task(batch, get_current_context())
+        return tasks_send.send_task(batch, get_current_context())
 
     @task(trigger_rule=TriggerRule.ALL_DONE)
     def summary(batches, results, **context) -> dict:
-        return tasks.summary_task(list(batches or []), list(results or []),
-                                  context["dag"].dag_id, context["run_id"])
+        return tasks_send.summary_task(list(batches or []), list(results or []),
+                                       context["dag"].dag_id, context["run_id"])
 
     @task(trigger_rule=TriggerRule.ALL_DONE, outlets=[defaults.unconfirmed_asset()])
     def flag_unconfirmed() -> dict:
-        return tasks.flag_unconfirmed_task()
+        return tasks_unconfirmed.flag_unconfirmed_task()
 
     @task(trigger_rule=TriggerRule.ALL_DONE, outlets=[defaults.events_alias("send")])
     def announce(**context) -> dict:
-        return tasks.announce_events_task("send", context["outlet_events"])
+        return tasks_common.announce_events_task("send", context["outlet_events"])
 
     batches = plan(preflight())
     sent = send_batch.expand(batch=batches)

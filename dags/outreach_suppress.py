@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_operator
 
 
 @dag(
@@ -36,7 +36,7 @@ def outreach_suppress():
     @task
     def suppress() -> dict:
         p = get_current_context()["params"]
-        return tasks.suppress_task(p["value"], p["reason"], p["requested_by"])
+        return tasks_operator.suppress_task(p["value"], p["reason"], p["requested_by"])
 
     suppress()
 

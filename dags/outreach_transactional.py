@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_transactional
 
 
 @dag(
@@ -50,12 +50,12 @@ def outreach_transactional():
     @task
     def enqueue() -> dict | None:
         ctx = get_current_context()
-        return tasks.transactional_enqueue_task(ctx["params"], ctx["dag_run"].conf)
+        return tasks_transactional.transactional_enqueue_task(ctx["params"], ctx["dag_run"].conf)
 
     # In the SMTP pool like the campaigns' send_batch, and ahead of them when slots are scarce.
     @task(pool=defaults.SMTP_POOL, priority_weight=100)
     def send(enqueued: dict | None) -> dict:
-        return tasks.transactional_send_task()
+        return tasks_transactional.transactional_send_task()
 
     send(enqueue())
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 from airflow.providers.standard.operators.hitl import HITLOperator
 from airflow.sdk import TriggerRule, dag, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_unconfirmed
 from outreach.airflow.hitl import ConfirmRequeue
 
 
@@ -47,7 +47,7 @@ from outreach.airflow.hitl import ConfirmRequeue
 def outreach_unconfirmed_review():
     @task
     def collect(**context) -> dict:
-        return tasks.review_collect_task(context["run_id"])
+        return tasks_unconfirmed.review_collect_task(context["run_id"])
 
     decide = HITLOperator(
         task_id="decide",
@@ -64,7 +64,7 @@ def outreach_unconfirmed_review():
         answer="not sent, requeue",
         subject="{{ ti.xcom_pull(task_ids='collect')['confirm_subject'] }}",
         body="{{ ti.xcom_pull(task_ids='collect')['confirm_body'] }}",
-        options=list(tasks.CONFIRM_OPTIONS),
+        options=list(tasks_unconfirmed.CONFIRM_OPTIONS),
         defaults=None,
         multiple=False,
     )
@@ -73,8 +73,8 @@ def outreach_unconfirmed_review():
     def record(collected: dict, response: dict, **context) -> dict:
         # None when confirm_requeue was skipped (another answer than a requeue).
         confirmation = context["ti"].xcom_pull(task_ids="confirm_requeue")
-        return tasks.review_record_task(collected, response, context["dag"].dag_id,
-                                        context["run_id"], confirmation)
+        return tasks_unconfirmed.review_record_task(collected, response, context["dag"].dag_id,
+                                                    context["run_id"], confirmation)
 
     collected = collect()
     collected >> decide >> confirm

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from outreach.airflow import defaults, tasks
+from outreach.airflow import defaults, tasks_operator
 
 
 @dag(
@@ -34,7 +34,7 @@ def outreach_unsuppress():
     @task
     def unsuppress() -> dict:
         p = get_current_context()["params"]
-        return tasks.unsuppress_task(p["value"], p["requested_by"], p["why"])
+        return tasks_operator.unsuppress_task(p["value"], p["requested_by"], p["why"])
 
     unsuppress()
 

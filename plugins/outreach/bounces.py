@@ -1,7 +1,7 @@
 """What one delivery failure changes: the effect by owner, one function for every path.
 
 Every failure of one recipient — a permanent SMTP reply in our own session
-(:func:`outreach.send._record`), a DSN read from an inbox (:mod:`outreach.inbox`), an ESP's event
+(:func:`outreach.record._record`), a DSN read from an inbox (:mod:`outreach.inbox`), an ESP's event
 (later: webhooks) — is described by a reason from :mod:`outreach.reasons` and goes through
 :func:`apply_failure` (or :func:`apply_reported_failure`, which first finds our email by its
 Message-ID). The owner of the reason decides (the table, thresholds and the forged-report rule:

@@ -86,7 +86,7 @@ class Step(_Model):
     ``In-Reply-To``/``References`` name the thread's earlier messages and the subject is
     ``Re: `` + step 1's subject as sent; only when step 1 really went out to the lead (a send-log
     entry), otherwise it goes out as a new message with its own ``subject`` (never a fake
-    "Re:"; see :func:`outreach.send.thread_of`)."""
+    "Re:"; see :func:`outreach.compose.thread_of`)."""
 
     template: str = Field(pattern=r"^[A-Za-z0-9_\-/]+$")
     subject: str = Field(min_length=1, max_length=300)
@@ -140,7 +140,7 @@ class SendWindow(_Model):
 CustomName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
 """A custom column's name as templates see it (``lead.custom.<name>``): a header's letters and
 digits lower-cased, other runs of characters one ``_`` (``Pain Point`` → ``pain_point``; see
-:func:`outreach.leads.custom_name`)."""
+:func:`outreach.leadcheck.custom_name`)."""
 MAPPED_FIELDS: tuple[str, ...] = ("email", *LEAD_FIELDS, "timezone")
 """The lead fields a ``columns:`` mapping may name besides custom columns."""
 
@@ -203,7 +203,7 @@ class Campaign(_Model):
     ``custom_columns`` lists the lead file's extra columns the templates need
     (``{{ lead.custom.city }}``): a file without one of them is refused, a row with one blank is
     a problem (line and field named), at import. Every other extra column is kept too (JSONB of
-    text, see :data:`outreach.leads.MAX_CUSTOM_FIELD`), but a template may use only the declared
+    text, see :data:`outreach.leadcheck.MAX_CUSTOM_FIELD`), but a template may use only the declared
     ones. ``columns`` maps a file's header (compared like the built-in aliases: case, spaces and
     punctuation ignored) to a lead field or a custom name (``E-Mail: email``,
     ``Vorname: first_name``, ``Stadt: city``). ``csv`` declares encoding and delimiter

@@ -4,7 +4,7 @@ The rule lives in one SQL function, ``outreach.stop_enrollment`` (migration 0012
 enrolment ``stopped`` (an operator) or ``replied`` (the inbox reader read a reply) with who, why
 and when, and cancels every queued step of it (status ``cancelled``) in the caller's transaction.
 Rows already ``sending`` are not touched; the pre-send check (``email_cancel_stopped``, next to the
-suppression check in :func:`outreach.send._send_one`) re-reads the enrolment and cancels them
+suppression check in :func:`outreach.handoff._send_one`) re-reads the enrolment and cancels them
 before the handoff. A step queued by a ``queue-due`` run that overlapped the stop is cancelled the
 same way. A stop is final for that campaign: its cancelled steps never go out.
 """

@@ -15,7 +15,7 @@ with the success). A consumer that must see every event reads the log by its own
 
 Ids are not commit-ordered: ``first_id``..``last_id`` bounds the announced events, and an event
 of the family with an id inside that range may belong to an earlier or a later announcement
-(``count`` is exact). Nothing here imports Airflow: :func:`outreach.airflow.tasks.announce_events_task`
+(``count`` is exact). Nothing here imports Airflow: :func:`outreach.airflow.tasks_common.announce_events_task`
 adds the asset events.
 """
 

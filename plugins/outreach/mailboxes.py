@@ -2,7 +2,7 @@
 
 A pause is one guarded UPDATE (only ``WHERE status = 'active'``) that writes its history row in
 ``outreach.mailbox_events`` in the same statement; a resume likewise (only ``WHERE status =
-'paused'``). A paused mailbox sends nothing: :func:`outreach.send.claim` locks the mailbox row and
+'paused'``). A paused mailbox sends nothing: :func:`outreach.claim.claim` locks the mailbox row and
 refuses a paused one. A resumed mailbox does not release its backlog in one burst: the day's cap
 and each send run's steady rate (pacing, ``mailbox_remaining_today``) still apply.
 

@@ -17,7 +17,7 @@ The reply's text is not stored in the database (0115: events carry no text); its
 are read again from the mailbox (``BODY.PEEK``, read-only) by the message's account, folder,
 UIDVALIDITY and UID. A message gone from the mailbox, or a mailbox that cannot be read, gives a
 notice that says so instead of the lines. Nothing here imports Airflow:
-:func:`outreach.airflow.tasks.notify_replies_task` gives the notifier and the IMAP accounts.
+:func:`outreach.airflow.tasks_inbox.notify_replies_task` gives the notifier and the IMAP accounts.
 """
 
 from __future__ import annotations

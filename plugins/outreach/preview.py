@@ -1,6 +1,6 @@
 """Preview a campaign step: each message exactly as the sender would hand it over.
 
-The message is built by the sender's own function (:func:`outreach.send.prepare`: the same
+The message is built by the sender's own function (:func:`outreach.compose.prepare`: the same
 render, the same header builder, the same wire form) from the row the claim would return
 (``campaign_preview_rows``), so a preview of a queued step is byte-equal to what the SMTP server
 receives for that lead, apart from ``Date`` (the moment of the handoff) and ``DKIM-Signature``
@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from outreach import db
-from outreach.send import prepare, row_content_version, thread_of
+from outreach.compose import prepare, row_content_version, thread_of
 from outreach.settings import Settings
 from outreach.store import Conn
 from outreach.store import campaigns as campaigns_store
@@ -64,11 +64,11 @@ def skip_reason(row: dict[str, Any]) -> str | None:
 
 def build_row(conn: Conn, row: dict[str, Any], settings: Settings, now: dt.datetime,
               dkim_private_key: bytes | None = None) -> tuple[str, bytes, list[str]]:
-    """Build one row's message with :func:`outreach.send.prepare`; return ``(message_id, wire,
+    """Build one row's message with :func:`outreach.compose.prepare`; return ``(message_id, wire,
     notes)``. Placeholders stand in for a step not queued yet; the message is signed only when
     ``dkim_private_key`` is given (else ``dkim_selector`` is dropped for the build).
 
-    :raises RenderError, MessageError, SigningError: as :func:`outreach.send.prepare`.
+    :raises RenderError, MessageError, SigningError: as :func:`outreach.compose.prepare`.
     """
     notes: list[str] = []
     row = dict(row)

@@ -125,7 +125,7 @@ def reap(url: str, threshold: dt.timedelta, *, release: dt.timedelta | None = No
     meanwhile is never touched. A row whose handoff was stamped (``handed_over_at``, committed
     right before MAIL FROM) may have gone out and fails as unconfirmed once the stamp is older
     than ``threshold``; a row never handed over goes back to the queue with its attempt not
-    counted once neither its claim nor its sender's heartbeat (:class:`outreach.send.ClaimHeartbeat`)
+    counted once neither its claim nor its sender's heartbeat (:class:`outreach.claim.ClaimHeartbeat`)
     is younger than ``release`` (or its claim is older than ``threshold``).
 
     :param threshold: ``Settings.reaper_threshold`` (must outlast one handoff, see

@@ -354,7 +354,7 @@ class Settings(OutreachSettings):
     @property
     def heartbeat_interval(self) -> float:
         """Return seconds between two heartbeats of a live sender's claim
-        (:class:`outreach.send.ClaimHeartbeat`): a quarter of the release threshold, so three
+        (:class:`outreach.claim.ClaimHeartbeat`): a quarter of the release threshold, so three
         heartbeats may be lost (a slow database, a busy machine) before a live claim is released."""
         return self.release_threshold.total_seconds() / 4
 
@@ -420,7 +420,7 @@ class DatabaseSettings(OutreachSettings):
 
 
 class PreflightSettings(OutreachSettings):
-    """The DNS preflight of the send DAG (see :func:`outreach.airflow.tasks.preflight_task`).
+    """The DNS preflight of the send DAG (see :func:`outreach.airflow.tasks_send.preflight_task`).
 
     Values are read by the strict rule of :meth:`OutreachSettings._strict` (empty, ``1_0`` and
     ``10,,60`` are errors); ranges are the fields' own."""
@@ -579,7 +579,7 @@ def import_roots(env: dict[str, str] | None = None) -> tuple[Path, ...]:
 
     Why: the ``outreach_import_leads`` form takes a path typed in the Airflow UI, and the worker
     must not read (or report lines of) any other file it can reach. The check itself is
-    :func:`outreach.leads.import_path`.
+    :func:`outreach.leadfile.import_path`.
 
     :raises SettingsError: the value names no folder, has an empty item (``a,,b``), or names a
         folder that does not exist.

@@ -30,15 +30,10 @@ from typing import Any
 
 from outreach import campaign as campaign_mod
 from outreach import db
-from outreach.leads import (
-    ImportFileError,
-    ImportResult,
-    _check_record,
-    apply_staged,
-    layout_for,
-    open_leads_csv,
-    regular_file,
-)
+from outreach.leadcheck import _check_record, layout_for
+from outreach.leadcsv import open_leads_csv
+from outreach.leadfile import ImportFileError, regular_file
+from outreach.leads import ImportResult, apply_staged
 from outreach.logutil import log
 from outreach.paths import resolve
 from outreach.store import leads as leads_store
@@ -64,7 +59,7 @@ def import_source(url: str, campaign_file: str | Path, mailbox_file: str | Path,
     a file source (none when nothing is new).
 
     :raises SourceError: the campaign has no source, or it cannot be read.
-    :raises outreach.leads.ImportFileError: the rows as a whole are unusable (no email column,
+    :raises outreach.leadfile.ImportFileError: the rows as a whole are unusable (no email column,
         a declared custom column missing, a file that does not decode); nothing of it imported.
     :raises outreach.campaign.ConfigError: a configuration file is invalid.
     """
@@ -200,7 +195,7 @@ def glob_objects(files: campaign_mod.FileSource) -> list[Any]:
 def _regular_object(obj: Any) -> bool:
     """Whether ``obj`` (an ``ObjectStoragePath`` of a file source's glob) is an object to import:
     ``False`` for a folder; a local path must be a regular file, checked by ``stat`` before
-    anything opens it (:func:`outreach.leads.regular_file`: a FIFO would block the run, a
+    anything opens it (:func:`outreach.leadfile.regular_file`: a FIFO would block the run, a
     device never end).
 
     :raises ImportFileError: a local FIFO, device or socket (the path named).

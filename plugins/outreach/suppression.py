@@ -20,7 +20,8 @@ from email_validator import EmailNotValidError
 
 from outreach import audit, db
 from outreach.addresses import normalize_address
-from outreach.leads import BoundedLines, Problem, import_path, open_regular
+from outreach.leadcheck import Problem
+from outreach.leadfile import BoundedLines, import_path, open_regular
 from outreach.logutil import mask
 from outreach.store import Conn, emails, suppressions
 
@@ -178,7 +179,7 @@ def csv_entries(f: IO[str], label: str | Path) -> Iterator[tuple[int, str, str]]
     (first column, or a column named as :data:`VALUE_HEADERS`), for :func:`apply_entries`.
 
     :raises ImportFileError: (while iterating) a row longer than
-        :data:`outreach.leads.MAX_ROW_CHARS` (``label`` named).
+        :data:`outreach.leadfile.MAX_ROW_CHARS` (``label`` named).
     """
     lines = BoundedLines(f, label)  # rows of at most MAX_ROW_CHARS: read in bounded memory
     reader = csv.reader(lines)
@@ -202,10 +203,10 @@ def import_suppressions(url: str, csv_file: str | Path, reason: str = "do-not-co
     """Import a do-not-contact CSV (first column, or a column named email/domain) in one
     transaction through :func:`apply_entries`; bad lines are reported and the rest imported.
 
-    :param csv_file: inside an import folder (see :func:`outreach.leads.import_path`; a relative
+    :param csv_file: inside an import folder (see :func:`outreach.leadfile.import_path`; a relative
         path is relative to the project root).
     :raises ImportFileError: the file is outside the import folders, not a regular file, or a
-        row is longer than :data:`outreach.leads.MAX_ROW_CHARS` (nothing imported).
+        row is longer than :data:`outreach.leadfile.MAX_ROW_CHARS` (nothing imported).
     :param who: who runs it, for the audit trail (:func:`apply_entries`).
     :raises OSError: the file cannot be read.
     """

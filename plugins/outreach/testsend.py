@@ -2,7 +2,7 @@
 
 A test send is a real send: the lead's enrolled mailbox, its SMTP connection, its DKIM key, the
 step's templates, built by the sender's own builder (:func:`outreach.preview.build_row`, which
-calls :func:`outreach.send.prepare`). It goes to each seed address instead of the lead, with its
+calls :func:`outreach.compose.prepare`). It goes to each seed address instead of the lead, with its
 own Message-ID (a fresh UUID per message, never a row's idempotency key) and an unsubscribe link
 for email id 0, which unsubscribes nobody. It changes no enrolment, queue row or lead: it is
 recorded in ``outreach.test_sends`` (not the send log, which holds one entry per email row), and
@@ -24,10 +24,11 @@ from typing import Any
 
 from outreach import db
 from outreach.addresses import normalize_address
+from outreach.compose import DkimKeyLoader
+from outreach.handoff import SmtpConnector
 from outreach.logutil import log, mask
 from outreach.message import envelope_address
 from outreach.preview import PreviewError, build_row
-from outreach.send import DkimKeyLoader, SmtpConnector
 from outreach.settings import Settings
 from outreach.store import Conn, mailboxes, test_sends
 from outreach.store import campaigns as campaigns_store

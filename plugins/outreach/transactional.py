@@ -40,17 +40,12 @@ from email_validator import EmailNotValidError
 from psycopg.types.json import Jsonb
 
 from outreach import db
+from outreach.claim import worker_name
+from outreach.compose import DkimKeyLoader, transactional_context
+from outreach.handoff import SmtpConnector
 from outreach.logutil import log, mask
 from outreach.paths import templates_dir
-from outreach.send import (
-    DkimKeyLoader,
-    PlannedSummary,
-    SmtpConnector,
-    raise_if_unreachable,
-    send_batch,
-    transactional_context,
-    worker_name,
-)
+from outreach.send import PlannedSummary, raise_if_unreachable, send_batch
 from outreach.settings import Settings
 from outreach.store import emails
 from outreach.store import transactional as store

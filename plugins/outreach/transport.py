@@ -64,7 +64,7 @@ def session_refusal(delivery: Delivery) -> str | None:
     the message or its recipient), and if so why, in words: ``"the server requires
     authentication"`` or ``"the server requires STARTTLS"``; ``None`` otherwise.
 
-    The one rule (pointed to from :func:`outreach.send._send_one` and
+    The one rule (pointed to from :func:`outreach.handoff._send_one` and
     docs/howto/operating-failures.md), kept narrow on purpose — a reply at stage ``MAIL`` only (nothing of a message
     was accepted there), and only:
 

@@ -14,10 +14,10 @@ import httpx
 import pytest
 
 from outreach import db
-from outreach.airflow.tasks import REQUEUE_CONFIRM
+from outreach.airflow.tasks_unconfirmed import REQUEUE_CONFIRM
+from outreach.claim import claim
 from outreach.dev.devsmtp import MaildirServer
 from outreach.queue import queue_due, reap
-from outreach.send import claim
 from outreach.tokens import make_token
 from support import browser
 from support.alerts import OPS, subject_of

@@ -20,10 +20,10 @@ import httpx
 import pytest
 
 from outreach import db
-from outreach.airflow.tasks import REQUEUE_CONFIRM
+from outreach.airflow.tasks_unconfirmed import REQUEUE_CONFIRM
+from outreach.claim import claim
 from outreach.dev.devsmtp import MaildirServer
 from outreach.queue import reap
-from outreach.send import claim
 from support import browser
 from support.alerts import OPS, subject_of
 from support.deployment import (

@@ -144,8 +144,8 @@ def test_operator_resolves_unconfirmed_emails_through_the_dag(db_url, sink, migr
     import datetime as dt
 
     from outreach import db
+    from outreach.claim import claim
     from outreach.queue import reap
-    from outreach.send import claim
 
     import_demo(db_url)
     queue_due(db_url)

@@ -14,19 +14,19 @@ import psycopg
 import pytest
 
 from outreach import audit, db
-from outreach.airflow import tasks as adapter
+from outreach.airflow import tasks_unconfirmed
 from outreach.campaign_pause import (
     CampaignNotFound,
     change_status,
     pause_campaign,
     resume_campaign,
 )
+from outreach.claim import claim
 from outreach.enrollments import EnrollmentNotFound, stop_lead
 from outreach.mailboxes import MailboxNotFound, pause_mailbox, resume_mailbox
 from outreach.queue import queue_due, reap
 from outreach.report import collect
 from outreach.resolve import requeue_failed, resolve
-from outreach.send import claim
 from outreach.suppression import suppress, unsuppress
 from outreach.web.campaign_page import render_page
 from support.flow import hand_over, import_demo, outreach, rows, scalar
@@ -194,7 +194,7 @@ def test_the_required_action_answer_is_audited_as_its_airflow_user(db_url, monke
     queue_due(db_url)
     held = make_unconfirmed(db_url, 1)
     response = {"chosen_options": ["was sent"], "responded_by_user": {"id": "7", "name": "dana"}}
-    adapter.review_record_task({"ids": held}, response, "outreach_unconfirmed_review", "r1")
+    tasks_unconfirmed.review_record_task({"ids": held}, response, "outreach_unconfirmed_review", "r1")
     [r] = audit_rows(db_url)
     assert (r["action"], r["actor"], r["via"], r["dag_id"], r["run_id"], r["target_id"]) == (
         "resolve", "dana", "airflow", "outreach_unconfirmed_review", "r1", held[0])

@@ -11,8 +11,8 @@ import pytest
 
 from outreach import db
 from outreach.campaign_pause import CampaignStateError, change_status
+from outreach.claim import claim
 from outreach.queue import queue_due
-from outreach.send import claim
 from support.flow import EXPECTED_LEADS, import_demo, scalar, send_all
 from support.paths import CAMPAIGN, ROOT
 

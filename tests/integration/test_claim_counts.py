@@ -7,8 +7,8 @@ from __future__ import annotations
 import datetime as dt
 
 from outreach import db
+from outreach.claim import claim
 from outreach.queue import queue_due
-from outreach.send import claim
 from support.claimcounts import COUNTED, KEPT
 from support.flow import import_demo
 

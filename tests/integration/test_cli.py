@@ -123,7 +123,7 @@ def test_reap_and_the_queue_task_need_no_unsubscribe_secret(db_url, tmp_path, mo
     assert p.returncode == 0, p.stderr
     assert "marked 0 email(s) unconfirmed" in p.stdout and "put 0 email(s) back" in p.stdout
 
-    from outreach.airflow.tasks import queue_task
+    from outreach.airflow.tasks_send import queue_task
 
     for name in ("OUTREACH_PUBLIC_URL", "OUTREACH_UNSUBSCRIBE_SECRET"):
         monkeypatch.delenv(name, raising=False)

@@ -77,7 +77,7 @@ def test_a_good_environment_passes_with_one_line(db_url, sink, tmp_path):
 def test_the_dags_first_task_fails_with_every_problem_in_one_line(db_url, monkeypatch):
     from airflow.sdk.exceptions import AirflowFailException
 
-    from outreach.airflow.tasks import config_check_task
+    from outreach.airflow.tasks_common import config_check_task
 
     monkeypatch.setenv("OUTREACH_DATABASE_URL", db_url)
     monkeypatch.setenv("OUTREACH_PUBLIC_URL", "https://unsubscribe.test.example")

@@ -9,7 +9,7 @@ import datetime as dt
 import json
 
 from outreach import db
-from outreach.send import claim
+from outreach.claim import claim
 from support.scenario import claim_until_drained
 
 NOW = dt.datetime(2026, 3, 4, 10, 7, tzinfo=dt.UTC)

@@ -11,7 +11,8 @@ from email.header import decode_header, make_header
 import pytest
 
 from outreach.campaign import ConfigError, load_campaign
-from outreach.leads import ImportFileError, import_leads
+from outreach.leadfile import ImportFileError
+from outreach.leads import import_leads
 from outreach.queue import queue_due
 from support.flow import rows, scalar, send_all
 from support.paths import CAMPAIGN, MAILBOXES

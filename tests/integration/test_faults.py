@@ -133,7 +133,7 @@ def test_a_refused_connection_releases_the_batch_and_fails_the_mailbox_never_bur
 def test_reaper_racing_a_finishing_sender_never_overwrites_a_sent_row(db_url, settings, tmp_path):
     import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"r{i}@faults.example" for i in range(40)]), now=T0)
     queue_due(db_url, now=T0)
-    from outreach.send import claim
+    from outreach.claim import claim
 
     for iteration in range(15):
         with psycopg.connect(db_url, autocommit=True) as c:  # a fresh round: every row queued again
@@ -190,7 +190,7 @@ def test_reaper_racing_a_finishing_sender_never_overwrites_a_sent_row(db_url, se
 def test_unconfirmed_rows_move_only_by_operator_resolution(db_url, sink, settings, tmp_path):
     import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"u{i}@faults.example" for i in range(4)]), now=T0)
     queue_due(db_url, now=T0)
-    from outreach.send import claim
+    from outreach.claim import claim
 
     conn = db.connect(db_url, autocommit=True)
     held = claim(conn, 1, 10, worker="killed", now=T0)[0] + claim(conn, 2, 10, worker="killed", now=T0)[0]

@@ -189,9 +189,9 @@ def test_sender_never_hands_off_a_row_the_reaper_took_meanwhile(db_url, sink, se
     one_mailbox(db_url)
     queue_due(db_url)
     taken: list[int] = []
-    import outreach.send as send_mod
+    import outreach.handoff as handoff_mod  # where the sender's row step looks its thread up
 
-    real_thread_of = send_mod.thread_of
+    real_thread_of = handoff_mod.thread_of
 
     def stalled_sender(conn, row):
         # The sender stalls after its claim, before its first handoff (a GC pause, a slow DNS
@@ -203,11 +203,11 @@ def test_sender_never_hands_off_a_row_the_reaper_took_meanwhile(db_url, sink, se
             taken.extend(reaped.requeued)
         return real_thread_of(conn, row)
 
-    send_mod.thread_of = stalled_sender
+    handoff_mod.thread_of = stalled_sender
     try:
         first = send_batch(db_url, 1, 10, smtp_connector, settings, worker="slow")
     finally:
-        send_mod.thread_of = real_thread_of
+        handoff_mod.thread_of = real_thread_of
     assert len(taken) == 5 and first.claimed == 5
     assert (first.sent, first.lost_claims) == (0, 5) and sink.messages() == []
     second = send_batch(db_url, 1, 10, smtp_connector, settings, worker="next-run")

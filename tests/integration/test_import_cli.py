@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from outreach.leads import ImportFileError
+from outreach.leadfile import ImportFileError
 from support.flow import cli_env, outreach_cmd, scalar
 
 
@@ -87,14 +87,15 @@ def test_import_show_pages_the_stored_problems(db_url, sink, tmp_path, data):
 def test_the_airflow_task_logs_progress_and_the_summary_last_and_fails_on_nothing_imported(
         db_url, data, monkeypatch, caplog, capsys):
     from outreach import leads
-    from outreach.airflow import tasks as airflow_adapter
+    from outreach.airflow import tasks_common, tasks_import
 
-    monkeypatch.setattr(airflow_adapter, "database_url", lambda: db_url)  # the outreach_db connection
+    for tasks in (tasks_import, tasks_common):  # the import, and the config check it runs first
+        monkeypatch.setattr(tasks, "database_url", lambda: db_url)  # the outreach_db connection
     monkeypatch.setattr(leads, "PROGRESS_ROWS", 2)
     (data / "leads.csv").write_text("Email\n" + "".join(f"ok{i}@acme.example\n" for i in range(4)))
     with caplog.at_level(logging.INFO, logger="outreach"):
-        out = airflow_adapter.import_task("include/campaigns/demo.yaml", "include/mailboxes.yaml",
-                                          str(data / "leads.csv"), None)
+        out = tasks_import.import_task("include/campaigns/demo.yaml", "include/mailboxes.yaml",
+                                       str(data / "leads.csv"), None)
     assert out["leads"]["imported"] == 4
     messages = [r.getMessage() for r in caplog.records if r.name == "outreach"]
     if not any("rows read" in m for m in messages):
@@ -109,6 +110,6 @@ def test_the_airflow_task_logs_progress_and_the_summary_last_and_fails_on_nothin
     from airflow.sdk.exceptions import AirflowFailException
 
     with pytest.raises((ImportFileError, AirflowFailException), match="nothing imported: all 1 rows"):
-        airflow_adapter.import_task("include/campaigns/demo.yaml", "include/mailboxes.yaml",
-                                    str(data / "bad.csv"), None)
+        tasks_import.import_task("include/campaigns/demo.yaml", "include/mailboxes.yaml",
+                                 str(data / "bad.csv"), None)
     assert scalar(db_url, "SELECT count(*) FROM outreach.import_runs") == 2

@@ -9,7 +9,8 @@ import subprocess
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from outreach.leads import ImportFileError, import_leads, import_path
+from outreach.leadfile import ImportFileError, import_path
+from outreach.leads import import_leads
 from outreach.settings import SettingsError, import_roots
 from outreach.suppression import import_suppressions
 from support.flow import cli_env, outreach_cmd, scalar
@@ -69,18 +70,18 @@ def test_import_functions_refuse_a_file_outside_the_roots(db_url, outside, monke
 
 
 def test_the_airflow_task_refuses_a_typed_path_outside_the_roots(db_url, outside, monkeypatch):
-    from outreach.airflow import tasks as airflow_adapter
+    from outreach.airflow import tasks_import
 
     secret, data = outside
     monkeypatch.setenv("OUTREACH_IMPORT_ROOTS", str(data))
     monkeypatch.setenv("OUTREACH_DATABASE_URL", db_url)  # a key=value conninfo is no Airflow URI
     with pytest.raises(REFUSED, match="not inside an import folder") as exc:
-        airflow_adapter.import_task("include/campaigns/demo.yaml", "include/mailboxes.yaml",
-                                    str(secret), None)
+        tasks_import.import_task("include/campaigns/demo.yaml", "include/mailboxes.yaml",
+                                 str(secret), None)
     assert "SECRET" not in str(exc.value)
     with pytest.raises(REFUSED, match="not inside an import folder"):
-        airflow_adapter.import_task("include/campaigns/demo.yaml", "include/mailboxes.yaml",
-                                    str(data / "leads.csv"), "include/data/../../../../../../etc/passwd")
+        tasks_import.import_task("include/campaigns/demo.yaml", "include/mailboxes.yaml",
+                                 str(data / "leads.csv"), "include/data/../../../../../../etc/passwd")
     assert scalar(db_url, "SELECT count(*) FROM outreach.leads") == 0
 
 
@@ -96,7 +97,7 @@ def test_cli_never_reads_or_echoes_a_file_outside_the_roots(db_url, sink, outsid
 
 
 def test_no_email_column_lists_a_few_cut_header_names_only(tmp_path):
-    from outreach.leads import open_leads_csv
+    from outreach.leadcsv import open_leads_csv
 
     path = tmp_path / "wide.csv"
     path.write_text(",".join(["Name" + "x" * 100] + [f"c{i}" for i in range(30)]) + "\nA\n")
@@ -109,7 +110,7 @@ def test_no_email_column_lists_a_few_cut_header_names_only(tmp_path):
 
 def test_the_airflow_form_reads_campaign_and_mailbox_files_only_from_the_project(db_url, outside,
                                                                                 monkeypatch):
-    from outreach.airflow import tasks as airflow_adapter
+    from outreach.airflow import tasks_import
 
     secret, data = outside
     monkeypatch.setenv("OUTREACH_IMPORT_ROOTS", str(data))
@@ -117,5 +118,5 @@ def test_the_airflow_form_reads_campaign_and_mailbox_files_only_from_the_project
     for campaign, mailboxes in ((str(secret), "include/mailboxes.yaml"),
                                 ("include/campaigns/demo.yaml", "include/../../../../etc/passwd")):
         with pytest.raises(REFUSED, match="campaign and mailbox files live in") as exc:
-            airflow_adapter.import_task(campaign, mailboxes, str(data / "leads.csv"), None)
+            tasks_import.import_task(campaign, mailboxes, str(data / "leads.csv"), None)
         assert "SECRET" not in str(exc.value) and "root:" not in str(exc.value)

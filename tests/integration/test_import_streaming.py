@@ -8,7 +8,8 @@ import json
 import pytest
 
 from outreach import db, leads
-from outreach.leads import ImportFileError, import_leads
+from outreach.leadfile import ImportFileError
+from outreach.leads import import_leads
 from outreach.suppression import suppress
 from support.flow import rows, scalar
 from support.paths import CAMPAIGN, MAILBOXES

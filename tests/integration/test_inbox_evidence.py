@@ -8,10 +8,10 @@ import datetime as dt
 import subprocess
 
 from outreach import db
+from outreach.claim import claim
 from outreach.leads import import_leads
 from outreach.queue import queue_due, reap
 from outreach.resolve import list_unconfirmed, row_message_id
-from outreach.send import claim
 from support.flow import cli_env, hand_over, leads_csv, one_mailbox, outreach_cmd, rows
 from support.inboxflow import ANNA, IMAP_CONN_IDS, mail
 from support.paths import CAMPAIGN, MAILBOXES

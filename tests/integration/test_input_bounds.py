@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from outreach.leads import MAX_ROW_CHARS, ImportFileError
+from outreach.leadfile import MAX_ROW_CHARS, ImportFileError
 from outreach.sources import import_source
 from outreach.suppression import import_suppressions
 from support.flow import cli_env, outreach_cmd, scalar
@@ -90,7 +90,8 @@ def test_a_300_mb_file_on_one_line_is_refused_in_bounded_memory(db_url, sink, tm
 
 def test_a_long_row_after_good_ones_names_its_lines_and_imports_nothing(db_url, folder,
                                                                          monkeypatch):
-    from outreach.leads import MAX_FIELD_CHARS, import_leads
+    from outreach.leadfile import MAX_FIELD_CHARS
+    from outreach.leads import import_leads
     from support.paths import CAMPAIGN
 
     # Eleven quoted fields of 100,000 characters over many lines: each under the field limit,

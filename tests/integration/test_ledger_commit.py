@@ -6,8 +6,8 @@ back in the queue). Real PostgreSQL, the sender's own claim, stamp and ledger st
 from __future__ import annotations
 
 from outreach import db
+from outreach.claim import claim
 from outreach.queue import queue_due
-from outreach.send import claim
 from outreach.store import emails
 from support.flow import import_demo
 

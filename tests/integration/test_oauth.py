@@ -227,7 +227,7 @@ def test_a_revoked_credential_fails_the_run_red_and_consumes_no_attempt(
 
     from airflow.sdk.exceptions import AirflowFailException
 
-    from outreach.airflow import tasks
+    from outreach.airflow import tasks_inbox, tasks_send
     from outreach.queue import plan_batches
 
     for name, value in {"OUTREACH_DATABASE_URL": db_url, "OUTREACH_SEND_INTERVAL_MINUTES": "0",
@@ -238,7 +238,7 @@ def test_a_revoked_credential_fails_the_run_red_and_consumes_no_attempt(
     ti = SimpleNamespace(dag_id="outreach_send", run_id="manual__1", task_id="send_batch",
                          map_index=0, try_number=1)
     with pytest.raises(AirflowFailException) as failed:
-        tasks.send_task(batch, {"ti": ti})
+        tasks_send.send_task(batch, {"ti": ti})
     line = str(failed.value)
     assert "\n" not in line and "'outreach_smtp_anna'" in line, line
     assert reason in line and fix in line, line
@@ -254,7 +254,7 @@ def test_a_revoked_credential_fails_the_run_red_and_consumes_no_attempt(
 
     [anna] = [t for t in plan_targets(db_url) if t["conn_id"] == "outreach_imap_anna"]
     with pytest.raises(AirflowFailException) as unread:
-        tasks.inbox_read_task(anna)
+        tasks_inbox.inbox_read_task(anna)
     assert "outreach_imap_anna" in str(unread.value) and fix in str(unread.value), unread.value
     # One alert per refused connection and day, naming it and the fix; again the same day: none.
     alerts = rows(db_url, "SELECT kind, event_key, body FROM outreach.alerts ORDER BY id")
@@ -262,7 +262,7 @@ def test_a_revoked_credential_fails_the_run_red_and_consumes_no_attempt(
         "login-failed:outreach_smtp_anna", "login-failed:outreach_imap_anna"], alerts
     assert all(a["kind"] == "login_failed" and fix in a["body"] for a in alerts)
     with pytest.raises(AirflowFailException):
-        tasks.inbox_read_task(anna)
+        tasks_inbox.inbox_read_task(anna)
     assert len(rows(db_url, "SELECT id FROM outreach.alerts")) == 2
     assert_no_token(db_url, idp, caplog, capfd, line, str(unread.value))
 
@@ -341,7 +341,7 @@ def test_the_airflow_tasks_return_no_token(db_url, tmp_path, settings, idp, oaut
     import json
     from types import SimpleNamespace
 
-    from outreach.airflow import tasks
+    from outreach.airflow import tasks_inbox, tasks_send
     from outreach.inbox import plan_targets
     from outreach.queue import plan_batches
 
@@ -353,9 +353,9 @@ def test_the_airflow_tasks_return_no_token(db_url, tmp_path, settings, idp, oaut
     [batch] = plan_batches(db_url, 50, parallelism=1, interval=settings.send_interval)
     ti = SimpleNamespace(dag_id="outreach_send", run_id="manual__x", task_id="send_batch",
                          map_index=0, try_number=1)
-    sent = tasks.send_task(batch, {"ti": ti})
+    sent = tasks_send.send_task(batch, {"ti": ti})
     oauth_dovecot.append(login, mail("x1@lead.example", "Re: hi", "thanks"))
-    read = [tasks.inbox_read_task(t) for t in plan_targets(db_url)]
+    read = [tasks_inbox.inbox_read_task(t) for t in plan_targets(db_url)]
     assert len(xsink.messages()) == 2 and sum(r["fetched"] for r in read) == 1, (sent, read)
     assert_no_token(db_url, idp, caplog, capfd, json.dumps(sent, default=str),
                     json.dumps(read, default=str))
@@ -370,7 +370,7 @@ def test_a_refused_password_is_a_login_failure_too(db_url, tmp_path, settings, i
 
     from airflow.sdk.exceptions import AirflowFailException
 
-    from outreach.airflow import tasks
+    from outreach.airflow import tasks_inbox, tasks_send
     from outreach.inbox import plan_targets
     from outreach.oauth import BASIC_FIX
     from outreach.queue import plan_batches
@@ -389,11 +389,11 @@ def test_a_refused_password_is_a_login_failure_too(db_url, tmp_path, settings, i
     ti = SimpleNamespace(dag_id="outreach_send", run_id="manual__b", task_id="send_batch",
                          map_index=0, try_number=1)
     with pytest.raises(AirflowFailException) as failed:
-        tasks.send_task(batch, {"ti": ti})
+        tasks_send.send_task(batch, {"ti": ti})
     assert "SMTP login refused (535" in str(failed.value) and BASIC_FIX in str(failed.value)
     [anna] = [t for t in plan_targets(db_url) if t["conn_id"] == "outreach_imap_anna"]
     with pytest.raises(AirflowFailException) as unread:
-        tasks.inbox_read_task(anna)
+        tasks_inbox.inbox_read_task(anna)
     assert "IMAP login refused" in str(unread.value) and BASIC_FIX in str(unread.value)
     assert {(r["status"], r["attempts"]) for r in rows(
         db_url, "SELECT status::text, attempts FROM outreach.emails")} == {("queued", 0)}

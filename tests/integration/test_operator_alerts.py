@@ -15,11 +15,11 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from outreach import db
 from outreach.airflow import alerts as airflow_alerts
-from outreach.airflow import tasks as adapter
+from outreach.airflow import tasks_import, tasks_send, tasks_unconfirmed
 from outreach.alerts import list_alerts, raise_alert
+from outreach.claim import claim
 from outreach.dev.devsmtp import MaildirServer
 from outreach.queue import queue_due, reap
-from outreach.send import claim
 from support.alerts import OPS, subject_of
 from support.flow import hand_over, import_demo, rows
 
@@ -101,15 +101,15 @@ def test_new_unconfirmed_emails_are_alerted_once_and_flag_the_review(db_url, ale
     import_demo(db_url)
     queue_due(db_url)
     first = make_unconfirmed(db_url, 2)
-    assert adapter.flag_unconfirmed_task() == {"new": first, "unlisted": first}
+    assert tasks_unconfirmed.flag_unconfirmed_task() == {"new": first, "unlisted": first}
     # No Required Action listed them yet (the review DAG was paused, say): the next send run
     # updates the asset again, without a second alert.
-    assert adapter.flag_unconfirmed_task() == {"new": [], "unlisted": first}
-    assert adapter.review_collect_task("manual__r1")["ids"] == first
+    assert tasks_unconfirmed.flag_unconfirmed_task() == {"new": [], "unlisted": first}
+    assert tasks_unconfirmed.review_collect_task("manual__r1")["ids"] == first
     with pytest.raises(AirflowSkipException, match="no unconfirmed emails that a Required"):
-        adapter.flag_unconfirmed_task()  # all listed: no alert, no asset event
+        tasks_unconfirmed.flag_unconfirmed_task()  # all listed: no alert, no asset event
     second = make_unconfirmed(db_url, 1)
-    assert adapter.flag_unconfirmed_task() == {"new": second, "unlisted": second}
+    assert tasks_unconfirmed.flag_unconfirmed_task() == {"new": second, "unlisted": second}
     messages = sorted(alert_sink.messages(), key=lambda m: subject_of(m), reverse=True)
     assert [subject_of(m) for m in messages] == [
         "outreach: 2 new unconfirmed email(s): check Sent Items",
@@ -162,11 +162,11 @@ def test_send_task_fails_on_unconfirmed_rows_and_summary_reads_the_ledger(db_url
                                                                         monkeypatch, caplog):
     import_demo(db_url)
     queue_due(db_url)
-    batches = adapter.plan_task({"blocked": []})
+    batches = tasks_send.plan_task({"blocked": []})
     assert batches[0]["label"].startswith("batch 1/")
     assert "anna — sales" in batches[0]["label"] and "@" not in batches[0]["label"]
     ctx = context_for("manual__r1")
-    result = adapter.send_task(batches[0], ctx)
+    result = tasks_send.send_task(batches[0], ctx)
     assert ctx["batch_label"].startswith("anna — sales: sent ")
     assert "@" not in ctx["batch_label"]
 
@@ -188,21 +188,21 @@ def test_send_task_fails_on_unconfirmed_rows_and_summary_reads_the_ledger(db_url
     monkeypatch.setattr(transport.SmtpSession, "deliver", flaky)
     ctx2 = context_for("manual__r1", map_index=1)
     with pytest.raises(AirflowFailException, match=r"1 email\(s\) unconfirmed \(ids \["):
-        adapter.send_task(batches[1], ctx2)
+        tasks_send.send_task(batches[1], ctx2)
     assert "unconfirmed 1" in ctx2["batch_label"]
     monkeypatch.setattr(transport.SmtpSession, "deliver", real)
 
     # The summary counts what the ledger says this run did, both tasks, and fails because a
     # send task failed (only one result for two planned batches).
     with pytest.raises(AirflowFailException, match="1 of 2 send task"):
-        adapter.summary_task(batches[:2], [result], "outreach_send", "manual__r1")
+        tasks_send.summary_task(batches[:2], [result], "outreach_send", "manual__r1")
     # A cleared try of the failed task claims fresh rows, counted with the same run.
     import re
 
     ctx3 = context_for("manual__r1", map_index=1, try_number=2)
     caplog.clear()
     with caplog.at_level("INFO", logger="outreach"):
-        retry = adapter.send_task(batches[1], ctx3)
+        retry = tasks_send.send_task(batches[1], ctx3)
     # The label sums both tries of the task: the first try's unconfirmed one is still in it.
     tries = rows(db_url, "SELECT count(*) FILTER (WHERE status = 'sent') AS sent, "
                          "count(*) FILTER (WHERE failure_kind = 'unconfirmed') AS unconfirmed "
@@ -216,7 +216,7 @@ def test_send_task_fails_on_unconfirmed_rows_and_summary_reads_the_ledger(db_url
     lines = [r.getMessage() for r in caplog.records if ": sent, 250" in r.getMessage()]
     assert len(lines) == retry["sent"] and all("@" in ln and "***@" in ln for ln in lines)
     assert all(", step 1, mailbox " in ln and "Message-ID <" in ln for ln in lines), lines[:2]
-    out = adapter.summary_task(batches[:2], [result, retry], "outreach_send", "manual__r1")
+    out = tasks_send.summary_task(batches[:2], [result, retry], "outreach_send", "manual__r1")
     sent = rows(db_url, "SELECT count(*) AS n FROM outreach.emails WHERE status = 'sent'")[0]["n"]
     assert out["totals"]["sent"] == sent == len(sink.messages())
     assert out["totals"]["unconfirmed"] == 1
@@ -224,7 +224,7 @@ def test_send_task_fails_on_unconfirmed_rows_and_summary_reads_the_ledger(db_url
                    ("outreach_send/manual__r1/",))[0]["n"]
     assert out["totals"]["claimed"] == claimed > result["claimed"] + retry["claimed"]
     # Another run's summary sees none of it.
-    assert adapter.summary_task([], [], "outreach_send", "manual__r2")["totals"]["claimed"] == 0
+    assert tasks_send.summary_task([], [], "outreach_send", "manual__r2")["totals"]["claimed"] == 0
 
 
 def test_preflight_blocked_mailbox_gets_a_failing_batch(db_url, alert_sink, sink):
@@ -232,13 +232,13 @@ def test_preflight_blocked_mailbox_gets_a_failing_batch(db_url, alert_sink, sink
     queue_due(db_url)
     checked = {"blocked": [{"mailbox_id": 1, "domain": "mail.outreach-demo.example",
                             "reason": "preflight FAIL: SPF"}]}
-    batches = adapter.plan_task(checked)
+    batches = tasks_send.plan_task(checked)
     blocked = [b for b in batches if b.get("blocked")]
     assert [b["label"] for b in blocked] == ["anna — sales: blocked, preflight FAIL: SPF"]
     assert all(q[0] != 1 for b in batches for q in b["quotas"])
     with pytest.raises(AirflowFailException, match=r"anna — sales: \d+ due email\(s\) not sent, "
                                                    r"preflight FAIL: SPF"):
-        adapter.send_task(blocked[0], context_for("manual__r3", map_index=len(batches) - 1))
+        tasks_send.send_task(blocked[0], context_for("manual__r3", map_index=len(batches) - 1))
     assert rows(db_url, "SELECT count(*) AS n FROM outreach.emails WHERE mailbox_id = 1 "
                         "AND status <> 'queued'")[0]["n"] == 0
 
@@ -248,23 +248,23 @@ def test_resolve_dag_checks_ids_and_fails_when_nothing_was_resolved(db_url, aler
     queue_due(db_url)
     held = make_unconfirmed(db_url, 3)
     with pytest.raises(AirflowFailException, match=r"not unconfirmed emails: \[999999\]"):
-        adapter.resolve_task("not_sent", "Dana", f"{held[0]}, 999999", None, None, "")
+        tasks_unconfirmed.resolve_task("not_sent", "Dana", f"{held[0]}, 999999", None, None, "")
     with pytest.raises(AirflowFailException, match="'2x' is not an email id"):
-        adapter.resolve_task("not_sent", "Dana", f"{held[0]}, 2x", None, None, "")
+        tasks_unconfirmed.resolve_task("not_sent", "Dana", f"{held[0]}, 2x", None, None, "")
     with pytest.raises(AirflowFailException, match="no default"):
-        adapter.resolve_task(None, "Dana", f"{held[0]}", None, None, "")
+        tasks_unconfirmed.resolve_task(None, "Dana", f"{held[0]}", None, None, "")
     assert rows(db_url, "SELECT count(*) AS n FROM outreach.emails WHERE failure_kind = 'unconfirmed'")[0]["n"] == 3
-    out = adapter.resolve_task("not_sent", "Dana", f" {held[0]} ,{held[1]}", None, None, "checked")
+    out = tasks_unconfirmed.resolve_task("not_sent", "Dana", f" {held[0]} ,{held[1]}", None, None, "checked")
     assert out["resolved"] == held[:2]
     with pytest.raises(AirflowFailException, match="nothing was resolved"):
-        adapter.resolve_task("not_sent", "Dana", "", "no-such-campaign", None, "")
+        tasks_unconfirmed.resolve_task("not_sent", "Dana", "", "no-such-campaign", None, "")
 
 
 def test_required_action_records_exactly_the_listed_rows_by_the_airflow_user(db_url, alert_sink):
     import_demo(db_url)
     queue_due(db_url)
     listed = make_unconfirmed(db_url, 2)
-    collected = adapter.review_collect_task("r1")
+    collected = tasks_unconfirmed.review_collect_task("r1")
     assert collected["ids"] == listed
     assert "| id | Sent-folder evidence | campaign | step | recipient |" in collected["body"]
     # What was checked, in the words the campaign page uses (the same function, the same
@@ -291,11 +291,11 @@ def test_required_action_records_exactly_the_listed_rows_by_the_airflow_user(db_
     assert "| unknown: the sender was lost mid-batch |" in collected["body"]
     assert "anna.schmidt@" not in collected["body"]
     with pytest.raises(AirflowSkipException):
-        adapter.review_collect_task("r2")  # each email is listed by one Required Action
+        tasks_unconfirmed.review_collect_task("r2")  # each email is listed by one Required Action
     later = make_unconfirmed(db_url, 1)  # not listed: must stay unconfirmed
     response = {"chosen_options": ["was sent"], "responded_by_user": {"id": "admin", "name": "admin"},
                 "params_input": {}}
-    out = adapter.review_record_task(collected, response, "outreach_unconfirmed_review", "r1")
+    out = tasks_unconfirmed.review_record_task(collected, response, "outreach_unconfirmed_review", "r1")
     assert out["resolved"] == listed and out["by"] == "admin"
     assert rows(db_url, "SELECT email_id, decision, resolved_by FROM outreach.email_resolutions "
                         "ORDER BY email_id") == [
@@ -303,20 +303,20 @@ def test_required_action_records_exactly_the_listed_rows_by_the_airflow_user(db_
     assert rows(db_url, "SELECT count(*) AS n FROM outreach.send_log WHERE source = 'operator'")[0]["n"] == 2
     assert rows(db_url, "SELECT failure_kind FROM outreach.emails WHERE id = %s", (later[0],))[0] == {
         "failure_kind": "unconfirmed"}
-    third = adapter.review_collect_task("r3")
-    left = adapter.review_record_task(third, {**response, "chosen_options": ["leave for later"]},
-                                      "outreach_unconfirmed_review", "r3")
+    third = tasks_unconfirmed.review_collect_task("r3")
+    left = tasks_unconfirmed.review_record_task(third, {**response, "chosen_options": ["leave for later"]},
+                                                "outreach_unconfirmed_review", "r3")
     assert left["resolved"] == [] and left["skipped"] == later
     # A requeue not confirmed (the confirmation said no, or never came) changes nothing.
     requeue = {**response, "chosen_options": ["not sent, requeue"]}
-    for confirmation in (None, {**response, "chosen_options": [adapter.REQUEUE_CANCEL]}):
-        out = adapter.review_record_task(third, requeue, "outreach_unconfirmed_review", "r3",
-                                         confirmation)
+    for confirmation in (None, {**response, "chosen_options": [tasks_unconfirmed.REQUEUE_CANCEL]}):
+        out = tasks_unconfirmed.review_record_task(third, requeue, "outreach_unconfirmed_review", "r3",
+                                                   confirmation)
         assert out["decision"] == "leave_for_later" and out["resolved"] == []
     assert rows(db_url, "SELECT failure_kind FROM outreach.emails WHERE id = %s", (later[0],))[0] == {
         "failure_kind": "unconfirmed"}
-    out = adapter.review_record_task(third, requeue, "outreach_unconfirmed_review", "r3",
-                                     {**response, "chosen_options": [adapter.REQUEUE_CONFIRM]})
+    out = tasks_unconfirmed.review_record_task(third, requeue, "outreach_unconfirmed_review", "r3",
+                                               {**response, "chosen_options": [tasks_unconfirmed.REQUEUE_CONFIRM]})
     assert out["decision"] == "not_sent" and out["resolved"] == later
     assert rows(db_url, "SELECT status::text AS s FROM outreach.emails WHERE id = %s",
                 (later[0],))[0] == {"s": "queued"}
@@ -326,11 +326,11 @@ def test_import_fails_at_once_on_what_cannot_heal(db_url, alert_sink, tmp_path):
     from support.paths import CAMPAIGN, MAILBOXES
 
     with pytest.raises(AirflowFailException, match=r"include/data/nope\.csv: cannot read: No such file"):
-        adapter.import_task(str(CAMPAIGN), str(MAILBOXES), "include/data/nope.csv", None)
+        tasks_import.import_task(str(CAMPAIGN), str(MAILBOXES), "include/data/nope.csv", None)
     bad = tmp_path / "no_email.csv"
     bad.write_text("Name,Company\nJane,Acme\n")
     with pytest.raises(AirflowFailException, match="no email column"):
-        adapter.import_task(str(CAMPAIGN), str(MAILBOXES), str(bad), None)
+        tasks_import.import_task(str(CAMPAIGN), str(MAILBOXES), str(bad), None)
 
 
 def test_bounce_rate_above_the_warning_level_is_alerted_once_a_day(db_url, alert_sink, sink, settings):

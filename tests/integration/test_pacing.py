@@ -17,9 +17,10 @@ import pytest
 
 from outreach import db
 from outreach.airflow.connections import smtp_connector
+from outreach.claim import claim
 from outreach.mailboxes import pause_mailbox, resume_mailbox
 from outreach.queue import plan_batches, queue_due, split_work
-from outreach.send import claim, send_planned
+from outreach.send import send_planned
 from support import invariants
 from support.flow import import_demo, scalar, send_run
 from support.scenario import ADDRESS, concurrently, one_mailbox_campaign

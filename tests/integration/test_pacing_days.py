@@ -21,8 +21,9 @@ import pytest
 
 from outreach import db
 from outreach.airflow.connections import smtp_connector
+from outreach.claim import Clock, claim
 from outreach.mailboxes import pause_mailbox, resume_mailbox
-from outreach.send import Clock, claim, send_batch
+from outreach.send import send_batch
 from support.scenario import ADDRESS, one_mailbox_campaign
 
 UTC = dt.UTC

@@ -8,7 +8,7 @@ import airflow.sdk  # noqa: F401 - Airflow sets up logging on import; before cap
 import pytest
 
 from outreach import cli
-from outreach.airflow import tasks as airflow_adapter
+from outreach.airflow import tasks_approval, tasks_send
 from outreach.leads import import_leads
 from outreach.preflight import FAIL, PASS, WARN, make_resolver, run_preflight
 from outreach.queue import queue_due
@@ -153,19 +153,19 @@ def test_preflight_task_blocks_failing_domains_in_block_mode(db_url, tmp_path, m
     caplog.set_level(logging.INFO, logger="outreach")
     with dns_server(good_zone(demo_domain, SELECTOR, key, IP)) as ns:
         monkeypatch.setenv("OUTREACH_DNS_NAMESERVER", ns)
-        good = airflow_adapter.preflight_task()
+        good = tasks_send.preflight_task()
         assert good["blocked"] == [] and good["domains"] == {demo_domain: PASS}
-        assert {q[0] for b in airflow_adapter.plan_task(good) for q in b["quotas"]} == {1, 2}
+        assert {q[0] for b in tasks_send.plan_task(good) for q in b["quotas"]} == {1, 2}
         # The launch approval's preflight (outreach_campaign_approval) checks the same way.
         targets = rows(db_url, "SELECT split_part(address, '@', 2) AS domain, dkim_selector, "
                                "dkim_key_conn_id FROM outreach.mailboxes")
-        assert airflow_adapter.approval_preflight(targets) == {demo_domain: "PASS"}
+        assert tasks_approval.approval_preflight(targets) == {demo_domain: "PASS"}
     broken = [r for r in good_zone(demo_domain, SELECTOR, key, IP) if "_dmarc" not in str(r.rname)]
     with dns_server(broken) as ns:
         monkeypatch.setenv("OUTREACH_DNS_NAMESERVER", ns)
-        checked = airflow_adapter.preflight_task()
-        plan = airflow_adapter.plan_task(checked)
-        assert airflow_adapter.approval_preflight(targets) == {demo_domain: "FAIL: DMARC"}
+        checked = tasks_send.preflight_task()
+        plan = tasks_send.plan_task(checked)
+        assert tasks_approval.approval_preflight(targets) == {demo_domain: "FAIL: DMARC"}
     assert checked["domains"] == {demo_domain: FAIL}
     if mode == "block":
         assert {b["mailbox_id"] for b in checked["blocked"]} == {1, 2}
@@ -184,10 +184,10 @@ def test_preflight_off_checks_nothing(monkeypatch, db_url, settings):
     monkeypatch.setenv("OUTREACH_PUBLIC_URL", settings.public_url)
     monkeypatch.setenv("OUTREACH_UNSUBSCRIBE_SECRET", settings.unsubscribe_secret)
     monkeypatch.setenv("OUTREACH_PREFLIGHT", "off")
-    off = airflow_adapter.preflight_task()
+    off = tasks_send.preflight_task()
     assert (off["mode"], off["blocked"], off["domains"], off.get("failed", {})) == ("off", [], {}, {})
     monkeypatch.setenv("OUTREACH_PREFLIGHT", "sometimes")
     from airflow.sdk.exceptions import AirflowFailException
 
     with pytest.raises(AirflowFailException, match="OUTREACH_PREFLIGHT"):
-        airflow_adapter.preflight_task()
+        tasks_send.preflight_task()

@@ -10,7 +10,7 @@ import datetime as dt
 import pytest
 
 from outreach import db, mxproviders
-from outreach.send import claim
+from outreach.claim import claim
 from support.dnszone import dns_server, mx
 from support.flow import leads_csv, one_mailbox, outreach, rows, scalar
 from support.paths import CAMPAIGN, MAILBOXES, SMTP_CONN_IDS

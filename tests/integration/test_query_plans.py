@@ -24,7 +24,7 @@ def test_a_claim_never_takes_more_than_its_limit_whatever_the_plan(db_url, messa
     outreach.claim_emails_v1 (migration 0018; before it, a MATERIALIZED CTE)."""
     from outreach import db
     from outreach.campaign import sync_mailboxes
-    from outreach.send import claim
+    from outreach.claim import claim
     from outreach.transactional import enqueue
 
     with psycopg.connect(db_url, autocommit=True) as c:

@@ -10,9 +10,9 @@ import threading
 import time
 
 from outreach import db
+from outreach.claim import ClaimHeartbeat, claim
 from outreach.leads import import_leads
 from outreach.queue import Reaped, queue_due, reap
-from outreach.send import ClaimHeartbeat, claim
 from outreach.store import emails
 from support.flow import hand_over, leads_csv, rows
 from support.paths import CAMPAIGN, MAILBOXES

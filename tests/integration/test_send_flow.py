@@ -11,9 +11,10 @@ import psycopg
 
 from outreach import db
 from outreach.airflow.connections import smtp_connector
+from outreach.claim import claim
 from outreach.leads import import_leads
 from outreach.queue import queue_due
-from outreach.send import claim, send_batch
+from outreach.send import send_batch
 from outreach.suppression import suppress
 from support import invariants
 from support.flow import EXPECTED_LEADS, import_demo, leads_csv, one_mailbox, rows, scalar, send_all
@@ -220,7 +221,7 @@ def test_template_raising_for_one_lead_does_not_stop_the_batch(db_url, sink, set
 
 def test_daily_cap_holds_under_concurrent_claims(db_url, tmp_path):
     from outreach import db
-    from outreach.send import claim
+    from outreach.claim import claim
 
     import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, [f"cap{i}@ex.example,C,Cap" for i in range(300)]))
     one_mailbox(db_url)

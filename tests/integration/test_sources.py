@@ -12,7 +12,7 @@ import uuid
 import psycopg
 import pytest
 
-from outreach.leads import ImportFileError
+from outreach.leadfile import ImportFileError
 from outreach.sources import import_source
 from support.flow import rows, scalar
 from support.paths import MAILBOXES

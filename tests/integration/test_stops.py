@@ -13,8 +13,9 @@ import pytest
 
 from outreach import db
 from outreach.airflow.connections import smtp_connector
+from outreach.claim import claim
 from outreach.queue import queue_due
-from outreach.send import claim, send_batch
+from outreach.send import send_batch
 from support import invariants
 from support.flow import EXPECTED_LEADS, cli_env, import_demo, outreach_cmd, rows, scalar, send_all
 

@@ -370,7 +370,7 @@ def test_bad_requests_are_refused_naming_the_field(tx_url):
 def test_dag_conf_is_checked_before_anything_is_enqueued(tx_url, monkeypatch):
     from airflow.sdk.exceptions import AirflowFailException
 
-    from outreach.airflow.tasks import transactional_enqueue_task
+    from outreach.airflow.tasks_transactional import transactional_enqueue_task
 
     monkeypatch.setenv("OUTREACH_DATABASE_URL", tx_url)
     base = {"delivery_key": None, "to": None, "template": "welcome", "context": {}, "mailbox": None}

@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from outreach.airflow.tasks import export_task, file_export_target, sql_export_target
+from outreach.airflow.tasks_export import export_task, file_export_target, sql_export_target
 from outreach.export import export
 from support.flow import rows
 from support.inboxflow import sent_campaign
@@ -94,7 +94,7 @@ def test_export_run_twice_copies_each_event_once(db_url, warehouse_url, tmp_path
 
 KILLED_EXPORT = """
 import sys
-from outreach.airflow.tasks import file_export_target, sql_export_target
+from outreach.airflow.tasks_export import file_export_target, sql_export_target
 from outreach.export import export
 kind, url, where = sys.argv[1:4]
 target = sql_export_target(where, "warehouse") if kind == "sql" else file_export_target(where, "files")

@@ -97,10 +97,10 @@ def claim_until_drained(db_url: str, senders: Sequence[int], *, now: dt.datetime
                         rounds: int, **policy: object) -> None:
     """One sender per entry of ``senders`` (a mailbox id; the same one twice is two senders of
     it), all released at once (:func:`concurrently`): each claims up to ``batch`` rows of its
-    mailbox at ``now`` with the contact-policy keywords ``policy`` (:func:`outreach.send.claim`),
+    mailbox at ``now`` with the contact-policy keywords ``policy`` (:func:`outreach.claim.claim`),
     at most ``rounds`` times, until a claim takes nothing and no row of the mailbox is due."""
     from outreach import db
-    from outreach.send import claim
+    from outreach.claim import claim
 
     def run(box: int) -> None:
         with db.connect(db_url, autocommit=True) as conn:

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from outreach.leads import ImportFileError, LeadRow, Problem, map_headers, normalise_address, open_leads_csv
+from outreach.leadcheck import LeadRow, Problem, map_headers
+from outreach.leadcsv import open_leads_csv
+from outreach.leadfile import ImportFileError
+from outreach.leads import normalise_address
 from support.paths import LEADS
 
 

@@ -11,8 +11,9 @@ import os
 import threading
 from pathlib import Path
 
-from outreach import leads
-from outreach.leads import ImportFileError, LeadsCsv, open_regular
+from outreach import leadcsv
+from outreach.leadcsv import LeadsCsv
+from outreach.leadfile import ImportFileError, open_regular
 
 
 def _in_thread(fn):
@@ -52,7 +53,7 @@ def test_open_regular_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
 def test_a_fifo_swapped_in_after_the_check_is_refused(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "leads.csv"
     path.write_text("email\na@example.com\n")
-    checked = leads.regular_file
+    checked = leadcsv.regular_file
 
     def check_then_swap(p: Path, shown=None):  # the race: the check passes, then a FIFO
         out = checked(p, shown)
@@ -60,7 +61,7 @@ def test_a_fifo_swapped_in_after_the_check_is_refused(tmp_path: Path, monkeypatc
         os.mkfifo(p)
         return out
 
-    monkeypatch.setattr(leads, "regular_file", check_then_swap)
+    monkeypatch.setattr(leadcsv, "regular_file", check_then_swap)  # where LeadsCsv checks
 
     def go():
         return LeadsCsv(path)

@@ -12,7 +12,7 @@ Who runs it: the command line (``outreach config check``: exit 2 with one line p
 exit 0 with a one-line summary), ``make airflow`` and each Celery worker's start
 (:func:`outreach.dev.deploy.config_gate`: settings, files and database, since connections are
 often added in the Airflow UI once it is up) and the first task of the send, transactional, import and
-inbox DAGs (:func:`outreach.airflow.tasks.config_check_task`, settings and database: each DAG's
+inbox DAGs (:func:`outreach.airflow.tasks_common.config_check_task`, settings and database: each DAG's
 own task checks the connections it uses). The limits and the list of checks:
 ``docs/reference/limits-and-config-check.md``.
 """

@@ -32,7 +32,7 @@ from pydantic import Field, model_validator
 from outreach import db
 from outreach.airflow.who import airflow_who
 from outreach.campaign import FileSource, SqlSource, _load, _Model
-from outreach.leads import ImportFileError
+from outreach.leadfile import ImportFileError
 from outreach.logutil import log, mask_addresses
 from outreach.paths import resolve, suppression_sources_file
 from outreach.sources import (

@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from outreach.campaign import ConfigError
     from outreach.db import OutreachDBError
     from outreach.dev.embedded import StopError
-    from outreach.leads import ImportFileError
+    from outreach.leadfile import ImportFileError
     from outreach.paths import project_root
     from outreach.postmaster import PostmasterError
     from outreach.send import BatchAborted, MailboxUnreachable

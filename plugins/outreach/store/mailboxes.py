@@ -293,7 +293,7 @@ def mailbox_pause(
     conn: Conn, *, now: dt.datetime | None, reason: str, by: str, mailbox_id: int
 ) -> list[MailboxEvent]:
     """``mailbox_pause``: Pause an active mailbox: claims refuse a paused mailbox (mailbox_lock +
-    the status check in outreach.send.claim), so it sends nothing until an operator resumes it.
+    the status check in outreach.claim.claim), so it sends nothing until an operator resumes it.
     Guarded by status = 'active': pausing a paused mailbox changes nothing and keeps the first
     reason."""
     return many(

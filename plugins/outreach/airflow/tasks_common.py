@@ -1,0 +1,69 @@
+"""Task bodies more than one DAG family runs: the settings and database check before a DAG's work,
+and the event Assets' announcement (the send and inbox DAGs).
+
+The task bodies (``tasks_*`` modules): what each DAG task does, in terms of the domain package.
+DAG files (``dags/``) call these, :mod:`outreach.airflow.defaults` and
+:mod:`outreach.airflow.alerts`, and nothing else. Connections come from
+:mod:`outreach.airflow.connections`; nothing here runs at import time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from outreach.airflow.connections import (
+    database_url,
+)
+from outreach.logutil import log
+
+
+def config_check_task(*, marketing: bool = False) -> None:
+    """Check every setting and the outreach database (:func:`outreach.airflow.configcheck.check`, scopes
+    settings and database) before a DAG's work: the first step of the send DAG's preflight, of
+    the import, source import, transactional and inbox DAGs' first task. Each DAG's own tasks
+    check the connections they use (the preflight the DKIM keys, the inbox reader its IMAP
+    account).
+
+    :param marketing: the unsubscribe URL and secret are required too (the send DAG).
+    :raises airflow.sdk.exceptions.AirflowFailException: a problem, all of them in one line
+        (no retry: a bad value stays bad until someone changes it; clear the task after).
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from outreach.airflow.configcheck import ConfigReport, check_database, check_settings
+
+    report = ConfigReport()
+    check_settings(report, marketing=marketing)
+    check_database(report, database_url)  # the tasks' database: never an embedded one
+    if not report.ok:
+        for problem in report.problems:
+            log.error("config: %s", problem)
+        raise AirflowFailException(report.one_line())
+    log.info(report.summary())
+
+
+def announce_events_task(announcer: str, outlet_events: Any) -> dict[str, dict[str, Any]]:
+    """Update the event Assets of ``announcer``'s families (``outreach://events/<family>``,
+    through :func:`outreach.airflow.defaults.events_alias`) that have new events, each with the
+    id range in its extra (:func:`outreach.eventassets.collect`); a family without new events
+    gets no asset event. Return the extras by family.
+
+    :param announcer: ``inbox`` or ``send`` (:data:`outreach.eventassets.ANNOUNCERS`).
+    :param outlet_events: the task context's ``outlet_events``.
+    :raises outreach.db.OutreachDBError: the database cannot be reached (the cursor stays: the
+        retry announces the same events).
+    """
+    from airflow.sdk import Asset
+
+    from outreach.airflow.defaults import events_alias
+    from outreach.eventassets import ANNOUNCERS, asset_uri, collect
+
+    ranges = collect(database_url(), announcer)
+    for family, extra in ranges.items():
+        outlet_events[events_alias(announcer)].add(Asset(asset_uri(family)), extra=extra)
+        log.info("Asset %s updated: %s new event(s), ids %s..%s", asset_uri(family),
+                 extra["count"], extra["first_id"], extra["last_id"])
+    if not ranges:
+        log.info("no new events of %s: no asset event",
+                 ", ".join(asset_uri(f) for f in ANNOUNCERS[announcer]))
+    return ranges
