@@ -88,7 +88,7 @@ def build_row(conn: Conn, row: dict[str, Any], settings: Settings, now: dt.datet
     if row.get("variant") is not None:
         notes.append(f"A/B variant {row['variant']}" + (
             "" if row["id"] else " (the one queue-due will choose: outreach.step_variant_for)"))
-    notes.append(f"content version {row_content_version(row)}")
+    notes.append(f"step content version {row_content_version(row)}")
     return message_id, wire, notes
 
 
