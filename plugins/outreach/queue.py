@@ -253,10 +253,10 @@ def run_allowances(url: str, *, interval: dt.timedelta | None, now: dt.datetime 
                     hold = "daily cap"
                 elif not quota.due_by_now:
                     hold = "send window"
-                elif (quota.run_share or 0) - quota.slot_used <= quota.run_left:
-                    hold = "run share"
+                elif (quota.due_by_now or 0) - quota.used <= quota.run_left:
+                    hold = "pacing"  # before the run share: it outlasts this run's slot
                 else:
-                    hold = "pacing"
+                    hold = "run share"
             if log_plan:
                 log.info("plan: mailbox %s (%s): due=%s remaining_today=%s run=%s/%s "
                          "run_share=%s due_by_now=%s -> %s this run%s", mb.mailbox_id,

@@ -38,17 +38,23 @@ def test_each_hold_is_named_with_the_plans_figures(db_url, tmp_path, monkeypatch
         "p***@mail.outreach-test.example: 102 due, 0 this run: pacing (98 of today's 150 sent or "
         "sending; an even spread over today's send window has 60 started by the end of this run; "
         "OUTREACH_SEND_INTERVAL_MINUTES)")
-    # The same slot as the morning's claim: its share is taken.
+    # In the morning's slot both its share (taken) and the spread bind: pacing is named, the
+    # bound that outlasts the slot.
     [a] = run_allowances(db_url, interval=TEN, now=MORNING + dt.timedelta(minutes=5))
-    assert (a.this_run, a.hold) == (0, "run share")
-    assert "at most 4 a send run, the steady rate (98 of today's 150 sent or sending; 98 taken " \
-        "in this run's slot already)" in a.line()
+    assert (a.this_run, a.slot_used, a.hold) == (0, 98, "pacing")
     # Late in the window the spread allows more than a run's steady rate of ceil(150 / 48) = 4.
-    [a] = run_allowances(db_url, interval=TEN, now=dt.datetime(2026, 3, 4, 16, 50, tzinfo=BERLIN))
+    late = dt.datetime(2026, 3, 4, 16, 50, tzinfo=BERLIN)
+    [a] = run_allowances(db_url, interval=TEN, now=late)
     assert (a.this_run, a.hold) == (4, "run share")
+    with db.connect(db_url, autocommit=True) as conn:
+        assert len(claim(conn, mb, 4, worker="t", now=late)[0]) == 4
+    [a] = run_allowances(db_url, interval=TEN, now=late + dt.timedelta(minutes=5))
+    assert (a.this_run, a.hold) == (0, "run share")
+    assert a.line().endswith(": at most 4 a send run, the steady rate (102 of today's 150 sent "
+                             "or sending; 4 taken in this run's slot already)")
     [a] = run_allowances(db_url, interval=None, now=NOON)
-    assert (a.this_run, a.hold) == (52, "daily cap")
-    assert "daily cap (98 of today's 150 sent or sending, 52 left;" in a.line()
+    assert (a.this_run, a.hold) == (48, "daily cap")
+    assert "daily cap (102 of today's 150 sent or sending, 48 left;" in a.line()
     [a] = run_allowances(db_url, interval=TEN, now=dt.datetime(2026, 3, 4, 17, 30, tzinfo=BERLIN))
     assert (a.this_run, a.hold) == (0, "send window")
     # report --json says the same, under this_run.
@@ -56,6 +62,7 @@ def test_each_hold_is_named_with_the_plans_figures(db_url, tmp_path, monkeypatch
     [shown] = json.loads(report.render_json(report.collect(db_url, now=NOON)))["this_run"]
     [a] = run_allowances(db_url, interval=TEN, now=NOON)
     assert shown == {**dataclasses.asdict(a), "name": "Pace Tester", "line": a.line()}
+    assert a.hold == "pacing"
     assert "Held this send run" in report.render_text(report.collect(db_url, now=NOON))
     pause_mailbox(db_url, ADDRESS, "DNS", "alice")
     [a] = run_allowances(db_url, interval=TEN, now=NOON)
