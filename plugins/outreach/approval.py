@@ -5,9 +5,10 @@ Markdown the Required Action of ``outreach_campaign_approval`` shows them in.
 The facts: the leads step 1 will be sent to and, per reason, those it skips (the preview's rule,
 :func:`outreach.preview.skip_reason`); the first days' volume per mailbox under its daily cap and
 warm-up (``outreach.mailbox_daily_limit`` through ``campaign_mailbox_days``, on the campaign's
-send days); the DNS preflight result per sending domain (given by the caller, who holds the DKIM
-keys); and sample renders (:func:`outreach.preview.preview`, the message as it would be handed
-over). Nothing is written. Lead data shown is made inert: addresses masked
+send days; today only what the mailbox has left, ``mailbox_remaining_today``); the DNS preflight
+result per sending domain (given by the caller, who holds the DKIM keys); and sample renders
+(:func:`outreach.preview.preview`, the message as it would be handed over, with the preview's
+notes: placeholders, the step's content version). Nothing is written. Lead data shown is made inert: addresses masked
 (:func:`outreach.logutil.mask`), renders inside code fences, table cells escaped.
 """
 
@@ -25,6 +26,7 @@ from outreach import db
 from outreach.logutil import mailbox_name, mask
 from outreach.preview import preview, skip_reason
 from outreach.store import campaigns as campaigns_store
+from outreach.store import mailboxes as mailboxes_store
 
 DAYS = 5
 """How many days of volume the approval shows."""
@@ -90,8 +92,11 @@ def gather(url: str, campaign: dict[str, Any], settings: Any, *,
     :param now: the first day (UTC; default now).
     :returns: ``{campaign, name, content_version, approved_content_version, submitted (who,
         why, when), enrolled, to_contact, skipped: {reason: n}, mailboxes: [{name, status,
-        leads, volume: [(day ISO, n)]}], preflight: {domain: verdict}, samples: [{lead
-        (masked), text}]}``.
+        leads, used_today, volume: [(day ISO, n)]}], preflight: {domain: verdict}, samples:
+        [{lead (masked), text, notes}]}``. ``volume``: per local day of the mailbox, its limit
+        (``outreach.mailbox_daily_limit``; today what is left of it after ``used_today``,
+        ``mailbox_remaining_today``) on the campaign's send days, until its leads are all
+        counted: what does not fit a day spills onto the next.
     :raises outreach.preview.PreviewError: the campaign has no step 1 or no enrolled lead.
     """
     now = now or dt.datetime.now(dt.UTC)
@@ -101,6 +106,11 @@ def gather(url: str, campaign: dict[str, Any], settings: Any, *,
             conn, key=key, step=1, address=None, limit=None)]
         mailbox_days = campaigns_store.campaign_mailbox_days(
             conn, campaign_id=campaign["id"], days=days, now=now)
+        # Today only what the mailbox has not used yet (its other campaigns' sends count): the
+        # cap rule's own figure, without pacing (by the window's end a day's spread reaches it).
+        today = {d.mailbox_id: mailboxes_store.mailbox_remaining_today(
+            conn, mailbox_id=d.mailbox_id, now=now, interval=None, gap_seconds=None,
+            gap_jitter=None, horizon=None) for d in mailbox_days if d.day_index == 0}
     skipped: Counter[str] = Counter()
     per_mailbox: Counter[int] = Counter()
     contact: list[str] = []
@@ -120,15 +130,19 @@ def gather(url: str, campaign: dict[str, Any], settings: Any, *,
             "name": mailbox_name(d.label, d.display_name, d.address), "status": d.status,
             "domain": d.address.rpartition("@")[2], "dkim_selector": d.dkim_selector,
             "dkim_key_conn_id": d.dkim_key_conn_id, "leads": per_mailbox[d.mailbox_id],
+            "used_today": today[d.mailbox_id].used if d.mailbox_id in today else 0,
             "left": per_mailbox[d.mailbox_id], "volume": []})
         limit = d.daily_limit if d.status == "active" and d.day.isoweekday() in send_days else 0
+        if d.day_index == 0 and d.mailbox_id in today:
+            limit = min(limit, today[d.mailbox_id].remaining)
         n = min(limit, m["left"])
         m["left"] -= n
         m["volume"].append((d.day.isoformat(), n))
     renders = []
     for address in contact[:samples]:
         [item] = preview(url, key, settings, address=address, now=now)
-        renders.append({"lead": mask(address), "text": _render(item.wire or b"", address)})
+        renders.append({"lead": mask(address), "text": _render(item.wire or b"", address),
+                        "notes": list(item.notes)})
     checked = preflight([{k: m[k] for k in ("domain", "dkim_selector", "dkim_key_conn_id")}
                          for m in mailboxes.values()]) if preflight else {}
     return {"campaign": key, "name": campaign["name"],
@@ -148,8 +162,8 @@ def markdown(facts: dict[str, Any]) -> str:
     sub = facts["submitted"]
     second = facts["approved_content_version"] and (
         facts["approved_content_version"] != facts["content_version"])
-    lines = [f"Campaign {md_code(facts['campaign'])} ({md_cell(facts['name'])}), content version "
-             f"{md_code(facts['content_version'])}"
+    lines = [f"Campaign {md_code(facts['campaign'])} ({md_cell(facts['name'])}), campaign "
+             f"content version {md_code(facts['content_version'])}"
              + (f" (approved before: {md_code(facts['approved_content_version'])}: **its "
                 "content changed, a second approval**)" if second else "") + ".",
              "", f"Submitted by {md_cell(sub['by'])} at {md_cell(sub['at'])}: "
@@ -164,12 +178,13 @@ def markdown(facts: dict[str, Any]) -> str:
         lines.append("")
     days = [day for day, _ in facts["mailboxes"][0]["volume"]] if facts["mailboxes"] else []
     lines += ["**First days' volume per mailbox** (daily cap and warm-up, on the campaign's send "
-              "days; a mailbox's limit is shared with its other campaigns):", "",
-              "| mailbox | status | leads | " + " | ".join(days) + " |",
-              "|---|---|---|" + "---|" * len(days)]
+              "days; today only what the mailbox has not used yet; a mailbox's limit is shared "
+              "with its other campaigns):", "",
+              "| mailbox | status | leads | used today | " + " | ".join(days) + " |",
+              "|---|---|---|---|" + "---|" * len(days)]
     for m in facts["mailboxes"]:
         lines.append(f"| {md_cell(m['name'])} | {md_cell(m['status'])} | {m['leads']} | "
-                     + " | ".join(str(n) for _, n in m["volume"]) + " |")
+                     f"{m['used_today']} | " + " | ".join(str(n) for _, n in m["volume"]) + " |")
     lines += ["", "**Preflight per sending domain** (DNS: SPF, DKIM, DMARC, MX):", ""]
     if facts["preflight"]:
         lines += ["| domain | result |", "|---|---|"]
@@ -178,5 +193,7 @@ def markdown(facts: dict[str, Any]) -> str:
         lines.append("not checked")
     lines += ["", f"**Sample renders** (step 1, as handed over; {len(facts['samples'])}):"]
     for s in facts["samples"]:
-        lines += ["", f"Lead {md_cell(s['lead'])}:", "", _fence(s["text"])]
+        lines += ["", f"Lead {md_cell(s['lead'])}:", ""]
+        lines += [f"- {md_cell(note)}" for note in s.get("notes", ())]
+        lines += ["", _fence(s["text"])] if s.get("notes") else [_fence(s["text"])]
     return "\n".join(lines)

@@ -177,8 +177,9 @@ def change_status(url: str, key: str, verb: str, by: str, reason: str, *,
     if not done:
         if content_version is not None and row.content_version != content_version:
             raise CampaignStateError(
-                f"campaign {key}: its content changed (version {row.content_version}, shown "
-                f"{content_version}) since it was shown for approval; nothing changed")
+                f"campaign {key}: its content changed (campaign content version "
+                f"{row.content_version}, shown {content_version}) since it was shown for "
+                "approval; nothing changed")
         if row.status == after:
             return CampaignChange(key, False, after, None, past)
         raise CampaignStateError(f"campaign {key} is {row.status!r}; {verb} needs {needs!r} "

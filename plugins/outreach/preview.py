@@ -88,7 +88,7 @@ def build_row(conn: Conn, row: dict[str, Any], settings: Settings, now: dt.datet
     if row.get("variant") is not None:
         notes.append(f"A/B variant {row['variant']}" + (
             "" if row["id"] else " (the one queue-due will choose: outreach.step_variant_for)"))
-    notes.append(f"content version {row_content_version(row)}")
+    notes.append(f"step content version {row_content_version(row)}")
     return message_id, wire, notes
 
 
@@ -148,9 +148,30 @@ class MessageParts:
     html: str | None
 
 
+def display_header(name: str, value: str) -> str:
+    """Return a header field's value as a mail reader shows it: encoded words (RFC 2047) decoded
+    and address display names unquoted (:mod:`email.headerregistry`, the default policy), e.g.
+    ``=?utf-8?q?Am=C3=A9lie?= Dubois <a@x.example>`` → ``Amélie Dubois <a@x.example>``. A
+    character that is not printable (a decoded CR or LF included) is shown as a Python escape
+    (CR as backslash-x0d), so a value never reads as a second field; a value the parser refuses is
+    returned as written. Text, not markup: the caller escapes it.
+
+    :param name: the field name (it picks the parser: address fields, unstructured ones).
+    :param value: the unfolded value, as :func:`message_parts` gives it.
+    """
+    try:
+        shown = str(email.policy.default.header_factory(name, value))
+    except Exception:  # noqa: BLE001 - a display aid: the raw value is still the truth
+        shown = value
+    return "".join(ch if ch.isprintable() else
+                   (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+                   for ch in shown)
+
+
 def message_parts(wire: bytes) -> MessageParts:
     """Take a message built by :func:`build_row` (``PreviewItem.wire``) apart: its header fields
-    as written (folded lines joined, encoded words left as they are on the wire) and the decoded
+    as written (folded lines joined, encoded words left as they are on the wire: for display,
+    :func:`display_header`) and the decoded
     text and HTML parts (:mod:`email`'s parser, the default policy)."""
     head = wire.partition(b"\r\n\r\n")[0].decode("utf-8", "replace")
     fields = re.split(r"\r\n(?![ \t])", head)

@@ -172,24 +172,102 @@ def plan_batches(url: str, batch_size: int, *, parallelism: int = 4,
     :returns: ``[{"label": str, "limit": rows, "quotas": [[mailbox_id, rows], …]}, …]``
         (JSON-serialisable, for XCom).
     """
-    work: dict[int, int] = {}
+    work = {a.mailbox_id: a.this_run for a in run_allowances(
+        url, interval=interval, now=now, mailbox_id=mailbox_id, log_plan=True) if a.this_run > 0}
+    return split_work(work, batch_size, parallelism)
+
+
+@dataclass(frozen=True)
+class RunAllowance:
+    """What one send run may take from a mailbox with due rows, and why not more.
+
+    ``due``: its queued rows of active campaigns due now (``email_plan_mailboxes``);
+    ``this_run``: ``min(due, run_left)`` of ``mailbox_remaining_today`` (0 when paused);
+    ``used`` and ``daily_limit``: today's claims against the cap and warm-up (its local day);
+    ``due_by_now``: what an even spread over today's send window has started by the end of this
+    run (``None`` without pacing); ``hold``: why ``this_run < due`` — ``"paused"``,
+    ``"daily cap"``, ``"send window"`` (no window of its queued rows is open now),
+    ``"run share"`` (the steady rate: ``run_share`` a run, ``slot_used`` of it taken in this
+    run's slot already), ``"pacing"`` (the even spread) — or ``None``. ``address`` is masked.
+    """
+
+    mailbox_id: int
+    address: str
+    status: str
+    due: int
+    this_run: int
+    used: int
+    daily_limit: int
+    due_by_now: int | None
+    run_share: int | None
+    slot_used: int
+    hold: str | None
+
+    def line(self) -> str:
+        """Return the allowance as one line: ``a***@x.example: 97 due, 0 this run: pacing (…)``."""
+        head = f"{self.address}: {self.due} due, {self.this_run} this run"
+        today = f"{self.used} of today's {self.daily_limit} sent or sending"
+        why = {
+            None: "",
+            "paused": ": mailbox paused (outreach mailbox resume)",
+            "daily cap": f": daily cap ({today}, {max(self.daily_limit - self.used, 0)} left; "
+                         "the rest waits for tomorrow)",
+            "send window": f": outside today's send window ({today})",
+            "run share": f": at most {self.run_share} a send run, the steady rate ({today}; "
+                         f"{self.slot_used} taken in this run's slot already)",
+            "pacing": f": pacing ({today}; an even spread over today's send window has "
+                      f"{self.due_by_now} started by the end of this run; "
+                      "OUTREACH_SEND_INTERVAL_MINUTES)",
+        }[self.hold]
+        return head + why
+
+
+def run_allowances(url: str, *, interval: dt.timedelta | None, now: dt.datetime | None = None,
+                   mailbox_id: int | None = None, log_plan: bool = False) -> list[RunAllowance]:
+    """Return, per mailbox with due rows, what a send run at ``now`` may take and why not more
+    (:class:`RunAllowance`): the figures :func:`plan_batches` plans with, read the same way
+    (the rule: ``mailbox_remaining_today``). Nothing is written.
+
+    :param interval: the send runs' interval for pacing; ``None`` = no pacing.
+    :param now: a fixed clock (UTC); default the database clock.
+    :param mailbox_id: this mailbox only.
+    :param log_plan: log each mailbox's figures as one ``plan:`` line (the send plan does).
+    """
+    out: list[RunAllowance] = []
     with db.connect(url, autocommit=True) as conn:
         for mb in emails.email_plan_mailboxes(conn, now=now, mailbox_id=mailbox_id):
             if mb.status != "active":
-                log.info("plan: mailbox %s (%s) is paused; %s due rows wait", mb.mailbox_id,
-                         mask(mb.address), mb.due)
+                if log_plan:
+                    log.info("plan: mailbox %s (%s) is paused; %s due rows wait", mb.mailbox_id,
+                             mask(mb.address), mb.due)
+                out.append(RunAllowance(mb.mailbox_id, mask(mb.address), mb.status, mb.due, 0,
+                                        0, 0, None, None, 0, "paused"))
                 continue
             quota = mailboxes.mailbox_remaining_today(
                 conn, mailbox_id=mb.mailbox_id, now=now, interval=interval, gap_seconds=None,
                 gap_jitter=None, horizon=None)
             n = min(mb.due, quota.run_left)
-            log.info("plan: mailbox %s (%s): due=%s remaining_today=%s run=%s/%s run_share=%s "
-                     "due_by_now=%s -> %s this run", mb.mailbox_id, mask(mb.address),
-                     mb.due, quota.remaining, quota.run_number, quota.window_runs,
-                     quota.run_share, quota.due_by_now, n)
-            if n > 0:
-                work[mb.mailbox_id] = n
-    return split_work(work, batch_size, parallelism)
+            hold = None
+            if n < mb.due:  # which bound of run_left = min(remaining, share left, due_by_now - used)
+                if quota.remaining <= quota.run_left:
+                    hold = "daily cap"
+                elif not quota.due_by_now:
+                    hold = "send window"
+                elif (quota.due_by_now or 0) - quota.used <= quota.run_left:
+                    hold = "pacing"  # before the run share: it outlasts this run's slot
+                else:
+                    hold = "run share"
+            if log_plan:
+                log.info("plan: mailbox %s (%s): due=%s remaining_today=%s run=%s/%s "
+                         "run_share=%s due_by_now=%s -> %s this run%s", mb.mailbox_id,
+                         mask(mb.address), mb.due, quota.remaining, quota.run_number,
+                         quota.window_runs, quota.run_share, quota.due_by_now, n,
+                         f" (held: {hold})" if hold else "")
+            out.append(RunAllowance(mb.mailbox_id, mask(mb.address), mb.status, mb.due, n,
+                                    quota.used, quota.daily_limit,
+                                    quota.due_by_now if interval else None,
+                                    quota.run_share if interval else None, quota.slot_used, hold))
+    return out
 
 
 def split_work(work: dict[int, int], batch_size: int, parallelism: int) -> list[dict[str, Any]]:

@@ -32,6 +32,9 @@ def collect(url: str, *, now: Any = None, accounts: Any = None) -> dict[str, Any
     * ``waiting``: queued emails the contact policy holds back, per campaign, step and reason
       (campaign, step, reason, emails, next_at; docs/explanation/contact-policy.md);
     * ``mailboxes``: today's sends against the limit, pause status (address masked, ``name``);
+    * ``this_run``: per mailbox with due emails, what a send run now may take and what holds the
+      rest (``hold``: paused, daily cap, send window, run share, pacing; ``line``: the sentence
+      ``outreach send`` prints) (:func:`outreach.queue.run_allowances`);
     * ``funnel``: per campaign and step: enrolled, queued, sent, replied, bounced,
       unsubscribed, unconfirmed, failed, complained, sender_blocked, stopped_domain_reply,
       stopped_auto_reply (``report_funnel``);
@@ -84,8 +87,8 @@ def collect(url: str, *, now: Any = None, accounts: Any = None) -> dict[str, Any
         days = [asdict(r) for r in reports.report_mailbox_days(conn, now=now, days=HISTORY_DAYS)]
         names = {r.id: mailbox_name(r.label, r.display_name, r.address)
                  for r in mailboxes_store.mailbox_names(conn)}
-        progress = campaign_progress(conn, now=now,
-                                     interval=Settings.from_env(unsubscribe=False).send_interval)
+        interval = Settings.from_env(unsubscribe=False).send_interval
+        progress = campaign_progress(conn, now=now, interval=interval)
         audit = [asdict(r) for r in audit_logs.audit_log_list(conn, campaign_key=None, since=None,
                                                               limit=AUDIT_ROWS)]
     for m in mailboxes:
@@ -97,10 +100,14 @@ def collect(url: str, *, now: Any = None, accounts: Any = None) -> dict[str, Any
         h.pop("label"), h.pop("display_name")
         h["bounce_rate"] = h["hard_bounces"] / h["sends"] if h["sends"] else None
         h["complaint_rate"] = h["complaints"] / h["sends"] if h["sends"] else None
+    from outreach.queue import run_allowances
     from outreach.resolve import unconfirmed_details
 
+    this_run = [{**asdict(a), "name": names.get(a.mailbox_id, a.address), "line": a.line()}
+                for a in run_allowances(url, interval=interval, now=now)]
+
     return {"rows": rows, "mailboxes": mailboxes, "totals": totals, "last_import": last_import,
-            "held": held, "waiting": waiting, "funnel": funnel, "inbound": inbound,
+            "held": held, "waiting": waiting, "this_run": this_run, "funnel": funnel, "inbound": inbound,
             "health": health, "days": days,
             "spam_rate_threshold": HealthSettings.from_env().spam_rate_threshold,
             "unconfirmed": unconfirmed_details(url, accounts=accounts), "progress": progress,
@@ -167,6 +174,9 @@ def render_text(report: dict[str, Any]) -> str:
         parts.append(_table(["campaign", "step", "reason", "emails", "first may go (UTC)"], [
             [w["campaign"], w["step"], w["reason"], w["emails"], f"{w['next_at']:%Y-%m-%d %H:%M}"]
             for w in report["waiting"]]))
+    if any(a["hold"] for a in report.get("this_run") or []):
+        parts.append("\nHeld this send run: due emails a mailbox may not send now")
+        parts += [f"  {a['line']}" for a in report["this_run"] if a["hold"]]
     if report.get("inbound"):
         parts.append("\nInbound mail by class and reason (outreach lead show ADDRESS: one lead's)")
         parts.append(_table(["class", "reason", "messages", "changed something"], [

@@ -16,7 +16,7 @@ import psycopg
 from fastapi.testclient import TestClient
 
 from outreach import db
-from outreach.preview import item_text, preview
+from outreach.preview import display_header, item_text, preview
 from outreach.suppression import suppress
 from outreach.web.campaign_page import FRAME_CSP, PREVIEW_SAMPLE, create_app
 from support.flow import import_demo
@@ -137,3 +137,20 @@ def test_without_a_lead_the_preview_lists_sample_leads_with_skip_reasons(db_url,
     broken = client.get("/preview", params={"campaign": "q4-ops-intro", "lead": first})
     assert broken.status_code == 422, broken.text
     assert "the message cannot be built: " in broken.text
+
+
+def test_header_fields_are_shown_decoded_and_inert(db_url, settings):
+    """The To field of Amélie Dubois is an RFC 2047 encoded word on the wire; the page shows it
+    as her mail reader does, escaped, and a decoded line break never reads as another field."""
+    import_demo(db_url)
+    address = "amelie.dubois@contoso-freight.example"
+    item = preview(db_url, "q4-ops-intro", settings, address=address, now=AT)[0]
+    assert b"To: =?utf-8?q?Am=C3=A9lie?= Dubois <" in item.wire
+    r = _client(db_url, settings).get("/preview", params={
+        "campaign": "q4-ops-intro", "lead": address, "step": "1"})
+    assert r.status_code == 200, r.text
+    assert f"<tr><th>To</th><td>Amélie Dubois &lt;{address}&gt;</td></tr>" in r.text
+    assert "=?utf-8?" not in r.text.partition('<table class="headers">')[2].partition(
+        "</table>")[0]
+    assert display_header("Subject", "=?utf-8?q?Acme=0D=0ABcc:_x@evil.example?=") == \
+        "Acme\\x0d\\x0aBcc: x@evil.example"

@@ -27,7 +27,7 @@ def test_every_send_names_its_content_version(db_url, sink, settings):
                                campaign_key="q4-ops-intro",
                                campaign_name="Q4 operations leaders — intro")
     assert versions == [{"v": expected}]
-    assert f"content version {expected}" in item.notes
+    assert f"step content version {expected}" in item.notes
 
 
 def test_editing_a_template_or_subject_makes_a_new_version(tmp_path):

@@ -81,8 +81,8 @@ def approval_collect_task(run_id: str, campaign: str | None = None) -> dict[str,
             f"campaign {campaign} is not awaiting approval" if campaign else
             "no campaign awaiting approval that a Required Action has not listed")
     facts = gather(url, chosen, settings(), preflight=approval_preflight)
-    log.info("Required Action: approval of campaign %s (content version %s): %s lead(s) to be "
-             "contacted, skipped %s", chosen["key"], chosen["content_version"],
+    log.info("Required Action: approval of campaign %s (campaign content version %s): %s "
+             "lead(s) to be contacted, skipped %s", chosen["key"], chosen["content_version"],
              facts["to_contact"], facts["skipped"])
     return {"campaign": chosen["key"], "content_version": chosen["content_version"],
             "subject": f"Launch campaign {chosen['key']}? {facts['to_contact']} lead(s)",

@@ -43,12 +43,27 @@ def cmd_send(args: argparse.Namespace) -> int:
                 print(part.line(), flush=True)
             raise
         if not run.plan:
-            print("nothing due, or nothing more allowed in this run (daily cap, pacing, paused)")
+            print_held(url, settings.send_interval, args.mailbox)
         for part in (p for b in run.batches for p in b.batches):
             print(part.line(), flush=True)
         claimed += run.claimed
         if not args.until_empty or run.claimed == 0:
             return 0
+
+
+def print_held(url: str, interval: Any, mailbox_id: int | None) -> None:
+    """Say why a send run planned nothing: nothing due, or per mailbox with due rows what held
+    them this run (:func:`outreach.queue.run_allowances`: paused, daily cap, send window,
+    pacing)."""
+    from outreach.queue import run_allowances
+
+    held = run_allowances(url, interval=interval, mailbox_id=mailbox_id)
+    if not held:
+        print("nothing due: no queued email of an active campaign is due yet")
+        return
+    print("nothing more allowed in this run:")
+    for a in held:
+        print(f"  {a.line()}")
 
 
 def cmd_reap(args: argparse.Namespace) -> int:

@@ -120,7 +120,7 @@ def _preview_form(keys: Sequence[str], base: str, key: str | None = None,
 def _item_html(item: Any, step: int, base: str, key: str) -> str:
     """One previewed lead: the CLI's output, the header fields, the text part, the HTML part in
     a sandboxed iframe (``sandbox=""``: no script, no same origin, no form, no navigation)."""
-    from outreach.preview import item_text, message_parts
+    from outreach.preview import display_header, item_text, message_parts
 
     link = (f'{_e(base)}/preview?campaign={_e(quote(key))}&amp;step={step}'
             f'&amp;lead={_e(quote(item.address))}')
@@ -129,7 +129,8 @@ def _item_html(item: Any, step: int, base: str, key: str) -> str:
                 f'<h3><a href="{link}">{_e(item.address)}</a>: skipped</h3>'
                 f'<p class="skip">{_e(item.skip)}</p></section>')
     parts = message_parts(item.wire)
-    headers = "".join(f"<tr><th>{_e(n)}</th><td>{_e(v)}</td></tr>" for n, v in parts.headers)
+    headers = "".join(f"<tr><th>{_e(n)}</th><td>{_e(display_header(n, v))}</td></tr>"
+                      for n, v in parts.headers)
     srcdoc = (f'<meta http-equiv="Content-Security-Policy" content="{FRAME_CSP}">'
               + (parts.html or ""))
     cli = item_text(item, step).decode("utf-8", "replace")
