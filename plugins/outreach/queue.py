@@ -186,6 +186,8 @@ class RunAllowance:
     ``used`` and ``daily_limit``: today's claims against the cap and warm-up (its local day);
     ``due_by_now``: what an even spread over today's send window has started by the end of this
     run (``None`` without pacing); ``hold``: why ``this_run < due`` — ``"paused"``,
+    ``"frozen"`` (the mailbox file's ``freeze:`` covers its local today; ``used`` and
+    ``daily_limit`` then 0, not read),
     ``"daily cap"``, ``"send window"`` (no window of its queued rows is open now),
     ``"run share"`` (the steady rate: ``run_share`` a run, ``slot_used`` of it taken in this
     run's slot already), ``"pacing"`` (the even spread) — or ``None``. ``address`` is masked.
@@ -210,6 +212,7 @@ class RunAllowance:
         why = {
             None: "",
             "paused": ": mailbox paused (outreach mailbox resume)",
+            "frozen": ": mailbox frozen today (the mailbox file's freeze)",
             "daily cap": f": daily cap ({today}, {max(self.daily_limit - self.used, 0)} left; "
                          "the rest waits for tomorrow)",
             "send window": f": outside today's send window ({today})",
@@ -242,6 +245,13 @@ def run_allowances(url: str, *, interval: dt.timedelta | None, now: dt.datetime 
                              mask(mb.address), mb.due)
                 out.append(RunAllowance(mb.mailbox_id, mask(mb.address), mb.status, mb.due, 0,
                                         0, 0, None, None, 0, "paused"))
+                continue
+            if mb.frozen:  # the claim takes nothing from it today (0137): plan no run for it
+                if log_plan:
+                    log.info("plan: mailbox %s (%s) is frozen today; %s due rows wait",
+                             mb.mailbox_id, mask(mb.address), mb.due)
+                out.append(RunAllowance(mb.mailbox_id, mask(mb.address), mb.status, mb.due, 0,
+                                        0, 0, None, None, 0, "frozen"))
                 continue
             quota = mailboxes.mailbox_remaining_today(
                 conn, mailbox_id=mb.mailbox_id, now=now, interval=interval, gap_seconds=None,

@@ -33,8 +33,8 @@ def collect(url: str, *, now: Any = None, accounts: Any = None) -> dict[str, Any
       (campaign, step, reason, emails, next_at; docs/explanation/contact-policy.md);
     * ``mailboxes``: today's sends against the limit, pause status (address masked, ``name``);
     * ``this_run``: per mailbox with due emails, what a send run now may take and what holds the
-      rest (``hold``: paused, daily cap, send window, run share, pacing; ``line``: the sentence
-      ``outreach send`` prints) (:func:`outreach.queue.run_allowances`);
+      rest (``hold``: paused, frozen, daily cap, send window, run share, pacing; ``line``: the
+      sentence ``outreach send`` prints) (:func:`outreach.queue.run_allowances`);
     * ``funnel``: per campaign and step: enrolled, queued, sent, replied, bounced,
       unsubscribed, unconfirmed, failed, complained, sender_blocked, stopped_domain_reply,
       stopped_auto_reply (``report_funnel``);

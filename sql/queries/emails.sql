@@ -297,9 +297,12 @@ SELECT count(*)::integer AS refreshed FROM beat;
 -- Mailboxes with due rows, for the send plan: how many are due now (all mailboxes, or one).
 -- Only rows of active campaigns count, as the claim takes only those (outreach.claim_emails_v1):
 -- a draft, awaiting or paused campaign's queued rows (inserted by hand, or queued before a pause)
--- plan no batch that would claim nothing.
+-- plan no batch that would claim nothing. frozen: the mailbox's local date is in its freeze
+-- (the mailbox file's `freeze:`, 0137): the claim takes nothing from it today.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
-SELECT m.id AS mailbox_id, m.address, m.status, count(e.id)::integer AS due
+SELECT m.id AS mailbox_id, m.address, m.status, count(e.id)::integer AS due,
+       coalesce((n.now AT TIME ZONE m.timezone)::date BETWEEN m.freeze_from AND m.freeze_to,
+                false) AS frozen
 FROM outreach.mailboxes m
 JOIN outreach.emails e ON e.mailbox_id = m.id AND e.status = 'queued'
                        AND e.message_class = 'marketing'
@@ -307,7 +310,7 @@ JOIN outreach.campaigns c ON c.id = e.campaign_id AND c.status = 'active'
 CROSS JOIN n
 WHERE e.scheduled_for <= n.now
   AND (%(mailbox_id)s::bigint IS NULL OR m.id = %(mailbox_id)s::bigint)
-GROUP BY m.id, m.address, m.status
+GROUP BY m.id, m.address, m.status, n.now
 ORDER BY m.id;
 
 -- name: email_queued_needing_smtputf8

@@ -64,7 +64,7 @@ WITH mbs AS (
     SELECT overlap, provider_match, coalesce(%(now)s::timestamptz, now()) AS now
     FROM outreach.campaigns WHERE id = %(campaign_id)s
 ), cand AS MATERIALIZED (
-    -- The leads this statement enrols (provider_match only), with their provider.
+    -- The leads this statement enrols active (provider_match only), with their provider.
     SELECT l.id AS lead_id, p.provider
     FROM outreach_lead_stage s
     JOIN outreach.leads l ON l.email = s.email
@@ -74,6 +74,10 @@ WITH mbs AS (
       AND s.email IS NOT NULL AND s.duplicate_of IS NULL AND NOT s.suppressed
       AND NOT EXISTS (SELECT 1 FROM outreach.enrollments en
                       WHERE en.campaign_id = %(campaign_id)s AND en.lead_id = l.id)
+      -- A lead overlap skip enrols stopped takes no share (it would use a matched mailbox's
+      -- room up; it gets the round robin). The function runs twice for such a campaign.
+      AND (camp.overlap <> 'skip'
+           OR outreach.lead_in_other_sequence(l.id, %(campaign_id)s) IS NULL)
 ), pool AS MATERIALIZED (
     -- Each mailbox of the campaign: its own provider, whether it may take a matched lead, and
     -- its room left within its share.

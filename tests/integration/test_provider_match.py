@@ -189,3 +189,26 @@ def test_concurrent_imports_keep_each_mailbox_within_its_share(db_url, tmp_path)
         t.join()
     assert errors == []
     assert sorted(_assigned(db_url).values()) == [ANNA] * 3 + [BEN] * 3
+
+
+def test_leads_skipped_for_overlap_take_no_matched_room(db_url, tmp_path):
+    """With `overlap: skip`, a lead already in another campaign's sequence is enrolled stopped:
+    it must not use up a matched mailbox's share, or the Google leads that do start go from the
+    other mailbox while anna has room (here g0, g1 are in the other campaign; g2, g3 start)."""
+    _cache(db_url, ("goog.example", "google"))
+    campaign, mailboxes = _files(tmp_path, match=True)
+    other = tmp_path / "other.yaml"
+    other.write_text(CAMPAIGN.read_text().replace("key: q4-ops-intro", "key: other-one"))
+    leads = [f"g{i}@goog.example" for i in range(4)]
+    import_leads(db_url, other, mailboxes, leads_csv(tmp_path, leads[:2], name="other.csv"))
+    campaign.write_text(campaign.read_text() + "overlap: skip\n")
+    result = import_leads(db_url, campaign, mailboxes, leads_csv(tmp_path, leads))
+    assert (result.enrolled, result.overlap_skipped) == (2, 2)
+    started = {r["email"]: r["address"] for r in rows(
+        db_url, "SELECT l.email, m.address FROM outreach.enrollments en"
+        " JOIN outreach.campaigns c ON c.id = en.campaign_id AND c.key = 'q4-ops-intro'"
+        " JOIN outreach.leads l ON l.id = en.lead_id"
+        " JOIN outreach.mailboxes m ON m.id = en.mailbox_id WHERE en.status = 'active'")}
+    assert sorted(started) == leads[2:]
+    # Two leads start, two mailboxes: anna's share is 1, and it is a Google lead's.
+    assert sorted(started.values()) == [ANNA, BEN]

@@ -89,3 +89,21 @@ def test_send_says_per_mailbox_why_nothing_more_goes(db_url, sink, settings, tmp
     p = outreach(db_url, "send", tmp_path=tmp_path, **env)
     assert p.stdout.splitlines() == [
         "nothing due: no queued email of an active campaign is due yet"]
+
+
+def test_a_frozen_mailbox_is_held_not_planned(db_url, tmp_path):
+    """A mailbox frozen today (the mailbox file's ``freeze:``, its local date) takes nothing in
+    the claim (migration 0137): the plan must not give it a run, and the line names the freeze,
+    not a cap or a share it still has."""
+    one_mailbox_campaign(db_url, tmp_path, leads=20, daily_cap=150, now=MORNING)
+    with db.connect(db_url, autocommit=True) as conn:
+        conn.execute("UPDATE outreach.mailboxes SET freeze_from = %s, freeze_to = %s",
+                     (NOON.date(), NOON.date()))
+    [a] = run_allowances(db_url, interval=TEN, now=NOON)
+    assert (a.due, a.this_run, a.hold) == (20, 0, "frozen")
+    assert a.line().startswith("p***@mail.outreach-test.example: 20 due, 0 this run: mailbox "
+                               "frozen")
+    assert plan_batches(db_url, 50, interval=TEN, now=NOON) == []
+    # The day after the freeze it is planned again.
+    [a] = run_allowances(db_url, interval=None, now=NOON + dt.timedelta(days=1))
+    assert (a.this_run, a.hold) == (20, None)

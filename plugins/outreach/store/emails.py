@@ -333,12 +333,24 @@ def email_heartbeat_claim(
                                  {"now": now, "ids": ids, "claim_token": claim_token}, "refreshed"))
 
 
+@dataclass(frozen=True, slots=True)
+class MailboxDue:
+    """A row of ``email_plan_mailboxes`` (columns as the query names them)."""
+
+    mailbox_id: int
+    address: str
+    status: str
+    due: int
+    frozen: bool
+
+
 def email_plan_mailboxes(
     conn: Conn, *, now: dt.datetime | None, mailbox_id: int | None
-) -> list[MailboxPlan]:
+) -> list[MailboxDue]:
     """``email_plan_mailboxes``: Mailboxes with due rows, for the send plan: how many are due now
-    (all mailboxes, or one)."""
-    return many(conn, "email_plan_mailboxes", {"now": now, "mailbox_id": mailbox_id}, MailboxPlan)
+    (all mailboxes, or one); ``frozen``: in its freeze today (its local date; the claim takes
+    nothing)."""
+    return many(conn, "email_plan_mailboxes", {"now": now, "mailbox_id": mailbox_id}, MailboxDue)
 
 
 @dataclass(frozen=True, slots=True)
