@@ -90,6 +90,9 @@ def test_unsubscribe_token_round_trip_and_tampering():
 def test_mask_never_shows_the_local_part():
     assert mask("jane.doe@acme.example") == "j***@acme.example"
     assert mask("nonsense") == "***"
+    # A one-character local part would show whole: masked whole.
+    assert mask("a@acme.example") == "***@acme.example"
+    assert mask_addresses("550 <a@acme.example> unknown") == "550 <***@acme.example> unknown"
     assert mask_addresses("550 5.1.1 <jane.doe@acme.example>: Recipient address rejected; "
                           "see postmaster@mx.acme.example") == \
         "550 5.1.1 <j***@acme.example>: Recipient address rejected; see p***@mx.acme.example"
