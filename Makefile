@@ -91,11 +91,13 @@ browser:
 ## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow, real Dovecot, real chromium)
 ## on every core: one pytest-xdist worker per core (TEST_WORKERS=0: all in one process), tests sharing a
 ## module on one worker (loadfile: a module that restarts the machine's PostgreSQL never runs
-## beside another that uses it); prints the 15 slowest tests.
+## beside another that uses it); files go out in collection order (--no-loadscope-reorder:
+## tests/acceptance and tests/dags, the longest, first; the short unit tests fill the end; xdist's
+## default, most tests first, left the one-test deployments for last); prints the 15 slowest tests.
 ## docs/howto/run-the-tests.md: how long it takes, and how to run a part.
 TEST_WORKERS ?= auto
 test: venv bench-venv imap-server browser
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 ## The inner loop: tests/unit, tests/integration and tests/migration without real Airflow (real
 ## PostgreSQL, aiosmtpd and Dovecot still); no DAG run, deployment, Celery, browser or chaos.
