@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # time) instead of failing at once on the dpkg lock.
 APT_WAIT := -o DPkg::Lock::Timeout=600
 
-.PHONY: demo test test-fast lint docs chaos bench bench-inbound bench-venv airflow airflow-worker venv clean stop browser imap-server
+.PHONY: demo test test-fast lint docs chaos bench bench-inbound bench-venv airflow airflow-worker venv clean stop browser imap-server compose-tool
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
@@ -88,6 +88,15 @@ browser:
 			DEBIAN_FRONTEND=noninteractive apt-get $(APT_WAIT) install -y -qq --no-install-recommends chromium chromium-driver; \
 		else echo "chromium is missing: sudo apt-get install chromium chromium-driver (docs/tutorial/first-campaign.md)" >&2; exit 1; fi; }
 
+## Debian's docker-compose, which tests/acceptance/test_compose.py runs to validate
+## docker-compose.yaml (`docker-compose config`: no container engine): installed when missing, as root.
+compose-tool:
+	@command -v docker-compose >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ]; then \
+			DEBIAN_FRONTEND=noninteractive apt-get $(APT_WAIT) update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get $(APT_WAIT) install -y -qq --no-install-recommends docker-compose; \
+		else echo "docker-compose is missing: sudo apt-get install docker-compose" >&2; exit 1; fi; }
+
 ## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow, real Dovecot, real chromium)
 ## on every core: one pytest-xdist worker per core (TEST_WORKERS=0: all in one process), tests sharing a
 ## module on one worker (loadfile: a module that restarts the machine's PostgreSQL never runs
@@ -96,7 +105,7 @@ browser:
 ## default, most tests first, left the one-test deployments for last); prints the 15 slowest tests.
 ## docs/howto/run-the-tests.md: how long it takes, and how to run a part.
 TEST_WORKERS ?= auto
-test: venv bench-venv imap-server browser
+test: venv bench-venv imap-server browser compose-tool
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 ## The inner loop: tests/unit, tests/integration and tests/migration without real Airflow (real

@@ -29,7 +29,7 @@ def compose_config(**env: str) -> subprocess.CompletedProcess:
     exe = shutil.which("docker-compose")
     if exe is None:
         pytest.fail("docker-compose is not installed: apt-get install docker-compose "
-                    "(.ci/run and `make test` install it when missing)")
+                    "(`make test` installs it when missing: make compose-tool)")
     full = {k: v for k, v in os.environ.items() if k not in SECRETS and not k.startswith("AIRFLOW_CONN_")}
     full.update({"OUTREACH_ENV_FILE": ".env.example", **env})
     return subprocess.run([exe, "--project-directory", str(ROOT), "-f", str(ROOT / "docker-compose.yaml"),
