@@ -34,14 +34,11 @@ def campaign_upsert(
     blackout_dates: list[dt.date] | None = None,
     provider_match: bool = False,
 ) -> int:
-    """``campaign_upsert``: create or update a campaign; ``status`` (``draft`` or ``active``)
-    applies only when it is created (a later sync never changes the status, except that another
-    ``content_version`` of an active or paused campaign sends it back to awaiting_approval:
-    trigger ``outreach_campaigns_content_changed``); ``overlap`` (``allow``, ``wait``, ``skip``)
-    follows the file; ``fed_by_source``: the file declares a ``source:`` (the campaign then never
-    finishes by itself); ``business_days``, ``country`` (ISO code, the holidays of leads without
-    their own ``country``) and ``blackout_dates``: the calendar (migration 0137);
-    ``provider_match``: the enrolment prefers a mailbox of the lead's provider (migration 0145).
+    """``campaign_upsert``: create or update a campaign from its file.
+
+    ``status`` applies only at creation (another ``content_version`` of an active or paused campaign
+    goes back to awaiting_approval: trigger ``outreach_campaigns_content_changed``); the calendar
+    (0137) and ``provider_match`` (0145) follow the file.
 
     :raises RowMissing: the statement returned no row."""
     return cast(
@@ -143,18 +140,14 @@ def campaign_variant_upsert(
     conn: Conn, *, step_id: int, name: str, position: int, subject: str | None,
     template: str | None, weight: int,
 ) -> None:
-    """``campaign_variant_upsert``: A step's A/B variant from the campaign file, matched by
-    (step, name); a variant in the file is active again. Its copy may change: rows already sent
-    keep their send-log content version."""
+    """``campaign_variant_upsert``: a step's A/B variant from the file, by (step, name), active again."""
     execute(conn, "campaign_variant_upsert", {"step_id": step_id, "name": name,
                                               "position": position, "subject": subject,
                                               "template": template, "weight": weight})
 
 
 def campaign_variant_retire_others(conn: Conn, *, step_id: int, names: list[str]) -> None:
-    """``campaign_variant_retire_others``: Variants of the step no longer in the campaign file
-    are retired, never deleted: queue-due no longer chooses them, rows queued with one still
-    render with its copy and the report counts it."""
+    """``campaign_variant_retire_others``: retire (never delete) the step's variants not in the file."""
     execute(conn, "campaign_variant_retire_others", {"step_id": step_id, "names": names})
 
 
@@ -181,10 +174,7 @@ class CampaignEventStamp:
 def campaign_pause(
     conn: Conn, *, now: dt.datetime | None, reason: str, by: str, campaign_id: int
 ) -> list[CampaignEventStamp]:
-    """``campaign_pause``: Pause an active campaign: queue-due queues nothing for it and the claim
-    takes none of its queued steps (both check c.status = 'active'); they stay queued. Guarded
-    by status = 'active' and written with its history row in one statement (like mailbox_pause):
-    pausing a paused campaign changes nothing and keeps the first reason."""
+    """``campaign_pause``: pause an active campaign; its queued steps stay queued, unclaimed."""
     return many(
         conn,
         "campaign_pause",

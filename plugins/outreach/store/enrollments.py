@@ -30,11 +30,7 @@ class Enrollment:
 
 
 def enrollment_find(conn: Conn, *, email: str, campaign_key: str) -> Enrollment | None:
-    """``enrollment_find``: The enrolment of a lead (normalised address) in a campaign (key),
-    locked for the rest of the transaction so that what a stop reports (changed or already
-    stopped) is what it did.
-
-    ``None`` when no row matched."""
+    """``enrollment_find``: a lead's enrolment in a campaign, locked (``None``: no row)."""
     return maybe_one(
         conn, "enrollment_find", {"email": email, "campaign_key": campaign_key}, Enrollment
     )
@@ -72,9 +68,7 @@ class ActiveEnrollment:
 def enrollment_active_for_lead(
     conn: Conn, *, campaign_id: int | None, mailbox_id: int | None, lead_id: int
 ) -> list[ActiveEnrollment]:
-    """``enrollment_active_for_lead``: A lead's active enrolments, in one campaign
-    (%(campaign_id)s) or in those a mailbox sends (%(mailbox_id)s), or all (both NULL), with the
-    campaign's inbound rules."""
+    """``enrollment_active_for_lead``: a lead's active enrolments, with the campaigns' inbound rules."""
     return many(
         conn,
         "enrollment_active_for_lead",

@@ -109,14 +109,7 @@ class LockedMailbox:
 
 
 def mailbox_lock(conn: Conn, *, mailbox_id: int) -> LockedMailbox | None:
-    """``mailbox_lock``: Serialises claims per mailbox for the rest of the transaction, so that the
-    daily cap, read by the next statement (with a fresh snapshot), holds however many senders
-    claim at once. FOR NO KEY UPDATE, not FOR UPDATE: it conflicts with another claim's lock and
-    with any UPDATE of the mailbox (pause, resume), but not with the KEY SHARE lock that the
-    foreign key of a new send_log row takes on its mailbox, so other senders' ledger writes
-    (email_mark_sent) do not wait for this claim to commit.
-
-    ``None`` when no row matched."""
+    """``mailbox_lock``: serialise claims of one mailbox for the transaction (``None``: no row)."""
     return maybe_one(conn, "mailbox_lock", {"mailbox_id": mailbox_id}, LockedMailbox)
 
 
@@ -196,13 +189,7 @@ def mailbox_reserve_handoffs(
     now: dt.datetime | None,
     mailbox_id: int,
 ) -> list[Handoff]:
-    """``mailbox_reserve_handoffs``: Reserve the handoff moments of the %(rows)s rows a claim just
-    took, in claim order, and move the mailbox's next_handoff_at past them. Run in the claim's
-    transaction, under its mailbox lock, so every claimer of the mailbox extends one chain. The
-    first row may go at max(now, next_handoff_at); each next one a gap later, the gap being
-    %(gap_seconds)s × (1 + %(gap_jitter)s × random()) — a minimum gap with jitter, so a
-    mailbox's sends never come at a machine's even beat (the commercial tools space them by
-    minutes)."""
+    """``mailbox_reserve_handoffs``: reserve the handoff moments of the %(rows)s rows a claim took."""
     return many(
         conn,
         "mailbox_reserve_handoffs",
@@ -250,9 +237,7 @@ class Mailbox:
 
 
 def mailbox_find(conn: Conn, *, mailbox_id: int | None, address: str | None) -> Mailbox | None:
-    """``mailbox_find``: A mailbox by id (%(mailbox_id)s) or by address (case-insensitive).
-
-    ``None`` when no row matched."""
+    """``mailbox_find``: a mailbox by id or by address (case-insensitive) (``None``: no row)."""
     return maybe_one(conn, "mailbox_find", {"mailbox_id": mailbox_id, "address": address}, Mailbox)
 
 
@@ -292,10 +277,7 @@ class MailboxEvent:
 def mailbox_pause(
     conn: Conn, *, now: dt.datetime | None, reason: str, by: str, mailbox_id: int
 ) -> list[MailboxEvent]:
-    """``mailbox_pause``: Pause an active mailbox: claims refuse a paused mailbox (mailbox_lock +
-    the status check in outreach.claim.claim), so it sends nothing until an operator resumes it.
-    Guarded by status = 'active': pausing a paused mailbox changes nothing and keeps the first
-    reason."""
+    """``mailbox_pause``: pause an active mailbox: claims refuse it until an operator resumes it."""
     return many(
         conn,
         "mailbox_pause",
@@ -307,9 +289,7 @@ def mailbox_pause(
 def mailbox_resume(
     conn: Conn, *, now: dt.datetime | None, mailbox_id: int, by: str, why: str
 ) -> list[MailboxEvent]:
-    """``mailbox_resume``: Resume a paused mailbox. Guarded by status = 'paused'. Its backlog is
-    not released at once: the daily cap and the pacing of each send run still apply
-    (mailbox_remaining_today)."""
+    """``mailbox_resume``: resume a paused mailbox."""
     return many(
         conn,
         "mailbox_resume",
@@ -349,9 +329,7 @@ class MailboxHealth:
 
 
 def mailbox_health_list(conn: Conn) -> list[MailboxHealth]:
-    """``mailbox_health_list``: Every mailbox with its sending domain and the last time an operator
-    resumed it. Automatic rules ignore evidence that was already known at that moment: the
-    operator decided on it."""
+    """``mailbox_health_list``: every mailbox with its sending domain and its last resume."""
     return many(conn, "mailbox_health_list", {}, MailboxHealth)
 
 

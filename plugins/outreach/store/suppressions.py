@@ -61,8 +61,5 @@ class Suppression:
 
 
 def suppression_remove(conn: Conn, *, kind: str, value: str) -> Suppression | None:
-    """``suppression_remove``: Unsuppress: remove the active suppression; the trigger records the
-    'unsuppress' event.
-
-    ``None`` when no row matched."""
+    """``suppression_remove``: remove the active suppression (``None``: none)."""
     return maybe_one(conn, "suppression_remove", {"kind": kind, "value": value}, Suppression)
