@@ -1,9 +1,7 @@
 """Typed calls of ``sql/queries/mailboxes.sql``, one function per query, named like it.
 
-Mailbox status: pause, resume and their history, and the figures the health rules look at. A
-status change is one guarded statement that also writes its history row, so a pause that matched
-no row (already paused) records nothing. "Now" can be passed in (%(now)s).
-"""
+Mailbox status (pause, resume, their history) and the figures the health rules look at; what
+each guard is for: the query's comment."""
 
 from __future__ import annotations
 
@@ -44,10 +42,7 @@ def mailbox_upsert(
     freeze_to: dt.date | None = None,
     provider: str | None = None,
 ) -> int:
-    """``mailbox_upsert``: Create or update a mailbox from the mailbox file; its pause status is
-    never touched here. ``freeze_from``/``freeze_to`` (both or neither, local dates of the
-    mailbox, inclusive): the claim takes nothing then (migration 0137). ``provider``: the
-    mailbox's own provider as configured (``None``: its domain's MX provider; migration 0145).
+    """``mailbox_upsert``: create or update a mailbox from the file; its pause status is never touched.
 
     :raises RowMissing: the statement returned no row."""
     return cast(
@@ -115,13 +110,10 @@ def mailbox_lock(conn: Conn, *, mailbox_id: int) -> LockedMailbox | None:
 
 @dataclass(frozen=True, slots=True)
 class MailboxQuota:
-    """A mailbox's quota now (``mailbox_remaining_today``): what it may still start today (its
-    local calendar day: cap and warm-up), and in this send run (pacing, the gap).
+    """A mailbox's quota now (``mailbox_remaining_today``), in rows: today's (cap, warm-up) and this run's.
 
-    Counts are rows; ``run_left`` is what this run may claim (``remaining`` without pacing);
-    ``handoff_fit`` is ``None`` without a gap; the window and run figures are ``None`` without
-    pacing or when nothing of the mailbox is queued for today.
-    """
+    ``run_left`` is what this run may claim; ``handoff_fit`` is ``None`` without a gap; the window and
+    run figures are ``None`` without pacing or when nothing is queued for today."""
 
     id: int
     status: str
@@ -349,15 +341,8 @@ class BounceCounts:
 def mailbox_bounce_counts(
     conn: Conn, *, window: dt.timedelta, now: dt.datetime | None
 ) -> list[BounceCounts]:
-    """``mailbox_bounce_counts``: Per mailbox, over the last %(window)s (28 days) or since the last
-    operator resume if later: sends = emails handed off with a final verdict (sent, or failed
-    permanently, also as 'sender_refused'), and hard bounces among them (counted per address) =
-    a failure of owner 'address' in outreach.delivery_failures (outreach.bounces: at SMTP time or
-    by a DSN), a permanent failure at RCPT with a 5.1.x reply or a hard bounce the inbox reader
-    recorded against the email (rows from before 0091), or the address now suppressed with
-    reason 'bounced'; complaints among them (per address) = an ARF complaint recorded against
-    the email, or the address now suppressed with reason 'complained' (the complaint-rate
-    rule)."""
+    """``mailbox_bounce_counts``: per mailbox over %(window)s (or since a resume): sends, hard bounces
+    and complaints, each counted per address (the definitions: the query's comment)."""
     return many(conn, "mailbox_bounce_counts", {"window": window, "now": now}, BounceCounts)
 
 
