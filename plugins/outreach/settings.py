@@ -1,13 +1,8 @@
 """Runtime settings: every ``OUTREACH_*`` setting, parsed once, each with its range (pydantic-settings).
 
-Each group is a frozen :class:`OutreachSettings` whose fields are the variables without their
-``OUTREACH_`` prefix; a bad value raises :class:`SettingValueError`, one line naming the variable
-and what is allowed (the CLI exits 2, a task fails). Secrets come from environment variables or
-Airflow connections (:mod:`outreach.airflow.connections`), never the repository or the database.
-Every field: the generated docs/reference/settings.md; the strict value rules (issue 31):
-docs/reference/limits-and-config-check.md#the-strict-value-rules.
-
-The variables not in a group (the settings reference reads this table):
+Each group is a frozen :class:`OutreachSettings`; a bad value raises :class:`SettingValueError` naming
+the variable and what is allowed (the strict rules, issue 31: docs/reference/limits-and-config-check.md).
+Every field is in the generated settings reference, and so are the variables outside the groups:
 
 | variable                         | read by            | allowed (default)                          |
 |----------------------------------|--------------------|--------------------------------------------|
@@ -19,7 +14,8 @@ The variables not in a group (the settings reference reads this table):
 | OUTREACH_ADMIN_PASSWORD          | :mod:`outreach.airflow.roles` | user admin's first password    |
 
 The paths and the worker hostname are read with ``os.environ`` on purpose: a settings object costs
-~1.4 ms to build and these are read per rendered message."""
+~1.4 ms to build and these are read per rendered message.
+"""
 
 from __future__ import annotations
 
