@@ -262,7 +262,7 @@ class Campaign(_Model):
 
 class Freeze(_Model):
     """A mailbox freeze: from ``from`` to ``to`` (dates of the mailbox's time zone, both
-    included) the claim takes nothing of the mailbox (``outreach.claim_emails_v3``)."""
+    included) the claim takes nothing of the mailbox (``outreach.claim_emails_v4``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     from_: dt.date = Field(alias="from")
