@@ -2,9 +2,8 @@
 
 A real send through the lead's mailbox, built by the sender's builder, to each seed instead of
 the lead (``lead.email`` and To are the seed's; its own Message-ID; an unsubscribe link for
-email id 0). It changes no enrolment,
-queue row or lead, is recorded in ``outreach.test_sends`` and counts toward the daily cap
-(0102, under ``mailbox_lock``). docs/howto/launch-a-campaign.md."""
+email id 0). It changes no enrolment, queue row or lead, is recorded in ``outreach.test_sends``
+and counts toward the daily cap (0102, under ``mailbox_lock``). docs/howto/launch-a-campaign.md."""
 
 from __future__ import annotations
 
