@@ -1,9 +1,7 @@
 """Typed calls of ``sql/queries/leads.sql``, one function per query, named like it.
 
-Leads. An import stages the parsed file in a temporary table and applies it with set-based
-statements inside one transaction: all of a file's good rows, or nothing (the enrolments it
-makes: enrollments.sql; its record: import_runs.sql; its source rows: sources.sql).
-"""
+An import stages the file in a temporary table and applies it in one transaction with set-based
+statements; each guard's reason is the query's comment."""
 
 from __future__ import annotations
 
@@ -70,11 +68,7 @@ def lead_stage_analyze(conn: Conn) -> None:
 
 
 def lead_stage_mark_suppressed(conn: Conn, *, from_line: int | None, to_line: int | None) -> None:
-    """``lead_stage_mark_suppressed``: Suppression at import: the one function decides, for the
-    staged lines %(from_line)s to %(to_line)s (NULL, NULL: all). A CSV import asks it for each
-    batch of rows just copied, while the next batch is read (outreach.leads._stage_rows), by the
-    line index. Only suppressed rows are written; lead_stage_mark_duplicates clears the mark of
-    a row that repeats an earlier line."""
+    """``lead_stage_mark_suppressed``: mark the suppressed staged lines %(from_line)s to %(to_line)s."""
     execute(conn, "lead_stage_mark_suppressed", {"from_line": from_line, "to_line": to_line})
 
 

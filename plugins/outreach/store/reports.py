@@ -160,14 +160,8 @@ class FunnelStep:
 
 
 def report_funnel(conn: Conn, *, by_variant: bool = False) -> list[FunnelStep]:
-    """``report_funnel``: Per campaign and step, the funnel the campaign page draws. enrolled: the
-    campaign's enrolments (the top, the same on every step); queued: waiting or being sent;
-    sent: accepted (or confirmed by an operator); replied: sent, the lead's enrolment stopped as
-    'replied', and no later step was sent; bounced: a hard bounce (as the bounce-rate rule
-    counts one: mailbox_bounce_counts); unsubscribed: a one-click unsubscribe from this very
-    email, or the List-Unsubscribe mailto carrying its token; unconfirmed; failed: any other
-    failure (each count's rule: the query's comment in sql/queries/reports.sql). ``by_variant``:
-    one row per A/B variant of a step too (``variant`` None: the step's rows without one)."""
+    """``report_funnel``: per campaign and step, the funnel the campaign page draws (each count's rule:
+    the query's comment); ``by_variant``: a row per A/B variant too."""
     return many(conn, "report_funnel", {"by_variant": by_variant}, FunnelStep)
 
 
