@@ -66,7 +66,6 @@ def pause_campaign(url: str, key: str, reason: str, by: str, *,
 
     Idempotent: pausing a paused campaign changes nothing and keeps the first reason.
 
-    :param now: a fixed clock (UTC); default the database clock.
     :param who: who is authenticated (:class:`outreach.audit.Who`; default ``by`` through
         ``api``): a change is recorded in the audit trail in its own transaction.
     :raises CampaignNotFound: no such campaign.

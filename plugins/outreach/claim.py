@@ -145,10 +145,8 @@ class ClaimHeartbeat:
     So the reaper's short release requeues a dead sender's unstamped rows within minutes, never a
     live one's. A failed beat is logged and retried; safety never depends on it.
 
-    :param url: the outreach database.
     :param rows: the claimed rows (``id`` and ``claim_token``; one claim, one token).
-    :param interval: seconds between two beats (``Settings.heartbeat_interval``).
-    :param now: a fixed clock (UTC); default the database clock."""
+    :param interval: seconds between two beats (``Settings.heartbeat_interval``)."""
 
     def __init__(self, url: str, rows: Sequence[dict[str, Any]], interval: float,
                  now: dt.datetime | None = None) -> None:

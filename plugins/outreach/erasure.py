@@ -85,7 +85,6 @@ def erase(url: str, address: str, *, actor: str, reason: str,
 
     Running it again changes nothing more.
 
-    :param url: the outreach database (libpq URL).
     :param address: the person's address, as written anywhere (it is normalised).
     :param actor: who asked for it (recorded).
     :param reason: why, e.g. a ticket number (recorded; must not name the person).

@@ -74,7 +74,6 @@ def collect(url: str, announcer: str) -> dict[str, dict[str, Any]]:
     """Move the announcer's cursor over every final event after it; return per family with new events
     its asset event's extra, ``{"first_id", "last_id", "count", "kinds"}``.
 
-    :param url: the outreach database (libpq URL).
     :param announcer: a key of :data:`ANNOUNCERS`.
     :raises KeyError: unknown announcer.
     :raises outreach.db.OutreachDBError: the database cannot be reached."""

@@ -55,7 +55,6 @@ def export(url: str, target: Target, *, batch: int, max_batches: int | None = No
            ) -> ExportResult:
     """Copy the final events the target does not have yet, batch by batch.
 
-    :param url: the outreach database (libpq URL).
     :param target: where the batches go (:class:`SqlTarget`, :class:`FileTarget`).
     :param batch: events per batch (the read, the write and the file are bounded by it).
     :param max_batches: stop after this many batches (``None``: until no final event is left).

@@ -134,7 +134,6 @@ def pause_on_bounce_rate(url: str, *, threshold: float = 0.03, min_sends: int = 
     since an operator last resumed it) is above ``threshold`` after at least ``min_sends`` sends.
 
     :param threshold: a fraction (default 0.03 = 3 %).
-    :param now: a fixed clock (UTC); default the database clock.
     :returns: one :class:`Verdict` per breaching mailbox.
     """
     return _pause_on_rate(url, "hard_bounces", "hard-bounce", "bounce_rate", BOUNCE_ACTOR,
@@ -148,7 +147,6 @@ def pause_on_complaint_rate(url: str, *, threshold: float = 0.001, min_sends: in
     ``min_sends`` sends, by ``complaint-rate``, with the figure in the reason.
 
     :param threshold: a fraction (default 0.001 = 0.1 %, Gmail's and Yahoo's sender guidelines).
-    :param now: a fixed clock (UTC); default the database clock.
     :returns: one :class:`Verdict` per breaching mailbox.
     """
     return _pause_on_rate(url, "complaints", "complaint", "complaint_rate", COMPLAINT_ACTOR,

@@ -198,7 +198,6 @@ def import_leads(url: str, campaign_file: str | Path, mailbox_file: str | Path,
                  progress_every: int = PROGRESS_ROWS, workers: int | None = None) -> ImportResult:
     """Import a leads CSV into a campaign, in one transaction, streaming the file.
 
-    :param url: outreach database URL.
     :param campaign_file: the campaign YAML (synced first, so a new campaign just works).
     :param mailbox_file: the mailbox YAML.
     :param csv_file: the leads CSV, inside an import folder (:func:`import_path`).

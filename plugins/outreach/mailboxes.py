@@ -71,7 +71,6 @@ def pause(conn: Conn, mailbox_id: int, reason: str, by: str, *,
 
     :param reason: recorded with the pause (for automatic pauses: the figure and its date).
     :param by: who pauses (an operator, or ``postmaster`` / ``bounce-rate``).
-    :param now: a fixed clock (UTC); default the database clock.
     :returns: when it was paused, or ``None`` when it was not active (nothing changed).
     """
     done = store.mailbox_pause(conn, mailbox_id=mailbox_id, reason=reason, by=by, now=now)

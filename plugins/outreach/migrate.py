@@ -47,7 +47,6 @@ def discover(directory: Path | None = None) -> list[Migration]:
 def upgrade(url: str, directory: Path | None = None) -> list[Migration]:
     """Apply every pending migration; return the ones applied (``[]`` when up to date).
 
-    :param url: the outreach database URL.
     :raises psycopg.Error: a migration failed; it is rolled back and nothing after it runs.
     """
     applied: list[Migration] = []

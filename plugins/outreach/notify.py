@@ -149,7 +149,6 @@ def notify_replies(url: str, deliver: Deliver, accounts: AccountLoader,
                    config: NotifySettings | None = None) -> NotifyResult:
     """Notify every reply event after the notifications' cursor.
 
-    :param url: the outreach database (libpq URL).
     :param deliver: hands one message to the notifier (:data:`Deliver`).
     :param accounts: the IMAP accounts the replies are read from again (:data:`AccountLoader`).
     :param config: the settings (default :class:`outreach.settings.NotifySettings` from the environment).

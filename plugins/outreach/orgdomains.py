@@ -24,7 +24,6 @@ def fill(url: str) -> int:
     Safe to run concurrently and twice: inserts skip domains already mapped (ON CONFLICT DO
     NOTHING), each batch its own transaction.
 
-    :param url: the outreach database.
     :returns: the number of domains looked at (mapped now or by a concurrent run).
     :raises psycopg.Error: the database failed (what was mapped before stays).
     """

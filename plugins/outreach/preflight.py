@@ -492,7 +492,6 @@ def check_relays(url: str, connector: Callable[[str], smtplib.SMTP]) -> list[Rel
     No SMTPUTF8 with non-ASCII rows queued, or no answer, is a WARN; SIZE is shown.
     docs/reference/relay-capabilities.md.
 
-    :param url: outreach database URL.
     :param connector: opens a logged-in ``smtplib.SMTP`` by Airflow connection id.
     :returns: one :class:`RelayCheck` per active mailbox, by mailbox id."""
     from outreach import db

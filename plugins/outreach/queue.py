@@ -114,8 +114,7 @@ def reap(url: str, threshold: dt.timedelta, *, release: dt.timedelta | None = No
     heartbeat is younger than ``release``. The rule: docs/explanation/promise.md.
 
     :param threshold: ``Settings.reaper_threshold`` (must outlast one handoff).
-    :param release: ``Settings.release_threshold``; ``None``: ``threshold``.
-    :param now: a fixed clock (UTC); default the database clock."""
+    :param release: ``Settings.release_threshold``; ``None``: ``threshold``."""
     with db.transaction(url) as conn:
         rows = emails.email_reap_stale(conn, threshold=threshold,
                                        release=release or threshold, now=now)
@@ -145,7 +144,6 @@ def plan_batches(url: str, batch_size: int, *, parallelism: int = 4,
     :param batch_size: rows one batch claims at most (``OUTREACH_BATCH_SIZE``).
     :param parallelism: batches at most (``OUTREACH_SEND_PARALLELISM``).
     :param interval: the send runs' interval for pacing; ``None`` = no pacing.
-    :param now: a fixed clock (UTC); default the database clock.
     :param mailbox_id: plan for this mailbox only.
     :returns: ``[{"label": str, "limit": rows, "quotas": [[mailbox_id, rows], …]}, …]`` (for XCom)."""
     work = {a.mailbox_id: a.this_run for a in run_allowances(
@@ -202,7 +200,6 @@ def run_allowances(url: str, *, interval: dt.timedelta | None, now: dt.datetime 
     The figures :func:`plan_batches` plans with, read the same way; nothing is written.
 
     :param interval: the send runs' interval for pacing; ``None`` = no pacing.
-    :param now: a fixed clock (UTC); default the database clock.
     :param mailbox_id: this mailbox only.
     :param log_plan: log each mailbox's figures as one ``plan:`` line (the send plan does)."""
     out: list[RunAllowance] = []

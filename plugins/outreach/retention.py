@@ -39,7 +39,6 @@ def purge(url: str, *, now: dt.datetime | None = None,
           settings: RetentionSettings | None = None, batch: int = BATCH) -> RetentionResult:
     """Blank the personal content past its limit; return the counts.
 
-    :param url: the outreach database (libpq URL).
     :param now: the clock (UTC, timezone-aware; default the database's ``now()``), for tests.
     :param settings: the limits (default read from the environment).
     :param batch: rows per transaction.

@@ -78,11 +78,9 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
                message_class: str = "marketing", clock: Clock | None = None) -> BatchSummary:
     """Claim one batch of a mailbox and send it over one SMTP session, committing each row's outcome.
 
-    :param url: outreach database URL.
     :param limit: rows at most (further cut by the daily quota and the run's share: :func:`claim`).
     :param connector: opens the mailbox's SMTP connection by Airflow connection id.
     :param worker: recorded as ``claimed_by`` (default ``cli@host:pid``).
-    :param now: a fixed clock (UTC); default the database clock.
     :param dkim_keys: loads a mailbox's DKIM private key by connection id, once per batch.
     :param message_class: ``marketing`` or ``transactional`` (see :func:`claim`).
     :param clock: waits for each row's reserved handoff moment (default the real clock).
@@ -246,7 +244,6 @@ def send_run(url: str, connector: SmtpConnector, settings: Settings, *,
 
     :param mailbox_id: plan for this mailbox only.
     :param worker: the ``claimed_by`` of every claim (default :func:`worker_name`).
-    :param now: a fixed clock (UTC); default the database clock.
     :param limit: rows the whole run claims at most (``outreach send --limit``; ``None``: the plan's).
     :raises BatchAborted: the database connection was lost while planning (nothing claimed).
     :raises outreach.db.OutreachDBError: see :func:`send_batch`.

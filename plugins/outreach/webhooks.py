@@ -91,7 +91,6 @@ class DeliveryResult:
 def enqueue(url: str, *, now: dt.datetime | None = None) -> int:
     """Turn new events into deliveries for every enabled endpoint subscribed to their kind.
 
-    :param url: the outreach database (libpq URL).
     :param now: when they are due (UTC, timezone-aware; default the database's now), for tests.
     :return: the number of deliveries queued.
     :raises outreach.db.OutreachDBError: the database cannot be reached.
@@ -107,7 +106,6 @@ def deliver(url: str, *, secret: Callable[[str], str], settings: WebhookSettings
             now: dt.datetime | None = None) -> DeliveryResult:
     """Post the due deliveries until none is due or the run's time is up; return the counts.
 
-    :param url: the outreach database (libpq URL).
     :param settings: timeout, attempts, backoff, batch and run length (default from the environment).
     :param now: the database clock for due times and backoff (UTC; default the database's now); the
         signature's timestamp is always the real moment of sending.
