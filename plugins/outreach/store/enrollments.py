@@ -38,9 +38,7 @@ def enrollment_find(conn: Conn, *, email: str, campaign_key: str) -> Enrollment 
 
 def enrollment_stop(conn: Conn, *, enrollment_id: int, status: str, reason: str, by: str) -> int:
     """``enrollment_stop``: Stop one enrolment ('stopped' or 'replied') and cancel its queued
-    steps; returns how many.
-
-    :raises RowMissing: the statement returned no row."""
+    steps; returns how many."""
     return cast(
         "int",
         one_value(
@@ -110,11 +108,7 @@ class EnrolCounts:
 
 def enrollment_insert_staged(conn: Conn, *, campaign_id: int, now: dt.datetime | None
                              ) -> EnrolCounts:
-    """``enrollment_insert_staged``: Enrol every staged, unsuppressed lead; a lead already enrolled
-    keeps its enrolment (and its mailbox, so follow-ups come from the same sender). Mailboxes
-    are assigned round-robin by lead id. With the campaign's overlap 'skip', a lead in another
-    campaign's sequence is enrolled stopped, with the reason (migration 0134).
-
-    :raises RowMissing: the statement returned no row."""
+    """``enrollment_insert_staged``: enrol every staged, unsuppressed lead (round-robin mailboxes; an
+    enrolled lead keeps its own; overlap 'skip' enrols stopped, 0134)."""
     return one(conn, "enrollment_insert_staged", {"campaign_id": campaign_id, "now": now},
                EnrolCounts)

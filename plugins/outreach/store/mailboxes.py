@@ -42,9 +42,7 @@ def mailbox_upsert(
     freeze_to: dt.date | None = None,
     provider: str | None = None,
 ) -> int:
-    """``mailbox_upsert``: create or update a mailbox from the file; its pause status is never touched.
-
-    :raises RowMissing: the statement returned no row."""
+    """``mailbox_upsert``: create or update a mailbox from the file; its pause status is never touched."""
     return cast(
         "int",
         one_value(

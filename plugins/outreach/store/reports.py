@@ -73,9 +73,7 @@ class Totals:
 
 
 def report_totals(conn: Conn) -> Totals:
-    """``report_totals``: runs report_totals.
-
-    :raises RowMissing: the statement returned no row."""
+    """``report_totals``: runs report_totals."""
     return one(conn, "report_totals", {}, Totals)
 
 

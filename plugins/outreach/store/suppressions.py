@@ -28,9 +28,7 @@ def suppression_insert(conn: Conn, *, kind: str, value: str, reason: str, source
 
 
 def suppression_check(conn: Conn, *, address: str, message_class: str) -> bool:
-    """``suppression_check``: runs suppression_check.
-
-    :raises RowMissing: the statement returned no row."""
+    """``suppression_check``: runs suppression_check."""
     return cast(
         "bool",
         one_value(
