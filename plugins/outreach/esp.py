@@ -41,14 +41,11 @@ class WebhookPayloadError(ValueError):
 
 @dataclass(frozen=True)
 class EspEvent:
-    """One provider event about one recipient.
+    """One provider event about one recipient; ``occurred_at`` in UTC, as the provider says.
 
-    ``kind``: ``bounce``, ``complaint``, ``unsubscribe``, ``delivered``, ``delayed`` or
-    ``other`` (recorded, no effect). ``message_id``: our Message-ID (without <>, lower-case) when
-    the provider echoes it, else ``None`` (the recipient's latest email is meant). ``reason`` and
-    ``owner`` per :mod:`outreach.reasons` (for a bounce; ``feedback`` for a complaint).
-    ``occurred_at``: UTC, when the provider says it happened.
-    """
+    ``kind``: ``bounce``, ``complaint``, ``unsubscribe``, ``delivered``, ``delayed`` or ``other``
+    (no effect). ``message_id``: ours (lower-case, without <>) when echoed, else ``None`` (the
+    latest email to the recipient). ``reason``/``owner``: :mod:`outreach.reasons`."""
 
     provider: str
     event_id: str
@@ -131,11 +128,9 @@ def verify_sns(body: dict[str, Any], topics: Iterable[str], fetch: Callable[[str
     """Check an SNS message's signature and topic.
 
     :param body: the POSTed JSON object.
-    :param topics: the topic ARNs that are ours (:attr:`outreach.settings.EspSettings.ses_topic_arns`).
-    :param fetch: ``url -> bytes`` of the PEM certificate (called only for an SNS host).
-    :raises WebhookAuthError: unknown type or topic, a certificate not on an SNS host, a bad
-        signature.
-    """
+    :param topics: our topic ARNs (:attr:`outreach.settings.EspSettings.ses_topic_arns`).
+    :param fetch: ``url -> bytes`` of the PEM certificate (only for an SNS host).
+    :raises WebhookAuthError: unknown type or topic, a certificate off SNS, a bad signature."""
     from cryptography import x509
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives import hashes
@@ -248,12 +243,10 @@ def verify_sendgrid(public_key_b64: str, signature_b64: str | None, timestamp: s
 def parse_sendgrid(events: Any) -> list[EspEvent]:
     """The events of a verified SendGrid Event Webhook POST (a JSON array).
 
-    ``bounce`` (``type`` bounce or blocked) → a bounce; ``dropped`` → other (SendGrid's own
-    suppression, nothing was sent); ``deferred`` → delayed; ``spamreport`` → complaint;
-    ``unsubscribe`` / ``group_unsubscribe`` → unsubscribe; ``delivered``; the rest → other.
+    ``bounce``/``blocked`` → bounce; ``dropped`` → other (nothing sent); ``deferred`` → delayed;
+    ``spamreport`` → complaint; ``(group_)unsubscribe`` → unsubscribe; ``delivered``; else other.
 
-    :raises WebhookPayloadError: not a JSON array of objects with ``sg_event_id`` and ``email``.
-    """
+    :raises WebhookPayloadError: not a JSON array of objects with ``sg_event_id`` and ``email``."""
     if not isinstance(events, list):
         raise WebhookPayloadError("a SendGrid Event Webhook body is a JSON array")
     out = []
@@ -390,13 +383,10 @@ def describe(event: EspEvent) -> str:
 
 
 def apply_event(conn: Conn, event: EspEvent) -> str | None:
-    """Record one event and apply its effect, in the caller's transaction.
-
-    Recorded in ``outreach.esp_events`` UNIQUE (provider, event_id, recipient): a second delivery
-    changes nothing. The email is the one whose Message-ID the provider echoed, else the latest sent
-    to the recipient (none: nothing changes). A bounce goes through
-    :func:`outreach.bounces.apply_failure`; a complaint suppresses ``complained``, an unsubscribe
-    ``unsubscribed``.
+    """Record one event (``outreach.esp_events``, UNIQUE per provider, event id and recipient) and apply
+    its effect to our email (echoed Message-ID, else the latest sent; none: nothing), in the caller's
+    transaction: a bounce via :func:`outreach.bounces.apply_failure`, a complaint or unsubscribe
+    suppresses.
 
     :returns: what was done, in words for people (masked); ``None`` when already applied."""
     from outreach.addresses import normal_form

@@ -36,12 +36,10 @@ class Resolution:
 
 
 def evidence(row: dict[str, Any]) -> str | None:
-    """Return what the database knows about an unconfirmed row besides Sent Items, as one line:
-    the server's late acceptance (``accepted late at 2026-03-08 10:31:05 UTC: 250 2.0.0 OK
-    queued; Message-ID <…>``), or ``None``.
+    """Return the database's evidence about an unconfirmed row besides Sent Items, as one line: the
+    late acceptance (``accepted late at … UTC: 250 2.0.0 OK queued; Message-ID <…>``), or ``None``.
 
-    :param row: a row of ``email_list_unconfirmed``.
-    """
+    :param row: a row of ``email_list_unconfirmed``."""
     if not row.get("late_accepted_at"):
         return None
     at = row["late_accepted_at"].astimezone(dt.UTC)
@@ -50,12 +48,10 @@ def evidence(row: dict[str, Any]) -> str | None:
 
 
 def describe_unconfirmed(row: dict[str, Any]) -> str:
-    """Return the operator's one line about an unconfirmed email (recipient masked): id,
-    campaign (or message class), mailbox, claim, handoff, why, and the evidence if any. The CLI
-    (``outreach unconfirmed``) and the ``outreach_resolve_unconfirmed`` DAG's log show this.
+    """Return the operator's one line about an unconfirmed email (masked): id, campaign, mailbox, claim,
+    handoff, why and any evidence, as ``outreach unconfirmed`` and the resolve DAG log it.
 
-    :param row: a row of ``email_list_unconfirmed``.
-    """
+    :param row: a row of ``email_list_unconfirmed``."""
     def utc(t: dt.datetime | None) -> str:
         return f"{t.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC" if t else "never"
 
@@ -122,16 +118,13 @@ def list_unconfirmed(url: str, *, ids: list[int] | None = None, campaign_key: st
 def resolve(url: str, decision: str, resolved_by: str, *, ids: list[int] | None = None,
             campaign_key: str | None = None, mailbox: str | None = None, note: str = "",
             who: audit.Who | None = None) -> Resolution:
-    """Resolve unconfirmed emails, one transaction per email (a guarded UPDATE each), each with
-    its audit row (action ``resolve``) in that transaction.
+    """Resolve unconfirmed emails, one transaction per email (a guarded UPDATE and its audit row).
 
     :param decision: ``"was_sent"`` or ``"not_sent"``.
     :param resolved_by: the person deciding (recorded).
     :param ids: email ids; or select by ``campaign_key`` and/or ``mailbox``.
-    :param who: who is authenticated (:class:`outreach.audit.Who`; default ``resolved_by``
-        through ``api``).
-    :raises ValueError: unknown decision, no operator name, or no selection at all.
-    """
+    :param who: who is authenticated (default ``resolved_by`` through ``api``).
+    :raises ValueError: unknown decision, no operator name, or no selection at all."""
     if decision not in DECISIONS:
         raise ValueError(f"decision must be one of {DECISIONS}, got {decision!r}")
     if not resolved_by.strip():
@@ -177,11 +170,9 @@ def resolve(url: str, decision: str, resolved_by: str, *, ids: list[int] | None 
 
 @dataclass(frozen=True)
 class SentEvidence:
-    r"""What the mailbox's Sent folder says about one email: ``state`` is ``found`` (``folder``
-    and ``date``, UTC, of the copy), ``not_found``, ``no_sent_folder`` (the account has no folder
-    flagged ``\Sent``), ``no_imap`` (the mailbox has no ``imap_conn_id``), ``not_searched``
-    (the caller gave no way to open IMAP accounts) or ``unreadable`` (``detail`` names the
-    connection and the IMAP stage)."""
+    r"""What the mailbox's Sent folder says about one email: ``state`` is ``found`` (``folder``, and
+    ``date`` in UTC), ``not_found``, ``no_sent_folder``, ``no_imap``, ``not_searched`` or
+    ``unreadable`` (``detail`` names the connection and IMAP stage)."""
 
     state: str
     folder: str | None = None
@@ -215,11 +206,8 @@ def sent_evidence(rows: list[dict[str, Any]], accounts: Callable[[str], Any],
     """Search each row's mailbox's Sent folder for its Message-ID (one IMAP session per account).
 
     :param rows: from :func:`list_unconfirmed` (they carry ``imap_conn_id``).
-    :param accounts: turns an Airflow IMAP connection id into an
-        :class:`outreach.imap.ImapAccount` (:func:`outreach.airflow.connections.imap_account`).
-    :returns: ``{email_id: SentEvidence}`` for every row; an account that cannot be read makes
-        its rows ``unreadable``, never an exception.
-    """
+    :param accounts: Airflow IMAP connection id → :class:`outreach.imap.ImapAccount`.
+    :returns: ``{email_id: SentEvidence}`` for every row (an unreadable account: ``unreadable``)."""
     from outreach.imap import ImapError, ImapSession
 
     out: dict[int, SentEvidence] = {}
@@ -251,12 +239,10 @@ def sent_evidence(rows: list[dict[str, Any]], accounts: Callable[[str], Any],
 def resolve_found(url: str, resolved_by: str, accounts: Callable[[str], Any], *,
                   campaign_key: str | None = None, mailbox: str | None = None,
                   who: audit.Who | None = None) -> Resolution:
-    """Resolve ``was_sent`` every unconfirmed email (optionally of one campaign / mailbox) whose
-    Message-ID is in its mailbox's Sent folder, each with its evidence as the note; the others
-    stay unconfirmed (not found proves nothing). ``who`` as for :func:`resolve`.
+    """Resolve ``was_sent``, with the evidence as the note, every unconfirmed email (of a campaign or
+    mailbox) found in its Sent folder; the others stay. ``who`` as for :func:`resolve`.
 
-    :raises ValueError: no operator name.
-    """
+    :raises ValueError: no operator name."""
     if not resolved_by.strip():
         raise ValueError("say who decides (resolved_by)")
     rows = list_unconfirmed(url, campaign_key=campaign_key, mailbox=mailbox)
