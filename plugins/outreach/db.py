@@ -1,7 +1,7 @@
 """The connector: psycopg connections, the named-query registry and the error mapping.
 
 Every SQL statement the code runs lives in ``sql/queries/*.sql`` under a ``-- name: <name>``
-header (procrastinate/River style); Python never builds SQL strings. :data:`QUERIES` loads them
+header (procrastinate/River style); Python never builds SQL strings. :func:`load_queries` loads them
 once. Database errors that carry meaning (a unique violation on a named constraint) are turned
 into :class:`OutreachDBError` naming the constraint.
 """

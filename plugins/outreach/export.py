@@ -3,7 +3,7 @@ batches, to a SQL table and/or JSON-lines files (ObjectStoragePath).
 
 Each target's cursor (0131) moves by plan, write, advance, each guarded, over final events only
 (below ``pg_snapshot_xmin``, 0104): a killed run rewrites the planned batch, no gap, no second
-copy. No Airflow here (:mod:`outreach.airflow.export`); rows leave as ids, nothing to mask. How
+copy. No Airflow here (:mod:`outreach.airflow.tasks_export`); rows leave as ids, nothing to mask. How
 and why: docs/howto/warehouse-export.md."""
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ def map_headers(headers: list[str], mapping: dict[str, str] | None = None) -> di
     :param mapping: a campaign's ``columns:`` (header → field), tried before the built-in
         aliases; headers are compared case-, space- and punctuation-insensitively.
     :returns: ``{"email": 0, "first_name": 2, …}`` for the known fields found (first match
-        wins); see :func:`map_custom` for the other columns.
+        wins); the other columns: :func:`_map_all`.
     """
     return _map_all(headers, mapping)[0]
 

@@ -127,7 +127,8 @@ def smtp_connector(smtp_conn_id: str) -> smtplib.SMTP:
     ``send_email_smtp`` is not used: it retries the whole send on any error (duplicates) and adds no
     Message-ID or DKIM.
 
-    :raises outreach.oauth.LoginRefused: the login was refused: noted for :func:`refused_logins`.
+    :raises outreach.oauth.LoginRefused: the login was refused: noted for
+        :func:`outreach.airflow.alerts.refused_logins`.
     :raises Exception: whatever the hook raises when it cannot connect (stage CONNECT)."""
     from airflow.providers.smtp.hooks.smtp import SmtpHook
 
