@@ -1,13 +1,9 @@
-"""A/B variant statistics: the reply rate of each variant with a 95 % interval, and whether the
-difference between two variants is significant yet.
+"""A/B variant statistics: each variant's reply rate with a 95 % interval, and whether the
+difference is significant yet. Pure functions.
 
-Pure functions (no database). The interval is Wilson's score interval (Wilson 1927; recommended
-over the normal "Wald" interval for small counts and rates near 0, which reply rates are: Brown,
-Cai & DasGupta, "Interval Estimation for a Binomial Proportion", Statistical Science 16, 2001).
-The test is the pooled two-proportion z-test, two-sided (the textbook test of H0: p1 = p2), at
-α = 0.05. It is asked once per pair of variants; with more than two variants the report names
-the best and the worst, and the test compares those two.
-"""
+Wilson's score interval (Wilson 1927; Brown, Cai & DasGupta, Statistical Science 16, 2001: better
+than Wald for small counts and rates near 0); the pooled two-proportion z-test, two-sided, α = 0.05,
+between the best and the worst variant."""
 
 from __future__ import annotations
 

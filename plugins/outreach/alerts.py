@@ -1,15 +1,9 @@
 """Operator alerts, each sent once: the database decides who sends, not timing.
 
-An alert is about an *event* with a stable key (``paused:<mailbox event id>``,
-``unconfirmed:<email id>``, ``run-failed:<dag id>:<run id>``,
-``preflight:<domain>:<failed checks>:<UTC day>``, ``bounce-warning:<mailbox id>:<UTC day>``,
-``login-failed:<conn id>:<UTC day>``).
-:func:`raise_alert` inserts the key into ``outreach.alerts`` (UNIQUE, ``INSERT … ON CONFLICT DO
-NOTHING RETURNING``) and delivers the alert inside the same transaction: whoever's insert returns
-the row sends; a concurrent task, a retry or the next run sees the key and sends nothing; a
-failed delivery rolls the insert back so the next run tries again. The delivery itself is a
-callable (in Airflow: the configured notifier, see :func:`outreach.airflow.alerts.deliver_alert`).
-"""
+An alert is about an event with a stable key (``paused:<mailbox event id>``,
+``unconfirmed:<email id>``, ``run-failed:<dag id>:<run id>``, ``preflight:<domain>:<checks>:<day>``,
+``bounce-warning:<mailbox id>:<day>``, ``login-failed:<conn id>:<day>``): whoever's insert of the
+key returns the row delivers, in the same transaction; a failed delivery rolls it back."""
 
 from __future__ import annotations
 
@@ -35,14 +29,11 @@ def raise_alert(url: str, kind: str, keys: str | Sequence[str],
     """Claim the event keys that were never alerted and deliver one alert about them.
 
     :param kind: one of :data:`KINDS` (``outreach_alerts_kind_check``).
-    :param keys: one event key, or several for one alert about many events (every new
-        unconfirmed email of a run).
-    :param compose: given the keys that are new (in the order given), return ``(subject, body)``;
-        not called when none is new.
+    :param keys: one event key, or several for one alert about many events.
+    :param compose: the new keys → ``(subject, body)``; not called when none is new.
     :param deliver: sends the alert; its exception rolls the claim back and propagates.
     :returns: the new keys (``[]``: every event was alerted before, nothing was sent).
-    :raises ValueError: an unknown kind.
-    """
+    :raises ValueError: an unknown kind."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     keys = [keys] if isinstance(keys, str) else list(keys)

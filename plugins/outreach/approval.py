@@ -1,16 +1,9 @@
-"""What a launch approval shows (issue 24, item 4): the facts of a campaign awaiting approval,
-gathered from the database and the same functions that will queue and send it, and the
-Markdown the Required Action of ``outreach_campaign_approval`` shows them in.
+"""What a launch approval shows (issue 24, item 4): the facts of a campaign awaiting approval and
+the Markdown of ``outreach_campaign_approval``'s Required Action.
 
-The facts: the leads step 1 will be sent to and, per reason, those it skips (the preview's rule,
-:func:`outreach.preview.skip_reason`); the first days' volume per mailbox under its daily cap and
-warm-up (``outreach.mailbox_daily_limit`` through ``campaign_mailbox_days``, on the campaign's
-send days; today only what the mailbox has left, ``mailbox_remaining_today``); the DNS preflight
-result per sending domain (given by the caller, who holds the DKIM keys); and sample renders
-(:func:`outreach.preview.preview`, the message as it would be handed over, with the preview's
-notes: placeholders, the step's content version). Nothing is written. Lead data shown is made inert: addresses masked
-(:func:`outreach.logutil.mask`), renders inside code fences, table cells escaped.
-"""
+Leads to contact and skipped, the first days' volume per mailbox, the DNS preflight per domain
+and sample renders, from the functions that will queue and send it; nothing is written, lead data
+made inert (masked, fenced, escaped). docs/howto/launch-a-campaign.md."""
 
 from __future__ import annotations
 
@@ -86,19 +79,14 @@ def gather(url: str, campaign: dict[str, Any], settings: Any, *,
     """Gather what approving ``campaign`` (a row of :func:`awaiting`) will do.
 
     :param settings: :class:`outreach.settings.Settings` (the preview builds with it).
-    :param preflight: called with the campaign's mailboxes (``{domain, dkim_selector,
-        dkim_key_conn_id}``), returns ``{domain: "PASS"|"WARN"|"FAIL: checks"|"not checked: why"}``;
+    :param preflight: mailboxes → ``{domain: "PASS"|"WARN"|"FAIL: checks"|"not checked: why"}``;
         ``None``: not checked.
     :param now: the first day (UTC; default now).
-    :returns: ``{campaign, name, content_version, approved_content_version, submitted (who,
-        why, when), enrolled, to_contact, skipped: {reason: n}, mailboxes: [{name, status,
-        leads, used_today, volume: [(day ISO, n)]}], preflight: {domain: verdict}, samples:
-        [{lead (masked), text, notes}]}``. ``volume``: per local day of the mailbox, its limit
-        (``outreach.mailbox_daily_limit``; today what is left of it after ``used_today``,
-        ``mailbox_remaining_today``) on the campaign's send days, until its leads are all
-        counted: what does not fit a day spills onto the next.
-    :raises outreach.preview.PreviewError: the campaign has no step 1 or no enrolled lead.
-    """
+    :returns: ``{campaign, name, content_version, approved_content_version, submitted, enrolled,
+        to_contact, skipped: {reason: n}, mailboxes: [{name, status, leads, used_today, volume:
+        [(day ISO, n)]}], preflight, samples: [{lead (masked), text, notes}]}``; ``volume`` fills
+        each send day's limit, the rest spilling onto the next.
+    :raises outreach.preview.PreviewError: the campaign has no step 1 or no enrolled lead."""
     now = now or dt.datetime.now(dt.UTC)
     key = campaign["key"]
     with db.connect(url, autocommit=True) as conn:

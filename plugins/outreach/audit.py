@@ -1,22 +1,8 @@
 """The audit trail: one append-only row per operator decision, written in the decision's own
-transaction.
+transaction (an outbox: no change without its row, no row without its change).
 
-Who suppressed or unsuppressed an address, paused or resumed a campaign or a mailbox, submitted,
-approved or rejected a launch, resolved or requeued emails, stopped a lead — and when, why and
-through what (``outreach.audit_log``, migration 0128). :func:`record` runs inside the
-transaction of the change it records (an outbox): when the change rolls back, so does its row,
-and a change that commits always has one. A call that changes nothing (pausing a paused
-mailbox, an unsuppress that finds no suppression) leaves no row.
-
-``actor`` is who is authenticated, not a typed name: the Airflow user who triggered the run (the
-DAG run's ``triggering_user_name``) or answered the Required Action (``responded_by_user``), and
-``os:<login>`` for the CLI. The name an operator types (``--by``, a form's "Your name") stays in
-each change's own history table and in ``details["by"]`` when it differs.
-
-Rows never hold a full email address: the target key, the reason and every text of ``details``
-are masked (:func:`outreach.logutil.mask_addresses`); details carry ids and counts. The table
-refuses UPDATE, DELETE and TRUNCATE (trigger ``outreach_audit_log_append_only``).
-"""
+``actor`` is who is authenticated (the Airflow user, ``os:<login>``), not a typed name; rows never
+hold a full address; the table refuses UPDATE, DELETE and TRUNCATE. docs/howto/audit-trail.md."""
 
 from __future__ import annotations
 
@@ -82,14 +68,11 @@ def record(conn: Conn, *, action: str, actor: str, via: str, target_kind: str,
     :param actor: who (the Airflow user, ``os:<login>``); non-empty.
     :param via: one of :data:`VIAS`.
     :param target_kind: ``suppression``, ``campaign``, ``mailbox``, ``email``, ``enrollment``,
-        ``lead`` or ``settings``; ``target_key`` (a campaign key, a masked address, a domain) and
-        ``target_id`` (the row's id) name the target.
-    :param campaign_key: the campaign the decision belongs to, for ``outreach audit --campaign``
-        and the campaign page.
+        ``lead`` or ``settings``, named by ``target_key`` and/or ``target_id``.
+    :param campaign_key: the campaign the decision belongs to.
     :param details: JSON-able; ids and counts (texts are masked).
     :returns: the audit row's id.
-    :raises ValueError: an unknown action or via, or an empty actor (nothing written).
-    """
+    :raises ValueError: an unknown action or via, or an empty actor (nothing written)."""
     if action not in ACTIONS:
         raise ValueError(f"unknown audit action {action!r}; one of {ACTIONS}")
     if via not in VIAS:

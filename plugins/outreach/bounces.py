@@ -1,35 +1,12 @@
 """What one delivery failure changes: the effect by owner, one function for every path.
 
-Every failure of one recipient — a permanent SMTP reply in our own session
-(:func:`outreach.record._record`), a DSN read from an inbox (:mod:`outreach.inbox`), an ESP's event
-(later: webhooks) — is described by a reason from :mod:`outreach.reasons` and goes through
-:func:`apply_failure` (or :func:`apply_reported_failure`, which first finds our email by its
-Message-ID). The owner of the reason decides (the table, thresholds and the forged-report rule:
-``docs/explanation/bounces-and-complaints.md``):
-
-* ``address`` (the address is gone): suppressed ``bounced`` (queued steps cancelled); it counts
-  toward the mailbox's bounce rate (``mailbox_bounce_counts``).
-* ``sender`` (we were refused): the lead is *not* suppressed; the mailbox and its sending domain
-  count the block, and pause at :attr:`BounceSettings.block_pause_count` blocks within
-  :attr:`BounceSettings.block_window_hours` — at the first ``authfailure`` (DMARC/SPF/DKIM) —
-  with a reason that names the likely fix (:func:`likely_fix`); the pause's alert carries it.
-* ``transient`` (mailbox full, expired, 4.x.x): recorded; the address is suppressed ``bounced``
-  once it failed on :attr:`BounceSettings.soft_bounce_days` different UTC days within
-  :attr:`BounceSettings.soft_bounce_window_days` days.
-* ``none`` (a delivery report: delayed, relayed, delivered): nothing.
-
-What happens when a failure is reported twice (the same DSN read again, two DSNs about one email,
-an SMTP failure and a later event): each failure is one row of ``outreach.delivery_failures``
-inserted ``ON CONFLICT DO NOTHING RETURNING`` under UNIQUE (source) and UNIQUE (email, address);
-only the inserter applies the effect. The counting rules take a transaction-scoped advisory lock
-on the address (soft bounces) and on the sending domain (blocks) before they count, so two
-reports at once never both miss a threshold.
-
-**Forged reports**: a report that names none of our Message-IDs (:func:`apply_reported_failure`
-with an unknown Message-ID, or a DSN whose enclosed original and In-Reply-To/References are not
-ours) changes nothing — it suppresses no lead and pauses no mailbox; anyone can mail us a
-DSN-shaped message about any address. :func:`apply_failure` requires ``email_id``.
-"""
+Every failure of one recipient (our SMTP session, a DSN from an inbox, an ESP event) is a reason
+of :mod:`outreach.reasons` and goes through :func:`apply_failure` (or
+:func:`apply_reported_failure`). Owners: ``address`` suppresses ``bounced``; ``sender`` counts
+the block and may pause the mailbox (:func:`likely_fix`); ``transient`` suppresses after repeated
+soft bounces; ``none`` nothing. Each failure is one row inserted ``ON CONFLICT DO NOTHING``; the
+counts are taken under advisory locks; a report naming none of our Message-IDs changes nothing.
+The table, thresholds and why: docs/explanation/bounces-and-complaints.md."""
 
 from __future__ import annotations
 
@@ -56,14 +33,12 @@ KINDS = {"address": "hard_bounce", "sender": "sender_block", "transient": "soft_
 
 
 def kind_of(kind: str, owner: str | None, evidence: str = "", *, told: bool = True) -> str:
-    """The inbound class of a verdict: for a bounce (``hard_bounce``/``soft_bounce``, as the
-    classifier emits today), the class of its reason's owner (:data:`KINDS`); a DSN whose Action
-    is ``delayed``, ``delivered``, ``relayed`` or ``expanded`` is a ``delivery_report``. Any other
-    kind is returned as it is. The one place the effects decide a class from a verdict.
+    """The inbound class of a verdict: the one place the effects decide a class from a verdict.
 
-    :param told: whether the report gave a status or a diagnostic to tell the reason from; when
-        it gave neither, the classifier's own hard/soft stands (its reason is then only a guess).
-    """
+    A bounce's class follows its reason's owner (:data:`KINDS`); a DSN Action ``delayed``,
+    ``delivered``, ``relayed`` or ``expanded`` is a ``delivery_report``; any other kind is returned.
+
+    :param told: the report gave a status or a diagnostic; if not, the classifier's hard/soft stands."""
     if kind not in ("hard_bounce", "soft_bounce"):
         return kind
     if re.search(r"Action (delayed|delivered|relayed|expanded)\b", evidence, re.I):
@@ -124,24 +99,20 @@ def apply_failure(conn: Conn, *, email_id: int, mailbox_id: int | None, address:
                   reason: str, status: str | None, diagnostic: str | None, source: str,
                   actor: str, settings: BounceSettings | None = None,
                   now: dt.datetime | None = None, owner: str | None = None) -> Effect:
-    """Record one failure of ``address`` for our email ``email_id`` and apply its owner's effect,
-    in the caller's transaction (see the module docstring).
+    """Record one failure of ``address`` for our email ``email_id`` and apply its owner's effect, in the
+    caller's transaction.
 
-    :param email_id: our email the failure is about (a report that names none of ours changes
-        nothing: call :func:`apply_reported_failure`).
     :param mailbox_id: the mailbox that sent it (counts the block); ``None`` counts none.
     :param address: the failed recipient (put in the normal form here).
     :param reason: a key of :data:`outreach.reasons.REASONS` (unknown keys are transient).
     :param status: RFC 3463 (``"5.7.26"``), or ``None``.
     :param diagnostic: the server's words (kept at most 500 characters).
-    :param source: who reported it, unique per report: ``smtp:<email id>:<claim token>``,
-        ``inbound:<inbound id>``, ``esp:<provider>:<event id>``.
+    :param source: unique per report: ``smtp:<email id>:<claim token>``, ``inbound:<inbound id>``,
+        ``esp:<provider>:<event id>``.
     :param actor: recorded as the suppressing actor.
     :param now: a fixed clock (UTC) for the failure's moment and the rules' windows.
-    :param owner: only when the report told no reason (no status, no diagnostic): the owner the
-        classifier's hard/soft verdict implies; default the reason's.
-    :returns: what changed.
-    """
+    :param owner: only when the report told no reason: the owner the classifier's verdict implies.
+    :returns: what changed."""
     settings = settings or BounceSettings()
     owner = owner or owner_of(reason)
     address = normal_form(address).lower()

@@ -1,13 +1,8 @@
-"""Public holidays for the calendar of the queue and the claim (docs/explanation/contact-policy.md,
-"Calendars").
+"""Public holidays for the queue's and the claim's calendar, decided in SQL from ``outreach.holidays``.
 
-The queue (``email_queue_due``) and the claim (``outreach.claim_emails_v3``) decide in SQL whether
-a lead's local date is a public holiday of its country, from ``outreach.holidays``; they never
-call Python. This fills that table ahead, like :func:`outreach.orgdomains.fill`: before every
-queueing, for every country of a lead (the custom column ``country``, an ISO 3166-1 alpha-2 code)
-or of a campaign (``country:``), for this year and the next (a delay of weeks crosses New Year).
-The dates come from the ``holidays`` package (national holidays only, no subdivision).
-"""
+:func:`fill` stores them ahead, before every queueing, for every lead and campaign country (ISO
+3166-1 alpha-2), this year and the next, from the ``holidays`` package (national only). Why:
+docs/explanation/contact-policy.md#calendars."""
 
 from __future__ import annotations
 
@@ -40,17 +35,14 @@ def country_holidays(country: str, year: int) -> dict[dt.date, str] | None:
 
 
 def fill(url: str, *, now: dt.datetime | None = None) -> int:
-    """Store the holidays of every lead and campaign country not filled yet for this year and
-    the next (``outreach.holiday_years``); return how many (country, year) pairs were filled.
+    """Store the holidays of every lead and campaign country not filled yet for this year and the next;
+    return how many (country, year) pairs were filled.
 
-    Safe to run concurrently and twice: a pair already filled is skipped (ON CONFLICT DO
-    NOTHING), each pair in its own transaction. A country the package does not know is marked
-    filled with no holiday (logged once), so it is not asked again.
+    Safe concurrently and twice (ON CONFLICT DO NOTHING, a transaction per pair); a country the
+    package does not know is marked filled with no holiday.
 
-    :param url: the outreach database.
     :param now: the clock deciding the current year (UTC; default the system clock).
-    :raises psycopg.Error: the database failed (the pairs filled before stay).
-    """
+    :raises psycopg.Error: the database failed (the pairs filled before stay)."""
     year = (now or dt.datetime.now(dt.UTC)).year
     with db.transaction(url) as conn:
         missing = store.holiday_years_missing(conn, first_year=year,

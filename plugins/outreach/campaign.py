@@ -61,12 +61,10 @@ import's columns and required by a step's ``requires`` (the database checks the 
 
 
 class Variant(_Model):
-    """One A/B variant of a step: ``name`` (letters, digits, ``_``/``-``, up to 40), its own
-    ``subject`` and/or ``template`` (either left out: the step's), and ``weight``, a positive
-    integer: the share of the step's new rows that get it is ``weight`` / the sum of the step's
-    weights. The variant is chosen once per (lead, step) when the row is queued
-    (``outreach.step_variant_for``, migration 0126) and never changes (docs/howto/campaigns.md,
-    "A/B variants")."""
+    """One A/B variant of a step: ``name``, its own ``subject`` and/or ``template``, and ``weight``.
+
+    A row's share is ``weight`` / the step's weights, chosen once when queued
+    (``outreach.step_variant_for``, 0126). docs/howto/campaigns.md#ab-variants."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,39}$")
     subject: str | None = Field(default=None, min_length=1, max_length=300)
@@ -75,18 +73,12 @@ class Variant(_Model):
 
 
 class Step(_Model):
-    """One sequence step: ``template`` names ``<template>.txt.j2``/``.html.j2``; ``subject`` is a
-    Jinja2 string; ``delay_days`` counts days after the previous step was sent (step 1: after
-    enrolment); ``requires`` lists lead fields (of :data:`LEAD_FIELDS`) the step needs: a lead
-    with one of them blank is not queued for the step (``outreach.lead_missing_fields``) and the
-    report counts it. For a field that may be blank, give the template a fallback instead:
-    ``{{ lead.first_name or "there" }}`` (``default("there", true)`` does the same).
+    """One sequence step: ``template``, ``subject`` (Jinja2), ``delay_days`` after the previous step
+    was sent (step 1: after enrolment), ``requires`` and ``thread``.
 
-    ``thread: true`` (not on step 1) sends the step as a reply in the first step's thread:
-    ``In-Reply-To``/``References`` name the thread's earlier messages and the subject is
-    ``Re: `` + step 1's subject as sent; only when step 1 really went out to the lead (a send-log
-    entry), otherwise it goes out as a new message with its own ``subject`` (never a fake
-    "Re:"; see :func:`outreach.compose.thread_of`)."""
+    A lead blank in a ``requires`` field (:data:`LEAD_FIELDS`) is not queued for the step.
+    ``thread: true`` (not on step 1) replies in step 1's thread when it really went out
+    (:func:`outreach.compose.thread_of`). docs/howto/campaigns.md."""
 
     template: str = Field(pattern=r"^[A-Za-z0-9_\-/]+$")
     subject: str = Field(min_length=1, max_length=300)
@@ -146,11 +138,10 @@ MAPPED_FIELDS: tuple[str, ...] = ("email", *LEAD_FIELDS, "timezone")
 
 
 class CsvFormat(_Model):
-    """How the campaign's lead files are written. ``auto`` detects: the encoding from a byte
-    order mark (UTF-8, UTF-16), else UTF-8 if the start of the file is UTF-8, else Windows-1252
-    (Excel's "CSV" on a Western-European Windows); the delimiter as the one of ``,`` ``;`` tab
-    that occurs most often in the header line (Excel writes ``;`` where the decimal separator is
-    a comma, tab for "Unicode Text")."""
+    """How the campaign's lead files are written; ``auto`` detects.
+
+    The encoding from a BOM, else UTF-8 if it decodes, else Windows-1252 (Excel's "CSV"); the
+    delimiter as the most frequent of ``,`` ``;`` tab in the header line."""
 
     encoding: Literal["auto", "utf-8", "cp1252", "utf-16"] = "auto"
     delimiter: Literal["auto", ",", ";", "\t", "tab"] = "auto"
@@ -176,11 +167,10 @@ class FileSource(_Model):
 
 
 class Source(_Model):
-    """Where a campaign's leads arrive on a schedule (DAG ``outreach_import_sources``): exactly
-    one of ``sql`` and ``files``. ``id_column`` names the column that identifies a row across
-    runs (default: the address); ``stop_when_missing: true`` stops the enrolment of a lead whose
-    row a later run of a SQL source no longer returns (``outreach.stop_enrollment``). A lead that
-    left the source is never deleted."""
+    """Where a campaign's leads arrive on a schedule (``outreach_import_sources``): ``sql`` or ``files``.
+
+    ``id_column`` identifies a row across runs (default the address); ``stop_when_missing`` stops
+    the enrolment of a lead a later SQL run no longer returns. A lead is never deleted."""
 
     sql: SqlSource | None = None
     files: FileSource | None = None
@@ -200,15 +190,9 @@ class Source(_Model):
 class Campaign(_Model):
     """A campaign file. ``key`` is the stable identifier (a slug).
 
-    ``custom_columns`` lists the lead file's extra columns the templates need
-    (``{{ lead.custom.city }}``): a file without one of them is refused, a row with one blank is
-    a problem (line and field named), at import. Every other extra column is kept too (JSONB of
-    text, see :data:`outreach.leadcheck.MAX_CUSTOM_FIELD`), but a template may use only the declared
-    ones. ``columns`` maps a file's header (compared like the built-in aliases: case, spaces and
-    punctuation ignored) to a lead field or a custom name (``E-Mail: email``,
-    ``Vorname: first_name``, ``Stadt: city``). ``csv`` declares encoding and delimiter
-    (default: detected).
-    """
+    ``custom_columns``: the extra lead columns templates may use (missing or blank: refused at
+    import); ``columns`` maps a file's headers to fields; ``csv`` declares encoding and delimiter.
+    docs/howto/campaigns.md."""
 
     key: str = Field(pattern=r"^[a-z0-9][a-z0-9\-]{1,62}$")
     name: str = Field(min_length=1)
@@ -278,7 +262,7 @@ class Campaign(_Model):
 
 class Freeze(_Model):
     """A mailbox freeze: from ``from`` to ``to`` (dates of the mailbox's time zone, both
-    included) the claim takes nothing of the mailbox (``outreach.claim_emails_v3``)."""
+    included) the claim takes nothing of the mailbox (``outreach.claim_emails_v4``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     from_: dt.date = Field(alias="from")
@@ -294,14 +278,9 @@ class Freeze(_Model):
 class Mailbox(_Model):
     """A sending mailbox. Secrets stay in the Airflow connection named by ``smtp_conn_id``.
 
-    ``warmup_start`` (a date) turns on the warm-up ramp: ``warmup_initial`` a day for
-    ``warmup_days`` days, then ``+ warmup_increment`` a day up to ``daily_cap``.
-
-    ``dkim_selector`` and ``dkim_key_conn_id`` (both or neither) turn on DKIM signing with
-    ``d=`` the mailbox's domain: the PEM private key is read from that Airflow connection's
-    password (or its extra ``private_key``) at send time; the public key is published at
-    ``<selector>._domainkey.<domain>`` (Gmail and Yahoo sender rules: SPF and DKIM).
-    """
+    ``warmup_start`` turns on the warm-up ramp (docs/explanation/pacing.md). ``dkim_selector`` and
+    ``dkim_key_conn_id`` (both or neither) turn on DKIM signing, ``d=`` the mailbox's domain
+    (Gmail and Yahoo sender rules): docs/howto/dkim-and-dns.md."""
 
     address: str
     name: str = ""
@@ -484,15 +463,12 @@ def sync_mailboxes(url: str, path: str | Path) -> list[int]:
 
 
 def sync(conn: Conn, campaign: Campaign, mailboxes: list[Mailbox], source_file: str) -> int:
-    """Write a campaign, its steps and its mailboxes into the database; return the campaign id.
+    """Write a campaign, its steps and its mailboxes, in the caller's transaction; return its id.
 
-    Runs inside the caller's transaction. Idempotent: syncing the same files twice changes nothing.
-    Another content version (:func:`outreach.content.campaign_content_version`: an edited
-    template, subject or step) of an active or paused campaign sends it back to awaiting
-    approval, in the database (trigger ``outreach_campaigns_content_changed``).
+    Idempotent. Another content version of an active or paused campaign sends it back to awaiting
+    approval (trigger ``outreach_campaigns_content_changed``).
 
-    :raises ConfigError: the campaign names a mailbox that the mailbox file does not define.
-    """
+    :raises ConfigError: the campaign names a mailbox that the mailbox file does not define."""
     by_address = {m.address.lower(): m for m in mailboxes}
     missing = [a for a in campaign.mailboxes if a.lower() not in by_address]
     if missing:

@@ -1,20 +1,9 @@
 """A campaign's status changes, with who, when and why: submit, approve, reject, pause, resume.
 
-The states (draft → awaiting_approval → active ⇄ paused → finished) and the transitions the
-database allows are described once, at ``outreach.campaigns.status`` in ``sql/schema.sql``
-(trigger ``outreach_campaigns_check_status``). Each change below is one guarded UPDATE that
-writes its ``outreach.campaign_events`` row in the same statement.
-
-Pausing and resuming (like :mod:`outreach.mailboxes`):
-
-A pause is one guarded UPDATE (only ``WHERE status = 'active'``) that writes its history row in
-``outreach.campaign_events`` in the same statement; a resume likewise (only ``WHERE status =
-'paused'``). A paused campaign sends nothing: ``queue-due`` queues none of its steps and the claim
-statement takes none of its queued rows (both check ``c.status = 'active'``, see
-``sql/queries/emails.sql``); the rows stay queued and go out after a resume, within each
-mailbox's daily cap and pacing. A row already claimed when the pause lands is sent (like a mailbox
-pause, a pause stops claims, not a handoff under way).
-"""
+The states and allowed transitions are described once, at ``outreach.campaigns.status`` in
+``sql/schema.sql``; each change is one guarded UPDATE writing its ``outreach.campaign_events``
+row. A paused campaign is neither queued nor claimed; a row already claimed is sent.
+docs/howto/stop-and-pause.md."""
 
 from __future__ import annotations
 
@@ -77,7 +66,6 @@ def pause_campaign(url: str, key: str, reason: str, by: str, *,
 
     Idempotent: pausing a paused campaign changes nothing and keeps the first reason.
 
-    :param now: a fixed clock (UTC); default the database clock.
     :param who: who is authenticated (:class:`outreach.audit.Who`; default ``by`` through
         ``api``): a change is recorded in the audit trail in its own transaction.
     :raises CampaignNotFound: no such campaign.
@@ -143,27 +131,18 @@ def change_status(url: str, key: str, verb: str, by: str, reason: str, *,
                   now: dt.datetime | None = None,
                   content_version: str | None = None,
                   who: audit.Who | None = None) -> CampaignChange:
-    """Submit (draft → awaiting_approval), approve (awaiting_approval → active, ``approved_by``
-    and ``approved_at`` kept on the campaign) or reject (awaiting_approval → draft) a campaign,
-    recording who, when (UTC) and why in ``outreach.campaign_events``.
-
-    One guarded UPDATE each (``campaign_submit``, ``campaign_approve``, ``campaign_reject`` in
-    ``sql/queries/campaigns.sql``): run twice, the second changes nothing.
+    """Submit, approve (``approved_by``/``approved_at`` kept) or reject a campaign, recording who, when
+    (UTC) and why. One guarded UPDATE each: run twice, the second changes nothing.
 
     :param verb: ``submit``, ``approve`` or ``reject``.
     :param by: who (the CLI passes the OS user).
-    :param reason: why (required for ``reject``; recorded for all).
-    :param now: when (UTC; default the database clock): the Required Action passes when the
-        person answered.
-    :param content_version: ``approve`` only: approve only if this is still the campaign's
-        content version (``outreach.campaigns.content_version``, the one the approver was
-        shown); ``None``: whatever it is now (the CLI).
+    :param reason: why (required for ``reject``).
+    :param now: when (UTC; default the database clock).
+    :param content_version: ``approve`` only: only if still the campaign's (the one shown).
     :param who: as for :func:`pause_campaign`.
     :raises CampaignNotFound: no such campaign.
-    :raises CampaignStateError: the campaign is in another state (already approved, a draft
-        being approved…) or its content changed since ``content_version``; nothing changed.
-    :raises ValueError: ``by`` or ``reason`` is empty, or an unknown verb.
-    """
+    :raises CampaignStateError: another state, or the content changed; nothing changed.
+    :raises ValueError: ``by`` or ``reason`` is empty, or an unknown verb."""
     if verb not in _APPROVAL:
         raise ValueError(f"verb must be one of {sorted(_APPROVAL)}, got {verb!r}")
     transition, needs, after, past = _APPROVAL[verb]

@@ -62,31 +62,20 @@ def claim(conn: Conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datet
           ) -> tuple[list[dict[str, Any]], str]:
     """Claim up to ``limit`` due rows of one mailbox within its quota, in one transaction.
 
-    Marketing: the mailbox row is locked first (``mailbox_lock``), so the counts that follow hold
-    however many senders claim at once; then one claim statement takes at most what is left: the
-    daily limit (cap and warm-up, per local calendar day) and, with ``interval``, this send run's
-    share of it, the day spread evenly over the full send window (the rule:
-    ``mailbox_remaining_today`` in ``sql/queries/mailboxes.sql``). With ``gap_seconds`` > 0 each
-    claimed row gets ``row["not_before"]`` (aware datetime, UTC), the moment reserved for its
-    handoff (``mailbox_reserve_handoffs``), and only rows reserved within ``gap_horizon`` are taken.
-    ``person_per_day``/``person_per_week``/``company_per_day``: the contact policy across campaigns
-    (``None``: that cap off; the rule: ``outreach.claim_emails_v4`` in ``sql/schema.sql``);
-    ``provider_hourly``: at most that many rows of this mailbox an hour (rolling) to recipients
-    of each mailbox provider (``{"microsoft": 20}``; the provider from cached MX records,
-    :mod:`outreach.mxproviders`; ``None`` or empty: off); rows over a cap stay queued, moved
-    later, with ``hold_reason``, and are not returned.
-    Transactional: one claim statement (``email_claim_transactional``) with no window, cap,
-    warm-up or gap; a paused mailbox claims nothing.
+    Marketing: under the mailbox lock, one claim takes at most the daily limit and, with
+    ``interval``, the run's share (``mailbox_remaining_today``); the contact policy and provider caps
+    hold rows back with a ``hold_reason`` (``outreach.claim_emails_v4``). With ``gap_seconds`` > 0
+    each row gets ``row["not_before"]`` (aware, UTC), its reserved handoff moment. Transactional: no
+    window, cap, warm-up or gap; a paused mailbox claims nothing.
+    Why: docs/explanation/pacing.md, docs/explanation/contact-policy.md.
 
     :param interval: the send runs' interval for pacing (``None``: no pacing; marketing only).
-    :param message_class: ``marketing`` or ``transactional``.
-    :param gap_seconds: least seconds between two handoffs of the mailbox (0: none).
-    :param gap_jitter: each gap is longer by up to this fraction of it, at random.
+    :param gap_seconds: least seconds between two handoffs of the mailbox; ``gap_jitter`` a fraction.
     :param gap_horizon: how far ahead handoffs may be reserved.
-    :returns: ``(rows, note)``; ``note`` says why nothing was claimed ("paused", "daily cap",
-        "run share", "gap") .
-    :raises ValueError: an unknown message class.
-    """
+    :param person_per_day: and ``person_per_week``, ``company_per_day``: caps, ``None`` off.
+    :param provider_hourly: ``{"microsoft": 20}`` rows an hour per provider; ``None``/empty: off.
+    :returns: ``(rows, note)``; ``note`` says why nothing was claimed ("paused", "daily cap", …).
+    :raises ValueError: an unknown message class."""
     if message_class == "transactional":
         rows = db.run(conn, "email_claim_transactional", {
             "mailbox_id": mailbox_id, "limit": limit, "now": now,
@@ -151,20 +140,13 @@ def describe(row: dict[str, Any]) -> str:
 
 
 class ClaimHeartbeat:
-    """The live sender's heartbeat on one claim: a daemon thread with its own database
-    connection that runs ``email_heartbeat_claim`` on the claim's rows every ``interval``
-    seconds (``Settings.heartbeat_interval``) until :meth:`stop`, so the reaper's short release
-    (``email_reap_stale``, ``Settings.release_threshold``) requeues the unstamped rows of a
-    sender that died — a SIGKILLed worker, a lost machine: its thread died with it — within
-    minutes, and never those of one that lives (waiting for a gap, a slow reply). A beat that
-    fails (the database restarting) is logged and the next one tries again on a new connection;
-    the rule's safety never depends on it: a row the reaper took back is refused at its stamp.
+    """The live sender's heartbeat on one claim: a daemon thread beating ``email_heartbeat_claim``.
 
-    :param url: the outreach database.
+    So the reaper's short release requeues a dead sender's unstamped rows within minutes, never a
+    live one's. A failed beat is logged and retried; safety never depends on it.
+
     :param rows: the claimed rows (``id`` and ``claim_token``; one claim, one token).
-    :param interval: seconds between two beats.
-    :param now: a fixed clock (UTC) for the beats; default the database clock.
-    """
+    :param interval: seconds between two beats (``Settings.heartbeat_interval``)."""
 
     def __init__(self, url: str, rows: Sequence[dict[str, Any]], interval: float,
                  now: dt.datetime | None = None) -> None:

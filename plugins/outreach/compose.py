@@ -54,12 +54,11 @@ def transactional_context(context: dict[str, Any] | None, recipient: str, sender
 
 @dataclass(frozen=True)
 class Thread:
-    """The thread a follow-up of a ``thread: true`` step replies in: ``message_ids`` of the
-    lead's messages in it, oldest first, without angle brackets (step 1's, then each earlier
-    threaded step's: the References; the last is the parent, In-Reply-To; RFC 5322 §3.6.4), and
-    ``subject``, step 1's Subject as sent (``None`` when the send log does not have it: sent
-    before migration 0012, or confirmed by an operator; it is then rendered again for this lead
-    from step 1's ``template`` and ``subject_template``)."""
+    """The thread a ``thread: true`` follow-up replies in (RFC 5322 §3.6.4).
+
+    ``message_ids``: the lead's messages in it, oldest first, no angle brackets (the References; the
+    last is In-Reply-To); ``subject``: step 1's Subject as sent, or ``None`` when the send log lacks
+    it (then rendered again from step 1's ``template`` and ``subject_template``)."""
 
     message_ids: tuple[str, ...]
     subject: str | None
@@ -79,12 +78,8 @@ def reply_subject(subject: str) -> str:
 def thread_of(conn: Conn, row: dict[str, Any]) -> Thread | None:
     """Return the thread a claimed row replies in, or ``None`` to send it as a new message.
 
-    ``None`` when the row's step is not ``thread: true``, and when step 1 never went out to this
-    lead (no send-log entry: it failed, was cancelled, or the row was made by hand): the step is
-    then sent with its own subject, never a "Re:" to a message that does not exist (Gmail's
-    sender guidelines: no "Re:" unless the message really is a reply). ``queue-due`` queues step
-    n only after step n-1 was sent, so that case needs a row made outside it.
-    """
+    ``None`` when the step is not ``thread: true`` or step 1 never went out to this lead: never a
+    "Re:" to a message that does not exist (Gmail's sender guidelines)."""
     if not row.get("step_thread"):
         return None
     members = emails.email_thread(conn, email_id=row["id"])
@@ -111,26 +106,16 @@ def row_content_version(row: dict[str, Any]) -> str:
 def prepare(row: dict[str, Any], settings: Settings, now: dt.datetime,
             dkim_private_key: bytes | None = None, *, thread: Thread | None = None,
             ) -> tuple[str, bytes]:
-    """Render, build and (when the mailbox has a DKIM selector) sign the message for a claimed
-    row; return ``(message_id, wire bytes)``.
+    """Render, build and (with a DKIM selector) sign a claimed row's message; return ``(message_id, wire)``.
 
-    Marketing rows get the one-click unsubscribe headers and link (RFC 8058); transactional rows
-    (``row["message_class"] == "transactional"``) are rendered from what the application
-    enqueued, with the template's own subject and no List-Unsubscribe headers.
+    Marketing rows get the one-click unsubscribe (RFC 8058); transactional rows their template's own
+    subject and no List-Unsubscribe. Signing comes last, so ``h=`` covers what goes out (RFC 8058 §4).
 
-    Signing happens last, on the wire bytes, so ``h=`` covers exactly what goes out
-    (see :mod:`outreach.signing`; RFC 8058 §4 wants List-Unsubscribe and List-Unsubscribe-Post
-    covered).
-
-    :param dkim_private_key: the PEM key of the mailbox's ``dkim_key_conn_id``; required when the
-        row has a ``dkim_selector``.
-    :param thread: the thread a ``thread: true`` step replies in (:func:`thread_of`): the message
-        gets ``In-Reply-To`` (the thread's latest message) and ``References`` (all of them, RFC
-        5322 §3.6.4) through the header builder, and the subject ``Re: `` + step 1's subject.
+    :param dkim_private_key: the PEM key of ``dkim_key_conn_id``; required with a ``dkim_selector``.
+    :param thread: the thread to reply in (:func:`thread_of`): In-Reply-To, References, ``Re:``.
     :raises RenderError: the template failed for this lead.
     :raises MessageError: the message could not be built.
-    :raises SigningError: the mailbox has a DKIM selector but the key is missing or unusable.
-    """
+    :raises SigningError: the mailbox has a DKIM selector but the key is missing or unusable."""
     message_id, wire, _ = _build(row, settings, now, dkim_private_key, thread)
     return message_id, wire
 

@@ -1,12 +1,8 @@
 """Content versions: which copy a message was built from.
 
-A content version identifies what shapes a step's message apart from the lead: the template's
-source files (``<template>.txt.j2`` and ``.html.j2``), the subject template, whether the step is
-sent in the first step's thread, and the campaign's key and name (the step tag, Feedback-ID and
-``{{ campaign.name }}``). It is stored with every send-log row (``outreach.send_log
-.content_version``, migration 0103), so an edit of an active campaign's template shows as a new
-version from the first message built from it.
-"""
+A version covers what shapes a step's message apart from the lead (template files, subject,
+thread flag, campaign key and name); stored with every send-log row (0103), so an edit of an
+active campaign shows as a new version from its first message."""
 
 from __future__ import annotations
 
@@ -38,15 +34,12 @@ def _source(path: Path) -> str:
 def content_version(template: str, subject: str | None, *, thread: bool = False,
                     campaign_key: str | None = None, campaign_name: str | None = None,
                     variant: str | None = None, directory: Path | None = None) -> str:
-    """Return the content version of a step (or a transactional template): the first 16 hex
-    digits of a SHA-256 over the template's two source files, ``subject`` (the Jinja2 string,
-    ``None`` for a template's own subject), ``thread`` and the campaign's key and name, and the
-    A/B variant's name when there is one (``template`` and ``subject`` are then the variant's
-    copy; migration 0126), so two variants never share a version. A step without variants keeps
-    the version it had before 0126.
+    """Return a step's (or transactional template's) content version: 16 hex digits of SHA-256 over the
+    two template files, ``subject``, ``thread``, the campaign's key and name, and the variant's name.
 
-    :param directory: the templates folder (default :func:`outreach.paths.templates_dir`).
-    """
+    Two variants never share a version; a step without variants keeps its pre-0126 version.
+
+    :param directory: the templates folder (default :func:`outreach.paths.templates_dir`)."""
     folder = directory or templates_dir()
     material = {"template": template, "subject": subject, "thread": thread,
                 "campaign": [campaign_key, campaign_name],
@@ -59,17 +52,13 @@ def content_version(template: str, subject: str | None, *, thread: bool = False,
 
 
 def campaign_content_version(campaign: Campaign, *, directory: Path | None = None) -> str:
-    """Return the content version of a whole campaign as synced: the first 16 hex digits of a
-    SHA-256 over each step's :func:`content_version` with its position, ``delay_days`` and
-    ``requires``, each of its A/B variants' names and :func:`content_version`s, and the
-    campaign's calendar (``business_days``, holiday ``country``, ``blackout_dates``: they move
-    when each message goes out). Kept in
-    ``outreach.campaigns.content_version`` (migration 0127); another value
-    for an approved campaign sends it back to awaiting approval (a second approval, issue 24
-    item 4: "a second approval is needed when an active campaign's templates or steps change").
+    """Return a whole campaign's content version: 16 hex digits of SHA-256 over each step's
+    :func:`content_version`, position, ``delay_days``, ``requires``, variants and the calendar.
 
-    :param directory: the templates folder (default :func:`outreach.paths.templates_dir`).
-    """
+    Kept in ``outreach.campaigns.content_version`` (0127); a new value for an approved campaign sends
+    it back to awaiting approval (issue 24, item 4: a second approval).
+
+    :param directory: the templates folder (default :func:`outreach.paths.templates_dir`)."""
     steps = []
     for i, step in enumerate(campaign.steps, start=1):
         entry: dict[str, object] = {

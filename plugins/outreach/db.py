@@ -1,7 +1,7 @@
 """The connector: psycopg connections, the named-query registry and the error mapping.
 
 Every SQL statement the code runs lives in ``sql/queries/*.sql`` under a ``-- name: <name>``
-header (procrastinate/River style); Python never builds SQL strings. :data:`QUERIES` loads them
+header (procrastinate/River style); Python never builds SQL strings. :func:`load_queries` loads them
 once. Database errors that carry meaning (a unique violation on a named constraint) are turned
 into :class:`OutreachDBError` naming the constraint.
 """
@@ -90,14 +90,13 @@ migration 0129)."""
 
 
 def erasure_key_check(key: str) -> str:
-    """Return the session's proof of its key check (migration 0139): hex SHA-256 of the key and
-    its fingerprint (hex HMAC-SHA256 of :data:`ERASURE_KEY_CHECK_TEXT` under the key), both
-    UTF-8. ``outreach.erasure_key()`` compares it with SHA-256 of the session's key and the
-    stored fingerprint, which match only for the right key, and then skips the SQL HMAC; any
-    other value takes the full check. It reveals no more than the fingerprint does.
+    """Return the session's proof of its key check (0139): hex SHA-256 of the key, then its fingerprint
+    (hex HMAC-SHA256 of :data:`ERASURE_KEY_CHECK_TEXT` under the key), both UTF-8.
 
-    :param key: the erasure key (non-empty).
-    """
+    It lets ``outreach.erasure_key()`` skip the SQL HMAC and reveals no more than the fingerprint:
+    docs/howto/erasure.md.
+
+    :param key: the erasure key (non-empty)."""
     import hashlib
     import hmac
 
@@ -106,15 +105,13 @@ def erasure_key_check(key: str) -> str:
 
 
 def session_options(url: str, erasure_key: str | None = None) -> str | None:
-    """Return the libpq ``options`` for a session: the URL's own, plus ``-c
-    outreach.erasure_key=…`` and ``-c outreach.erasure_key_check=…`` (:func:`erasure_key_check`)
-    when an erasure key is set (``erasure_key``, else the environment's
-    :data:`ERASURE_KEY_VAR`). Passed at connection start, so the key is in no statement (and no
-    statement log); ``None`` when there is nothing to pass.
+    """Return the libpq ``options`` for a session: the URL's own, plus ``-c outreach.erasure_key=…``
+    and ``-c outreach.erasure_key_check=…`` when an erasure key is set; ``None``: nothing to pass.
+
+    Passed at connection start, so the key is in no statement (and no statement log).
 
     :param url: the libpq URL (its ``options``, if any, are kept first).
-    :param erasure_key: the key (default :data:`ERASURE_KEY_VAR` of the environment).
-    """
+    :param erasure_key: the key (default :data:`ERASURE_KEY_VAR` of the environment)."""
     import os
 
     from psycopg.conninfo import conninfo_to_dict

@@ -1,29 +1,10 @@
 """Reading a bounce or a complaint: who failed or complained, with what status and words.
 
-Pure functions over a parsed message (:mod:`email`'s compat32 :class:`~email.message.Message`, the
-form ``flufl.bounce`` reads), used by :mod:`outreach.inbound` once a message is known to be
-automated. The rules, in the order they are tried (the first that finds a recipient decides):
-
-1. **RFC 3464 fields** (``Final-Recipient`` / ``Original-Recipient``, ``Action``, ``Status``,
-   ``Diagnostic-Code``), in a ``message/delivery-status`` part or — broken MIME, or an MTA that
-   writes them as text (Amazon WorkMail, some Exchange and Sendmail) — in the text of any part.
-2. **X-Failed-Recipients** (Exim, RFC-less but universal) on the bounce itself.
-3. **flufl.bounce**'s detectors (Mailman's: qmail, Postfix, Exim, Exchange, Yahoo, AOL …), its
-   findings kept only when they are addresses (not a route, a pipe or a Message-ID).
-4. **The notice's own text**: the addresses the human-readable part names before the returned
-   message (DragonFly, OpenSMTPD, Lotus Notes, KDDI/au, mFILTER, Verizon, Active!hunter …),
-   never the bounce's own From/To, the original's sender, or a postmaster/daemon address.
-5. **The returned message's To** (Sendmail V5 and others that name no one in the notice).
-
-The notice text (the part that is neither the returned message nor its headers) is also the
-diagnostic when no ``Diagnostic-Code`` is given; :func:`outreach.reasons.reason_of` reads it.
-
-Complaints (:func:`complaint`): RFC 5965 ARF (every ``Original-Rcpt-To``, else the enclosed
-original's ``To``), Microsoft JMRP (``X-HmXmrOriginalRecipient`` in the enclosed original, from
-``staff@hotmail.com``), Amazon SES notifications delivered as mail (the JSON ``"notificationType":
-"Complaint"``, its ``complainedRecipients``), Apple Mail's one-tap unsubscribe
-(``X-Apple-Unsubscribe: true``: sisimai counts it a feedback report, ``opt-out``).
-"""
+Pure functions over a compat32 :class:`~email.message.Message` (what ``flufl.bounce`` reads),
+used by :mod:`outreach.inbound` once a message is known to be automated. The rules in their
+order (SES notifications, RFC 3464 fields, X-Failed-Recipients, flufl.bounce, the notice's
+text, the returned message's To) and the complaint formats (RFC 5965 ARF, JMRP, SES, Apple one-tap):
+docs/explanation/inbound-classification.md#finding-the-failed-recipients."""
 
 from __future__ import annotations
 

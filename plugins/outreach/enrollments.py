@@ -1,13 +1,8 @@
 """Stopping an enrolment: a lead gets nothing more in that campaign.
 
-The rule lives in one SQL function, ``outreach.stop_enrollment`` (migration 0012): it sets the
-enrolment ``stopped`` (an operator) or ``replied`` (the inbox reader read a reply) with who, why
-and when, and cancels every queued step of it (status ``cancelled``) in the caller's transaction.
-Rows already ``sending`` are not touched; the pre-send check (``email_cancel_stopped``, next to the
-suppression check in :func:`outreach.handoff._send_one`) re-reads the enrolment and cancels them
-before the handoff. A step queued by a ``queue-due`` run that overlapped the stop is cancelled the
-same way. A stop is final for that campaign: its cancelled steps never go out.
-"""
+One SQL function, ``outreach.stop_enrollment`` (0012), stops it with who, why and when and
+cancels its queued steps in the caller's transaction; rows already ``sending`` are cancelled by
+the pre-send check (``email_cancel_stopped``). A stop is final for that campaign."""
 
 from __future__ import annotations
 
@@ -33,11 +28,9 @@ def stop_enrollment(conn: Conn, enrollment_id: int, status: str, reason: str, by
     :param status: ``stopped`` (an operator) or ``replied`` (a reply was read).
     :param reason: why (non-empty), kept on the enrolment.
     :param by: who (non-empty), kept on the enrolment.
-    :returns: how many queued emails were cancelled. An enrolment that had already stopped keeps
-        its first status, reason and time; its queued steps, if any, are still cancelled.
+    :returns: how many queued emails were cancelled (an earlier stop keeps its status and reason).
     :raises psycopg.errors.NoDataFound: no enrolment has that id.
-    :raises psycopg.errors.InvalidParameterValue: a bad ``status``, or an empty reason or by.
-    """
+    :raises psycopg.errors.InvalidParameterValue: a bad ``status``, or an empty reason or by."""
     return store.enrollment_stop(conn, enrollment_id=enrollment_id, status=status, reason=reason,
                                  by=by)
 
@@ -69,14 +62,11 @@ class LeadStop:
 
 def stop_lead(url: str, address: str, campaign_key: str, reason: str, by: str, *,
               who: audit.Who | None = None) -> LeadStop:
-    """Stop a lead's enrolment in one campaign (``outreach lead stop``, the ``outreach_lead_stop``
-    DAG): it gets nothing more in that campaign. Idempotent: a second stop changes nothing.
+    """Stop a lead's enrolment in one campaign; a second stop changes nothing.
 
-    :param who: who is authenticated (:class:`outreach.audit.Who`; default ``by`` through
-        ``api``): a stop is recorded in the audit trail (masked address) in its transaction.
+    :param who: who is authenticated (default ``by`` through ``api``): one audit row.
     :raises ValueError: a bad address, or an empty ``reason`` or ``by``.
-    :raises EnrollmentNotFound: the lead is not enrolled in that campaign.
-    """
+    :raises EnrollmentNotFound: the lead is not enrolled in that campaign."""
     reason, by = required(reason, "a reason (--reason)"), required(by, "who stops (--by)")
     try:
         email = normalize_address(address)

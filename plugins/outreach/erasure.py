@@ -1,17 +1,10 @@
 """Erasure on request (issue 27, item 3; GDPR Art. 17): remove one person's personal data
 everywhere outreach stores it, and keep them refused forever.
 
-The work is one stored function, ``outreach.erase_person_v1`` (migration 0129, whose header
-lists every table it touches), run in one transaction: the lead row stays as a tombstone
-(``erased:<id>``) so every foreign key and ``UNIQUE (lead_id, step_id)`` still holds, the email
-rows and the send log keep their Message-ID, status and times, and the address becomes a keyed
-hash in ``outreach.suppressions`` (HMAC-SHA256 of the normal form under
-``OUTREACH_ERASURE_KEY``), which the one suppression rule, ``outreach.is_suppressed``, matches at
-import, queueing and the handoff. The key never lives in the database; without it an erasure
-fails (:class:`ErasureError`), and once one person was erased every session that decides
-suppression needs it (``outreach.db.connect`` passes it). The run is recorded in
-``outreach.erasures``: who, when, why and counts per table, never the address.
-"""
+One stored function in one transaction, ``outreach.erase_person_v1`` (0129 lists every table):
+the lead stays as a tombstone, the send log keeps its Message-IDs, and the address becomes a
+keyed hash in ``outreach.suppressions`` (``OUTREACH_ERASURE_KEY``, never in the database; without
+it an erasure fails). docs/howto/erasure.md."""
 
 from __future__ import annotations
 
@@ -88,20 +81,16 @@ def address_forms(address: str) -> list[str]:
 
 def erase(url: str, address: str, *, actor: str, reason: str,
           who: Any = None) -> ErasureResult:
-    """Erase the person with ``address`` (one transaction; running it again changes nothing more).
+    """Erase the person with ``address`` in one transaction, with one ``erase`` audit row (no address).
 
-    The audit trail gets one ``erase`` row in the same transaction: who, why, the erasure's id and
-    its counts per table, never the address (:mod:`outreach.audit`).
+    Running it again changes nothing more.
 
-    :param url: the outreach database (libpq URL).
     :param address: the person's address, as written anywhere (it is normalised).
     :param actor: who asked for it (recorded).
     :param reason: why, e.g. a ticket number (recorded; must not name the person).
-    :param who: who decides (:class:`outreach.audit.Who`: the Airflow user, ``os:<login>``);
-        ``None``: ``actor`` through ``api``.
-    :raises ErasureError: no key, a reason naming the person, a mailbox's own address, an email
-        to the person being sent right now (run it again later), or no database.
-    """
+    :param who: who decides (:class:`outreach.audit.Who`); ``None``: ``actor`` through ``api``.
+    :raises ErasureError: no key, a reason naming the person, a mailbox's own address, an email to
+        the person being sent right now (run it again later), or no database."""
     key = erasure_key()
     forms = address_forms(address)
     try:

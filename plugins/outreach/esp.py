@@ -1,33 +1,10 @@
-"""ESP event webhooks: Amazon SES (through SNS), SendGrid, Mailgun and Postmark tell us of bounces,
-complaints and unsubscribes of mail they relayed for us — mail whose DSN never reaches a mailbox
-we read.
+"""ESP event webhooks: bounces, complaints and unsubscribes from Amazon SES (through SNS), SendGrid,
+Mailgun and Postmark, for mail whose DSN never reaches a mailbox we read.
 
-Each provider's request is first *authenticated* (its own scheme, below; a failure raises
-:class:`WebhookAuthError`, which the web app answers with 401 and nothing changes), then turned
-into :class:`EspEvent` values described in the one vocabulary of :mod:`outreach.reasons`, then
-applied by :func:`apply_event`: the event is recorded in ``outreach.esp_events`` (UNIQUE by
-provider, the provider's event id and the recipient: the same event delivered twice applies once)
-and its effect follows its owner, like a DSN read from the inbox (:mod:`outreach.inbox`).
-
-Authentication, per provider (sources: each provider's webhook documentation; REFERENCE.md):
-
-* **SES/SNS**: the SNS ``Signature`` (SignatureVersion 1 = SHA1withRSA, 2 = SHA256withRSA) over
-  the documented fields, checked with the certificate at ``SigningCertURL``, which must be https
-  on an ``sns.<region>.amazonaws.com`` host; and the ``TopicArn`` must be one of
-  ``OUTREACH_SES_TOPIC_ARNS`` (an SNS signature proves only that *some* topic sent it).
-  A ``SubscriptionConfirmation`` is confirmed by fetching its ``SubscribeURL`` (same host rule).
-* **SendGrid**: ECDSA P-256/SHA-256 over ``timestamp + body`` (headers
-  ``X-Twilio-Email-Event-Webhook-Signature`` / ``-Timestamp``), public key
-  ``OUTREACH_SENDGRID_WEBHOOK_PUBLIC_KEY`` (base64 DER, from the account).
-* **Mailgun**: hex HMAC-SHA256 of ``timestamp + token`` with ``OUTREACH_MAILGUN_SIGNING_KEY``;
-  the timestamp within :attr:`outreach.settings.EspSettings.esp_replay_window_seconds` of now; a token used twice
-  is refused (``outreach.esp_tokens``).
-* **Postmark** (no signature scheme): a secret in the URL path or as HTTP basic auth password,
-  ``OUTREACH_POSTMARK_WEBHOOK_SECRET``, compared in constant time.
-
-Timestamps from SendGrid and Mailgun must also lie within the replay window, so a captured
-request cannot be replayed later.
-"""
+A request is authenticated by its provider's scheme (else :class:`WebhookAuthError`: 401, nothing
+changes), turned into :class:`EspEvent` values in the vocabulary of :mod:`outreach.reasons`, and
+applied by :func:`apply_event`, once per provider, event id and recipient. Each scheme and its
+sources: docs/howto/esp-webhooks.md."""
 
 from __future__ import annotations
 
@@ -64,14 +41,11 @@ class WebhookPayloadError(ValueError):
 
 @dataclass(frozen=True)
 class EspEvent:
-    """One provider event about one recipient.
+    """One provider event about one recipient; ``occurred_at`` in UTC, as the provider says.
 
-    ``kind``: ``bounce``, ``complaint``, ``unsubscribe``, ``delivered``, ``delayed`` or
-    ``other`` (recorded, no effect). ``message_id``: our Message-ID (without <>, lower-case) when
-    the provider echoes it, else ``None`` (the recipient's latest email is meant). ``reason`` and
-    ``owner`` per :mod:`outreach.reasons` (for a bounce; ``feedback`` for a complaint).
-    ``occurred_at``: UTC, when the provider says it happened.
-    """
+    ``kind``: ``bounce``, ``complaint``, ``unsubscribe``, ``delivered``, ``delayed`` or ``other``
+    (no effect). ``message_id``: ours (lower-case, without <>) when echoed, else ``None`` (the
+    latest email to the recipient). ``reason``/``owner``: :mod:`outreach.reasons`."""
 
     provider: str
     event_id: str
@@ -154,11 +128,9 @@ def verify_sns(body: dict[str, Any], topics: Iterable[str], fetch: Callable[[str
     """Check an SNS message's signature and topic.
 
     :param body: the POSTed JSON object.
-    :param topics: the topic ARNs that are ours (:attr:`outreach.settings.EspSettings.ses_topic_arns`).
-    :param fetch: ``url -> bytes`` of the PEM certificate (called only for an SNS host).
-    :raises WebhookAuthError: unknown type or topic, a certificate not on an SNS host, a bad
-        signature.
-    """
+    :param topics: our topic ARNs (:attr:`outreach.settings.EspSettings.ses_topic_arns`).
+    :param fetch: ``url -> bytes`` of the PEM certificate (only for an SNS host).
+    :raises WebhookAuthError: unknown type or topic, a certificate off SNS, a bad signature."""
     from cryptography import x509
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives import hashes
@@ -271,12 +243,10 @@ def verify_sendgrid(public_key_b64: str, signature_b64: str | None, timestamp: s
 def parse_sendgrid(events: Any) -> list[EspEvent]:
     """The events of a verified SendGrid Event Webhook POST (a JSON array).
 
-    ``bounce`` (``type`` bounce or blocked) → a bounce; ``dropped`` → other (SendGrid's own
-    suppression, nothing was sent); ``deferred`` → delayed; ``spamreport`` → complaint;
-    ``unsubscribe`` / ``group_unsubscribe`` → unsubscribe; ``delivered``; the rest → other.
+    ``bounce``/``blocked`` → bounce; ``dropped`` → other (nothing sent); ``deferred`` → delayed;
+    ``spamreport`` → complaint; ``(group_)unsubscribe`` → unsubscribe; ``delivered``; else other.
 
-    :raises WebhookPayloadError: not a JSON array of objects with ``sg_event_id`` and ``email``.
-    """
+    :raises WebhookPayloadError: not a JSON array of objects with ``sg_event_id`` and ``email``."""
     if not isinstance(events, list):
         raise WebhookPayloadError("a SendGrid Event Webhook body is a JSON array")
     out = []
@@ -413,20 +383,12 @@ def describe(event: EspEvent) -> str:
 
 
 def apply_event(conn: Conn, event: EspEvent) -> str | None:
-    """Record one event and apply its effect, in the caller's transaction.
+    """Record one event (``outreach.esp_events``, UNIQUE per provider, event id and recipient) and apply
+    its effect to our email (echoed Message-ID, else the latest sent; none: nothing), in the caller's
+    transaction: a bounce via :func:`outreach.bounces.apply_failure`, a complaint or unsubscribe
+    suppresses.
 
-    The record is ``outreach.esp_events``, UNIQUE (provider, event_id, recipient): a second
-    delivery of the same event records nothing and changes nothing (returns ``None``). The effect
-    needs an email of ours: the one whose Message-ID the provider echoed, else the latest email
-    sent to the recipient; an event about an address we never mailed changes nothing. Then, like
-    a DSN read from the inbox: a bounce whose owner is ``address`` suppresses the address
-    a bounce goes through :func:`outreach.bounces.apply_failure` (the one rule of every path:
-    suppressed when the address is gone, a sender block counted toward the mailbox's pause, a
-    soft bounce counted toward repeated soft bounces); a complaint suppresses (``complained``);
-    an unsubscribe suppresses (``unsubscribed``).
-
-    :returns: what was done, in words for people (masked); ``None`` when already applied.
-    """
+    :returns: what was done, in words for people (masked); ``None`` when already applied."""
     from outreach.addresses import normal_form
     from outreach.store import emails as emails_store
     from outreach.store import esp_events as store

@@ -1,23 +1,10 @@
-"""The event Assets (issue 26, item 2): which event kinds make up each family
-(``outreach://events/<family>``), and what the DAG that announces a family puts in its asset
-event's extra — the id range and count of the family's events that are new since that DAG's
-last announcement.
+"""The event Assets (issue 26, item 2): the event kinds of each family (``outreach://events/<family>``)
+and the extra of a family's asset event: the id range and count of its new events.
 
-"New" is read as the warehouse export reads (:func:`outreach.export.export`): a cursor per
-announcer in ``outreach.export_cursors`` (target ``assets-<announcer>``), final events only
-(written by a transaction below ``pg_snapshot_xmin``, migration 0104), in (xact, id) order, the
-cursor planned before and moved after the events are collected. So every event of a family is
-in one announcement, never skipped: an event whose transaction was still open when the task
-read is announced by the next run. The one gap: a task killed after its cursor moved but before
-Airflow recorded the task's success loses that announcement (Airflow records asset events only
-with the success). A consumer that must see every event reads the log by its own watermark (as
-``outreach_notify_replies`` does) and takes the asset event as the signal to look.
-
-Ids are not commit-ordered: ``first_id``..``last_id`` bounds the announced events, and an event
-of the family with an id inside that range may belong to an earlier or a later announcement
-(``count`` is exact). Nothing here imports Airflow: :func:`outreach.airflow.tasks_common.announce_events_task`
-adds the asset events.
-"""
+"New" is read as the warehouse export reads (a cursor per announcer, ``assets-<announcer>``,
+final events only), so no event is skipped; ids are not commit-ordered, ``count`` is exact. The
+one gap (a task killed after its cursor moved) and why: docs/howto/warehouse-export.md. No Airflow
+here (:func:`outreach.airflow.tasks_common.announce_events_task`)."""
 
 from __future__ import annotations
 
@@ -84,15 +71,12 @@ class _Collect:
 
 
 def collect(url: str, announcer: str) -> dict[str, dict[str, Any]]:
-    """Move the announcer's cursor over every final event after it and return, for each of its
-    families with at least one such event, the asset event's extra: ``{"first_id", "last_id",
-    "count", "kinds"}`` (ids of ``outreach.events``). A family without new events is absent.
+    """Move the announcer's cursor over every final event after it; return per family with new events
+    its asset event's extra, ``{"first_id", "last_id", "count", "kinds"}``.
 
-    :param url: the outreach database (libpq URL).
     :param announcer: a key of :data:`ANNOUNCERS`.
     :raises KeyError: unknown announcer.
-    :raises outreach.db.OutreachDBError: the database cannot be reached.
-    """
+    :raises outreach.db.OutreachDBError: the database cannot be reached."""
     from outreach.export import export
 
     families = ANNOUNCERS[announcer]

@@ -1,26 +1,10 @@
 """The warehouse export (issue 26, item 3): the event log copied out incrementally, in bounded
-batches, to a SQL table (any Airflow SQL connection) and/or JSON-lines files (ObjectStoragePath).
+batches, to a SQL table and/or JSON-lines files (ObjectStoragePath).
 
-Each target has a cursor in ``outreach.export_cursors`` (migration 0131): the last event, in the
-order (xact, id), the target durably has. A batch is the next final events after it — final means
-written by a transaction below the reader's ``pg_snapshot_xmin`` (migration 0104: a transaction
-still open may hold a lower id, and is read by a later run, never skipped). One batch:
-
-1. *plan* — a guarded UPDATE records the batch's last event (only from the position read, only
-   with no other batch planned);
-2. *write* — the target gets the batch; writing it again changes nothing (SQL: ``ON CONFLICT
-   (event_id) DO NOTHING`` and an earliest-wins read model; files: one file per batch, named by
-   its event-id range, overwritten by a retry);
-3. *advance* — a guarded UPDATE moves the cursor to the planned event, after the write returned.
-
-A run killed between 1 and 3 (failpoint ``export_after_write``) leaves the plan; the next run
-writes the same events again before reading new ones: no gap, no second copy. Two runs at once
-write the same planned batch (harmless) and only one advances. Nothing here imports Airflow:
-:mod:`outreach.airflow.export` builds the targets from connections.
-
-Rows leave as ids (lead, email, campaign) and kinds: the event payloads hold no address or name
-(migration 0104), so nothing is masked here.
-"""
+Each target's cursor (0131) moves by plan, write, advance, each guarded, over final events only
+(below ``pg_snapshot_xmin``, 0104): a killed run rewrites the planned batch, no gap, no second
+copy. No Airflow here (:mod:`outreach.airflow.tasks_export`); rows leave as ids, nothing to mask. How
+and why: docs/howto/warehouse-export.md."""
 
 from __future__ import annotations
 
@@ -71,7 +55,6 @@ def export(url: str, target: Target, *, batch: int, max_batches: int | None = No
            ) -> ExportResult:
     """Copy the final events the target does not have yet, batch by batch.
 
-    :param url: the outreach database (libpq URL).
     :param target: where the batches go (:class:`SqlTarget`, :class:`FileTarget`).
     :param batch: events per batch (the read, the write and the file are bounded by it).
     :param max_batches: stop after this many batches (``None``: until no final event is left).
@@ -180,15 +163,12 @@ def timeline_rows(events: Iterable[ExportEvent]) -> list[tuple[Any, ...]]:
 
 
 class SqlTarget:
-    """Tables ``outreach_events`` and ``outreach_email_timeline`` behind a DB-API connection
-    (``sql/warehouse/warehouse.sql``), one transaction per batch: the events inserted by id
-    (``ON CONFLICT (event_id) DO NOTHING``) and the read model upserted, committed together.
+    """Tables ``outreach_events`` and ``outreach_email_timeline`` (``sql/warehouse/warehouse.sql``)
+    behind a DB-API connection, one transaction per batch (events ``ON CONFLICT DO NOTHING``).
 
     :param name: the cursor's name.
-    :param connect: returns a new DB-API 2 connection to the warehouse (a DbApiHook's
-        ``get_conn``); it is closed after each batch.
-    :param placeholder: the driver's positional placeholder (``%s``; ``?`` for SQLite).
-    """
+    :param connect: returns a new DB-API 2 connection (closed after each batch).
+    :param placeholder: the driver's positional placeholder (``%s``; ``?`` for SQLite)."""
 
     def __init__(self, name: str, connect: Callable[[], Any], placeholder: str = "%s") -> None:
         self.name = name

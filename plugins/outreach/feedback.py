@@ -1,12 +1,8 @@
 """The Feedback-ID header and the feedback-loop identifiers Postmaster Tools reports on.
 
-Gmail's feedback loop reads ``Feedback-ID: a:b:c:SenderId`` and reports spam rates for each of the
-identifier fields separately (Gmail feedback loop help; Postmaster Tools API v2 metric
-``FEEDBACK_LOOP_SPAM_RATE`` with the filter ``feedback_loop_id = "<id>"``). Ours is
-``<campaign key>:m<mailbox id>:cold:<SenderId>``: the second field identifies the mailbox, stable
-for as long as the mailbox exists, so Postmaster's per-id figure is the mailbox's own spam rate.
-The sender and the Postmaster rule both use these two functions, so they cannot drift apart.
-"""
+Gmail reports spam rates per field of ``Feedback-ID: a:b:c:SenderId`` (Gmail feedback loop help;
+Postmaster API ``FEEDBACK_LOOP_SPAM_RATE``). Ours is ``<campaign>:m<mailbox id>:cold:<SenderId>``,
+so the per-id figure is the mailbox's own; the sender and the Postmaster rule share these functions."""
 
 from __future__ import annotations
 

@@ -1,34 +1,11 @@
 """Mailbox health rules that pause a mailbox on their own; only an operator resumes it.
 
-Three rules, run daily by the ``outreach_postmaster`` DAG (and ``outreach mailbox
-check-spam-rate`` / ``check-bounces`` / ``check-complaints``); the bounce and complaint rules also
-run after every read of the inboxes (``outreach_inbox``), which is where late bounces and
-feedback-loop complaints arrive:
-
-* **Spam rate** (:func:`pause_on_spam_rate`): when the latest *known* Postmaster Tools spam rate
-  of a mailbox's domain (``SPAM_RATE``), or of the mailbox's own feedback loop
-  (``FEEDBACK_LOOP_SPAM_RATE`` for its Feedback-ID field ``m<id>``), is above the threshold —
-  default 0.1 % (0.001), Gmail's sender guidelines: keep the spam rate below 0.1 % and never let
-  it reach 0.3 % — the mailbox is paused by ``postmaster`` with the figure and its date as the
-  reason. Days without data are skipped, never read as 0 %; with no known figure at all nothing
-  happens.
-* **Hard-bounce rate** (:func:`pause_on_bounce_rate`), our own signal whatever Postmaster says:
-  above 3 % (0.03) of at least 20 sends over the last 28 days, the mailbox is paused by
-  ``bounce-rate``. A hard bounce is a failure whose reason's owner is "the address is gone"
-  (:mod:`outreach.bounces`, at SMTP time or by a DSN), or an address suppressed as 'bounced';
-  counted once per address (see ``mailbox_bounce_counts`` in ``sql/queries/mailboxes.sql``).
-  Sender blocks (DMARC, blocklists …) are not bounces: they have their own pause rule
-  (:mod:`outreach.bounces`, docs/explanation/bounces-and-complaints.md).
-* **Complaint rate** (:func:`pause_on_complaint_rate`): feedback-loop complaints (ARF reports the
-  inbox reader recorded, or addresses suppressed as 'complained') above 0.1 % (0.001) of the
-  same sends, after the same minimum and window as the bounce rule, pause the mailbox by
-  ``complaint-rate`` (Gmail and Yahoo sender guidelines: keep the spam complaint rate below
-  0.1 %; with few sends a single complaint is above it, which is meant: complaints are rare).
-
-After an operator resumes a mailbox, evidence that was already known then does not pause it
-again (the operator decided on it): the spam rule only acts on a figure stored or revised after
-the resume, the bounce rule only counts sends since the resume.
-"""
+Run daily by ``outreach_postmaster`` (and ``outreach mailbox check-*``); the bounce and complaint
+rules also after every ``outreach_inbox`` read. Spam rate (:func:`pause_on_spam_rate`, Gmail's
+sender guidelines: below 0.1 %, never 0.3 %), hard-bounce rate (:func:`pause_on_bounce_rate`:
+owner "address gone", counted once per address; sender blocks have their own rule in
+:mod:`outreach.bounces`) and complaint rate (:func:`pause_on_complaint_rate`, Gmail and Yahoo).
+Evidence known at a resume does not pause again. The rules: docs/explanation/mailbox-health.md."""
 
 from __future__ import annotations
 
@@ -89,10 +66,9 @@ def spam_rate_breach(mailbox: dict[str, Any], latest: dict[tuple[str, str, str],
     :param mailbox: ``{id, domain, resumed_at}`` (``mailbox_health_list``).
     :param latest: ``{(domain, metric, feedback_loop_id): {day, value, updated_at}}``, the latest
         day *with data* of each series (``postmaster_stat_latest_known``).
-    :param threshold: a fraction; a figure strictly above it breaches ("keep it below 0.1 %").
-    :returns: ``(rule, stat)`` of the highest breaching figure, or ``None`` — also when no
-        figure is known, or when every breaching figure was known before the last resume.
-    """
+    :param threshold: a fraction; a figure strictly above it breaches.
+    :returns: ``(rule, stat)`` of the highest breaching figure, or ``None`` (also when none is known,
+        or every breach was known before the last resume)."""
     found = []
     for rule, key in (("spam_rate", (mailbox["domain"], SPAM_RATE, "")),
                       ("feedback_loop_spam_rate", (mailbox["domain"], FEEDBACK_LOOP_SPAM_RATE,
@@ -158,7 +134,6 @@ def pause_on_bounce_rate(url: str, *, threshold: float = 0.03, min_sends: int = 
     since an operator last resumed it) is above ``threshold`` after at least ``min_sends`` sends.
 
     :param threshold: a fraction (default 0.03 = 3 %).
-    :param now: a fixed clock (UTC); default the database clock.
     :returns: one :class:`Verdict` per breaching mailbox.
     """
     return _pause_on_rate(url, "hard_bounces", "hard-bounce", "bounce_rate", BOUNCE_ACTOR,
@@ -172,7 +147,6 @@ def pause_on_complaint_rate(url: str, *, threshold: float = 0.001, min_sends: in
     ``min_sends`` sends, by ``complaint-rate``, with the figure in the reason.
 
     :param threshold: a fraction (default 0.001 = 0.1 %, Gmail's and Yahoo's sender guidelines).
-    :param now: a fixed clock (UTC); default the database clock.
     :returns: one :class:`Verdict` per breaching mailbox.
     """
     return _pause_on_rate(url, "complaints", "complaint", "complaint_rate", COMPLAINT_ACTOR,

@@ -1,18 +1,8 @@
 r"""Reading an IMAP account: connect, log in, select read-only, search, fetch — each a named stage.
 
-The client is IMAPClient (pinned in requirements.txt) rather than the ``apache-airflow-providers-imap``
-hook: the hook is a thin layer over :mod:`imaplib` made for "download the attachments of mail
-matching a search", and gives neither UIDVALIDITY nor UID-based fetching, special-use folder
-discovery (RFC 6154 ``\Sent``) or ``BODY.PEEK`` (reading without setting ``\Seen`` in a mailbox
-people also read). IMAPClient parses every response, works on UIDs throughout, finds
-special-use folders (``find_special_folder``) and has ``oauth2_login`` (XOAUTH2) for Gmail and
-Microsoft 365. The Airflow connection is still where the account lives (conn type ``imap``:
-host, port, login, password, extra ``{"ssl": false}`` for plain IMAP, ``"timeout": seconds``);
-:func:`outreach.airflow.connections.imap_account` reads it.
-
-Every failure is an :class:`ImapError` naming the stage (CONNECT, LOGIN, SELECT, SEARCH, FETCH,
-LIST) — the IMAP counterpart of the SMTP stages in :mod:`outreach.transport`.
-"""
+IMAPClient, not the Airflow IMAP hook (why: docs/howto/inbound-mail.md); the account lives in an
+Airflow connection (:func:`outreach.airflow.connections.imap_account`). Every failure is an
+:class:`ImapError` naming the stage (CONNECT, LOGIN, SELECT, SEARCH, FETCH, LIST)."""
 
 from __future__ import annotations
 
@@ -155,12 +145,10 @@ class ImapSession:
             raise ImapError("SELECT", f"{folder}: {_reason(exc)}") from None
 
     def uids_after(self, last_uid: int, since: dt.date | None = None) -> list[int]:
-        """Return the UIDs above ``last_uid`` in the selected folder, ascending (``UID n:*``
-        also returns the highest message when none is above, so the result is filtered), and
-        only messages received on or after ``since`` when it is given (``SINCE``, RFC 3501).
+        """Return the UIDs above ``last_uid`` in the selected folder, ascending, received on or after
+        ``since`` when given (``UID n:*`` also returns the highest message, so the result is filtered).
 
-        :raises ImapError: at SEARCH.
-        """
+        :raises ImapError: at SEARCH."""
         criteria: list[Any] = ["UID", f"{last_uid + 1}:*"]
         if since is not None:
             criteria += ["SINCE", since]

@@ -1,27 +1,10 @@
 """Classifying one inbound message: a pure function from its bytes to a class and its evidence.
 
-The order is the rule (issue 11, issue 23; the full account with the corpus figures:
-``docs/explanation/inbound-classification.md``), and the first that matches decides:
-
-1. **Complaint**: ARF (RFC 5965), Outlook/Hotmail JMRP, SES notifications delivered as mail,
-   Apple one-tap (:func:`outreach.dsn.complaint`), every complainant.
-2. **Automated** (:func:`automated`: multipart/report, a null reverse-path, a daemon or
-   postmaster sender, ``Auto-Submitted``, X-Failed-Recipients and the like) — decided before any
-   reply matching, so a bounce with ``Re:`` and our In-Reply-To is never a reply:
-   a **bounce** whose recipients :func:`outreach.dsn.failures` finds, its kind by the owner of
-   its reason (:mod:`outreach.reasons`: ``hard_bounce``, ``sender_block``, ``soft_bounce``,
-   ``delivery_report``); else an **auto-reply**; else ``unmatched`` (no effect).
-3. **Unsubscribe**: sent to the List-Unsubscribe ``mailto:unsubscribe@<domain>`` address (the
-   subject then carries the signed token of the email row), or a reply whose first line is an
-   unsubscribe request in the common forms (:data:`UNSUBSCRIBE_LINE`).
-4. **Auto-reply** by its subject (:data:`AUTO_REPLY_SUBJECT`) or headers.
-5. **Reply**: anything else from a person; :mod:`outreach.inbox` matches it to our email by
-   ``In-Reply-To`` / ``References`` (RFC 5322 §3.6.4), then by the sender's address — and calls it
-   ``unmatched`` when neither finds a lead.
-
-Nothing here touches the database or the network; the effects live in :mod:`outreach.inbox`
-and :mod:`outreach.bounces`.
-"""
+The order is the rule (issues 11 and 23), the first match decides: complaint, automated (a bounce
+by its reason's owner, else an auto-reply or ``unmatched``; decided before any reply matching),
+unsubscribe, auto-reply, reply. Each rule and the corpus figures:
+docs/explanation/inbound-classification.md. No database or network here; the effects live in
+:mod:`outreach.inbox` and :mod:`outreach.bounces`."""
 
 from __future__ import annotations
 
@@ -71,13 +54,12 @@ _TAG = re.compile(r"<[^>]*>")
 
 @dataclass(frozen=True)
 class Inbound:
-    """What the reader needs of one message: ``message_id`` (without <>, lower-case; or
-    ``sha256:<hex>`` when the message has none, or one longer than :data:`MAX_MESSAGE_ID`),
-    ``from_address`` (lower-case, '' when none),
-    ``recipients`` (To, Cc, Delivered-To, X-Original-To; lower-case), ``subject`` (≤ 200
-    characters), ``references`` (In-Reply-To first, then References newest first; lower-case),
-    ``in_reply_to`` (those of In-Reply-To alone) and ``first_line`` (the first non-empty,
-    non-quoted line of the text)."""
+    """What the reader needs of one message (lower-case addresses and Message-IDs, without <>).
+
+    ``message_id`` (``sha256:<hex>`` when missing or longer than :data:`MAX_MESSAGE_ID`),
+    ``from_address`` ('' when none), ``recipients`` (To, Cc, Delivered-To, X-Original-To),
+    ``subject`` (≤ 200 characters), ``references`` (In-Reply-To first, then References newest
+    first), ``in_reply_to`` and ``first_line`` (the first non-empty, non-quoted line)."""
 
     message_id: str
     from_address: str
@@ -90,13 +72,11 @@ class Inbound:
 
 @dataclass(frozen=True)
 class Classified:
-    """The verdict: ``kind`` (``hard_bounce``, ``soft_bounce``, ``complaint``, ``unsubscribe``,
-    ``auto_reply`` or ``reply``), ``evidence`` (which header or part decided), ``addresses`` the
-    effect concerns (bounced or complaining recipients, lower-case), ``original_ids`` (Message-IDs
-    of the enclosed original, for DSNs and ARF reports), ``dsn_status`` (RFC 3463), ``token``
-    (the unsubscribe token a mailto unsubscribe carried in its subject), and for bounces and
-    complaints ``reason`` (a key of :data:`outreach.reasons.REASONS`), its ``owner`` (which
-    decides the effect, :mod:`outreach.reasons`) and ``diagnostic`` (the server's words, ≤ 500
+    """The verdict: ``kind``, ``evidence`` (which header or part decided) and what the effect needs.
+
+    ``addresses`` (bounced or complaining, lower-case), ``original_ids`` (the enclosed original's
+    Message-IDs), ``dsn_status`` (RFC 3463), ``token`` (a mailto unsubscribe's), and for bounces and
+    complaints ``reason`` (:data:`outreach.reasons.REASONS`), ``owner`` and ``diagnostic`` (≤ 500
     characters, unmasked: mask before logging)."""
 
     kind: str
@@ -125,9 +105,9 @@ def _ids(value: str | None) -> list[str]:
 
 
 def parse(raw: bytes) -> tuple[Inbound, Message]:
-    """Parse a message's bytes; return ``(inbound, message)`` — the compat32 :mod:`email` object
-    (the one ``flufl.bounce`` reads; parsing with the modern policy as well took half of the
-    classifier's time, issue 23's ≥ 200 messages/s)."""
+    """Parse a message's bytes; return ``(inbound, message)``, the compat32 :mod:`email` object.
+
+    Compat32 only: the modern policy as well took half the classifier's time (issue 23)."""
     compat = email.message_from_bytes(raw)
     mid = _ids(str(compat.get("Message-ID", "")))
     message_id = mid[0] if mid else "sha256:" + hashlib.sha256(raw).hexdigest()
@@ -236,11 +216,11 @@ AUTOMATED_HEADERS = ("X-Failed-Recipients", "X-Autoreply", "X-Autorespond", "X-A
 
 
 def automated(inbound: Inbound, compat: Message) -> str:
-    """Return why this message was written by a machine (the evidence), or '' when it may be a
-    person's: a ``multipart/report`` (RFC 6522), a null reverse-path (RFC 5321 §4.5.5), a
-    daemon or postmaster sender, ``Auto-Submitted`` other than ``no`` (RFC 3834), one of
-    :data:`AUTOMATED_HEADERS`, or a delivery-failure subject. Decided before any reply matching
-    (issue 23): a bounce with ``Re:`` and our In-Reply-To is still a bounce."""
+    """Return why this message was written by a machine (the evidence), or '' when it may be a person's.
+
+    ``multipart/report`` (RFC 6522), a null reverse-path (RFC 5321 §4.5.5), a daemon sender,
+    ``Auto-Submitted`` not ``no`` (RFC 3834), :data:`AUTOMATED_HEADERS`, a delivery-failure subject.
+    Decided before reply matching (issue 23)."""
     if compat.get_content_type() == "multipart/report":
         return f"Content-Type: multipart/report; report-type={_report_type(compat) or '?'}"
     for part in compat.walk():

@@ -1,45 +1,12 @@
 """The inbox reader: each mailbox's IMAP inbox read, every message classified, recorded once and
 its effect applied in the same transaction as its record.
 
-What happens when this runs twice (a retry, a cleared task, two runs at once, a reader killed
-mid-mailbox): each message is one transaction that first inserts its row into
-``outreach.inbound_messages`` with ``ON CONFLICT DO NOTHING RETURNING id`` under two UNIQUE
-constraints — (account, folder, UIDVALIDITY, UID) and (account, Message-ID) — and applies the
-message's effect only when that insert returned a row. Of two readers on one message, the second
-waits for the first's commit and then finds the row: "already seen", nothing applied. A reader
-killed before its commit leaves neither the row nor the effect; the next run does both. When a
-folder's UIDVALIDITY changes (RFC 3501 §2.3.1.1: every UID known is void), there is no cursor for
-the new value, so the folder is read again (since the day before the first send) and each message
-is recognised by its Message-ID.
-
-Effects (the classes and their order: :mod:`outreach.inbound`):
-
-* ``hard_bounce``, ``soft_bounce``, ``sender_block``: a report of a failure of our email, matched
-  by the Message-ID the report encloses (or its In-Reply-To/References); its effect is decided by
-  its reason's owner in :func:`outreach.bounces.apply_failure` (address gone: suppressed
-  ``bounced``; transient: suppressed after repeated soft bounces; sender refused: the mailbox
-  counts the block, the lead is not suppressed). The email stays ``sent`` (the send log stays).
-  A report that names none of our Message-IDs is recorded against the lead it mentions and
-  changes nothing (a stranger could mail us one).
-* ``delivery_report``: a DSN saying delayed, relayed or delivered: recorded, nothing else.
-* ``complaint``: the recipient of the email the report names (by Message-ID, as above) is
-  suppressed ``complained``; it counts toward the complaint rate
-  (:func:`outreach.health.pause_on_complaint_rate`).
-* ``unsubscribe``: the one-click path (:func:`outreach.suppression.unsubscribe_email`) when the
-  mail carries a valid token of an email row (List-Unsubscribe's mailto subject); else the sender's
-  address (and the lead it answered, if another) is suppressed ``unsubscribed``. Queued steps are
-  cancelled in the same transaction either way.
-* ``auto_reply``: recorded; the enrolment stops (``stopped``) only when the campaign says
-  ``stop_on_auto_reply: true``.
-* ``reply``: never an automated message (:func:`automated`: null sender, MAILER-DAEMON,
-  multipart/report, Auto-Submitted …, which is ``unmatched`` whatever its Subject); matched by
-  In-Reply-To / References against our Message-IDs (the send log), else by
-  the sender's address to a lead with an active enrolment in this mailbox: the enrolment stops
-  (``replied``) and its queued steps are cancelled (``outreach.stop_enrollment``); with
-  ``stop_on_domain_reply: true`` every other active lead of the same company domain in that
-  campaign stops too (never for free-mail domains: :data:`FREE_MAIL_DOMAINS`).
-* ``unmatched``: recorded, no effect.
-"""
+A message's row is inserted ``ON CONFLICT DO NOTHING RETURNING`` under UNIQUE (account, folder,
+UIDVALIDITY, UID) and (account, Message-ID), and its effect applied only when the insert returned
+it, so a retried, cleared, concurrent or killed read changes nothing twice; a new UIDVALIDITY
+(RFC 3501 §2.3.1.1) rereads the folder. Classes: :mod:`outreach.inbound`; failures:
+:func:`outreach.bounces.apply_failure`. Each class's effect: docs/howto/inbound-mail.md; why:
+docs/explanation/bounces-and-complaints.md."""
 
 from __future__ import annotations
 
@@ -133,14 +100,11 @@ class InboxSummary:
 
 
 def plan_targets(url: str) -> list[dict[str, Any]]:
-    """Return the accounts to read, one per IMAP connection: ``{"conn_id", "label" (the masked
-    address), "mailbox_id" (the mailbox whose inbox it is, or ``None`` for a shared unsubscribe
-    account), "mailbox_ids" (the mailboxes whose mail it receives)}``.
+    """Return the accounts to read, one per IMAP connection.
 
-    A mailbox's ``imap_conn_id`` is its own inbox; its ``unsubscribe_imap_conn_id`` is the account
-    behind ``unsubscribe@<its domain>``, read once however many mailboxes name it (and not at all
-    when it is also some mailbox's own inbox: that read sees the mailto mail too).
-    """
+    Each ``{"conn_id", "label" (masked), "mailbox_id" (``None`` for a shared unsubscribe account),
+    "mailbox_ids"}``; an ``unsubscribe_imap_conn_id`` is read once however many mailboxes name it,
+    and not at all when it is also some mailbox's own inbox."""
     with db.connect(url, autocommit=True) as conn:
         rows = inbound_store.inbound_targets(conn)
     own = {r.imap_conn_id: r for r in rows if r.imap_conn_id}
@@ -160,23 +124,19 @@ def plan_targets(url: str) -> list[dict[str, Any]]:
 def read_target(url: str, target: dict[str, Any], accounts: AccountLoader, *,
                 unsubscribe_secret: str | None = None, limit: int | None = None,
                 now: dt.datetime | None = None) -> InboxSummary:
-    """Read one account's INBOX (read-only, ``BODY.PEEK``) from where the last run stopped and
-    process every new message (see the module docstring).
+    """Read one account's INBOX (read-only, ``BODY.PEEK``) from where the last run stopped, and process
+    every new message, each committed as it is processed.
 
     :param target: one of :func:`plan_targets`.
     :param accounts: turns the connection id into an :class:`~outreach.imap.ImapAccount`.
-    :param unsubscribe_secret: the HMAC secret of unsubscribe tokens (a mailto unsubscribe's
-        subject carries one); without it such mail is handled by its sender's address.
-    :param limit: messages at most in this read (the rest wait for the next run, and the
-        summary's ``left`` says how many); default none: the whole backlog is read in this run,
-        :data:`outreach.imap.FETCH_CHUNK` messages in memory at a time, each committed as it
-        is processed (a run stopped midway loses nothing: the cursor is where it stopped).
-    :param now: a fixed clock (UTC) for the effects' rules (the soft-bounce days, the block
-        window); default the database clock.
+    :param unsubscribe_secret: the HMAC secret of unsubscribe tokens; without it a mailto
+        unsubscribe is handled by its sender's address.
+    :param limit: messages at most (the summary's ``left`` says how many wait); default the whole
+        backlog, :data:`outreach.imap.FETCH_CHUNK` in memory at a time.
+    :param now: a fixed clock (UTC) for the effects' rules; default the database clock.
     :returns: the summary (also logged as one line).
-    :raises InboxError: the account could not be read (connection missing, CONNECT, LOGIN,
-        SELECT, SEARCH or FETCH failed); what was processed before stays processed.
-    """
+    :raises InboxError: the account could not be read (connection missing, CONNECT, LOGIN, SELECT,
+        SEARCH or FETCH); what was processed before stays processed."""
     summary = InboxSummary(label=target["label"], conn_id=target["conn_id"])
     conn = db.connect(url, autocommit=True)
     try:
@@ -226,12 +186,12 @@ _AUTOMATED_HEADERS = ("Auto-Submitted", "X-Failed-Recipients", "X-Autoreply", "X
 
 
 def automated(raw: bytes) -> str:
-    """Why the message ``raw`` was written by a program, not a person (the header that says
-    so), or ``''``: a null reverse-path (``Return-Path: <>``, RFC 5321 §4.5.5), a sender
-    ``MAILER-DAEMON`` / ``postmaster`` (:data:`outreach.inbound.BOUNCE_SENDERS`),
-    ``multipart/report`` (RFC 6522), RFC 3834 ``Auto-Submitted`` (not ``no``),
-    ``X-Failed-Recipients`` (Exim) and the common auto-responder headers. Reads the header only.
-    The guard of issue 23: such a message never goes through reply matching."""
+    """Why the message ``raw`` was written by a program (the header that says so), or ``''``.
+
+    Reads the header only: a null reverse-path (RFC 5321 §4.5.5), a daemon sender
+    (:data:`outreach.inbound.BOUNCE_SENDERS`), ``multipart/report`` (RFC 6522), ``Auto-Submitted``
+    (RFC 3834), ``X-Failed-Recipients`` and auto-responder headers. Issue 23: such a message never
+    goes through reply matching."""
     from email.parser import BytesHeaderParser
     from email.utils import parseaddr
 
@@ -285,10 +245,10 @@ def _text_without_nul(value: Any) -> Any:
 
 
 def _without_nul(parsed: Any) -> Any:
-    """Return the :class:`Inbound` or :class:`Classified` with every NUL character removed from
-    its text: PostgreSQL text cannot hold one, and a header decoding to NUL (an encoded word
-    ``=00``, which anyone can send) would fail this message's transaction on every run — the
-    account's read stuck at that UID, every later reply and unsubscribe never processed."""
+    """Return the :class:`Inbound` or :class:`Classified` with every NUL removed from its text.
+
+    PostgreSQL text cannot hold one, and a header decoding to NUL would fail the message's
+    transaction on every run, the account's read stuck at that UID."""
     return dataclasses.replace(parsed, **{f.name: _text_without_nul(getattr(parsed, f.name))
                                           for f in dataclasses.fields(parsed)})
 
@@ -399,11 +359,9 @@ def _stop(conn, enrollment_id: int, status: str, reason: str) -> int:
 
 
 def _names_our_recipient(verdict: Classified, recipient: str) -> bool:
-    """Whether a report that cites our Message-ID also names that email's recipient among the
-    failed or complaining addresses (when it names any): a Message-ID is no secret (every
-    recipient, and whoever they forward to, has one), so a report about a stranger "for" our
-    message is a forgery or a stray and changes nothing (docs/explanation/bounces-and-complaints.md,
-    "Forged reports")."""
+    """Whether a report citing our Message-ID also names that email's recipient (when it names any).
+
+    A Message-ID is no secret: docs/explanation/bounces-and-complaints.md#forged-reports."""
     if not verdict.addresses:
         return True
     ours = normal_form(recipient).lower()

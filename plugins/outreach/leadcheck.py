@@ -59,11 +59,8 @@ class Problem:
 class LeadRow:
     """A row with a valid address: ``email`` normalised (:func:`outreach.addresses.normalize_address`).
 
-    ``custom`` holds the extra columns (:func:`custom_name` → cleaned text). ``ignored`` is the
-    problem of a field that was dropped from an otherwise good row (an unknown time zone), or
-    ``None``. Whether the row repeats an earlier row of the file is
-    decided when it is imported (:func:`import_leads`), not here.
-    """
+    ``custom`` holds the extra columns; ``ignored`` the problem of a dropped field (an unknown time
+    zone), or ``None``. Duplicates are decided at import, not here."""
 
     line: int
     email: str
@@ -81,10 +78,8 @@ def _header_key(name: str) -> str:
 
 
 def custom_name(header: str) -> str:
-    """Return the template name of an extra column (``lead.custom.<name>``): letters and digits
-    lower-cased, every other run of characters one ``_``, a leading digit prefixed with ``c``
-    (``Pain Point`` → ``pain_point``, ``2024 Revenue`` → ``c2024_revenue``); ``""`` for a
-    header with no letter or digit (such a column is not kept)."""
+    """Return the template name of an extra column (``Pain Point`` → ``pain_point``, ``2024 Revenue``
+    → ``c2024_revenue``); ``""`` without a letter or digit (the column is not kept)."""
     name = re.sub(r"[^a-z0-9]+", "_", header.lower()).strip("_")[:62]
     return f"c{name}" if name[:1].isdigit() else name
 
@@ -95,7 +90,7 @@ def map_headers(headers: list[str], mapping: dict[str, str] | None = None) -> di
     :param mapping: a campaign's ``columns:`` (header → field), tried before the built-in
         aliases; headers are compared case-, space- and punctuation-insensitively.
     :returns: ``{"email": 0, "first_name": 2, …}`` for the known fields found (first match
-        wins); see :func:`map_custom` for the other columns.
+        wins); the other columns: :func:`_map_all`.
     """
     return _map_all(headers, mapping)[0]
 
@@ -145,10 +140,8 @@ def _short(text: str, limit: int = 60) -> str:
 
 
 def subject_custom_columns(campaign: campaign_mod.Campaign | None) -> set[str] | None:
-    """Return the custom columns the campaign's subjects render (those values reach a header
-    and are held to :func:`outreach.message.header_text_problem` at import); ``None`` when a
-    subject uses ``lead.custom`` in a way not read here (then every custom value is held to
-    it). Bodies are not headers: the HTML part autoescapes (outreach.render)."""
+    """Return the custom columns the campaign's subjects render (held to the header rule at import);
+    ``None`` when a subject uses ``lead.custom`` in a way not read here (then all are held to it)."""
     names: set[str] = set()
     for step in campaign.steps if campaign else ():
         plain = re.findall(r"lead\.custom\.([a-z][a-z0-9_]*)", step.subject)
@@ -186,17 +179,12 @@ class _Layout:
 
 def layout_for(source: str, headers: list[str], campaign: campaign_mod.Campaign | None = None,
                *, hint: str = "") -> _Layout:
-    """Return where the fields of rows under ``headers`` (a CSV file's header row, or a SQL
-    source's column names) are, for :func:`_check_record`.
+    """Return where the fields of rows under ``headers`` (a CSV header row or SQL column names) are.
 
     :param source: the file (or source) named in errors.
-    :param campaign: its ``columns:`` mapping (tried before the built-in aliases),
-        ``custom_columns`` (required) and subjects (see :func:`subject_custom_columns`);
-        ``None``: the built-in aliases only.
+    :param campaign: its ``columns:``, ``custom_columns`` and subjects; ``None``: built-in aliases.
     :param hint: appended to the no-email-column error (how the file was read).
-    :raises ImportFileError: no email column (the headers found are listed), or a declared
-        custom column is missing (line 1 and the field named).
-    """
+    :raises ImportFileError: no email column (headers listed), or a declared custom column missing."""
     columns, custom = _map_all(headers, campaign.columns if campaign else None)
     if "email" not in columns:
         # Only header names, cut and at most ten: not the file's first line as such.
@@ -224,14 +212,11 @@ def layout_for(source: str, headers: list[str], campaign: campaign_mod.Campaign 
 
 def _combined_header_problem(layout: _Layout, email: str, values: list[str],
                              custom: dict[str, str]) -> tuple[str, str] | None:
-    """``(field, reason)`` when the headers this row's messages would carry — To with the display
-    name, every step's Subject rendered for it — break the rule the builder applies
-    (:func:`outreach.message.lead_header_problem`), though each value alone passed it.
+    """``(field, reason)`` when this row's To and Subjects together break
+    :func:`outreach.message.lead_header_problem`, though each value alone passed.
 
-    Values without ``=`` or ``?`` cannot start or end an RFC 2047 encoded word, so only such rows
-    (or campaigns whose subject text itself holds ``=?``) are rendered and checked: the common
-    row costs one scan of its values.
-    """
+    Only rows with ``=`` or ``?`` (or subjects holding ``=?``) can form an encoded word, so only
+    they are rendered and checked."""
     named = dict(zip((name for name, _ in layout.named), values, strict=True))
     in_header = [*named.items(), *((n, custom.get(n, "")) for n in sorted(layout.header_safe)),
                  ("email", email)]
@@ -267,19 +252,12 @@ def _check_chunk(layout: _Layout, records: list[tuple[int, list[str]]]) -> list[
 
 
 def _check_record(layout: _Layout, line: int, record: list[str]) -> StagedRow | None:
-    """Check and clean one CSV record: the rules of a lead row, in this order (the first
-    problem found makes the row a problem).
+    """Check and clean one CSV record; the first problem found makes the row a problem. Pure.
 
-    A row of blank cells is no row (``None``). A NUL byte, more cells than the header, an empty
-    or invalid address (:func:`outreach.addresses.normalize_address`), an address or a field
-    unsafe in a header (:func:`outreach.message.header_text_problem`: they are written in To:
-    and Subject) or a field longer than :data:`_MAX_FIELD` characters skip the row, as does an
-    extra column over :data:`MAX_CUSTOM_FIELD` (or all of them over :data:`MAX_CUSTOM_TOTAL`),
-    one a subject renders that is unsafe in a header, or a required one blank, or headers that
-    are unsafe once the values are put together (:func:`_combined_header_problem`: the To display
-    name and every step's Subject, checked as the message builder checks them); an unknown
-    time zone only drops that field. A pure function of its arguments, so it can run in any process.
-    """
+    Blank cells: no row (``None``). Skipped: a NUL, too many cells, a bad address, a value unsafe in
+    a header, a field over :data:`_MAX_FIELD` (custom: :data:`MAX_CUSTOM_FIELD`,
+    :data:`MAX_CUSTOM_TOTAL`), a required custom column blank, unsafe combined headers. An unknown
+    time zone only drops that field. The limits: docs/reference/limits-and-config-check.md."""
     joined = "".join(record)  # one test per row instead of one per cell
     if not joined or joined.isspace():  # every cell blank
         return None

@@ -34,22 +34,15 @@ from outreach.leadfile import (
 
 
 class LeadsCsv:
-    """A leads CSV (header row first) opened for reading row by row.
+    """A leads CSV (header row first) opened for reading row by row, one row in memory at a time.
 
-    Encoding and delimiter are the campaign's ``csv:`` or detected (:func:`detect_encoding`,
-    :func:`detect_delimiter`). Use as a context manager and iterate: each data row yields
-    either a :class:`LeadRow` (a valid address; other fields cleaned) or a :class:`Problem`
-    (the row is skipped), in file order (see :func:`_check_record`). Blank lines yield nothing.
-    Only the current row is held in memory.
+    Encoding and delimiter from the campaign's ``csv:`` or detected. Iterating yields a
+    :class:`LeadRow` or a :class:`Problem` per data row, in file order; blank lines yield nothing.
+    Attributes: ``path``, ``encoding``, ``delimiter``, ``headers``, ``columns``, ``custom``,
+    ``rows_total``, ``invalid``.
 
-    Attributes: ``path``; ``encoding``, ``delimiter``; ``headers`` (the header row);
-    ``columns`` (see :func:`map_headers`); ``custom`` (``[(name, index)]``); ``rows_total``
-    (data rows read so far, blank lines not counted); ``invalid`` (rows skipped so far).
-
-    :raises ImportFileError: (on opening) the file cannot be read, is empty, its header does not
-        decode or is not CSV, it has no email column (the headers found are listed) or lacks a
-        declared custom column; (while iterating) a line does not decode (the line is named).
-    """
+    :raises ImportFileError: (on opening) unreadable, empty, a header that does not decode, no email
+        column or a declared custom column missing; (iterating) a line that does not decode."""
 
     def __init__(self, path: str | Path, campaign: campaign_mod.Campaign | None = None, *,
                  encoding: str | None = None, delimiter: str | None = None) -> None:
@@ -154,13 +147,10 @@ class LeadsCsv:
     def staged(self, workers: int = 0, chunk: int = 2000) -> Iterator[StagedRow]:
         """Yield every data row as the stage table's COPY row (:data:`StagedRow`), in file order.
 
-        With ``workers`` ≥ 2 the rows are checked (:func:`_check_record`: address validation is
-        most of an import's Python time) in that many processes, ``chunk`` records at a time,
-        while this process reads on; at most ``2 × workers`` chunks are in flight, so memory
-        stays flat. The result is the same as with ``workers`` 0 (checked here).
+        With ``workers`` ≥ 2 the rows are checked in that many processes, ``chunk`` records at a time,
+        at most ``2 × workers`` chunks in flight; the result is the same as with 0.
 
-        :raises ImportFileError: a line is not UTF-8 (the line is named).
-        """
+        :raises ImportFileError: a line is not UTF-8 (the line is named)."""
         layout = self._layout()
         if workers < 2:
             for item in self._records():
@@ -222,11 +212,8 @@ def open_leads_csv(path: str | Path, campaign: campaign_mod.Campaign | None = No
                    encoding: str | None = None, delimiter: str | None = None) -> LeadsCsv:
     """Open a leads CSV for reading row by row (see :class:`LeadsCsv`).
 
-    :param path: the CSV file.
     :param campaign: its ``columns``, ``custom_columns`` and ``csv`` apply.
-    :param encoding: ``auto`` (default), ``utf-8``, ``cp1252`` or ``utf-16``; overrides the
-        campaign's.
-    :param delimiter: ``auto`` (default), ``,``, ``;`` or ``tab``; overrides the campaign's.
-    :raises ImportFileError: the file cannot be read, is empty, or has no email column.
-    """
+    :param encoding: ``auto``, ``utf-8``, ``cp1252`` or ``utf-16``; overrides the campaign's.
+    :param delimiter: ``auto``, ``,``, ``;`` or ``tab``; overrides the campaign's.
+    :raises ImportFileError: the file cannot be read, is empty, or has no email column."""
     return LeadsCsv(path, campaign, encoding=encoding, delimiter=delimiter)

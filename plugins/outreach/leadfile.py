@@ -31,13 +31,10 @@ class ImportFileError(ValueError):
 def regular_file(path: Path, shown: str | Path | None = None) -> Path:
     """Return ``path`` if it is a regular file (or does not exist: opening it then says so).
 
-    Checked with ``stat``, which opens nothing: opening a FIFO blocks until a writer comes, and a
-    device (``/dev/zero``) or socket has no end. Symlinks are followed (:func:`import_path`
-    resolved them already).
+    Checked with ``stat``, which opens nothing (a FIFO would block, a device never ends).
 
     :param shown: the path as the user gave it, named in the error (default ``path``).
-    :raises ImportFileError: it is a FIFO, a device, a socket or a folder.
-    """
+    :raises ImportFileError: it is a FIFO, a device, a socket or a folder."""
     try:
         mode = path.stat().st_mode
     except OSError:
@@ -54,16 +51,13 @@ def regular_file(path: Path, shown: str | Path | None = None) -> Path:
 def open_regular(path: Path, mode: str = "r", **kwargs: Any) -> IO[Any]:
     """Open ``path`` for reading like :meth:`Path.open`, refusing anything but a regular file.
 
-    :func:`regular_file` checks the path before any work; this checks the descriptor actually
-    opened, so a FIFO swapped in between that check and the open cannot block the run: the open
-    itself is non-blocking (``O_NONBLOCK`` returns at once on a FIFO with no writer) and
-    ``fstat`` of the descriptor decides.
+    Opened ``O_NONBLOCK`` and decided by ``fstat``, so a FIFO swapped in after
+    :func:`regular_file` cannot block the run.
 
-    :param mode: ``"r"`` or ``"rb"``; ``kwargs`` as for :func:`open` (encoding, newline, errors).
+    :param mode: ``"r"`` or ``"rb"``; ``kwargs`` as for :func:`open`.
     :raises ImportFileError: the opened file is not a regular file (nothing read from it).
     :raises ValueError: ``mode`` is not a reading mode.
-    :raises OSError: it cannot be opened.
-    """
+    :raises OSError: it cannot be opened."""
     if mode not in ("r", "rb"):
         raise ValueError(f"open_regular reads only (mode 'r' or 'rb'), not {mode!r}")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
@@ -80,17 +74,12 @@ def open_regular(path: Path, mode: str = "r", **kwargs: Any) -> IO[Any]:
 
 
 class BoundedLines:
-    """Iterate the lines of a text file opened with ``newline=""``, none longer than ``limit``
-    characters, for :func:`csv.reader`: each line is read with ``readline(limit + 1)``, so memory
-    is bounded by ``limit`` whatever the file holds.
+    """Iterate the lines of a text file opened with ``newline=""``, none over ``limit`` characters
+    (``readline(limit + 1)``: memory bounded); :meth:`new_row` makes a row's lines count together.
 
-    ``line`` is the number of the last line returned (``first_line`` - 1 before any);
-    :meth:`new_row` starts a row: the lines returned until the next call count together against
-    ``limit`` too (a quoted field may join lines into one record).
+    ``line`` is the number of the last line returned.
 
-    :raises ImportFileError: (while iterating) a line, or a row's lines together, are longer
-        than ``limit`` (the file and line are named; nothing was imported).
-    """
+    :raises ImportFileError: (while iterating) a line or a row is too long (file and line named)."""
 
     def __init__(self, file: Any, path: str | Path, *, limit: int = MAX_ROW_CHARS,
                  first_line: int = 1) -> None:
@@ -124,19 +113,13 @@ class BoundedLines:
 def import_path(path: str | Path, *, base: Path | None = None,
                 roots: tuple[Path, ...] | None = None,
                 hint: str = "move the file there or add its folder to OUTREACH_IMPORT_ROOTS") -> Path:
-    """Return the file to import for ``path``, checked against the import roots.
+    """Return the file to import for ``path``: absolute (relative to ``base``, default the project
+    root), resolved, and inside one of ``roots`` (default :func:`outreach.settings.import_roots`).
 
-    The path is made absolute (a relative one against ``base``, default the project root: the
-    Airflow form's paths; the CLI passes the user's current directory), then symlinks and
-    ``..`` are resolved, and the result must lie inside one of ``roots`` (default
-    :func:`outreach.settings.import_roots`, ``OUTREACH_IMPORT_ROOTS``). Nothing of a file
-    outside them is opened, so no error can show its content; the message does not say whether
-    such a file exists. ``hint`` ends the message (what to do instead).
+    A file outside is never opened and the message does not say whether it exists; ``hint`` ends it.
 
-    :raises ImportFileError: the resolved path is outside every root, or it is not a regular
-        file (a FIFO, device or socket: :func:`regular_file`, nothing opened).
-    :raises outreach.settings.SettingsError: ``OUTREACH_IMPORT_ROOTS`` is invalid.
-    """
+    :raises ImportFileError: outside every root, or not a regular file (:func:`regular_file`).
+    :raises outreach.settings.SettingsError: ``OUTREACH_IMPORT_ROOTS`` is invalid."""
     from outreach.paths import project_root
     from outreach.settings import import_roots
 
@@ -191,13 +174,10 @@ def _first_bad_byte(path: Path, encoding: str) -> tuple[int, int]:
 
 
 def detect_encoding(path: Path, declared: str = "auto") -> str:
-    """Return the Python codec to read ``path`` with: ``declared`` (``utf-8``, ``cp1252``,
-    ``utf-16``) if not ``auto``; else UTF-16 or UTF-8 by a byte order mark, else UTF-8 if the
-    first 64 KiB decode as UTF-8, else Windows-1252 (what Excel writes for "CSV" on Western
-    Windows). A later byte that does not decode is an error naming its line (nothing imported).
+    """Return the codec to read ``path`` with: ``declared`` unless ``auto``; else by BOM, else UTF-8 if
+    the first 64 KiB decode, else Windows-1252 (a later bad byte is an error naming its line).
 
-    :raises OSError: the file cannot be read.
-    """
+    :raises OSError: the file cannot be read."""
     if declared != "auto":
         return {"utf-8": "utf-8-sig"}.get(declared, declared)
     with open_regular(path, "rb") as f:

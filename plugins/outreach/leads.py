@@ -1,18 +1,9 @@
-"""Lead import from CRM / prospecting CSV exports.
+"""Lead import from CRM / prospecting CSV exports: one streamed transaction (:func:`import_leads`).
 
-Reading is pure and streamed (:func:`outreach.leadcsv.open_leads_csv` yields one row at a time); applying is one
-transaction (:func:`import_leads`): sync the campaign, COPY the rows into a temporary stage
-table as they are read, a batch at a time, each batch's suppression decided by the one SQL
-function while the next is read; then find in-file duplicates, upsert leads and enrol them with
-set-based statements that return counts, not rows. Memory does not grow with the file. Bad
-rows are reported by line number, field and reason; the good rows are imported; importing the
-same file again changes nothing. Text that would be unsafe in a
-header (see :func:`outreach.message.header_text_problem`) makes its row a problem.
-
-This module applies and records an import; the file is opened safely by :mod:`outreach.leadfile`
-(where it may be, what kind of file, encoding, bounded rows), read row by row by
-:mod:`outreach.leadcsv`, and each row is checked by :mod:`outreach.leadcheck`.
-"""
+Rows are COPY'd into a stage table as they are read, then duplicates, suppression, the upsert and
+enrolment are set-based statements: memory does not grow with the file, bad rows are reported by
+line and field, importing twice changes nothing. The file is opened by :mod:`outreach.leadfile`,
+read by :mod:`outreach.leadcsv`, each row checked by :mod:`outreach.leadcheck`."""
 
 from __future__ import annotations
 
@@ -49,17 +40,11 @@ MAX_WORKERS = 8
 
 @dataclass
 class ImportResult:
-    """What an import did. ``imported`` new leads, ``updated`` known leads whose fields changed,
-    ``duplicate`` rows repeating an earlier row of the file, ``unchanged`` rows whose lead was
-    already known with the same fields, ``invalid`` rows skipped,
-    ``suppressed`` rows whose address is suppressed (not stored), ``enrolled`` new enrolments.
+    """What an import did: counts ``imported``, ``updated``, ``duplicate``, ``unchanged``, ``invalid``,
+    ``suppressed`` (not stored) and ``enrolled``.
 
-    ``problems`` holds the first :data:`PROBLEMS_SHOWN` problems by line (duplicates included,
-    suppressed lines not: the first :data:`PROBLEMS_SHOWN` of them are in ``suppressed_lines``,
-    all are counted in ``suppressed``); ``problems_omitted`` counts the rest. The first
-    :data:`PROBLEMS_STORED` problems are stored in the ``outreach.import_runs`` row, the rest
-    counted there.
-    """
+    ``problems``: the first :data:`PROBLEMS_SHOWN` by line (suppressed lines apart, in
+    ``suppressed_lines``), ``problems_omitted`` the rest; :data:`PROBLEMS_STORED` are stored."""
 
     file: str
     campaign_key: str | None
@@ -145,14 +130,11 @@ STAGE_BATCH = 10_000
 
 def _stage_rows(conn: Any, leads: LeadsCsv, progress: Callable[[int, float], None] | None,
                 every: int, workers: int, seconds: dict[str, float] | None = None) -> None:
-    """COPY every row of ``leads`` into the stage table as it is read, :data:`STAGE_BATCH` rows
-    a COPY, checked in ``workers`` processes (see :meth:`LeadsCsv.staged`), and mark each batch's
-    suppressed rows in a second thread while the next batch is read (the connection is used by
-    one thread at a time: a batch is copied once the previous batch's statement returned); call
-    ``progress(rows read, seconds since the start)`` every ``every`` rows. On return every staged
-    row's suppression is decided; an error of either side is raised here. ``seconds`` (if given)
-    gets the wall seconds spent writing the COPY (``copy``) and waiting for a batch's
-    suppression (``suppression``): the rest of the call is reading and checking."""
+    """COPY ``leads`` into the stage table, :data:`STAGE_BATCH` rows a COPY, checked in ``workers``
+    processes, each batch's suppression marked in a second thread while the next is read.
+
+    Calls ``progress(rows, seconds)`` every ``every`` rows; errors of either side are raised here.
+    ``seconds`` gets the wall seconds of ``copy`` and ``suppression`` waits."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
     start, next_at = time.monotonic(), every
@@ -192,14 +174,10 @@ def _stage_rows(conn: Any, leads: LeadsCsv, progress: Callable[[int, float], Non
 
 
 def import_workers(path: Path) -> int:
-    """Return how many processes check the rows of ``path``: none (this process) for a file under
-    :data:`PARALLEL_FROM_BYTES`, inside a daemonic process (a Celery prefork worker may not have
-    children) or on fewer than 4 CPUs, else one per CPU but the reader's, at most
-    :data:`MAX_WORKERS`. On 2 cores the workers measured no faster than one process (60,000
-    rows: 10–12 s against 8.5–9 s, 2026-12-01, before the domain check was remembered per domain
-    in :func:`outreach.addresses.normalize_address`, which made the checks three times cheaper):
-    the reader, the COPY and PostgreSQL need the same cores, and the rows travel to the workers
-    and back."""
+    """Return how many processes check the rows of ``path``: 0 (this one) for a small file, inside a
+    daemonic process or on fewer than 4 CPUs, else one per CPU but one, at most :data:`MAX_WORKERS`.
+
+    Why not on 2 cores: docs/reference/benchmarks.md."""
     import multiprocessing
     import os
 
@@ -220,27 +198,15 @@ def import_leads(url: str, campaign_file: str | Path, mailbox_file: str | Path,
                  progress_every: int = PROGRESS_ROWS, workers: int | None = None) -> ImportResult:
     """Import a leads CSV into a campaign, in one transaction, streaming the file.
 
-    Rows are validated as they are read and COPY'd into a temporary stage table; in-file
-    duplicates (the first line of each normalised address wins), suppression, the lead upsert
-    and enrolment are then set-based statements that return counts. Memory does not grow with
-    the file; ``result.problems`` holds at most :data:`PROBLEMS_SHOWN` problems (all of them
-    are stored in ``outreach.import_runs``).
-
-    :param url: outreach database URL.
     :param campaign_file: the campaign YAML (synced first, so a new campaign just works).
     :param mailbox_file: the mailbox YAML.
-    :param csv_file: the leads CSV, inside an import folder (see :func:`import_path`; a relative
-        path is relative to the project root).
+    :param csv_file: the leads CSV, inside an import folder (:func:`import_path`).
     :param now: enrolment time (UTC); default the database clock.
-    :param progress: called as ``progress(rows read, seconds)`` every ``progress_every`` rows
-        while the file is read (see :func:`progress_line`); the CLI prints it, the Airflow task
-        logs it.
-    :param workers: processes that check the rows (0: this one); default
-        :func:`import_workers` (parallel for big files). The result is the same either way.
-    :raises ImportFileError: the CSV is outside the import folders, or as a whole unusable (file
-        and line named); nothing is imported.
-    :raises outreach.campaign.ConfigError: a configuration file is invalid.
-    """
+    :param progress: called as ``progress(rows read, seconds)`` every ``progress_every`` rows.
+    :param workers: processes that check the rows (0: this one); default :func:`import_workers`.
+    :raises ImportFileError: the CSV is outside the import folders, or unusable (file and line
+        named); nothing is imported.
+    :raises outreach.campaign.ConfigError: a configuration file is invalid."""
     campaign_path, csv_path = resolve(campaign_file), import_path(csv_file)
     campaign = campaign_mod.load_campaign(campaign_path)
     mailboxes = campaign_mod.load_mailboxes(mailbox_file)
@@ -258,19 +224,14 @@ def apply_staged(conn: Any, campaign: campaign_mod.Campaign, mailboxes: list[cam
                  stage: Callable[[dict[str, float]], tuple[int, int]], *,
                  now: dt.datetime | None = None,
                  stage_decides_suppression: bool = False) -> ImportResult:
-    """The import pipeline after reading, inside the caller's transaction ``conn``: sync the
-    campaign, create the stage table, call ``stage(spent)`` (it COPYs the rows in, see
-    :data:`StagedRow`, returns ``(rows read, rows skipped)`` and may add to ``spent`` the seconds
-    of its ``copy`` and of its ``suppression`` waits), then mark suppressed addresses
-    and in-file duplicates, upsert the leads, enrol them and store the run — set-based
-    statements returning counts. A CSV file (:func:`import_leads`) and a campaign's declared
-    source (:mod:`outreach.sources`) both come through here.
+    """The import pipeline after reading, in the caller's transaction: sync, stage (``stage(spent)``
+    returns ``(rows read, rows skipped)``), then the set-based statements, and store the run.
+
+    Both a CSV file and a campaign's source (:mod:`outreach.sources`) come through here.
 
     :param name: the file or source named in the run and the summary.
-    :param stage_decides_suppression: ``stage()`` has asked ``lead_stage_mark_suppressed`` for
-        every row it staged (:func:`_stage_rows`, batch by batch); else it is asked here for all.
-    :returns: the result, ``run_id`` set.
-    """
+    :param stage_decides_suppression: ``stage()`` already marked every row's suppression.
+    :returns: the result, ``run_id`` set."""
     result = ImportResult(file=name, campaign_key=campaign.key)
     # An erasure waits for this import (its suppression check would miss one committed later).
     leads_store.lead_import_hold_off_erasure(conn)

@@ -1,14 +1,8 @@
 """Pausing and resuming a mailbox, with who, when and why.
 
-A pause is one guarded UPDATE (only ``WHERE status = 'active'``) that writes its history row in
-``outreach.mailbox_events`` in the same statement; a resume likewise (only ``WHERE status =
-'paused'``). A paused mailbox sends nothing: :func:`outreach.claim.claim` locks the mailbox row and
-refuses a paused one. A resumed mailbox does not release its backlog in one burst: the day's cap
-and each send run's steady rate (pacing, ``mailbox_remaining_today``) still apply.
-
-Automatic pauses come from :mod:`outreach.health` (by ``postmaster`` or ``bounce-rate``); only an
-operator resumes.
-"""
+Each is one guarded UPDATE writing its ``outreach.mailbox_events`` row; a paused mailbox is
+never claimed (:func:`outreach.claim.claim`), a resumed one keeps its cap and pacing.
+Automatic pauses come from :mod:`outreach.health`; only an operator resumes."""
 
 from __future__ import annotations
 
@@ -77,7 +71,6 @@ def pause(conn: Conn, mailbox_id: int, reason: str, by: str, *,
 
     :param reason: recorded with the pause (for automatic pauses: the figure and its date).
     :param by: who pauses (an operator, or ``postmaster`` / ``bounce-rate``).
-    :param now: a fixed clock (UTC); default the database clock.
     :returns: when it was paused, or ``None`` when it was not active (nothing changed).
     """
     done = store.mailbox_pause(conn, mailbox_id=mailbox_id, reason=reason, by=by, now=now)
@@ -86,15 +79,11 @@ def pause(conn: Conn, mailbox_id: int, reason: str, by: str, *,
 
 def pause_mailbox(url: str, mailbox: str | int, reason: str, by: str, *,
                   now: dt.datetime | None = None, who: audit.Who | None = None) -> StatusChange:
-    """Pause a mailbox (by id or address): it sends nothing until an operator resumes it.
+    """Pause a mailbox (by id or address) until an operator resumes it; pausing twice keeps the first reason.
 
-    Idempotent: pausing a paused mailbox changes nothing and keeps the first reason.
-
-    :param who: who is authenticated (:class:`outreach.audit.Who`; default ``by`` through
-        ``api``): a change is recorded in the audit trail in its own transaction.
+    :param who: who is authenticated (default ``by`` through ``api``): an audit row for a change.
     :raises MailboxNotFound: no such mailbox.
-    :raises ValueError: ``reason`` or ``by`` is empty.
-    """
+    :raises ValueError: ``reason`` or ``by`` is empty."""
     reason, by = required(reason, "a reason"), required(by, "who pauses (--by)")
     with db.transaction(url) as conn:
         row = find_mailbox(conn, mailbox)
@@ -108,15 +97,11 @@ def pause_mailbox(url: str, mailbox: str | int, reason: str, by: str, *,
 
 def resume_mailbox(url: str, mailbox: str | int, by: str, why: str, *,
                    now: dt.datetime | None = None, who: audit.Who | None = None) -> StatusChange:
-    """Resume a paused mailbox (by id or address), recording who and why.
-
-    Its backlog is not released in one burst: the day's cap and each send run's steady rate
-    still apply (``mailbox_remaining_today``).
+    """Resume a paused mailbox (by id or address), recording who and why; cap and pacing still apply.
 
     :param who: as for :func:`pause_mailbox`.
     :raises MailboxNotFound: no such mailbox.
-    :raises ValueError: ``by`` or ``why`` is empty.
-    """
+    :raises ValueError: ``by`` or ``why`` is empty."""
     by, why = required(by, "who resumes (--by)"), required(why, "why (--reason)")
     with db.transaction(url) as conn:
         row = find_mailbox(conn, mailbox)

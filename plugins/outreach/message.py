@@ -1,25 +1,9 @@
 """Message building: a pure function from rendered parts and headers to an RFC 5322 message.
 
-Headers are set through :mod:`email.headerregistry` with the SMTP policy; non-ASCII display names
-are RFC 2047-encoded and internationalised domains are IDNA-encoded (UTS #46, as :mod:`idna` does;
-RFC 5890). An address whose local part is not ASCII cannot be written in an RFC 5322 header at all:
-such a message is built with the SMTPUTF8 policy (RFC 6532 headers in UTF-8) and needs a server that
-offers SMTPUTF8 (RFC 6531); the transport asks for it.
-
-Header safety does not rest on the interpreter's :mod:`email` package (releases without the
-CVE-2024-6923 fix, such as 3.11.7, write a decoded encoded word's CR LF as a real line break).
-Three layers, each generic over every header:
-
-1. :func:`header_text_problem` is **the** rule on what header text may contain;
-2. :func:`build_message` checks every header's value as the email package holds it (encoded
-   words decoded) against that rule — and the import makes the same check of the headers lead
-   data reaches, To and every step's Subject rendered for the row
-   (:func:`lead_header_problem`, called by :mod:`outreach.leads`);
-3. :func:`to_wire` parses the bytes it produced back and refuses a message whose headers differ
-   from those that were set (names, order and values).
-
-A message that fails any of them raises :class:`MessageError` and is never handed over.
-"""
+Non-ASCII display names are RFC 2047-encoded, domains IDNA-encoded (UTS #46, RFC 5890); a
+non-ASCII local part needs the SMTPUTF8 policy (RFC 6531/6532). Header safety is three layers
+(:func:`header_text_problem`, :func:`build_message`, :func:`to_wire`); a message failing one
+raises :class:`MessageError` and is never handed over. Why: docs/explanation/lead-data.md."""
 
 from __future__ import annotations
 
@@ -78,25 +62,15 @@ def _decoded_word(charset: str, encoding: str, text: str) -> tuple[bytes, str]:
 
 
 def header_text_problem(text: str) -> str | None:
-    """Return why ``text`` may not appear in a header, or ``None`` when it may.
+    """Return why ``text`` may not appear in a header, or ``None`` when it may: **the** rule.
 
-    **The rule** (the one place it is said; the import and :func:`build_message` apply it):
-    header text, *and the text of every RFC 2047 encoded word in it once decoded*, contains no
-    control character — nothing of Unicode category Cc (C0 U+0000–U+001F, which includes NUL,
-    TAB, CR and LF; DEL U+007F; C1 U+0080–U+009F) and no line or paragraph separator (U+2028,
-    U+2029) — and an encoded word's decoded bytes hold no byte 0x00–0x1F or 0x7F, whatever
-    charset it names. RFC 5322 §2.2 allows only printable characters and folding white space in
-    a header body (RFC 6532 §3.2 adds non-ASCII, not controls); folding is the builder's job, so
-    callers fold white space runs to one space first (``" ".join(text.split())``).
-
-    Why decoded: an encoded word such as ``=?utf-8?q?Acme=0D=0ABcc:_x@evil?=`` is plain
-    printable ASCII, but the email package decodes it when the header is set, and releases
-    without the CVE-2024-6923 fix write the decoded CR LF as a real header line.
+    No control character (Unicode Cc, U+2028, U+2029) in the text nor in any RFC 2047 encoded word in
+    it once decoded (CVE-2024-6923), and no byte 0x00–0x1F or 0x7F in the decoded bytes (RFC 5322
+    §2.2, RFC 6532 §3.2). Callers fold white space runs to one space first. Why:
+    docs/explanation/lead-data.md.
 
     :param text: a header value as the caller means it (a subject, a display name).
-    :returns: a one-line reason naming the character (``"control character U+000D after
-        decoding the encoded word '=?utf-8?q?…'"``), or ``None``.
-    """
+    :returns: a one-line reason naming the character, or ``None``."""
     bad = _unsafe_char(text)
     if bad is not None:
         return f"control character U+{ord(bad):04X}"
@@ -219,22 +193,16 @@ def _first_header_problem(msg: EmailMessage) -> tuple[str, str] | None:
 
 
 def lead_header_problem(to_address: str, to_name: str, subjects: Iterable[str]) -> str | None:
-    """Return why a message to this lead would be refused for its headers, or ``None``: **the**
-    check :func:`build_message` makes of the headers lead data reaches (To with the display name,
-    Subject), made the same way — set through the same code, then every value as the email
-    package holds it against :func:`header_text_problem`. The import calls it with the subjects
-    of every step rendered for the row (:mod:`outreach.leads`), so a row the sender would refuse
-    is refused at import, with its line and field, instead of failing at stage RENDER.
+    """Return why a message to this lead would be refused for its headers, or ``None``.
 
-    Values that pass :func:`header_text_problem` one by one can still fail together: two fields
-    (or a field and the subject's own text) may form one RFC 2047 encoded word that decodes to a
-    line break (``=?utf-8?q?A=0D`` + ``=0ABcc:x?=``).
+    **The** check :func:`build_message` makes of the headers lead data reaches (To, Subject), made the
+    same way, so the import (:mod:`outreach.leads`) refuses such a row with its line and field.
+    Fields that pass one by one may fail together: docs/explanation/lead-data.md.
 
     :param to_address: the recipient as stored (normalised).
     :param to_name: :func:`recipient_name` of the lead.
     :param subjects: the Subject of each message the lead may get, rendered and folded.
-    :returns: ``"header To: control character U+000D after decoding …"``-style text, or ``None``.
-    """
+    :returns: ``"header To: control character U+000D after decoding …"``-style text, or ``None``."""
     utf8 = not to_address.rpartition("@")[0].isascii()  # as build_message chooses its policy
     for subject in subjects:
         msg = EmailMessage(policy=email.policy.SMTPUTF8 if utf8 else email.policy.SMTP)
@@ -251,19 +219,12 @@ def lead_header_problem(to_address: str, to_name: str, subjects: Iterable[str]) 
 def build_message(rendered: Rendered, env: Envelope) -> EmailMessage:
     """Build the multipart/alternative message (text, then HTML).
 
-    Marketing mail carries List-Unsubscribe (the https URL first, then mailto) and
-    ``List-Unsubscribe-Post: List-Unsubscribe=One-Click`` (RFC 8058 §3.1–3.2); transactional mail
-    neither (Gmail's bulk-sender rules exempt it). Both carry Feedback-ID (Gmail feedback loop)
-    and a Message-ID derived from the row's idempotency key. A reply in a thread
-    (``env.references``) carries ``In-Reply-To`` and ``References``, each Message-ID checked
-    against RFC 5322's msg-id form.
+    Marketing mail carries List-Unsubscribe (https first, then mailto) and List-Unsubscribe-Post
+    (RFC 8058 §3.1–3.2); transactional mail neither (Gmail's bulk-sender rules exempt it). Both carry
+    Feedback-ID and the row's Message-ID; a threaded reply In-Reply-To and References (RFC 5322
+    msg-id form). Every header must pass :func:`header_text_problem`.
 
-    Every header, as the email package holds it (encoded words decoded), must pass
-    :func:`header_text_problem`; lead data reaches the Subject and the To display name.
-
-    :raises MessageError: an address cannot be represented in a header, or a header value breaks
-        the rule of :func:`header_text_problem` (the message names the header).
-    """
+    :raises MessageError: an address cannot be put in a header, or a header breaks the rule."""
     if env.date.tzinfo is None:
         raise MessageError("the Date must be timezone-aware (UTC)")
     utf8 = not (env.from_address.rpartition("@")[0] + env.to_address.rpartition("@")[0]).isascii()
@@ -293,11 +254,10 @@ def build_message(rendered: Rendered, env: Envelope) -> EmailMessage:
 
 
 def _boundary(message_id: str, body: str) -> str:
-    """Return the MIME boundary of a message: derived from its Message-ID instead of drawn at
-    random, so the same row builds the same bytes (``outreach campaign preview`` shows exactly what
-    the handoff sends, apart from Date and DKIM-Signature). ``=_`` cannot occur in a
-    quoted-printable or base64 part; a text part that holds the string anyway (RFC 2046 §5.1.1: it
-    must not) gets a counter appended until it does not."""
+    """Return the MIME boundary, derived from the Message-ID so the same row builds the same bytes.
+
+    ``=_`` cannot occur in a quoted-printable or base64 part; a text part holding it anyway (RFC 2046
+    §5.1.1) gets a counter appended until it does not."""
     import hashlib
 
     base = "=_outreach_" + hashlib.sha256(message_id.encode()).hexdigest()[:32]
@@ -320,11 +280,10 @@ def _header_list(msg: Message) -> list[tuple[str, str]]:
 
 
 def _written_headers(wire: bytes, policy: email.policy.EmailPolicy[Any]) -> list[tuple[str, str]]:
-    """The header fields of ``wire`` as a reader's parser sees them, as :func:`_header_list`
-    gives them. Split into fields without header objects (compat32; both policies store a field's
-    raw value alike); a value holding an encoded word or non-ASCII is decoded by ``policy``
-    exactly as a parse with it would, a plain ASCII one is its own value (parsing every field
-    with the full policy made building a message 1.7 times slower)."""
+    """The header fields of ``wire`` as a reader's parser sees them (:func:`_header_list`'s form).
+
+    Only values holding an encoded word or non-ASCII are decoded by ``policy`` (the full parse made
+    building 1.7 times slower: docs/explanation/lead-data.md)."""
     parsed = email.parser.BytesParser(policy=email.policy.compat32).parsebytes(wire, headersonly=True)
     out = []
     for name, raw in parsed.raw_items():
@@ -334,17 +293,13 @@ def _written_headers(wire: bytes, policy: email.policy.EmailPolicy[Any]) -> list
 
 
 def to_wire(msg: EmailMessage) -> bytes:
-    """Serialise with CRLF line endings, as SMTP expects (before dot-stuffing); a message built
-    for SMTPUTF8 keeps its UTF-8 headers (RFC 6532).
+    """Serialise with CRLF line endings (before dot-stuffing); SMTPUTF8 messages keep UTF-8 headers.
 
-    The bytes are proven before they are returned: parsed back (:mod:`email.parser`, same
-    policy), their header fields — names, order, and values with white space runs folded — must
-    equal the message's own, so no value can have become a header line of its own (a ``Bcc:``,
-    a cut ``Subject:``) whatever the interpreter's email package does.
+    The bytes are parsed back and their header fields (names, order, values) must equal the
+    message's own, so no value became a header line of its own.
 
-    :raises MessageError: the serialised headers differ from those that were set (the first
-        difference is named), or the email package refused to write a header.
-    """
+    :raises MessageError: the headers differ (the first difference is named), or the email package
+        refused to write a header."""
     # An EmailMessage carries an EmailPolicy (typeshed types it as the base Policy).
     policy = WIRE_POLICY_UTF8 if cast("email.policy.EmailPolicy[Any]", msg.policy).utf8 else WIRE_POLICY
     try:

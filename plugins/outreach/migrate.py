@@ -1,11 +1,8 @@
 """Forward-only, numbered schema migrations (``sql/migrations/NNNN_name.sql``).
 
-``outreach db upgrade`` applies, in order, each migration not yet recorded in
-``outreach_schema.migrations``; each runs in its own transaction together with its record. An
-advisory lock makes two concurrent upgrades safe: the second waits, then finds nothing to do.
-The schema they build, in one file to read, is ``sql/schema.sql``; a migration changes it in the
-same commit (tests/migration/test_schema_truth.py compares the two).
-"""
+``outreach db upgrade`` applies each unrecorded migration in its own transaction with its
+record, under an advisory lock (a concurrent upgrade waits, then finds nothing). ``sql/schema.sql``
+is the schema they build (tests/migration/test_schema_truth.py compares the two)."""
 
 from __future__ import annotations
 
@@ -50,7 +47,6 @@ def discover(directory: Path | None = None) -> list[Migration]:
 def upgrade(url: str, directory: Path | None = None) -> list[Migration]:
     """Apply every pending migration; return the ones applied (``[]`` when up to date).
 
-    :param url: the outreach database URL.
     :raises psycopg.Error: a migration failed; it is rolled back and nothing after it runs.
     """
     applied: list[Migration] = []

@@ -1,13 +1,9 @@
-"""The mailbox provider of a recipient domain, for the provider cap (docs/explanation/
-contact-policy.md, "Provider-aware throttling").
+"""The mailbox provider of a recipient domain, for the provider cap.
 
-A domain's provider is read from its MX records: the most preferred exchange's host name under
-Google's, Microsoft's, Yahoo's or Apple's mail domains, anything else (a security gateway in
-front of one of them included) is ``other``. :func:`refresh` looks up the domains of queued
-campaign rows and caches the answer in ``outreach.mx_providers`` until the records' TTL ends;
-the claim reads that table only (an unknown or expired domain is ``other`` there), so no DNS
-lookup ever happens inside a claim. It runs as a task of ``outreach_queue_due``.
-"""
+From the most preferred MX host (Google, Microsoft, Yahoo, Apple, else ``other``), cached in
+``outreach.mx_providers`` by :func:`refresh` (a task of ``outreach_queue_due``) until the TTL
+ends; the claim reads only that table, never DNS. Why:
+docs/explanation/contact-policy.md#provider-aware-throttling."""
 
 from __future__ import annotations
 
@@ -72,20 +68,17 @@ def lookup(resolver: _Dns, domain: str) -> tuple[str, int]:
 
 def refresh(url: str, *, nameserver: str | None = None, now: dt.datetime | None = None,
             limit: int = 5_000, timeout: float = 3.0) -> dict[str, int]:
-    """Look up the provider of every domain of a queued campaign row whose cache entry is
-    missing or ends within :data:`AHEAD`, and cache it (``outreach.mx_providers``).
+    """Look up and cache the provider of every queued campaign row's domain whose entry is missing or
+    ends within :data:`AHEAD`. Safe concurrently and twice (upserts).
 
-    Safe to run concurrently and twice (each answer is an upsert). A domain whose lookup fails
-    keeps its old entry (until it expires, then the claim treats it as ``other``) and is tried
-    again next run; after a timeout the rest of the run is skipped (DNS unreachable).
+    A failed lookup keeps the old entry and is tried next run; a timeout skips the rest of the run.
 
     :param nameserver: only this resolver (``IP`` or ``IP:PORT``; default the system's).
     :param now: a fixed clock (UTC; default now).
     :param limit: most domains looked up in one run.
     :param timeout: seconds one lookup may take.
     :returns: ``{"looked_up": n, "failed": n}``.
-    :raises psycopg.Error: the database failed (what was cached before stays).
-    """
+    :raises psycopg.Error: the database failed (what was cached before stays)."""
     resolver = _Dns(make_resolver(nameserver, timeout=timeout))
     looked_up = failed = 0
     while looked_up + failed < limit:

@@ -1,24 +1,10 @@
-"""Reply notifications (issue 26, item 5): each new reply event (``replied``, migration 0115)
-becomes a notice — lead (masked unless ``OUTREACH_NOTIFY_MASK=off``), campaign, step, mailbox,
-subject and the first lines the lead typed — delivered through a notifier, several replies of
-one batch in one message.
+"""Reply notifications (issue 26, item 5): each new ``replied`` event becomes a notice, several of
+one batch in one message, delivered through a notifier.
 
-The replies are read from the event log as the warehouse export reads it
-(:func:`outreach.export.export`): a cursor of its own in ``outreach.export_cursors`` (target
-``OUTREACH_NOTIFY_TARGET``, default ``notify-replies``), created the first time at the last
-final event more than a day old (a first run notifies the last day's replies, not all of
-them), a batch planned before it is delivered
-and the cursor moved after. So a run cleared or re-run after it succeeded notifies nothing
-again, and a reply written by a transaction still open is notified by the next run. A run
-killed (or a notifier that failed) between delivery and the cursor's move delivers that batch
-again: at least once, never skipped.
-
-The reply's text is not stored in the database (0115: events carry no text); its first lines
-are read again from the mailbox (``BODY.PEEK``, read-only) by the message's account, folder,
-UIDVALIDITY and UID. A message gone from the mailbox, or a mailbox that cannot be read, gives a
-notice that says so instead of the lines. Nothing here imports Airflow:
-:func:`outreach.airflow.tasks_inbox.notify_replies_task` gives the notifier and the IMAP accounts.
-"""
+The events are read with a cursor of their own in ``outreach.export_cursors``, as the warehouse
+export reads them (:func:`outreach.export.export`): at least once, never skipped. The reply's
+first lines are read again from the mailbox (``BODY.PEEK``), never stored. No Airflow here
+(:func:`outreach.airflow.tasks_inbox.notify_replies_task`). Why: docs/howto/notifications.md."""
 
 from __future__ import annotations
 
@@ -161,17 +147,13 @@ class _Notices:
 
 def notify_replies(url: str, deliver: Deliver, accounts: AccountLoader,
                    config: NotifySettings | None = None) -> NotifyResult:
-    """Notify every reply event after the notifications' cursor (see the module docstring).
+    """Notify every reply event after the notifications' cursor.
 
-    :param url: the outreach database (libpq URL).
     :param deliver: hands one message to the notifier (:data:`Deliver`).
     :param accounts: the IMAP accounts the replies are read from again (:data:`AccountLoader`).
-    :param config: the settings (default: :class:`outreach.settings.NotifySettings` from the
-        environment).
+    :param config: the settings (default :class:`outreach.settings.NotifySettings` from the environment).
     :raises outreach.db.OutreachDBError: the database cannot be reached.
-    :raises Exception: whatever ``deliver`` raises; the batch is then delivered again by the
-        next run (the cursor stays).
-    """
+    :raises Exception: whatever ``deliver`` raises; the next run delivers the batch again."""
     config = config or NotifySettings()
     with db.transaction(url) as conn:
         exports_store.export_cursor_ensure_at_end(conn, target=config.notify_target)

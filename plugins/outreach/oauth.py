@@ -1,32 +1,11 @@
 """OAuth 2.0 access tokens for SMTP and IMAP logins (SASL ``XOAUTH2``), one place for both.
 
-Google Workspace and Microsoft 365 refuse password logins for third-party SMTP/IMAP clients, so a
-mailbox's Airflow connection (conn type ``smtp`` or ``imap``) can say in its extra::
-
-    {"auth_type": "oauth2", "oauth2_provider": "google" | "microsoft" | "token", ...}
-
-``auth_type`` is the SMTP provider hook's own field (``basic``, the default, or ``oauth2``); the
-hook's XOAUTH2 exchange (``SmtpHook.get_conn``) is used for SMTP with the token this module fills
-in, IMAPClient's ``oauth2_login`` for IMAP. The XOAUTH2 user is the connection's login (the
-mailbox address). Providers (docs/howto/oauth-mailboxes.md):
-
-- ``google``: a service account with domain-wide delegation; its JSON key in the extra
-  ``keyfile_dict`` (an object or its text) or a file path in ``key_path``; google-auth signs a
-  JWT bearer grant (RFC 7523) for the scope :data:`GOOGLE_SCOPE` with ``sub`` = the login and
-  posts it to the key's ``token_uri``.
-- ``microsoft``: an Entra application's client credentials through MSAL (``tenant_id``,
-  ``client_id``, and ``client_secret`` or ``client_certificate`` ``{"private_key": PEM,
-  "thumbprint": hex}``); scope :data:`MICROSOFT_SCOPE` (Exchange Online's ``.default``: the app's
-  ``SMTP.SendAsApp`` / ``IMAP.AccessAsApp`` permissions); ``authority`` overrides
-  ``https://login.microsoftonline.com/<tenant_id>`` (sovereign clouds; the tests' loopback
-  endpoint, where instance discovery is turned off).
-- ``token``: a static ``access_token`` (tests, short jobs); it cannot be refreshed.
-
-Tokens are cached per process (:data:`CACHE`) until :data:`EARLY_REFRESH` before they expire,
-refreshed once when the server refuses one (:func:`with_token`), and never logged, stored in the
-database or returned from a task: only this module and the login call see them. Every failure is
-an :class:`OAuthError` whose one line names the connection and what to fix.
-"""
+A connection's extra says ``{"auth_type": "oauth2", "oauth2_provider": "google" | "microsoft" |
+"token", ...}``; the XOAUTH2 user is the connection's login. Google: a service account with
+domain-wide delegation (RFC 7523 JWT bearer); Microsoft: an Entra app's client credentials
+(MSAL); token: a static ``access_token``. Tokens are cached per process (:data:`CACHE`),
+refreshed once on a refusal and never logged, stored or returned from a task; every failure is
+one :class:`OAuthError` line. Set-up and fields: docs/howto/oauth-mailboxes.md."""
 
 from __future__ import annotations
 
@@ -72,14 +51,11 @@ class TokenUnavailable(LoginProblem):
 
 
 class LoginRefused(LoginProblem):
-    """A login failed for a reason only a person can fix (refused credentials, a revoked key or
-    consent, missing delegation): a configuration problem of the connection, never of a
-    message. ``conn_id``, ``reason`` (what happened, the server's or provider's error code) and
-    ``fix`` (what to do); ``str()`` is the one line ``Airflow connection 'x': reason; fix``.
-    Never carries a token, a key or a password.
+    """A login failed for a reason only a person can fix: the connection's problem, never a message's.
 
-    Every one raised is noted for the process (:func:`take_refusals`): the Airflow tasks fail
-    without retry and alert once per connection and day (:func:`outreach.airflow.alerts.refused_logins`)."""
+    ``conn_id``, ``reason`` and ``fix``; ``str()`` is ``Airflow connection 'x': reason; fix``, never
+    a secret. Each is noted (:func:`take_refusals`): tasks fail without retry and alert once per
+    connection and day (:func:`outreach.airflow.alerts.refused_logins`)."""
 
 
 class OAuthError(LoginRefused):
@@ -187,10 +163,10 @@ _GOOGLE_FIXES = {
 
 
 def _timeout(cfg: OAuthConfig) -> float:
-    """Seconds one token-endpoint request may take: the connection's extra ``timeout`` (the one
-    its SMTP or IMAP client uses), else :data:`TOKEN_TIMEOUT`. MSAL's requests have no timeout
-    of their own: a silent endpoint would hold the task, its claimed rows and the token cache's
-    lock forever. A timeout is transient (:class:`TokenUnavailable`)."""
+    """Seconds one token-endpoint request may take: the extra's ``timeout``, else :data:`TOKEN_TIMEOUT`.
+
+    MSAL has no timeout of its own: a silent endpoint would hold the task and the cache's lock
+    forever. A timeout is transient (:class:`TokenUnavailable`)."""
     try:
         seconds = float(cfg.extra.get("timeout") or TOKEN_TIMEOUT)
     except (TypeError, ValueError):
@@ -455,11 +431,10 @@ _BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{8,}={0,2}")
 
 
 def scrub(text: str | bytes, token: str | None) -> str:
-    """A server's refusal as one line of at most 200 characters, without ``token`` (an access
-    token or a password) in any form it went over the wire: as itself, or inside a base64 run
-    (the XOAUTH2 or AUTH PLAIN/LOGIN response, a server that quotes what it was sent, whole or
-    cut short) that decodes to text holding the token or a ``Bearer`` credential. Scrubbed
-    before it is cut, so no prefix of it is left."""
+    """A server's refusal as one line of at most 200 characters, without ``token`` in any form.
+
+    Removed as itself and inside a base64 run (XOAUTH2, AUTH PLAIN/LOGIN, a server quoting it, whole
+    or cut) that decodes to it or a ``Bearer`` credential; scrubbed before it is cut."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     text = " ".join(str(text).split())
@@ -483,17 +458,13 @@ def scrub(text: str | bytes, token: str | None) -> str:
 # --- the logins ------------------------------------------------------------------------------
 
 def smtp_login(cfg: OAuthConfig) -> Any:
-    """Return a connected ``smtplib.SMTP`` logged in with ``AUTH XOAUTH2``, the token from
-    :data:`CACHE` and refreshed once on a refusal (:func:`with_token`).
+    """Return a connected ``smtplib.SMTP`` logged in with ``AUTH XOAUTH2`` (:func:`with_token`).
 
-    The SMTP provider's hook builds the client from the connection (host, port, implicit SSL,
-    ``ssl_context``, timeout) and says whether to STARTTLS; the EHLO and AUTH are done here: the
-    hook's own XOAUTH2 path (``get_conn``) sends AUTH before any EHLO when there is no STARTTLS,
-    and smtplib takes the server's ``503`` to that for a success.
+    The hook builds the client; EHLO and AUTH are done here, since the hook's own XOAUTH2 path sends
+    AUTH before any EHLO without STARTTLS and smtplib takes the ``503`` for a success.
 
     :raises OAuthError: no token, or the server refused a fresh one.
-    :raises Exception: whatever smtplib or the hook raises when it cannot connect.
-    """
+    :raises Exception: whatever smtplib or the hook raises when it cannot connect."""
     import smtplib
 
     from airflow.providers.smtp.hooks.smtp import SmtpHook

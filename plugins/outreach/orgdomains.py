@@ -1,12 +1,8 @@
 """The organisation of a lead, for the per-company cap (docs/explanation/contact-policy.md).
 
-``outreach.org_domains`` maps an email domain to its organisational domain, the registrable
-domain of the Public Suffix List (:func:`outreach.preflight.organizational_domain`, the DMARC
-rule of RFC 7489 §3.2, offline). The claim reads the table and never computes anything (a domain
-it does not find is its own organisation), so this fills it ahead: at the end of every lead
-import and before every queueing. Free-mail providers are rows of migration 0132; a subdomain of
-one (``mail.yahoo.co.uk`` → ``yahoo.co.uk``) is free mail too.
-"""
+``outreach.org_domains`` maps an email domain to its registrable domain (the Public Suffix List,
+RFC 7489 §3.2, offline); the claim only reads it (unknown: its own organisation), so :func:`fill`
+runs after every import and before every queueing. Free mail: rows of 0132 and their subdomains."""
 
 from __future__ import annotations
 
@@ -28,7 +24,6 @@ def fill(url: str) -> int:
     Safe to run concurrently and twice: inserts skip domains already mapped (ON CONFLICT DO
     NOTHING), each batch its own transaction.
 
-    :param url: the outreach database.
     :returns: the number of domains looked at (mapped now or by a concurrent run).
     :raises psycopg.Error: the database failed (what was mapped before stays).
     """

@@ -1,24 +1,10 @@
 """Google Postmaster Tools API v2: read our domains' spam rates and compliance, store them daily.
 
-What is read (Postmaster Tools API v2 reference, gmailpostmastertools.googleapis.com):
-
-* ``POST /v2/domains/{domain}/domainStats:query`` with the standard metric ``SPAM_RATE`` and, for
-  each mailbox of the domain, ``FEEDBACK_LOOP_SPAM_RATE`` filtered by ``feedback_loop_id = "m<id>"``
-  (the mailbox's field of our Feedback-ID header, see :mod:`outreach.feedback`), daily, over the
-  last ``days`` days; ``pageSize`` at most 200, following ``nextPageToken``.
-  Values are fractions (0.001 = 0.1 %). Days without data are omitted by the API (too little
-  Gmail traffic, or not yet computed: the data lags 1–2 days).
-* ``GET /v2/domains/{domain}/complianceStatus``: the bulk-sender requirement verdicts.
-
-Everything is stored one row per domain / metric (/ feedback loop) / day (upsert): a day the API
-did not report is stored as unknown (``value`` NULL, ``has_data`` false), never as 0 %.
-The pause rule that reads these rows is in :mod:`outreach.health`.
-
-Authentication is google-auth's: any ``google.auth.credentials.Credentials`` (in Airflow, a
-service account from the connection ``outreach_postmaster``, see
-:func:`outreach.airflow.connections.postmaster_credentials`), used through
-``google.auth.transport.requests.AuthorizedSession``. Tokens are never logged.
-"""
+``domainStats:query`` (``SPAM_RATE`` and one ``FEEDBACK_LOOP_SPAM_RATE`` per mailbox,
+``feedback_loop_id = "m<id>"``) and ``complianceStatus``; one row per domain, metric, feedback
+loop and day, a day without data stored as unknown, never 0 %. Authentication is google-auth's
+(:func:`outreach.airflow.connections.postmaster_credentials`); tokens are never logged. What is
+read and why: docs/explanation/mailbox-health.md; the pause rule: :mod:`outreach.health`."""
 
 from __future__ import annotations
 

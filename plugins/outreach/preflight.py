@@ -1,31 +1,10 @@
-"""DNS preflight of a sending domain, with dnspython: what Gmail and Yahoo check before they
-accept bulk mail, checked before we send.
+"""DNS preflight of a sending domain, with dnspython: what Gmail and Yahoo check before they accept
+bulk mail, checked before we send.
 
-Checks, each PASS / WARN / FAIL with the rule it serves:
-
-* **SPF** (RFC 7208): one ``v=spf1`` record that authorises the sender — with ``--sending-ip`` the
-  record is evaluated (``ip4``/``ip6``/``a``/``mx``/``include``/``redirect``); without it, at least
-  one mechanism that designates senders. WARN when it cannot tell (macros, ``exists``, ``ptr``,
-  a lookup that failed).
-* **DKIM** (RFC 6376): the selector's key record exists, is not revoked, and matches the
-  configured private key when there is one.
-* **DMARC** (RFC 7489 §6.6.3): a ``v=DMARC1`` record at ``_dmarc.<domain>``, else at
-  ``_dmarc.<organisational domain>``; the policy is shown. The organisational domain
-  (RFC 7489 §3.2) is the public suffix plus one label, from the Public Suffix List that the
-  ``publicsuffixlist`` package ships (offline: never downloaded at run time), ICANN and private
-  sections alike: ``mail.acme.co.uk`` → ``acme.co.uk``, ``mail.acme.github.io`` → ``acme.github.io``.
-* **alignment** (RFC 7489 §3.1): the From domain aligned with DKIM (``d=`` is the From domain) or
-  SPF (MAIL FROM is the mailbox address) and that mechanism passing.
-* **MX** (RFC 5321 §5.1, RFC 7505): the domain accepts mail (replies, bounces, the mailto:
-  unsubscribe).
-* **PTR** (Gmail: valid forward and reverse DNS): the sending IP has a PTR whose name resolves
-  back to it.
-
-And of every active mailbox's relay (:func:`check_relays`, EHLO only): whether it offers
-SMTPUTF8 when queued rows need it (RFC 6531) and its SIZE (RFC 1870).
-
-A lookup that times out or fails is a WARN ("cannot tell"), never a PASS.
-"""
+SPF (RFC 7208), DKIM (RFC 6376), DMARC (RFC 7489 §6.6.3, the organisational domain from the
+bundled Public Suffix List), alignment (§3.1), MX (RFC 5321 §5.1, RFC 7505) and PTR (Gmail),
+each PASS / WARN / FAIL; and each active relay's SMTPUTF8 and SIZE (:func:`check_relays`). A
+lookup that fails is a WARN ("cannot tell"), never a PASS. Each check: docs/howto/dkim-and-dns.md."""
 
 from __future__ import annotations
 
@@ -462,13 +441,10 @@ def run_preflight(domain: str, *, selector: str | None = None, sending_ip: str |
 
     :param domain: the From domain (IDN allowed; checked in its IDNA form).
     :param selector: DKIM selector (``None``: the DKIM check is a WARN).
-    :param sending_ip: the IP the SMTP server sends from (``None``: PTR is a WARN, SPF is checked
-        for designating any sender only).
-    :param dkim_public_key: base64 DER public key of the configured private key (see
-        :func:`outreach.signing.public_key_b64`), compared with the published one.
+    :param sending_ip: the sending IP (``None``: PTR is a WARN, SPF only checked for any sender).
+    :param dkim_public_key: base64 DER public key of the configured private key, compared.
     :param resolver: a dnspython resolver (:func:`make_resolver`); default the system's.
-    :raises ValueError: ``sending_ip`` is not an IP address, or ``domain`` is not a domain.
-    """
+    :raises ValueError: ``sending_ip`` is not an IP address, or ``domain`` is not a domain."""
     from outreach.message import MessageError, ascii_domain
 
     if sending_ip:
@@ -510,21 +486,14 @@ class RelayCheck:
 
 
 def check_relays(url: str, connector: Callable[[str], smtplib.SMTP]) -> list[RelayCheck]:
-    """Ask every active mailbox's relay what it can carry (EHLO; no message is sent), before the
-    first send of a run, and count the queued rows it could not carry.
+    """Ask every active mailbox's relay what it can carry (EHLO only) and count the queued rows it
+    could not (the rule: :func:`outreach.transport.relay_cannot_carry`).
 
-    The rule on what a relay cannot carry is :func:`outreach.transport.relay_cannot_carry`
-    (a non-ASCII address without SMTPUTF8, a message over SIZE); the sender fails such a row
-    permanently at once. Here a relay without SMTPUTF8 is a WARN naming the connection and how
-    many queued rows have a non-ASCII address (``email_queued_needing_smtputf8``); its SIZE is
-    shown (the size of a message is only known once it is built). A relay that cannot be reached
-    is a WARN ("cannot tell"), never a PASS; the send run reports it as unreachable.
+    No SMTPUTF8 with non-ASCII rows queued, or no answer, is a WARN; SIZE is shown.
+    docs/reference/relay-capabilities.md.
 
-    :param url: outreach database URL.
-    :param connector: opens a connected, logged-in ``smtplib.SMTP`` by Airflow connection id
-        (:func:`outreach.airflow.connections.smtp_connector`).
-    :returns: one :class:`RelayCheck` per active mailbox, by mailbox id.
-    """
+    :param connector: opens a logged-in ``smtplib.SMTP`` by Airflow connection id.
+    :returns: one :class:`RelayCheck` per active mailbox, by mailbox id."""
     from outreach import db
     from outreach.store import emails, mailboxes
     from outreach.transport import RelayCapabilities

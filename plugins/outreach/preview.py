@@ -1,17 +1,9 @@
 """Preview a campaign step: each message exactly as the sender would hand it over.
 
-The message is built by the sender's own function (:func:`outreach.compose.prepare`: the same
-render, the same header builder, the same wire form) from the row the claim would return
-(``campaign_preview_rows``), so a preview of a queued step is byte-equal to what the SMTP server
-receives for that lead, apart from ``Date`` (the moment of the handoff) and ``DKIM-Signature``
-(added at the handoff, over the wire bytes; a preview is never signed).
-
-Before queue-due has queued the step for a lead (a draft campaign), the row's idempotency key —
-and so its Message-ID and unsubscribe token — does not exist yet: the preview uses placeholders
-(the nil UUID, email id 0) and says so. A lead the step would skip is named with the reason,
-in the order the sender asks: enrolment not active, suppressed (``outreach.is_suppressed``),
-missing ``requires`` fields (``outreach.lead_missing_fields``).
-"""
+Built by :func:`outreach.compose.prepare` from the row the claim would return, so byte-equal to
+what the SMTP server receives apart from ``Date`` and ``DKIM-Signature``; a step not queued yet
+uses placeholders, and a lead the step would skip is named with the reason.
+docs/howto/launch-a-campaign.md."""
 
 from __future__ import annotations
 
@@ -122,13 +114,10 @@ def preview(url: str, key: str, settings: Settings, *, address: str | None = Non
 
 
 def item_text(item: PreviewItem, step: int) -> bytes:
-    """Return what ``outreach campaign preview`` prints for one item: a ``===`` line (the lead,
-    and the Message-ID or why the step skips the lead), one ``--- note:`` line per note, then
-    the message as handed over with LF line ends and a blank line. The CLI prints exactly these
-    bytes and the campaign page shows them, so the two can never differ.
+    """Return what ``outreach campaign preview`` prints for one item (the CLI and the campaign page
+    show these same bytes): a ``===`` line, one ``--- note:`` line per note, the message (LF).
 
-    :param step: the step previewed (1-based), named in the ``===`` line.
-    """
+    :param step: the step previewed (1-based), named in the ``===`` line."""
     if item.skip is not None:
         return f"=== step {step} to {item.address}: SKIPPED: {item.skip}\n".encode()
     assert item.wire is not None
@@ -149,16 +138,13 @@ class MessageParts:
 
 
 def display_header(name: str, value: str) -> str:
-    """Return a header field's value as a mail reader shows it: encoded words (RFC 2047) decoded
-    and address display names unquoted (:mod:`email.headerregistry`, the default policy), e.g.
-    ``=?utf-8?q?Am=C3=A9lie?= Dubois <a@x.example>`` → ``Amélie Dubois <a@x.example>``. A
-    character that is not printable (a decoded CR or LF included) is shown as a Python escape
-    (CR as backslash-x0d), so a value never reads as a second field; a value the parser refuses is
-    returned as written. Text, not markup: the caller escapes it.
+    """Return a header value as a mail reader shows it (RFC 2047 decoded, display names unquoted).
 
-    :param name: the field name (it picks the parser: address fields, unstructured ones).
-    :param value: the unfolded value, as :func:`message_parts` gives it.
-    """
+    A non-printable character (a decoded CR or LF) is shown as a Python escape, so a value never
+    reads as a second field; an unparsable value is returned as written. Text, not markup.
+
+    :param name: the field name (it picks the parser).
+    :param value: the unfolded value, as :func:`message_parts` gives it."""
     try:
         shown = str(email.policy.default.header_factory(name, value))
     except Exception:  # noqa: BLE001 - a display aid: the raw value is still the truth
@@ -169,10 +155,8 @@ def display_header(name: str, value: str) -> str:
 
 
 def message_parts(wire: bytes) -> MessageParts:
-    """Take a message built by :func:`build_row` (``PreviewItem.wire``) apart: its header fields
-    as written (folded lines joined, encoded words left as they are on the wire: for display,
-    :func:`display_header`) and the decoded
-    text and HTML parts (:mod:`email`'s parser, the default policy)."""
+    """Take a built message apart: its header fields as written (encoded words kept) and the decoded
+    text and HTML parts."""
     head = wire.partition(b"\r\n\r\n")[0].decode("utf-8", "replace")
     fields = re.split(r"\r\n(?![ \t])", head)
     headers = tuple((name, re.sub(r"\r\n[ \t]", " ", value).strip())

@@ -1,15 +1,5 @@
-"""How far each campaign is, and when its queued emails are expected out: the campaign page's
-"progress" table (sent, queued, expected finish).
-
-The estimate follows the pacing rule itself (``mailbox_remaining_today`` in
-sql/queries/mailboxes.sql, read for each mailbox with queued emails, as the send DAG's plan
-reads it): a mailbox sends at most ``run_share`` rows per send run (one run per
-``OUTREACH_SEND_INTERVAL_MINUTES``), at most what is left of today's limit today, and then at most
-its daily limit per day from tomorrow (today's limit: a warm-up ramp that grows makes the
-estimate late, never early). A campaign finishes when the last of its mailboxes does; mailboxes
-are shared, so a mailbox's whole queue counts, whatever campaign it belongs to. Later sequence
-steps are not queued yet and are not counted. A paused campaign or mailbox has no estimate.
-"""
+"""How far each campaign is, and when its queued emails are expected out (the campaign page's
+progress table), by the pacing rule itself: docs/explanation/pacing.md."""
 
 from __future__ import annotations
 
@@ -47,13 +37,11 @@ def mailbox_finish(queued: int, quota: mailboxes_store.MailboxQuota, interval: d
 
 def campaign_progress(conn: Conn, *, interval: dt.timedelta | None,
                       now: dt.datetime | None = None) -> list[dict[str, Any]]:
-    """Return per campaign ``{campaign, name, status, sent, queued, expected_finish}``:
-    ``expected_finish`` is an ISO timestamp (UTC), ``None`` with nothing queued, or the reason
-    there is none (``"paused"``, ``"mailbox paused"``).
+    """Return per campaign ``{campaign, name, status, sent, queued, expected_finish}``; the finish is an
+    ISO timestamp (UTC), ``None`` with nothing queued, or ``"paused"`` / ``"mailbox paused"``.
 
     :param interval: the send DAG's run interval (``Settings.send_interval``).
-    :param now: a fixed clock (UTC); default now.
-    """
+    :param now: a fixed clock (UTC); default now."""
     now = now or dt.datetime.now(dt.UTC)
     rows = reports.report_campaign_progress(conn)
     per_mailbox: dict[int, int] = {}

@@ -20,33 +20,21 @@ from outreach.store import emails, mailboxes, reports
 
 def queue_due(url: str, *, campaign_key: str | None = None, now: dt.datetime | None = None,
               workers: int | None = None) -> dict[str, Any]:
-    """Insert the due step of every eligible lead, then finish the campaigns that are done;
-    return ``{"queued": n, "per_mailbox": {id: n}, "held": [{"campaign", "step", "missing",
-    "leads"}, …], "finished": [key, …]}``.
+    """Insert the due step of every eligible lead, then finish the campaigns that are done.
 
-    The leads are split by id into ``workers`` parts, each queued by ``email_queue_due`` on its
-    own connection in its own transaction, all at once (one core of the database server each:
-    :class:`outreach.settings.QueueSettings`). A part that fails is rolled back alone and the
-    others commit; after every part has ended, each failed part is logged as one line (part,
-    error) and one line says what the committed parts queued, then the first failed part's error
-    is raised; a second run queues what is left (UNIQUE (lead, step): nothing twice).
-
-    ``held`` counts the leads a step is not queued for because they lack a field the step
-    ``requires`` (see :class:`outreach.campaign.Step`), per campaign, step and missing fields.
-
-    Then every campaign whose enrolments are all done (last step sent, or the sequence stopped)
-    and that has nothing queued, sending or unconfirmed becomes ``finished``
-    (:func:`outreach.store.campaigns.campaign_finish`, in its own transaction); ``finished``
-    lists their keys. Not a campaign fed by a ``source:``, nor one without enrolments.
+    The leads are split by id into ``workers`` parts, queued at once, each in its own transaction;
+    a failed part is rolled back alone, logged, and its error raised after the others committed (a
+    second run queues the rest, nothing twice). A campaign whose enrolments are all done with nothing
+    queued, sending or unconfirmed becomes ``finished`` (not one fed by a ``source:``).
 
     :param campaign_key: only this campaign (default all active campaigns).
     :param now: a fixed clock (UTC); default the database clock (each part's transaction start).
-    :param workers: parts, 1 to 16 (default ``OUTREACH_QUEUE_DUE_WORKERS``, 1). With one part the
-        rows' ids follow (lead, step), the order in which rows due at the same moment are claimed;
-        parts inserted at once interleave their ids.
+    :param workers: parts, 1 to 16 (default ``OUTREACH_QUEUE_DUE_WORKERS``); only one keeps the ids
+        in (lead, step) order: :class:`outreach.settings.QueueSettings`.
+    :returns: ``{"queued": n, "per_mailbox": {id: n}, "held": [{"campaign", "step", "missing",
+        "leads"}, …], "finished": [key, …]}``; ``held``: leads lacking a field the step ``requires``.
     :raises outreach.settings.SettingValueError: ``workers`` (or the setting) is not 1 to 16.
-    :raises psycopg.Error: a part failed (the first failed part's error; the others committed).
-    """
+    :raises psycopg.Error: a part failed (the first failed part's error; the others committed)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from outreach.settings import QueueSettings
@@ -119,21 +107,14 @@ class Reaped:
 
 def reap(url: str, threshold: dt.timedelta, *, release: dt.timedelta | None = None,
          now: dt.datetime | None = None) -> Reaped:
-    """Take back rows left 'sending' by a killed or stuck sender.
+    """Take back rows left 'sending' by a killed or stuck sender: one guarded UPDATE, ``email_reap_stale``.
 
-    One guarded UPDATE (``email_reap_stale``, where the rule lives): a row that finished
-    meanwhile is never touched. A row whose handoff was stamped (``handed_over_at``, committed
-    right before MAIL FROM) may have gone out and fails as unconfirmed once the stamp is older
-    than ``threshold``; a row never handed over goes back to the queue with its attempt not
-    counted once neither its claim nor its sender's heartbeat (:class:`outreach.claim.ClaimHeartbeat`)
-    is younger than ``release`` (or its claim is older than ``threshold``).
+    A stamped row (``handed_over_at``) fails as unconfirmed once the stamp is older than
+    ``threshold``; an unstamped one is requeued, attempt not counted, once neither its claim nor its
+    heartbeat is younger than ``release``. The rule: docs/explanation/promise.md.
 
-    :param threshold: ``Settings.reaper_threshold`` (must outlast one handoff, see
-        :class:`outreach.settings.Settings`).
-    :param release: ``Settings.release_threshold``, the short release of unstamped rows;
-        ``None``: ``threshold`` (the one rule of before, for callers without settings).
-    :param now: a fixed clock (UTC); default the database clock.
-    """
+    :param threshold: ``Settings.reaper_threshold`` (must outlast one handoff).
+    :param release: ``Settings.release_threshold``; ``None``: ``threshold``."""
     with db.transaction(url) as conn:
         rows = emails.email_reap_stale(conn, threshold=threshold,
                                        release=release or threshold, now=now)
@@ -156,22 +137,15 @@ def plan_batches(url: str, batch_size: int, *, parallelism: int = 4,
                  mailbox_id: int | None = None) -> list[dict[str, Any]]:
     """Plan one send run: at most ``parallelism`` batches, each claiming across mailboxes.
 
-    A mailbox's work this run is ``min(due, run_left)``: what it may still start today (cap and
-    warm-up) and, with ``interval``, this run's share of that, the day spread evenly over the full
-    send window (pacing; the rule: ``mailbox_remaining_today``); paused mailboxes get none. The work
-    is then split over ``min(parallelism, ceil(total / batch_size))`` batches by :func:`split_work`,
-    so the number of mapped send tasks follows the configured parallelism, not the number of
-    mailboxes. Each batch claims on its own under every mailbox's lock, so a plan that
-    over-estimates (rows outside their send window, a concurrent run) only yields smaller batches.
+    A mailbox's work is ``min(due, run_left)`` (``mailbox_remaining_today``; paused: none), split by
+    :func:`split_work`; each batch claims under every mailbox's lock, so an over-estimate only yields
+    smaller batches. Why: docs/explanation/pacing.md.
 
     :param batch_size: rows one batch claims at most (``OUTREACH_BATCH_SIZE``).
     :param parallelism: batches at most (``OUTREACH_SEND_PARALLELISM``).
     :param interval: the send runs' interval for pacing; ``None`` = no pacing.
-    :param now: a fixed clock (UTC); default the database clock.
     :param mailbox_id: plan for this mailbox only.
-    :returns: ``[{"label": str, "limit": rows, "quotas": [[mailbox_id, rows], …]}, …]``
-        (JSON-serialisable, for XCom).
-    """
+    :returns: ``[{"label": str, "limit": rows, "quotas": [[mailbox_id, rows], …]}, …]`` (for XCom)."""
     work = {a.mailbox_id: a.this_run for a in run_allowances(
         url, interval=interval, now=now, mailbox_id=mailbox_id, log_plan=True) if a.this_run > 0}
     return split_work(work, batch_size, parallelism)
@@ -181,17 +155,11 @@ def plan_batches(url: str, batch_size: int, *, parallelism: int = 4,
 class RunAllowance:
     """What one send run may take from a mailbox with due rows, and why not more.
 
-    ``due``: its queued rows of active campaigns due now (``email_plan_mailboxes``);
-    ``this_run``: ``min(due, run_left)`` of ``mailbox_remaining_today`` (0 when paused);
-    ``used`` and ``daily_limit``: today's claims against the cap and warm-up (its local day);
-    ``due_by_now``: what an even spread over today's send window has started by the end of this
-    run (``None`` without pacing); ``hold``: why ``this_run < due`` — ``"paused"``,
-    ``"frozen"`` (the mailbox file's ``freeze:`` covers its local today; ``used`` and
-    ``daily_limit`` then 0, not read),
-    ``"daily cap"``, ``"send window"`` (no window of its queued rows is open now),
-    ``"run share"`` (the steady rate: ``run_share`` a run, ``slot_used`` of it taken in this
-    run's slot already), ``"pacing"`` (the even spread) — or ``None``. ``address`` is masked.
-    """
+    ``due``: queued rows due now; ``this_run``: ``min(due, run_left)`` (0 when paused); ``used``
+    and ``daily_limit``: today's claims against the cap (0 when frozen); ``due_by_now``: the even
+    spread's count by the end of this run (``None`` without pacing); ``hold``: ``"paused"``,
+    ``"frozen"``, ``"daily cap"``, ``"send window"``, ``"run share"`` (``run_share``, ``slot_used``),
+    ``"pacing"`` or ``None``. ``address`` is masked."""
 
     mailbox_id: int
     address: str
@@ -227,15 +195,13 @@ class RunAllowance:
 
 def run_allowances(url: str, *, interval: dt.timedelta | None, now: dt.datetime | None = None,
                    mailbox_id: int | None = None, log_plan: bool = False) -> list[RunAllowance]:
-    """Return, per mailbox with due rows, what a send run at ``now`` may take and why not more
-    (:class:`RunAllowance`): the figures :func:`plan_batches` plans with, read the same way
-    (the rule: ``mailbox_remaining_today``). Nothing is written.
+    """Return, per mailbox with due rows, what a run at ``now`` may take and why (:class:`RunAllowance`).
+
+    The figures :func:`plan_batches` plans with, read the same way; nothing is written.
 
     :param interval: the send runs' interval for pacing; ``None`` = no pacing.
-    :param now: a fixed clock (UTC); default the database clock.
     :param mailbox_id: this mailbox only.
-    :param log_plan: log each mailbox's figures as one ``plan:`` line (the send plan does).
-    """
+    :param log_plan: log each mailbox's figures as one ``plan:`` line (the send plan does)."""
     out: list[RunAllowance] = []
     with db.connect(url, autocommit=True) as conn:
         for mb in emails.email_plan_mailboxes(conn, now=now, mailbox_id=mailbox_id):
@@ -283,16 +249,12 @@ def run_allowances(url: str, *, interval: dt.timedelta | None, now: dt.datetime 
 def split_work(work: dict[int, int], batch_size: int, parallelism: int) -> list[dict[str, Any]]:
     """Split per-mailbox work over at most ``parallelism`` batches of at most ``batch_size`` rows.
 
-    A pure function. With ``n = min(parallelism, ceil(total / batch_size))`` batches, each
-    mailbox's rows are spread evenly over all of them (a mailbox's share differs by at most one
-    between batches, and so does a batch's size); when the total exceeds ``n × batch_size`` the
-    mailboxes are scaled down in proportion (largest remainder) and the rest waits for the next
-    run. Each batch starts with a different mailbox, so concurrent batches do not queue on the
-    same mailbox lock.
+    Pure. Each mailbox is spread evenly over ``n = min(parallelism, ceil(total / batch_size))``
+    batches (shares and sizes differ by at most one), scaled down by largest remainder when over
+    ``n × batch_size``; each batch starts with a different mailbox (fewer waits on one lock).
 
     :param work: ``{mailbox_id: rows}`` (rows > 0).
-    :returns: see :func:`plan_batches`; ``[]`` when there is no work.
-    """
+    :returns: see :func:`plan_batches`; ``[]`` when there is no work."""
     total = sum(work.values())
     if total <= 0:
         return []

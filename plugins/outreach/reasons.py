@@ -1,20 +1,10 @@
 """Why a message was not delivered: one vocabulary of reasons and one owner per reason.
 
-Every delivery failure — an SMTP reply during our own session, a DSN or ARF report read from the
-inbox, an ESP's event — is described by a *reason* from :data:`REASONS` (sisimai's vocabulary,
-the field's reference: https://libsisimai.org/en/reason/) and by the reason's *owner*, which
-decides the effect (the one rule; :mod:`outreach.send` and :mod:`outreach.inbox` point here):
-
-* ``address``: the recipient's address is gone (no such user or domain, moved). Suppress the
-  address as ``bounced``; it counts toward the mailbox's bounce rate.
-* ``sender``: our mail was refused for something of *ours* (DMARC/SPF/DKIM, a blocklist, content,
-  missing PTR, TLS, relaying, size). Never the lead's fault: the lead is not suppressed, the
-  email fails with the reason, and the mailbox counts the block.
-* ``transient``: may work later (mailbox full, over quota, expired in a queue, 4.x.x). Recorded;
-  the address is suppressed only after repeated soft bounces.
-* ``none``: not a failure (a delivery report that says delivered or delayed, a complaint's
-  feedback, a vacation reply).
-"""
+Every failure (our SMTP session, a DSN or ARF report, an ESP event) gets a reason of
+:data:`REASONS` (sisimai's vocabulary, https://libsisimai.org/en/reason/) whose owner decides the
+effect: ``address`` (gone: suppressed), ``sender`` (ours: the mailbox counts the block),
+``transient`` (suppressed only after repeated soft bounces), ``none`` (not a failure).
+docs/explanation/bounces-and-complaints.md."""
 
 from __future__ import annotations
 
@@ -232,20 +222,13 @@ def status_in(text: str | None) -> str | None:
 def reason_of(status: str | None, diagnostic: str | None = None, code: int | None = None) -> str:
     """The reason (a key of :data:`REASONS`) for one failed recipient.
 
-    :param status: the RFC 3463 enhanced status (a DSN's ``Status:``, or the one in an SMTP
-        reply), e.g. ``"5.7.26"``; ``None`` when there is none (it is then looked for in the
-        diagnostic).
-    :param diagnostic: the server's text (an SMTP reply, a DSN's ``Diagnostic-Code``, a
-        plain-text bounce's explanation).
-    :param code: the basic SMTP reply code (``550``), when known.
-    :returns: the status's own reason when the status is decisive (5.1.1 → ``userunknown``,
-        5.7.26 → ``authfailure``: ``_DECISIVE``); else the first reason whose words the
-        diagnostic carries; else the status's own reason (5.2.2 → ``mailboxfull``); else the
-        status's subject (5.6.x ``contenterror``, 5.7.x ``policyviolation``, x.3.x
-        ``systemerror``, x.4.x ``networkerror``); else by class: ``undefined`` for 5.x.x and
-        5xx (a permanent failure we cannot tell: transient, so it never suppresses at once),
-        ``delayed`` for 4.x.x and 4xx.
-    """
+    Decisive status, else the diagnostic's words, else the status's reason, its subject, then
+    ``undefined`` (5xx, transient) or ``delayed`` (4xx): the order and corrections are
+    docs/explanation/inbound-classification.md#from-the-servers-words-to-a-reason-and-an-owner.
+
+    :param status: the RFC 3463 enhanced status (``"5.7.26"``); ``None``: looked for in the text.
+    :param diagnostic: the server's text (an SMTP reply, a ``Diagnostic-Code``, a bounce's words).
+    :param code: the basic SMTP reply code (``550``), when known."""
     status = status or status_in(diagnostic)
     for reason, pattern in _OVERRIDES:
         if pattern.search(diagnostic or ""):

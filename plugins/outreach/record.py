@@ -83,12 +83,9 @@ def _lost_claim(summary: BatchSummary, email_id: int, what: str) -> None:
 
 def _pre_send_stop(conn: Conn, row: dict[str, Any], guard: dict[str, Any], summary: BatchSummary,
                    who: str, address: str) -> bool:
-    """The pre-send checks: end the row without a handoff when its recipient is suppressed (the
-    one suppression function) or, for a campaign step, its enrolment is no longer active (a stop
-    or a reply after the claim: outreach.stop_enrollment cancels only rows still 'queued').
-    Return whether the row ended here. Asked only to say why a row is not handed off: when its
-    handoff stamp did not match (email_touch_claim decides both checks atomically with the stamp)
-    or its message could not be built."""
+    """The pre-send checks: end the row unsent when its recipient is suppressed or (campaign) its
+    enrolment is no longer active; return whether it ended here. Asked only to say why a row is not
+    handed off (its stamp did not match, or its message could not be built)."""
     if is_suppressed(conn, address, message_class(row)):
         if _guarded(conn, emails.email_mark_suppressed, guard, summary, "mark suppressed"):
             summary.suppressed += 1

@@ -1,30 +1,10 @@
 """Rendering: template + lead → subject, text part, HTML part. A pure function of its inputs.
 
-Templates are Jinja2 files ``include/templates/<name>.txt.j2`` and ``<name>.html.j2`` rendered
-with ``StrictUndefined`` (a missing variable is an error, never an empty string) and HTML
-autoescaping. Both parts must show the unsubscribe link (Gmail and Yahoo sender guidelines: a
-visible unsubscribe link besides the one-click header).
-
-Whoever can edit a template or a step's subject must not be able to run code as the worker, read
-its environment or exhaust its memory (issue 31). Every template and subject is therefore compiled
-in one sandboxed environment, :func:`environment` — Jinja's
-:class:`jinja2.sandbox.ImmutableSandboxedEnvironment` (no attribute starting with ``_``, no
-mutation of lists and dicts) narrowed further:
-
-* only the filters of :data:`FILTERS`, one global (``range``, at most :data:`MAX_RANGE` items),
-  and only the string and mapping methods of :data:`STR_METHODS` / :data:`MAPPING_METHODS`;
-  ``str.format``, ``%``-formatting, ``{% macro %}``, ``{% call %}`` and recursive loops are refused
-  when the template is compiled or rendered;
-* caps on what one email's rendering may build, checked *before* a value is built wherever its
-  size can be known (``*``, ``**``, ``+``, ``join``, ``replace``): :data:`MAX_PART_CHARS` per
-  rendered part, :data:`MAX_VALUE_CHARS` per value, :data:`MAX_WORK_CHARS` and
-  :data:`MAX_LOOP_ITERATIONS` per email, and :data:`RENDER_SECONDS` of wall time per email.
-
-A template that breaks a rule raises :class:`RenderError` naming the template and the rule; the
-caller fails that campaign's load (:func:`outreach.campaign.load_campaign` renders every step for
-a sample lead) or that one row (stage ``RENDER``), never the batch. The user-facing page is
-``docs/reference/templates.md``.
-"""
+Jinja2 files ``<name>.txt.j2`` and ``<name>.html.j2``, ``StrictUndefined``, HTML autoescaped;
+both parts show the unsubscribe link (Gmail and Yahoo sender guidelines). Everything is compiled
+in one sandbox (:func:`environment`, issue 31): only :data:`FILTERS`, :data:`STR_METHODS` and
+:data:`MAPPING_METHODS`, and caps checked before a value is built. A breach raises
+:class:`RenderError` for that row or campaign load, never the batch. docs/reference/templates.md."""
 
 from __future__ import annotations
 
@@ -434,23 +414,16 @@ def render_subject(subject: str, context: dict[str, Any], directory: Path | None
 
 def render(template: str, subject: str | None, context: dict[str, Any],
            directory: Path | None = None, *, require_unsubscribe: bool = True) -> Rendered:
-    """Render one email in the sandbox (see the module docstring for what a template may use
-    and the caps; a new budget of :data:`MAX_WORK_CHARS`, :data:`MAX_LOOP_ITERATIONS` and
-    :data:`RENDER_SECONDS` per call).
+    """Render one email in the sandbox, with a new budget per call.
 
     :param template: template name (``intro`` → ``intro.txt.j2`` + ``intro.html.j2``).
-    :param subject: the step's subject, a Jinja2 string; ``None``: the template's own
-        ``<name>.subject.j2`` (transactional templates). Whitespace (CR/LF too) is folded to one
-        space so it can never break the header.
-    :param context: for marketing, ``lead`` (first_name, last_name, company, title, email),
-        ``sender`` (name, address), ``campaign`` (key, name) and ``unsubscribe_url``; for
-        transactional mail, what the application enqueued plus ``recipient`` and ``sender``.
-    :param require_unsubscribe: both parts must show ``context["unsubscribe_url"]`` (marketing:
-        Gmail and Yahoo sender guidelines); ``False`` for transactional mail.
-    :raises RenderError: missing template or variable, a template error, something the sandbox
-        refuses or a cap (the message names the template and the rule), or a part without the
-        unsubscribe link.
-    """
+    :param subject: the step's subject (Jinja2), or ``None`` for the template's ``.subject.j2``;
+        white space (CR/LF too) folded to one space.
+    :param context: marketing: ``lead``, ``sender``, ``campaign``, ``unsubscribe_url``;
+        transactional: what was enqueued plus ``recipient`` and ``sender``.
+    :param require_unsubscribe: both parts must show ``context["unsubscribe_url"]`` (marketing).
+    :raises RenderError: a missing template or variable, a template error, the sandbox or a cap
+        (the template and rule named), or a part without the unsubscribe link."""
     directory = directory or templates_dir()
     env = environment(directory)
     token = _budget.set(_Budget())

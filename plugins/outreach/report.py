@@ -21,44 +21,17 @@ AUDIT_ROWS = 100
 
 
 def collect(url: str, *, now: Any = None, accounts: Any = None) -> dict[str, Any]:
-    """Return the report as a dict (``outreach report --json`` and the campaign page in Airflow
-    show exactly this).
+    """Return the report as a dict: what ``outreach report --json`` and the campaign page show.
 
-    Its keys:
-
-    * ``rows``: per campaign/step/mailbox counts; ``totals``; ``last_import``;
-    * ``held``: leads a step is not queued for because they lack a field it requires
-      (campaign, step, missing, leads);
-    * ``waiting``: queued emails the contact policy holds back, per campaign, step and reason
-      (campaign, step, reason, emails, next_at; docs/explanation/contact-policy.md);
-    * ``mailboxes``: today's sends against the limit, pause status (address masked, ``name``);
-    * ``this_run``: per mailbox with due emails, what a send run now may take and what holds the
-      rest (``hold``: paused, frozen, daily cap, send window, run share, pacing; ``line``: the
-      sentence ``outreach send`` prints) (:func:`outreach.queue.run_allowances`);
-    * ``funnel``: per campaign and step: enrolled, queued, sent, replied, bounced,
-      unsubscribed, unconfirmed, failed, complained, sender_blocked, stopped_domain_reply,
-      stopped_auto_reply (``report_funnel``);
-    * ``inbound``: inbound mail by class and reason: messages, and how many changed something
-      (``report_inbound_counts``);
-    * ``health``: per mailbox over :data:`HISTORY_DAYS` days: sends, hard bounces, complaints
-      and their rates (fractions), paused state with who, when, why (``report_mailbox_health``);
-    * ``days``: per mailbox and local day: sent, cap, the day's warm-up limit and the domain's
-      Postmaster spam rate (``None`` when unknown, never 0) (``report_mailbox_days``);
-    * ``spam_rate_threshold``: the pause threshold (a fraction; Gmail: keep below 0.1 %);
-    * ``unconfirmed``: every unconfirmed email as operators see it (recipient masked);
-    * ``progress``: per campaign its name, status, sent, queued and expected finish under the
-      current caps and pacing (:func:`outreach.progress.campaign_progress`);
-    * ``variants``: per campaign step with A/B variants, each variant's figures and the verdict
-      (:func:`ab_variants`).
-    * ``audit``: the last :data:`AUDIT_ROWS` operator decisions, newest first (the audit trail,
-      :mod:`outreach.audit`: ``at``, ``actor``, ``via``, ``action``, target, ``campaign_key``,
-      ``reason``, ``details``; addresses masked).
+    Keys: ``rows``, ``totals``, ``last_import``, ``held``, ``waiting`` (the contact policy's holds),
+    ``mailboxes``, ``this_run`` (:func:`outreach.queue.run_allowances`), ``funnel``, ``inbound``,
+    ``health`` (over :data:`HISTORY_DAYS` days; rates as fractions), ``days`` (spam rate ``None``
+    when unknown, never 0), ``spam_rate_threshold``, ``unconfirmed`` (masked), ``progress``
+    (:func:`outreach.progress.campaign_progress`), ``variants`` (:func:`ab_variants`) and ``audit``
+    (the last :data:`AUDIT_ROWS` decisions, masked); each from its ``report_*`` query.
 
     :param now: a fixed clock (UTC) for the day-based figures; default the database clock.
-    :param accounts: opens IMAP accounts for the unconfirmed emails' Sent-folder evidence (the
-        campaign page passes the one the Required Action uses, so both say the same);
-        ``None``: not searched (:func:`outreach.resolve.unconfirmed_details`).
-    """
+    :param accounts: opens IMAP accounts for the Sent-folder evidence; ``None``: not searched."""
     import datetime as dt
 
     from outreach.health import HealthSettings
@@ -119,12 +92,11 @@ VARIANT_COUNTS = ("sent", "replied", "bounced", "unsubscribed", "complained")
 
 
 def ab_variants(rows: list[reports.FunnelStep]) -> list[dict[str, Any]]:
-    """Group ``report_funnel(by_variant=True)`` rows into one entry per campaign step with A/B
-    variants: ``{"campaign", "step", "variants": [{"variant", "sent", "replied", "bounced",
-    "unsubscribed", "complained", "reply_rate", "reply_rate_low", "reply_rate_high"}, …], "best",
-    "worst", "z", "p", "significant", "verdict"}``. Rates are fractions (``None`` before the
-    first send); the interval is Wilson's 95 %, the verdict the pooled two-proportion z-test
-    (:func:`outreach.abtest.compare_variants`). A step's rows without a variant are left out."""
+    """Group ``report_funnel(by_variant=True)`` rows into one entry per campaign step with variants.
+
+    Each ``{"campaign", "step", "variants": [{"variant", "sent", …, "reply_rate", "reply_rate_low",
+    "reply_rate_high"}], "best", "worst", "z", "p", "significant", "verdict"}``: Wilson's 95 %
+    interval, the pooled two-proportion z-test (:func:`outreach.abtest.compare_variants`)."""
     from outreach.abtest import compare_variants
 
     steps: dict[tuple[str, int], list[dict[str, Any]]] = {}

@@ -1,20 +1,10 @@
 r"""Operators resolve unconfirmed emails: only a person who checked Sent Items can say.
 
-"was sent" records the message in the send log as operator-confirmed (the Message-ID derived from
-the row's idempotency key) and marks the row sent. When the server accepted the message after the
-reaper had failed it (a late acceptance, recorded on the row by the sender), that evidence is shown
-by ``outreach unconfirmed`` and kept with the resolution and in the send log's reply. "not sent"
-requeues it with the same idempotency key, so the next attempt carries the same Message-ID. Nothing
-else may move an unconfirmed row: a trigger (migration 0002) refuses it outside an operator
-resolution.
-
-Sent-folder evidence: when the mailbox has an IMAP account (``imap_conn_id``) with a Sent folder
-(the one flagged ``\Sent``, RFC 6154), :func:`sent_evidence` searches it for the row's Message-ID
-(``SEARCH HEADER Message-ID``, RFC 3501 §6.4.4): *found* (with the message's date) is evidence
-that it went out — many relays (Gmail's SMTP among them) file every message they accept there —
-and :func:`resolve_found` resolves such rows ``was_sent`` with the evidence in the note. *Not
-found* proves nothing (many relays file nothing): those rows stay for a person.
-"""
+"was sent" records it in the send log as operator-confirmed and marks the row sent (a late
+acceptance kept as evidence); "not sent" requeues it with the same idempotency key (so the same
+Message-ID). A trigger (0002) refuses any other move of an unconfirmed row. :func:`sent_evidence`
+searches the mailbox's ``\Sent`` folder (RFC 6154) for the Message-ID (RFC 3501 §6.4.4): found is
+evidence, not found proves nothing. docs/howto/operating-failures.md."""
 
 from __future__ import annotations
 
@@ -46,12 +36,10 @@ class Resolution:
 
 
 def evidence(row: dict[str, Any]) -> str | None:
-    """Return what the database knows about an unconfirmed row besides Sent Items, as one line:
-    the server's late acceptance (``accepted late at 2026-03-08 10:31:05 UTC: 250 2.0.0 OK
-    queued; Message-ID <…>``), or ``None``.
+    """Return the database's evidence about an unconfirmed row besides Sent Items, as one line: the
+    late acceptance (``accepted late at … UTC: 250 2.0.0 OK queued; Message-ID <…>``), or ``None``.
 
-    :param row: a row of ``email_list_unconfirmed``.
-    """
+    :param row: a row of ``email_list_unconfirmed``."""
     if not row.get("late_accepted_at"):
         return None
     at = row["late_accepted_at"].astimezone(dt.UTC)
@@ -60,12 +48,10 @@ def evidence(row: dict[str, Any]) -> str | None:
 
 
 def describe_unconfirmed(row: dict[str, Any]) -> str:
-    """Return the operator's one line about an unconfirmed email (recipient masked): id,
-    campaign (or message class), mailbox, claim, handoff, why, and the evidence if any. The CLI
-    (``outreach unconfirmed``) and the ``outreach_resolve_unconfirmed`` DAG's log show this.
+    """Return the operator's one line about an unconfirmed email (masked): id, campaign, mailbox, claim,
+    handoff, why and any evidence, as ``outreach unconfirmed`` and the resolve DAG log it.
 
-    :param row: a row of ``email_list_unconfirmed``.
-    """
+    :param row: a row of ``email_list_unconfirmed``."""
     def utc(t: dt.datetime | None) -> str:
         return f"{t.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC" if t else "never"
 
@@ -88,17 +74,14 @@ def _stage(error: str) -> str:
 
 def unconfirmed_details(url: str, ids: list[int] | None = None, *,
                         accounts: Callable[[str], Any] | None = None) -> list[dict[str, Any]]:
-    """Return the unconfirmed emails (all, or ``ids``) as operators see them (the Required
-    Action, the campaign page, ``outreach report --json``): ``id``, ``campaign``, ``step`` (or
-    template), ``recipient`` (masked), ``mailbox`` (its name), ``message_id``, ``claimed_at`` and
-    ``handed_over_at`` (ISO, UTC), ``stage`` (the SMTP stage of ``last_error``), ``error`` (the
-    reply, addresses masked) and ``evidence``: what the mailbox's Sent folder says
-    (:meth:`SentEvidence.text`: always says whether it was checked) and the late acceptance
-    (:func:`evidence`) if any.
+    """Return the unconfirmed emails (all, or ``ids``) as operators see them.
 
-    :param accounts: turns an IMAP connection id into an account; ``None``: no IMAP search
-        (rows of mailboxes with an IMAP connection say ``not checked``, never "not found").
-    """
+    Keys: ``id``, ``campaign``, ``step``, ``recipient`` (masked), ``mailbox``, ``message_id``,
+    ``claimed_at`` and ``handed_over_at`` (ISO, UTC), ``stage``, ``error`` (masked) and
+    ``evidence`` (the Sent folder's answer, always saying whether it was checked, and any late
+    acceptance).
+
+    :param accounts: IMAP connection id → account; ``None``: no search (``not checked``)."""
     with db.connect(url, autocommit=True) as conn:
         # Dict rows: evidence(), row_message_id() and sent_evidence() read them by column name.
         rows = [asdict(r) for r in emails.email_unconfirmed_details(conn, ids=ids)]
@@ -135,16 +118,13 @@ def list_unconfirmed(url: str, *, ids: list[int] | None = None, campaign_key: st
 def resolve(url: str, decision: str, resolved_by: str, *, ids: list[int] | None = None,
             campaign_key: str | None = None, mailbox: str | None = None, note: str = "",
             who: audit.Who | None = None) -> Resolution:
-    """Resolve unconfirmed emails, one transaction per email (a guarded UPDATE each), each with
-    its audit row (action ``resolve``) in that transaction.
+    """Resolve unconfirmed emails, one transaction per email (a guarded UPDATE and its audit row).
 
     :param decision: ``"was_sent"`` or ``"not_sent"``.
     :param resolved_by: the person deciding (recorded).
     :param ids: email ids; or select by ``campaign_key`` and/or ``mailbox``.
-    :param who: who is authenticated (:class:`outreach.audit.Who`; default ``resolved_by``
-        through ``api``).
-    :raises ValueError: unknown decision, no operator name, or no selection at all.
-    """
+    :param who: who is authenticated (default ``resolved_by`` through ``api``).
+    :raises ValueError: unknown decision, no operator name, or no selection at all."""
     if decision not in DECISIONS:
         raise ValueError(f"decision must be one of {DECISIONS}, got {decision!r}")
     if not resolved_by.strip():
@@ -190,11 +170,9 @@ def resolve(url: str, decision: str, resolved_by: str, *, ids: list[int] | None 
 
 @dataclass(frozen=True)
 class SentEvidence:
-    r"""What the mailbox's Sent folder says about one email: ``state`` is ``found`` (``folder``
-    and ``date``, UTC, of the copy), ``not_found``, ``no_sent_folder`` (the account has no folder
-    flagged ``\Sent``), ``no_imap`` (the mailbox has no ``imap_conn_id``), ``not_searched``
-    (the caller gave no way to open IMAP accounts) or ``unreadable`` (``detail`` names the
-    connection and the IMAP stage)."""
+    r"""What the mailbox's Sent folder says about one email: ``state`` is ``found`` (``folder``, and
+    ``date`` in UTC), ``not_found``, ``no_sent_folder``, ``no_imap``, ``not_searched`` or
+    ``unreadable`` (``detail`` names the connection and IMAP stage)."""
 
     state: str
     folder: str | None = None
@@ -228,11 +206,8 @@ def sent_evidence(rows: list[dict[str, Any]], accounts: Callable[[str], Any],
     """Search each row's mailbox's Sent folder for its Message-ID (one IMAP session per account).
 
     :param rows: from :func:`list_unconfirmed` (they carry ``imap_conn_id``).
-    :param accounts: turns an Airflow IMAP connection id into an
-        :class:`outreach.imap.ImapAccount` (:func:`outreach.airflow.connections.imap_account`).
-    :returns: ``{email_id: SentEvidence}`` for every row; an account that cannot be read makes
-        its rows ``unreadable``, never an exception.
-    """
+    :param accounts: Airflow IMAP connection id → :class:`outreach.imap.ImapAccount`.
+    :returns: ``{email_id: SentEvidence}`` for every row (an unreadable account: ``unreadable``)."""
     from outreach.imap import ImapError, ImapSession
 
     out: dict[int, SentEvidence] = {}
@@ -264,12 +239,10 @@ def sent_evidence(rows: list[dict[str, Any]], accounts: Callable[[str], Any],
 def resolve_found(url: str, resolved_by: str, accounts: Callable[[str], Any], *,
                   campaign_key: str | None = None, mailbox: str | None = None,
                   who: audit.Who | None = None) -> Resolution:
-    """Resolve ``was_sent`` every unconfirmed email (optionally of one campaign / mailbox) whose
-    Message-ID is in its mailbox's Sent folder, each with its evidence as the note; the others
-    stay unconfirmed (not found proves nothing). ``who`` as for :func:`resolve`.
+    """Resolve ``was_sent``, with the evidence as the note, every unconfirmed email (of a campaign or
+    mailbox) found in its Sent folder; the others stay. ``who`` as for :func:`resolve`.
 
-    :raises ValueError: no operator name.
-    """
+    :raises ValueError: no operator name."""
     if not resolved_by.strip():
         raise ValueError("say who decides (resolved_by)")
     rows = list_unconfirmed(url, campaign_key=campaign_key, mailbox=mailbox)
@@ -311,23 +284,17 @@ class Requeue:
 def requeue_failed(url: str, failure_kind: str, requeued_by: str, reason: str, *,
                    ids: list[int] | None = None, campaign_key: str | None = None,
                    mailbox: str | None = None, who: audit.Who | None = None) -> Requeue:
-    """Put emails that failed without ever being accepted back in the queue, in one guarded
-    statement (``email_requeue_failed``): attempts start again from 0, the idempotency key (so
-    the Message-ID) stays, and each requeue is recorded in ``outreach.email_requeues`` with who,
-    why and the failure it came from. Unconfirmed rows (may have gone out; see :func:`resolve`)
-    and permanent failures are never requeued. The pre-send suppression check still applies.
+    """Put emails that failed without ever being accepted back in the queue (``email_requeue_failed``).
 
-    :param failure_kind: one of :data:`REQUEUE_KINDS` (``retries_exhausted``, or
-        ``sender_refused``: a permanent reply whose reason was ours, once fixed).
+    Attempts start from 0, the Message-ID stays, each requeue is recorded with who, why and the
+    failure. Unconfirmed rows and permanent failures are never requeued.
+
+    :param failure_kind: one of :data:`REQUEUE_KINDS` (``retries_exhausted``, ``sender_refused``).
     :param requeued_by: the person deciding (recorded).
     :param reason: why (recorded), e.g. "relay fixed, ticket 4711".
-    :param ids: email ids; with ``campaign_key`` and/or ``mailbox`` (address or id) to narrow,
-        or none of them: every email failed with that kind.
-    :param who: who is authenticated (:class:`outreach.audit.Who`; default ``requeued_by``
-        through ``api``): a requeue that moved emails is one audit row (``details``: the ids and
-        their count) in the same transaction.
-    :raises ValueError: another failure kind, or no name or reason.
-    """
+    :param ids: email ids; ``campaign_key`` and/or ``mailbox`` narrow; none: every such failure.
+    :param who: who is authenticated (default ``requeued_by`` through ``api``): one audit row.
+    :raises ValueError: another failure kind, or no name or reason."""
     if failure_kind not in REQUEUE_KINDS:
         raise ValueError(f"--failed-kind must be one of {REQUEUE_KINDS} (unconfirmed emails are "
                          f"resolved with `outreach resolve`; permanent failures would fail "

@@ -1,18 +1,9 @@
-"""Retention: personal content kept only as long as needed (issue 27; GDPR Art. 5(1)(e),
-storage limitation).
+"""Retention: personal content kept only as long as needed (issue 27; GDPR Art. 5(1)(e)).
 
-Two kinds of content age out, each after its own number of days
-(:class:`outreach.settings.RetentionSettings`):
-
-* what an inbound message said about a person — sender, subject, the address a report named,
-  the diagnostic and the evidence text (``outreach.inbound_messages``);
-* an import run's problem lines, which quote the rows' fields (``outreach.import_runs.problems``).
-
-The rows stay and only their content is blanked (``sql/queries/retention.sql``; migration 0125
-says why): the inbound UNIQUE keys are what make a message read twice apply once. Each batch is
-its own transaction guarded by ``… purged_at IS NULL``, so a purge killed half-way and run again,
-or two at once (``SKIP LOCKED``), purge every row once. The send log is never purged here.
-"""
+What an inbound message said about a person and an import run's problem lines are blanked after
+their days (:class:`outreach.settings.RetentionSettings`); the rows stay (their UNIQUE keys keep
+a message applied once, 0125). Batches guarded by ``purged_at IS NULL`` purge each row once; the
+send log is never purged. docs/howto/retention.md."""
 
 from __future__ import annotations
 
@@ -48,7 +39,6 @@ def purge(url: str, *, now: dt.datetime | None = None,
           settings: RetentionSettings | None = None, batch: int = BATCH) -> RetentionResult:
     """Blank the personal content past its limit; return the counts.
 
-    :param url: the outreach database (libpq URL).
     :param now: the clock (UTC, timezone-aware; default the database's ``now()``), for tests.
     :param settings: the limits (default read from the environment).
     :param batch: rows per transaction.

@@ -1,18 +1,9 @@
 """Sending: claim a batch, re-check suppression and enrolment, render, hand off, record, row by row.
 
-Each row's outcome is committed right after its own handoff, never at the end of the batch (an
-acceptance without waiting for the WAL flush, which the next handoff stamp forces: see
-``email_mark_sent``), and every change of a claimed row is one guarded UPDATE (status =
-'sending' and our claim token).
-What happens when this runs twice: a second sender's claim skips locked rows and can only claim
-rows still 'queued'; a retried task claims fresh rows or none, and rows an earlier try left in
-'sending' are left to the reaper.
-
-This module runs a batch, a planned batch and a send run; the steps of one row live in
-:mod:`outreach.claim` (the claim and its heartbeat), :mod:`outreach.compose` (the message),
-:mod:`outreach.handoff` (the SMTP handoff of one row) and :mod:`outreach.record` (its outcome,
-and the recovery after a lost database connection).
-"""
+Each row's outcome is committed right after its own handoff, and every change of a claimed row is
+one guarded UPDATE (status 'sending' and our claim token); what a second run does:
+docs/explanation/promise.md#what-happens-when-a-step-runs-twice. The steps of one row live in
+:mod:`outreach.claim`, :mod:`outreach.compose`, :mod:`outreach.handoff` and :mod:`outreach.record`."""
 
 from __future__ import annotations
 
@@ -36,31 +27,17 @@ from outreach.transport import SmtpSession
 
 
 class MailboxUnreachable(RuntimeError):
-    """A mailbox could not send at all this run, before any of its claimed rows reached the SMTP
-    server: the connection or login failed (refused, reset, TLS, 421 greeting, AUTH 535, a missing
-    Airflow connection), the server refused MAIL FROM because the session is not logged in (stage
-    ``MAIL``, a 530 5.7.0: :func:`outreach.transport.session_refusal`), or the mailbox's DKIM key
-    could not be loaded (stage ``SIGN``: nothing is ever sent unsigned). Its rows went back to the
-    queue without counting an attempt (``email_release_claimed``), so a dead relay no longer burns
-    the queue's attempts; they are claimed again by the next run.
+    """A mailbox could not send at all this run, before any of its claimed rows reached the SMTP server.
 
-    Raised by :func:`send_planned` and :func:`outreach.transactional.send_due` *after* every
-    other mailbox of the batch was processed, so one dead relay does not hold back the others.
-    The CLI exits non-zero with it; in Airflow the ``send_batch`` (or transactional send) task
-    fails, and clearing it is safe (it claims fresh rows or none).
+    Stages: ``CONNECT`` (connection or login failed, a missing Airflow connection), ``MAIL`` (a 530
+    5.7.0: :func:`outreach.transport.session_refusal`) or ``SIGN`` (the DKIM key failed to load;
+    nothing goes out unsigned). Its rows went back to the queue, no attempt counted. Raised after
+    every other mailbox of the batch was processed; clearing the task is safe. The message has one
+    line per failed mailbox.
 
-    The message has one line per failed mailbox::
-
-        mailbox 1 (a***@mail.example) unreachable: Airflow connection 'outreach_smtp_anna'
-        failed at CONNECT: ConnectionRefusedError: [Errno 111] Connection refused; released 12
-        claimed row(s), no attempt counted
-
-    :ivar failures: one dict per failed mailbox: ``mailbox_id``, ``mailbox`` (masked),
-        ``conn_id`` (the Airflow SMTP connection, or the DKIM key connection for ``SIGN``),
-        ``stage`` (``CONNECT``, ``MAIL`` or ``SIGN``), ``reply`` (the SMTP reply or errno text),
-        ``released`` (row count) and ``line``.
-    :ivar summaries: the :class:`BatchSummary` of every mailbox processed (for logs and XCom).
-    """
+    :ivar failures: one dict per failed mailbox: ``mailbox_id``, ``mailbox`` (masked), ``conn_id``,
+        ``stage``, ``reply``, ``released`` (row count) and ``line``.
+    :ivar summaries: the :class:`BatchSummary` of every mailbox processed."""
 
     def __init__(self, failures: list[dict[str, Any]], summaries: list[BatchSummary]) -> None:
         self.failures = failures
@@ -80,21 +57,14 @@ def raise_if_unreachable(summaries: Sequence[BatchSummary]) -> None:
 
 
 class BatchAborted(RuntimeError):
-    """The database connection was lost during a send (the claim, or in the middle of a batch).
-    What could be recorded after reconnecting was recorded; rows not yet handed off were
-    released; the task must fail.
+    """The database connection was lost during a send; the task must fail.
 
-    The message is one line naming the stage and the ids::
+    What could be recorded after reconnecting was; rows not yet handed off were released. The
+    message is one line naming the stage and the ids.
 
-        database connection lost mid-batch at stage SEND (mailbox 1, after 2 of 10 row(s)):
-        email 3 recorded (sent); released ids [4, 5, …] back to the queue; (server closed the
-        connection unexpectedly)
-
-    :ivar stage: ``CLAIM`` (the claim statement or its read-back) or ``SEND`` (during the rows).
+    :ivar stage: ``CLAIM`` (the claim or its read-back) or ``SEND`` (during the rows).
     :ivar released: ids put back in the queue (never handed off, attempt not counted).
-    :ivar stuck: ids left 'sending' (no reconnect): the reaper takes them back — never-stamped
-        rows to the queue, the one stamped row as unconfirmed.
-    """
+    :ivar stuck: ids left 'sending' (no reconnect), for the reaper."""
 
     def __init__(self, message: str, *, stage: str = "SEND", released: Sequence[int] = (),
                  stuck: Sequence[int] = ()) -> None:
@@ -106,33 +76,18 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
                settings: Settings, *, worker: str | None = None, now: dt.datetime | None = None,
                dkim_keys: DkimKeyLoader | None = None,
                message_class: str = "marketing", clock: Clock | None = None) -> BatchSummary:
-    """Claim one batch of a mailbox and send it over one SMTP session.
+    """Claim one batch of a mailbox and send it over one SMTP session, committing each row's outcome.
 
-    Each row's outcome is committed right after its own handoff.
-
-    :param url: outreach database URL.
-    :param mailbox_id: the mailbox whose due rows to claim.
-    :param limit: at most this many rows (further limited by the mailbox's daily quota and, when
-        ``settings.send_interval`` is set, by this send run's share of it; see :func:`claim`).
+    :param limit: rows at most (further cut by the daily quota and the run's share: :func:`claim`).
     :param connector: opens the mailbox's SMTP connection by Airflow connection id.
-    :param settings: see :class:`outreach.settings.Settings`.
     :param worker: recorded as ``claimed_by`` (default ``cli@host:pid``).
-    :param now: a fixed clock (UTC) for claims and retries; default the database clock.
-    :param dkim_keys: loads a mailbox's DKIM private key by connection id (once per batch); when
-        it is missing or fails for a mailbox with a DKIM selector, its rows go back to the queue
-        unsent, attempts not counted, and the summary says the mailbox is unreachable (stage
-        SIGN), as when its SMTP server refuses the connection or the login.
-    :param message_class: which rows to claim: ``marketing`` (campaign steps, within the
-        mailbox's quota) or ``transactional`` (see :func:`claim`).
-    :param clock: waits for each row's reserved handoff moment (``settings.send_gap_seconds``;
-        default the real clock).
-    :raises BatchAborted: the database went away mid-batch (after recording what it could once
-        reconnected; rows it could not record stay 'sending' for the reaper, never resent).
+    :param dkim_keys: loads a mailbox's DKIM private key by connection id, once per batch.
+    :param message_class: ``marketing`` or ``transactional`` (see :func:`claim`).
+    :param clock: waits for each row's reserved handoff moment (default the real clock).
+    :raises BatchAborted: the database went away mid-batch (unrecorded rows stay for the reaper).
     :raises outreach.db.OutreachDBError: the database is unreachable before the claim.
-    :returns: the batch's summary; ``summary.unreachable`` is set (and the batch's rows were
-        released) when the mailbox could not connect, log in or load its DKIM key before a
-        handoff: the callers raise :class:`MailboxUnreachable` after their other mailboxes.
-    """
+    :returns: the summary; ``summary.unreachable`` is set (rows released) when the mailbox could not
+        connect, log in or load its DKIM key: callers raise :class:`MailboxUnreachable` later."""
     worker = worker or worker_name()
     conn = db.connect(url, autocommit=True)
     try:
@@ -239,23 +194,15 @@ def send_planned(url: str, quotas: Sequence[Sequence[int]], connector: SmtpConne
                  settings: Settings, *, label: str = "", worker: str | None = None,
                  now: dt.datetime | None = None, dkim_keys: DkimKeyLoader | None = None,
                  clock: Clock | None = None, limit: int | None = None) -> PlannedSummary:
-    """Send one planned batch across mailboxes: for each ``(mailbox_id, n)`` of ``quotas``, claim
-    and send up to ``n`` rows of that mailbox with :func:`send_batch`.
+    """Send one planned batch: for each ``(mailbox_id, n)`` of ``quotas``, :func:`send_batch` up to n.
 
-    Each mailbox is claimed on its own (its lock, its daily limit and run share, then the one
-    claim statement), one after the other, so a planned batch never holds more than one
-    mailbox's rows in 'sending' at a time and never exceeds any mailbox's quota, however many
-    planned batches run at once (see :func:`outreach.queue.plan_batches`).
+    Mailboxes are claimed one after the other, each under its own lock and quota.
 
     :param quotas: ``[(mailbox_id, rows at most), …]`` in claim order (JSON lists are fine).
-    :param label: the batch's name in logs (the plan's ``label``).
-    :param limit: rows this planned batch claims at most, all its mailboxes together (``None``:
-        only the quotas); each mailbox's claim is cut to what is left of it.
-    :raises outreach.db.OutreachDBError: see :func:`send_batch`; mailboxes after the failing one
-        are not claimed (their rows stay queued for the next run).
-    :raises MailboxUnreachable: after every mailbox was processed, when one or more of them could
-        not connect, log in or load its DKIM key (their rows were released).
-    """
+    :param label: the batch's name in logs.
+    :param limit: rows claimed at most, all mailboxes together (``None``: only the quotas).
+    :raises outreach.db.OutreachDBError: see :func:`send_batch`; later mailboxes stay queued.
+    :raises MailboxUnreachable: after every mailbox was processed, if one could not send at all."""
     worker = worker or worker_name()
     summary = PlannedSummary(label=label)
     for mailbox_id, n in quotas:
@@ -290,27 +237,17 @@ def send_run(url: str, connector: SmtpConnector, settings: Settings, *,
              mailbox_id: int | None = None, worker: str | None = None,
              now: dt.datetime | None = None, dkim_keys: DkimKeyLoader | None = None,
              clock: Clock | None = None, limit: int | None = None) -> SendRun:
-    """One send run, in the send DAG's order: reap stale 'sending' rows
-    (:func:`outreach.queue.reap`, ``settings.reaper_threshold``), plan the run's batches
-    (:func:`outreach.queue.plan_batches`: cap, warm-up, pacing, paused mailboxes), then send every
-    planned batch (:func:`send_planned`) one after the other.
+    """One send run, in the send DAG's order: reap, plan (:func:`outreach.queue.plan_batches`), send.
 
-    The send DAG runs the same pieces as tasks (``plan`` reaps and plans, one mapped ``send_batch``
-    per planned batch, see :mod:`outreach.airflow.tasks_send`); the ``outreach send`` command and the
-    tests run them here, in one process.
+    The DAG runs the same pieces as tasks (:mod:`outreach.airflow.tasks_send`); ``outreach send``
+    and the tests run them here in one process.
 
     :param mailbox_id: plan for this mailbox only.
     :param worker: the ``claimed_by`` of every claim (default :func:`worker_name`).
-    :param now: a fixed clock (UTC) for reap, plan and send; default the database clock.
-    :param limit: rows the whole run claims at most, every planned batch and mailbox together
-        (``outreach send --limit``; ``None``: as many as the plan allows). A claimed row is
-        handed over at most once, so this bounds the messages the run sends.
-    :raises BatchAborted: the database connection was lost while planning (nothing was claimed).
+    :param limit: rows the whole run claims at most (``outreach send --limit``; ``None``: the plan's).
+    :raises BatchAborted: the database connection was lost while planning (nothing claimed).
     :raises outreach.db.OutreachDBError: see :func:`send_batch`.
-    :raises MailboxUnreachable: after every planned batch was sent, when a mailbox could not
-        connect, log in or load its DKIM key (its rows were released; ``summaries`` holds every
-        mailbox processed in the run).
-    """
+    :raises MailboxUnreachable: after every planned batch was sent, if a mailbox could not send."""
     reaped = reap(url, settings.reaper_threshold, release=settings.release_threshold, now=now)
     try:
         plan = plan_batches(url, settings.batch_size, parallelism=settings.send_parallelism,

@@ -1,50 +1,11 @@
 """Runtime settings: every ``OUTREACH_*`` setting, parsed once, each with its range (pydantic-settings).
 
-Secrets never live in the repository or the database: they come from environment variables (or
-Airflow connections, see :mod:`outreach.airflow.connections`). Each group is a frozen
-:class:`OutreachSettings` whose fields are the variables without their ``OUTREACH_`` prefix; a
-value out of range, not a number, ``inf``/``nan`` or missing is refused with
-:class:`SettingValueError` (a :class:`SettingsError`), one line naming the variable and what is allowed
-(``OUTREACH_SMTP_TIMEOUT='0' is not allowed: seconds any SMTP reply may take, 1 to 600``). The CLI
-prints it as ``outreach: error: …`` and exits 2; an Airflow task fails with it.
+Each group is a frozen :class:`OutreachSettings`; a bad value raises :class:`SettingValueError` naming
+the variable and what is allowed (the strict rules, issue 31: docs/reference/limits-and-config-check.md).
+Every field is in the generated settings reference, and so are the variables outside the groups:
 
-Strict values (issue 31; the rule lives in :meth:`OutreachSettings._strict`): a variable that is
-set but empty is an error (unset it for the default), not the default; a number is written in
-plain decimal (``10``, ``0.5``, ``1e-3``): ``1_0``, ``0x10`` or ``inf`` are errors; a list is
-comma-separated without empty items (``10,,60`` and a trailing comma are errors).
-``outreach config check`` (:mod:`outreach.airflow.configcheck`) builds every group below at once and
-reports every problem, one line each.
-
-| variable                         | group              | allowed (default)                          |
+| variable                         | read by            | allowed (default)                          |
 |----------------------------------|--------------------|--------------------------------------------|
-| OUTREACH_PUBLIC_URL              | Settings           | an https:// URL (required for marketing)   |
-| OUTREACH_UNSUBSCRIBE_SECRET      | Settings           | at least 16 characters (required for marketing) |
-| OUTREACH_FEEDBACK_SENDER_ID      | Settings           | 5–15 characters, no ':' (outreach)         |
-| OUTREACH_BATCH_SIZE              | Settings           | rows, 1 to 10000 (50)                      |
-| OUTREACH_SMTP_TIMEOUT            | Settings           | seconds, 1 to 600 (30)                     |
-| OUTREACH_REAPER_MINUTES          | Settings           | minutes, 1 to 1440 (30), and > one handoff |
-| OUTREACH_RELEASE_SECONDS         | Settings           | seconds, 20 to 3600 (120); at most the reaper's |
-| OUTREACH_SEND_INTERVAL_MINUTES   | Settings           | minutes, 0 (no pacing) to 1440 (10)        |
-| OUTREACH_SEND_PARALLELISM        | Settings           | tasks, 1 to 1024 (4)                       |
-| OUTREACH_TRANSACTIONAL_RETRY_SECONDS | Settings       | 1–5 comma-separated seconds, each 1 to 3600 (10,60) |
-| OUTREACH_SEND_GAP_SECONDS        | Settings           | least seconds between a mailbox's handoffs, 0 to 3600 (60) |
-| OUTREACH_SEND_GAP_JITTER         | Settings           | each gap up to this fraction longer, at random, 0 to 1 (0.5) |
-| OUTREACH_SPAM_RATE_THRESHOLD …   | :class:`HealthSettings` | see there                     |
-| OUTREACH_PREFLIGHT               | PreflightSettings  | block/warn/off (warn)                      |
-| OUTREACH_SENDING_IP              | PreflightSettings  | an IP                                      |
-| OUTREACH_DNS_NAMESERVER          | PreflightSettings  | IP[:PORT]                                  |
-| OUTREACH_SCHEDULES               | ScheduleSettings   | on/off (on)                                |
-| OUTREACH_TRANSACTIONAL_SCHEDULE  | ScheduleSettings   | a cron expression (* * * * *)              |
-| OUTREACH_QUEUE_DUE_SCHEDULE      | ScheduleSettings   | a cron expression (*/15 * * * *)           |
-| OUTREACH_QUEUE_DUE_WORKERS       | QueueSettings      | parts queued at once, 1 to 16 (1)          |
-| OUTREACH_ALERT_TO                | AlertSettings      | comma-separated addresses (none: alerts only logged) |
-| OUTREACH_ALERT_FROM              | AlertSettings      | an address                                 |
-| OUTREACH_ALERT_SMTP_CONN_ID      | AlertSettings      | a connection id (outreach_alerts)          |
-| OUTREACH_ALERT_NOTIFIER          | AlertSettings      | package.module:Class                       |
-| OUTREACH_ALERT_NOTIFIER_KWARGS   | AlertSettings      | a JSON object                              |
-| OUTREACH_DATABASE_URL            | DatabaseSettings   | a libpq URL (used when connection outreach_db is missing) |
-| OUTREACH_SES_TOPIC_ARNS …        | EspSettings        | the ESP webhooks' keys (:mod:`outreach.esp`) |
-| OUTREACH_WEBHOOK_TIMEOUT …       | :class:`WebhookSettings` | webhooks out (:mod:`outreach.webhooks`) |
 | OUTREACH_ERASURE_KEY             | :mod:`outreach.db`  | at least 32 characters (read with ``os.environ``) |
 | OUTREACH_HOME, OUTREACH_TEMPLATES | :mod:`outreach.paths` | read with ``os.environ`` (below)     |
 | OUTREACH_CAMPAIGNS, OUTREACH_STATE_DIR | :mod:`outreach.paths` | read with ``os.environ`` (below) |
@@ -239,51 +200,16 @@ def _provider_caps(value: Any) -> Any:
 class Settings(OutreachSettings):
     """Sender settings (the ``send`` path, marketing and transactional).
 
-    Values are read by the strict rule of :meth:`OutreachSettings._strict` (empty, ``1_0`` and
-    ``10,,60`` are errors); ranges are the fields' own.
-
-    Rules: at most :attr:`max_attempts` (3) attempts in total for mail that was not accepted;
-    campaign mail is retried :attr:`retry_after` (30 minutes) later, transactional mail after
-    :attr:`transactional_retry_seconds` (seconds: someone is waiting for it). The reaper
-    threshold must exceed the longest one SMTP handoff can take (``HANDOFF_REPLIES`` ×
-    ``smtp_timeout`` + ``HANDOFF_MARGIN``), or the reaper could fail a row a live sender is
-    still handing over; the batch size does not matter, because each row's handoff is stamped
-    (and its claim age restarted) right before its own MAIL FROM (see ``email_touch_claim``).
-    ``db_recover_seconds``: how long a batch that lost its database connection tries to
-    reconnect to record the row it handed off and release the rest before it fails.
-
-    Pacing and fan-out: ``send_interval_minutes`` is the send DAG's run interval (its schedule is
-    ``*/10 * * * *``: keep the two equal); a day's sends are spread evenly over the full send
-    window, no run above the steady rate ceil(daily limit / runs in the window) (``0`` turns
-    pacing off: a run may use all of the day's remaining quota). ``send_parallelism`` is the number of
-    mapped send tasks a run plans at most (each claims across mailboxes, at most ``batch_size``
-    rows; Airflow's ``[core] max_map_length`` is 1024). The rule: ``mailbox_remaining_today`` in
-    ``sql/queries/mailboxes.sql``.
-
-    Why 50 and 4 (measured by ``make bench``, "send at 100 ms a command";
-    docs/explanation/pacing.md, "Sizing the defaults"): a relay's 50–300 ms a command makes one
-    message over an open session take about 3 × that latency, so a batch of 50 holds its rows
-    15–45 s — enough to amortise a task's start and a session per mailbox (the reaper rule does not
-    depend on the batch size). Throughput grows with the number of sessions, not our CPU, so
-    parallelism is capacity: 4 × 50 = 200 emails a run, done well inside a 10-minute interval;
-    raise it when the mailboxes' run shares add up to more than ``send_parallelism × batch_size``.
-
-    Gap: two handoffs of one mailbox are at least ``send_gap_seconds`` apart, each gap longer by a
-    random fraction of up to ``send_gap_jitter`` (``mailbox_reserve_handoffs``); a sender waits
-    for its row's reserved moment. A claim takes only rows whose moment falls within
-    :attr:`gap_horizon` (half the reaper threshold), so a row never waits long enough in
-    'sending' to look stale. With the default 60–90 s a mailbox sends about 45 an hour at most;
-    the 200 a run above are across mailboxes.
-
-    Contact policy (docs/explanation/contact-policy.md): at most ``contact_per_day`` (1) campaign
-    emails a person in any 24 hours and ``contact_per_week`` (3) in any 7 days, and with
-    ``contact_company_per_day`` (off) at most that many people of one organisation in any 24
-    hours, over all campaigns; decided inside the claim (``outreach.claim_emails_v4`` in
-    ``sql/schema.sql``), a row over a cap stays queued with a later ``scheduled_for`` and its
-    ``hold_reason``. ``provider_hourly`` (off): at most that many emails an hour (rolling) from
-    one mailbox to recipients of each mailbox provider, the provider from the domain's cached
-    MX records (:mod:`outreach.mxproviders`), decided in the same claim.
-    """
+    At most :attr:`max_attempts` attempts for mail that was not accepted, the next one
+    :attr:`retry_after` later (transactional: :attr:`transactional_retry_seconds`). The reaper
+    threshold must exceed one handoff (``HANDOFF_REPLIES`` × ``smtp_timeout`` + ``HANDOFF_MARGIN``);
+    the batch size does not matter, each row's handoff being stamped before its MAIL FROM
+    (``email_touch_claim``). ``db_recover_seconds``: how long a batch that lost its database tries to
+    reconnect to record its handed-off row and release the rest. ``send_interval_minutes`` must equal
+    the send DAG's schedule (``*/10 * * * *``).
+    Why: pacing, the gap, parallelism and the defaults 50 and 4: docs/explanation/pacing.md; the
+    ``contact_*`` caps and ``provider_hourly`` (decided in ``outreach.claim_emails_v4``):
+    docs/explanation/contact-policy.md."""
 
     SECRET_FIELDS: ClassVar[frozenset[str]] = frozenset({"unsubscribe_secret"})
     max_attempts: ClassVar[int] = 3
@@ -410,20 +336,14 @@ NO_DATABASE = ("no outreach database: set the Airflow connection outreach_db or 
 
 class DatabaseSettings(OutreachSettings):
     """The outreach database when the Airflow connection ``outreach_db`` does not exist
-    (:func:`outreach.airflow.connections.database_url`).
-
-    Values are read by the strict rule of :meth:`OutreachSettings._strict` (empty, ``1_0`` and
-    ``10,,60`` are errors); ranges are the fields' own."""
+    (:func:`outreach.airflow.connections.database_url`)."""
 
     SECRET_FIELDS: ClassVar[frozenset[str]] = frozenset({"database_url"})
     database_url: str | None = Field(None, description="a libpq URL of the outreach database")
 
 
 class PreflightSettings(OutreachSettings):
-    """The DNS preflight of the send DAG (see :func:`outreach.airflow.tasks_send.preflight_task`).
-
-    Values are read by the strict rule of :meth:`OutreachSettings._strict` (empty, ``1_0`` and
-    ``10,,60`` are errors); ranges are the fields' own."""
+    """The DNS preflight of the send DAG (see :func:`outreach.airflow.tasks_send.preflight_task`)."""
 
     preflight: Annotated[Literal["block", "warn", "off"], _LOWER] = Field("warn", description=(
         "what a failing DNS preflight does: block, warn or off"))
@@ -452,10 +372,7 @@ class PreflightSettings(OutreachSettings):
 class AlertSettings(OutreachSettings):
     """Where operator alerts go (:func:`outreach.airflow.alerts.alert_notifier`): the SMTP
     provider's notifier to ``alert_to`` through the Airflow SMTP connection ``alert_smtp_conn_id``,
-    or any notifier class named by ``alert_notifier`` built with ``alert_notifier_kwargs``.
-
-    Values are read by the strict rule of :meth:`OutreachSettings._strict` (empty, ``1_0`` and
-    ``10,,60`` are errors); ranges are the fields' own."""
+    or any notifier class named by ``alert_notifier`` built with ``alert_notifier_kwargs``."""
 
     alert_to: Annotated[tuple[str, ...], NoDecode, _COMMA_LIST] = Field((), description=(
         "comma-separated ops addresses"))
@@ -469,10 +386,7 @@ class AlertSettings(OutreachSettings):
 
 
 class ScheduleSettings(OutreachSettings):
-    """What the DAG files read at parse time (no database, no secret).
-
-    Values are read by the strict rule of :meth:`OutreachSettings._strict` (empty, ``1_0`` and
-    ``10,,60`` are errors); ranges are the fields' own."""
+    """What the DAG files read at parse time (no database, no secret)."""
 
     schedules: Annotated[Literal["on", "off"], _LOWER] = Field("on", description=(
         "on (DAGs keep their schedules) or off (they run only when triggered)"))
@@ -492,18 +406,9 @@ class ScheduleSettings(OutreachSettings):
 class QueueSettings(OutreachSettings):
     """What ``outreach_queue_due`` reads (no secret): how many connections share its insert.
 
-    ``queue_due_workers``: the due leads are split by lead id into this many parts, each queued
-    by its own connection and transaction at once (:func:`outreach.queue.queue_due`). PostgreSQL
-    runs one INSERT on one core and checks its foreign keys row by row, so the parts use that many
-    of the database server's cores: 200,000 leads took 7.9–8.9 s in one part, 4.8–5.1 s in two and
-    5.4–5.6 s in three on a 2-core server (2026-12-01); keep it at or below the server's cores.
-    The default is one part because only one keeps the queue in (lead, step) order: rows due at
-    the same moment are claimed by id (``outreach.claim_emails_v1``), and the ids of parts
-    inserted at once interleave. Raise it for a large first run or backfill.
-
-    Values are read by the strict rule of :meth:`OutreachSettings._strict` (empty, ``1_0`` and
-    ``10,,60`` are errors); ranges are the fields' own.
-    """
+    ``queue_due_workers`` parts of the due leads, split by id, are queued at once by
+    :func:`outreach.queue.queue_due`; why one by default, and the measurements:
+    docs/reference/configuration.md (``OUTREACH_QUEUE_DUE_WORKERS``)."""
 
     queue_due_workers: int = Field(default=1, ge=1, le=16, description=(
         "connections that queue the due leads at once, each a part of them, 1 to 16"))
@@ -514,21 +419,11 @@ POSTMASTER_BASE_URL = "https://gmailpostmastertools.googleapis.com"
 
 
 class HealthSettings(OutreachSettings):
-    """Thresholds (fractions: 0.001 = 0.1 %) and the Postmaster fetch, each read once from its
-    ``OUTREACH_*`` variable with its range. Values are read by the strict rule of
-    :meth:`OutreachSettings._strict` (empty, ``1_0`` are errors).
+    """Mailbox health: rate thresholds (fractions: 0.001 = 0.1 %) and the Postmaster fetch.
 
-    | variable                         | field                 | default |
-    |----------------------------------|-----------------------|---------|
-    | OUTREACH_SPAM_RATE_THRESHOLD     | spam_rate_threshold   | 0.001 (0.1 %) |
-    | OUTREACH_BOUNCE_RATE_THRESHOLD   | bounce_rate_threshold | 0.03 (3 %) |
-    | OUTREACH_BOUNCE_MIN_SENDS        | bounce_min_sends      | 20 |
-    | OUTREACH_BOUNCE_WINDOW_DAYS      | bounce_window_days    | 28 (also the complaint rule's) |
-    | OUTREACH_COMPLAINT_RATE_THRESHOLD | complaint_rate_threshold | 0.001 (0.1 %; minimum sends as the bounce rule) |
-    | OUTREACH_BOUNCE_WARN_RATE        | bounce_warn_rate      | 0.02 (2 %: an alert before the pause) |
-    | OUTREACH_POSTMASTER_DAYS         | postmaster_days       | 14 (days fetched, today included) |
-    | OUTREACH_POSTMASTER_BASE_URL     | postmaster_base_url   | https://gmailpostmastertools.googleapis.com |
-    """
+    ``bounce_window_days`` and ``bounce_min_sends`` serve the complaint rule too; ``postmaster_days``
+    counts today. The rules:
+    docs/explanation/mailbox-health.md."""
 
     spam_rate_threshold: float = Field(0.001, gt=0, lt=0.003, description=(
         "a fraction above 0 and below 0.003 (Gmail: never reach 0.3 %)"))
@@ -559,10 +454,9 @@ class HealthSettings(OutreachSettings):
 
     @classmethod
     def from_env(cls) -> HealthSettings:
-        """Build the settings from environment variables (see the class docstring).
+        """Build the settings from environment variables.
 
-        :raises SettingsError: a value is not a number or out of range.
-        """
+        :raises SettingsError: a value is not a number or out of range."""
         return cls()
 
 
@@ -572,18 +466,13 @@ def groups() -> Iterator[type[OutreachSettings]]:
 
 
 def import_roots(env: dict[str, str] | None = None) -> tuple[Path, ...]:
-    """Return the folders that lead and do-not-contact files may be imported from:
-    ``OUTREACH_IMPORT_ROOTS``, a list separated by ``os.pathsep`` (``:``) or commas, default
-    ``include/data``. A relative folder is relative to the project root
-    (:func:`outreach.paths.project_root`); each is returned absolute with symlinks resolved.
+    """Return the folders that lead and do-not-contact files may be imported from, absolute, resolved.
 
-    Why: the ``outreach_import_leads`` form takes a path typed in the Airflow UI, and the worker
-    must not read (or report lines of) any other file it can reach. The check itself is
-    :func:`outreach.leadfile.import_path`.
+    ``OUTREACH_IMPORT_ROOTS``: separated by ``os.pathsep`` or commas, default ``include/data``,
+    relative to :func:`outreach.paths.project_root`. Why: a path typed in the Airflow UI must not
+    let the worker read any other file; the check is :func:`outreach.leadfile.import_path`.
 
-    :raises SettingsError: the value names no folder, has an empty item (``a,,b``), or names a
-        folder that does not exist.
-    """
+    :raises SettingsError: no folder, an empty item (``a,,b``), or a folder that does not exist."""
     from outreach.paths import project_root
 
     env = os.environ if env is None else env
@@ -651,19 +540,10 @@ class EspSettings(OutreachSettings):
 
 
 class BounceSettings(OutreachSettings):
-    """The thresholds of the soft-bounce and block rules (:mod:`outreach.bounces`), each read once
-    from its ``OUTREACH_*`` variable with its range.
+    """The thresholds of the soft-bounce and block rules (:mod:`outreach.bounces`).
 
-    | variable                           | field                   | default |
-    |------------------------------------|-------------------------|---------|
-    | OUTREACH_SOFT_BOUNCE_DAYS          | soft_bounce_days        | 3 (different UTC days) |
-    | OUTREACH_SOFT_BOUNCE_WINDOW_DAYS   | soft_bounce_window_days | 30 |
-    | OUTREACH_BLOCK_PAUSE_COUNT         | block_pause_count       | 5 (blocks of a mailbox, or of its domain) |
-    | OUTREACH_BLOCK_WINDOW_HOURS        | block_window_hours      | 24 |
-
-    An ``authfailure`` (DMARC, SPF, DKIM) pauses at the first one, whatever the count: it is a
-    property of the sending domain, and every further message fails the same way.
-    """
+    An ``authfailure`` pauses at the first one, whatever the count. The rules:
+    docs/explanation/bounces-and-complaints.md#the-block-rule-sender-refused."""
 
     soft_bounce_days: int = Field(3, ge=1, le=30, description="days, 1 to 30")
     soft_bounce_window_days: int = Field(30, ge=1, le=365, description="days, 1 to 365")
@@ -672,41 +552,20 @@ class BounceSettings(OutreachSettings):
 
 
 class RetentionSettings(OutreachSettings):
-    """How long personal content is kept (:mod:`outreach.retention`), each read once from its
-    ``OUTREACH_*`` variable with its range.
+    """How long personal content is kept (:mod:`outreach.retention`), in whole days of 24 hours.
 
-    | variable                               | field                         | default |
-    |----------------------------------------|-------------------------------|---------|
-    | OUTREACH_RETENTION_INBOUND_DAYS        | retention_inbound_days        | 90 |
-    | OUTREACH_RETENTION_IMPORT_PROBLEM_DAYS | retention_import_problem_days | 30 |
-
-    Counted from when the row was recorded (``inbound_messages.recorded_at``,
-    ``import_runs.created_at``), in whole days of 24 hours. The send log is not purged: the
-    promise needs its Message-IDs, statuses and times as long as the rows exist.
-    """
+    Counted from ``inbound_messages.recorded_at`` and ``import_runs.created_at``; the send log is
+    never purged (the promise needs it). See docs/howto/retention.md."""
 
     retention_inbound_days: int = Field(90, ge=1, le=3650, description="days, 1 to 3650")
     retention_import_problem_days: int = Field(30, ge=1, le=3650, description="days, 1 to 3650")
 
 
 class WebhookSettings(OutreachSettings):
-    """Webhooks out (:mod:`outreach.webhooks`), each read once from its ``OUTREACH_*`` variable
-    with its range.
+    """Webhooks out (:mod:`outreach.webhooks`).
 
-    | variable                            | field                      | default |
-    |-------------------------------------|----------------------------|---------|
-    | OUTREACH_WEBHOOK_TIMEOUT            | webhook_timeout            | 10 (seconds: connect, send, each read) |
-    | OUTREACH_WEBHOOK_MAX_ATTEMPTS       | webhook_max_attempts       | 8 (then the delivery is dead) |
-    | OUTREACH_WEBHOOK_RETRY_BASE_SECONDS | webhook_retry_base_seconds | 60 (the wait after the first failure) |
-    | OUTREACH_WEBHOOK_RETRY_CAP_SECONDS  | webhook_retry_cap_seconds  | 3600 (the longest wait) |
-    | OUTREACH_WEBHOOK_BATCH_SIZE         | webhook_batch_size         | 50 (deliveries one claim takes) |
-    | OUTREACH_WEBHOOK_RUN_SECONDS        | webhook_run_seconds        | 50 (a run stops claiming after this) |
-    | OUTREACH_WEBHOOK_ALLOW_PRIVATE      | webhook_allow_private      | false (non-public addresses refused) |
-
-    The n-th failed attempt waits base × 2^(n-1) seconds, at most the cap (``webhook_fail`` in
-    ``sql/queries/webhooks.sql``): with the defaults 1, 2, 4 … 64 minutes, the 8th failure about
-    2 hours after the first post. Why a run is shorter than a minute: the DAG runs every minute.
-    """
+    The n-th failed attempt waits base × 2^(n-1) seconds, at most the cap (``webhook_fail``); a run
+    is shorter than a minute because the DAG runs every minute. See docs/howto/webhooks.md."""
 
     webhook_timeout: float = Field(10.0, ge=1, le=120, description=(
         "seconds a webhook post may take to connect, send or answer, 1 to 120"))
@@ -738,21 +597,10 @@ _TARGET_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
 
 class ExportSettings(OutreachSettings):
-    """The warehouse export (:mod:`outreach.export`, DAG ``outreach_export``), each read once from
-    its ``OUTREACH_*`` variable; the DAG's params override them per run.
+    """The warehouse export (:mod:`outreach.export`, DAG ``outreach_export``); the DAG's params override them.
 
-    | variable                        | field                   | default |
-    |---------------------------------|-------------------------|---------|
-    | OUTREACH_EXPORT_CONN_ID         | export_conn_id          | unset: no SQL target |
-    | OUTREACH_EXPORT_SQL_TARGET      | export_sql_target       | warehouse |
-    | OUTREACH_EXPORT_PATH            | export_path             | unset: no file target |
-    | OUTREACH_EXPORT_PATH_CONN_ID    | export_path_conn_id     | unset (the store's default credentials) |
-    | OUTREACH_EXPORT_FILES_TARGET    | export_files_target     | files |
-    | OUTREACH_EXPORT_BATCH_SIZE      | export_batch_size       | 5000 events |
-
-    A target's name is its cursor: renaming it starts that target again from the first event
-    (into a new warehouse, a new folder); two names never share progress.
-    """
+    A target's name is its cursor: a new name starts that target again from the first event.
+    See docs/howto/warehouse-export.md."""
 
     export_conn_id: str | None = Field(None, min_length=1, max_length=250, description=(
         "an Airflow SQL connection id (common-sql DbApiHook) for the tables"))
@@ -769,18 +617,10 @@ class ExportSettings(OutreachSettings):
 
 
 class NotifySettings(OutreachSettings):
-    """Reply notifications (:mod:`outreach.notify`, DAG ``outreach_notify_replies``), read once
-    from their ``OUTREACH_*`` variables. They go through the alert notifier
-    (:func:`outreach.airflow.alerts.alert_notifier`: ``OUTREACH_ALERT_TO`` or
-    ``OUTREACH_ALERT_NOTIFIER``).
+    """Reply notifications (:mod:`outreach.notify`, DAG ``outreach_notify_replies``).
 
-    | variable                  | field          | default |
-    |---------------------------|----------------|---------|
-    | OUTREACH_NOTIFY_MASK      | notify_mask    | on: the lead's address masked (``j***@acme.com``) |
-    | OUTREACH_NOTIFY_LINES     | notify_lines   | 5 lines of the reply |
-    | OUTREACH_NOTIFY_CHARS     | notify_chars   | 500 characters of the reply at most |
-    | OUTREACH_NOTIFY_TARGET    | notify_target  | notify-replies (the cursor's name) |
-    """
+    They go through the alert notifier (:func:`outreach.airflow.alerts.alert_notifier`).
+    See docs/howto/notifications.md."""
 
     notify_mask: Annotated[Literal["on", "off"], _LOWER] = Field("on", description=(
         "on (the lead's address is masked in a notice) or off (shown whole)"))

@@ -1,22 +1,9 @@
 """DKIM signing (RFC 6376) with dkimpy, on the wire bytes right before the SMTP handoff.
 
-Gmail and Yahoo require DKIM (bulk senders: SPF *and* DKIM, with the From domain aligned for
-DMARC), and RFC 8058 §4 requires the signature to cover ``List-Unsubscribe`` and
-``List-Unsubscribe-Post``. The signing domain ``d=`` is the mailbox's own domain, so DKIM is aligned
-with From by construction. Keys are RSA (at least 1024 bits, Gmail's minimum; 2048 recommended);
-the private key comes from an Airflow connection and is never logged or stored in the database.
-
-dkimpy canonicalises the message, hashes it and writes the DKIM-Signature header; the RSA
-signature itself (RSASSA-PKCS1-v1_5 over that hash, RFC 8017 §8.2) is computed by OpenSSL through
-``cryptography``, about 25× faster than dkimpy's pure-Python RSA (``make bench``: "DKIM signature").
-dkimpy has no parameter for a signer, so :func:`_install_openssl_signer` replaces the two
-functions of ``dkim.crypto`` that ``dkim.DKIM.sign`` calls by name — ``parse_pem_private_key``
-and ``RSASSA_PKCS1_v1_5_sign``, both public (``dkim.crypto.__all__``) — with versions that handle
-keys of :class:`_OpenSSLKey` and hand anything else to dkimpy's own. That seam is pinned with
-dkimpy (requirements.txt) and tests/integration/test_dkim.py fails when it moves: it checks the seam and that
-our signature equals dkimpy's pure-Python one byte for byte. PKCS#1 v1.5 signatures are
-deterministic, so the two are the same bytes.
-"""
+``d=`` is the mailbox's domain (aligned with From by construction); the signature covers the
+List-Unsubscribe headers (RFC 8058 §4); RSA keys of at least 1024 bits, never logged or stored.
+The RSA step is OpenSSL's through a pinned seam in dkimpy (:func:`_install_openssl_signer`).
+Why and how: docs/explanation/dkim-signing.md."""
 
 from __future__ import annotations
 
@@ -109,16 +96,11 @@ def _rsassa_pkcs1_v1_5_sign(hash, private_key):
 
 
 def _install_openssl_signer() -> bool:
-    """Let dkimpy sign with :class:`_OpenSSLKey` keys; return whether the seam was found.
+    """Let dkimpy sign with :class:`_OpenSSLKey` keys; return whether the seam was found. Idempotent.
 
-    ``dkim.DKIM.sign`` calls ``parse_pem_private_key(privkey)`` and passes the result to
-    ``RSASSA_PKCS1_v1_5_sign(hash, pk)`` (in ``DomainSigner.gen_header``), both names imported
-    into ``dkim`` from ``dkim.crypto`` (dkimpy 1.1.8). Each is replaced, in the ``dkim`` namespace
-    only, by a function that treats an :class:`_OpenSSLKey` itself and gives any other argument
-    to dkimpy's own function unchanged, so other users of dkimpy in the process see no
-    difference. When those names are not dkimpy's functions (dkimpy changed), nothing is replaced
-    and signing stays correct, only slower; tests/integration/test_dkim.py fails in that case. Idempotent.
-    """
+    Replaces ``parse_pem_private_key`` and ``RSASSA_PKCS1_v1_5_sign`` in the ``dkim`` namespace
+    only; when they are not dkimpy's (it changed), nothing is replaced and signing is only slower.
+    The seam: docs/explanation/dkim-signing.md#the-rsa-signature-is-openssls."""
     if (dkim.parse_pem_private_key is _parse_pem_private_key
             and dkim.RSASSA_PKCS1_v1_5_sign is _rsassa_pkcs1_v1_5_sign):
         return True

@@ -1,36 +1,10 @@
 """The sizing rule: how many send tasks, task slots and SMTP sessions a deployment runs at once,
-from what it sends with (mailboxes, sessions each mailbox may hold) and what runs it (workers).
-The one place this rule lives; ``make airflow`` (both executors, :mod:`outreach.dev.deploy`),
-``docker-compose.yaml`` and ``outreach doctor`` apply it (docs/reference/sizing.md).
+from its mailboxes, sessions per mailbox and workers; the one place it lives (applied by
+``make airflow``, ``docker-compose.yaml`` and ``outreach doctor``).
 
-Inputs (environment):
-
-| variable                      | meaning                                          | default   |
-|-------------------------------|--------------------------------------------------|-----------|
-| OUTREACH_MAILBOXES            | active sending mailboxes                         | counted (4 if none) |
-| OUTREACH_SESSIONS_PER_MAILBOX | SMTP sessions one mailbox may hold at once       | 1         |
-| OUTREACH_WORKER_SEND_SLOTS    | send tasks (one SMTP session each) a worker runs | 4         |
-| workers                       | ``--workers`` (1 for the LocalExecutor)          | 2         |
-
-Sessions per mailbox is what the provider or relay allows; send slots per worker what its CPU and
-memory carry.
-
-The rule (each send task holds one ``outreach_smtp`` pool slot and one SMTP session at a time):
-
-* SMTP-session limit  L = mailboxes × sessions per mailbox
-* pool ``outreach_smtp`` P = min(L, workers × worker send slots), at least 1
-  (``OUTREACH_SMTP_POOL_SLOTS``): never more sessions than the mailboxes allow, never more than
-  the workers can run
-* mapped send batches per run = P (``OUTREACH_SEND_PARALLELISM``): enough tasks to fill the pool
-* worker concurrency C = ceil(P / workers) + 1 (``AIRFLOW__CELERY__WORKER_CONCURRENCY``): its
-  share of the pool plus one slot for the tasks that hold no session (plan, preflight, summary,
-  queue-due), so those never wait behind the sends
-* parallelism = workers × C (``AIRFLOW__CORE__PARALLELISM``): the scheduler never holds back a
-  task a worker has a slot for (the LocalExecutor: one worker, so P + 1)
-
-A value set explicitly in the environment wins; :func:`caps` then says which one holds the
-workers back.
-"""
+Pool P = min(mailboxes × sessions, workers × send slots), batches a run = P, worker concurrency
+ceil(P / workers) + 1, parallelism workers × C. A value set in the environment wins; :func:`caps`
+says which one holds the workers back. Inputs and examples: docs/reference/sizing.md."""
 
 from __future__ import annotations
 
@@ -139,12 +113,10 @@ def count_mailboxes(url: str | None) -> int | None:
 
 
 def from_environment(workers: int, url: str | None = None) -> Sizing:
-    """Return the rule's inputs from the environment (see the module docstring): mailboxes from
-    ``OUTREACH_MAILBOXES``, else counted in the database at ``url``, else
-    :data:`DEFAULT_MAILBOXES`.
+    """Return the rule's inputs from the environment; mailboxes from ``OUTREACH_MAILBOXES``, else
+    counted at ``url``, else :data:`DEFAULT_MAILBOXES`.
 
-    :raises outreach.settings.SettingsError: an input is not a whole number ≥ 1.
-    """
+    :raises outreach.settings.SettingsError: an input is not a whole number ≥ 1."""
     counted = None if os.environ.get("OUTREACH_MAILBOXES") else count_mailboxes(url)
     return Sizing(mailboxes=counted or _whole("OUTREACH_MAILBOXES", DEFAULT_MAILBOXES),
                   sessions_per_mailbox=_whole("OUTREACH_SESSIONS_PER_MAILBOX",

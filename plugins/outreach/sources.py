@@ -1,23 +1,9 @@
 """Leads from a campaign's declared source (``source:`` in the campaign file, issue 14).
 
-A SQL source is a query run through any Airflow SQL connection's common-sql hook
-(``BaseHook.get_connection(conn_id).get_hook()``), read in chunks of ``fetch_size`` rows from a
-server-side (named) cursor where the driver has one; a file source is a glob of objects in
-object storage read through Airflow's ``ObjectStoragePath`` (``s3://``, ``gs://``, ``file://``…).
-Either way the rows go through the CSV importer's own pipeline (:func:`outreach.leads.apply_staged`:
-the same row checks, in-file duplicates, suppression, upsert, enrolment and stored run).
-
-Identity and re-runs: a lead is its normalised address; a row changed in the source updates
-its lead, an unchanged one changes nothing. A SQL source's rows are recorded by their identity
-(``id_column``, else the address) with the run that last saw them (``outreach.source_rows``);
-a lead whose row left the source is **not** deleted, and its enrolment is stopped only with
-``stop_when_missing: true`` (``outreach.stop_enrollment``; never after a run that returned no
-row at all). A file source imports each object once: ``(source, path, version)`` — version the
-ETag, else modification time and size — is claimed in ``outreach.source_objects`` (UNIQUE) with
-INSERT … ON CONFLICT DO NOTHING in the transaction of the object's import, so a retry, a re-run
-or a concurrent run imports nothing twice (a second run waits for the first's commit, then
-finds the claim).
-"""
+A SQL source is a query through an Airflow SQL connection's common-sql hook, fetched in chunks;
+a file source a glob of ``ObjectStoragePath`` objects. Either goes through the CSV importer's
+pipeline (:func:`outreach.leads.apply_staged`). A lead is never deleted when its row leaves;
+each file object is claimed once (``outreach.source_objects``). docs/howto/sources.md."""
 
 from __future__ import annotations
 
@@ -193,13 +179,10 @@ def glob_objects(files: campaign_mod.FileSource) -> list[Any]:
 
 
 def _regular_object(obj: Any) -> bool:
-    """Whether ``obj`` (an ``ObjectStoragePath`` of a file source's glob) is an object to import:
-    ``False`` for a folder; a local path must be a regular file, checked by ``stat`` before
-    anything opens it (:func:`outreach.leadfile.regular_file`: a FIFO would block the run, a
-    device never end).
+    """Whether ``obj`` of a file source's glob is an object to import (``False`` for a folder); a local
+    path must be a regular file (:func:`outreach.leadfile.regular_file`).
 
-    :raises ImportFileError: a local FIFO, device or socket (the path named).
-    """
+    :raises ImportFileError: a local FIFO, device or socket (the path named)."""
     if obj.protocol in ("file", "local"):
         path = Path(obj.path)
         if path.is_dir():

@@ -49,16 +49,10 @@ class SuppressionImport:
 
 
 def parse_entry(value: str) -> tuple[str, str]:
-    """Turn ``"jane@acme.com"`` into ``("address", "jane@acme.com")`` and ``"@acme.com"`` or
-    ``"acme.com"`` into ``("domain", "acme.com")``.
+    """Turn ``"jane@acme.com"`` into ``("address", …)`` and ``"@acme.com"``/``"acme.com"`` into
+    ``("domain", "acme.com")``, in the leads' normal form (an IDN in Unicode).
 
-    Both are stored in the form leads are stored in (:func:`outreach.addresses.normalize_address`):
-    an internationalised domain in Unicode, whichever way it was written (``@xn--bcher-kva.example``
-    and ``@bücher.example`` are the same suppression), so ``outreach.is_suppressed`` compares like
-    with like.
-
-    :raises ValueError: neither a valid address nor a plausible domain.
-    """
+    :raises ValueError: neither a valid address nor a plausible domain."""
     value = value.strip()
     if "@" in value.lstrip("@"):
         try:
@@ -78,15 +72,11 @@ def suppress(conn: Conn, value: str, reason: str, source: str, *, actor: str | N
              who: audit.Who | None = None) -> tuple[bool, int]:
     """Suppress an address or domain inside the caller's transaction.
 
-    :param actor: who did it, recorded in the history (``outreach.suppression_events``); needs a
-        transaction (the setting is transaction-local).
-    :param who: an operator's decision (the CLI, the ``outreach_suppress`` DAG): a new
-        suppression is recorded in the audit trail (:func:`outreach.audit.record`) in the same
-        transaction. ``None`` for what is not an operator's decision (a one-click unsubscribe, a
-        bounce, a complaint): their history is ``outreach.suppression_events``.
+    :param actor: who did it, recorded in ``outreach.suppression_events`` (needs a transaction).
+    :param who: an operator's decision, also recorded in the audit trail; ``None`` for an
+        unsubscribe, a bounce or a complaint.
     :returns: ``(added, cancelled)``: whether it was new, and how many queued emails it cancelled.
-    :raises ValueError: bad value or unknown reason (one of :data:`REASONS`).
-    """
+    :raises ValueError: bad value or unknown reason (one of :data:`REASONS`)."""
     if reason not in REASONS:
         raise ValueError(f"unknown reason {reason!r}; one of {REASONS}")
     kind, norm = parse_entry(value)
@@ -131,21 +121,15 @@ def value_column(header: list[str]) -> int | None:
 
 def apply_entries(conn: Conn, entries: Iterable[tuple[int, str, str]], result: SuppressionImport,
                   *, reason: str, source: str, who: audit.Who | None = None) -> SuppressionImport:
-    """The one import path of do-not-contact entries (a CSV, a suppression source), inside the
-    caller's transaction: each ``(row, field, value)`` is parsed (:func:`parse_entry`) and
-    inserted once (``ON CONFLICT DO NOTHING``: a known entry is counted ``known`` and adds no
-    history); a blank value is skipped, a bad one counted ``invalid`` and reported in
-    ``result.problems`` (row and field named) while the rest goes on. Then every queued email
-    the entries now suppress (``outreach.is_suppressed``) is cancelled. The history rows
-    (``outreach.suppression_events``) carry ``source``.
+    """The one import path of do-not-contact ``(row, field, value)`` entries, in the caller's transaction.
+
+    Each is parsed and inserted once (a known one counted ``known``), a bad one counted ``invalid``
+    and reported while the rest goes on; then the queued emails they suppress are cancelled.
 
     :param reason: one of :data:`REASONS`.
-    :param who: an operator's import (the CLI's OS user, an Airflow run), as for
-        :func:`suppress`: one that adds entries leaves one ``suppress`` row in the audit trail,
-        in the same transaction, naming ``source`` and the counts.
+    :param who: as for :func:`suppress`: one audit row naming ``source`` and the counts.
     :returns: ``result``, its counts increased.
-    :raises ValueError: unknown reason.
-    """
+    :raises ValueError: unknown reason."""
     if reason not in REASONS:
         raise ValueError(f"unknown reason {reason!r}; one of {REASONS}")
     before = (result.added, result.known, result.invalid, result.cancelled)
@@ -200,16 +184,13 @@ def csv_entries(f: IO[str], label: str | Path) -> Iterator[tuple[int, str, str]]
 
 def import_suppressions(url: str, csv_file: str | Path, reason: str = "do-not-contact",
                         who: audit.Who | None = None) -> SuppressionImport:
-    """Import a do-not-contact CSV (first column, or a column named email/domain) in one
-    transaction through :func:`apply_entries`; bad lines are reported and the rest imported.
+    """Import a do-not-contact CSV in one transaction through :func:`apply_entries`.
 
-    :param csv_file: inside an import folder (see :func:`outreach.leadfile.import_path`; a relative
-        path is relative to the project root).
-    :raises ImportFileError: the file is outside the import folders, not a regular file, or a
-        row is longer than :data:`outreach.leadfile.MAX_ROW_CHARS` (nothing imported).
-    :param who: who runs it, for the audit trail (:func:`apply_entries`).
-    :raises OSError: the file cannot be read.
-    """
+    :param csv_file: inside an import folder (:func:`outreach.leadfile.import_path`).
+    :param who: who runs it, for the audit trail.
+    :raises ImportFileError: outside the import folders, not a regular file, or a row over
+        :data:`outreach.leadfile.MAX_ROW_CHARS` (nothing imported).
+    :raises OSError: the file cannot be read."""
     path = import_path(csv_file)
     result = SuppressionImport(file=str(csv_file))
     with open_regular(path, "r", encoding="utf-8-sig", newline="") as f, \
@@ -242,16 +223,13 @@ def unsuppress(conn: Conn, value: str, *, actor: str, note: str,
                who: audit.Who | None = None) -> Unsuppressed:
     """Remove the active suppression of an address or domain inside the caller's transaction.
 
-    The removal and who did it and why are recorded in ``outreach.suppression_events``. Emails
-    that the suppression already cancelled stay 'suppressed' (a final state): unsuppressing never
-    sends anything by itself.
+    Recorded in ``outreach.suppression_events`` and the audit trail; emails it cancelled stay
+    cancelled: unsuppressing never sends anything by itself.
 
     :param actor: who is doing it (non-empty).
     :param note: why (non-empty), for example a ticket reference.
-    :param who: who is authenticated (the CLI's OS user, the Airflow user); default ``actor``
-        through ``api``. A removal is recorded in the audit trail in the same transaction.
-    :raises ValueError: bad value, or an empty ``actor`` or ``note``.
-    """
+    :param who: who is authenticated; default ``actor`` through ``api``.
+    :raises ValueError: bad value, or an empty ``actor`` or ``note``."""
     if not actor.strip() or not note.strip():
         raise ValueError("an unsuppress needs who (--by) and why (--reason)")
     kind, norm = parse_entry(value)
@@ -281,15 +259,12 @@ class OneClick:
 
 def unsubscribe_email(conn: Conn, email_id: int, *, source: str | None = None,
                       actor: str = "recipient (one-click)") -> OneClick | None:
-    """Suppress the recipient of email row ``email_id`` (reason ``unsubscribed``, source
-    ``one-click:email:<id>``) and cancel their queued steps, inside the caller's transaction.
+    """Suppress the recipient of email row ``email_id`` (``unsubscribed``) and cancel their queued steps.
 
-    Repeats are harmless: the suppression exists once (RFC 8058 §3.2: the POST may be repeated).
-    The inbox reader takes the same path for a List-Unsubscribe mailto carrying the token
-    (``source`` ``mailto:inbound:<id>``, ``actor`` ``recipient (mailto)``).
+    In the caller's transaction; repeats are harmless (RFC 8058 §3.2). The inbox takes the same path
+    for a mailto carrying the token (``source`` ``mailto:inbound:<id>``).
 
-    :returns: ``None`` when no email row has that id.
-    """
+    :returns: ``None`` when no email row has that id."""
     row = emails.email_unsubscribe_target(conn, email_id=email_id)
     if row is None:
         return None

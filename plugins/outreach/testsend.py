@@ -1,18 +1,9 @@
 """Test sends: a campaign step, rendered for a chosen or sample lead, sent to seed addresses.
 
-A test send is a real send: the lead's enrolled mailbox, its SMTP connection, its DKIM key, the
-step's templates, built by the sender's own builder (:func:`outreach.preview.build_row`, which
-calls :func:`outreach.compose.prepare`). It goes to each seed address instead of the lead, with its
-own Message-ID (a fresh UUID per message, never a row's idempotency key) and an unsubscribe link
-for email id 0, which unsubscribes nobody. It changes no enrolment, queue row or lead: it is
-recorded in ``outreach.test_sends`` (not the send log, which holds one entry per email row), and
-it counts toward the mailbox's daily cap (trigger ``outreach_test_sends_count_claims``,
-migration 0102). Each seed is sent in its own transaction holding the mailbox lock (the one the
-claim takes, ``mailbox_lock``), so the cap read before the handoff holds against the senders.
-
-Lead data is rendered into the message as for the lead; ``lead.email`` and the To address are the
-seed's (the message goes to the seed, never to the lead).
-"""
+A real send through the lead's mailbox, built by the sender's builder, to each seed instead of
+the lead (``lead.email`` and To are the seed's; its own Message-ID; an unsubscribe link for
+email id 0). It changes no enrolment, queue row or lead, is recorded in ``outreach.test_sends``
+and counts toward the daily cap (0102, under ``mailbox_lock``). docs/howto/launch-a-campaign.md."""
 
 from __future__ import annotations
 
@@ -59,21 +50,17 @@ def send_to_seeds(url: str, key: str, recipients: Sequence[str], settings: Setti
               connector: SmtpConnector, *, actor: str, lead: str | None = None, step: int = 1,
               dkim_keys: DkimKeyLoader | None = None, now: dt.datetime | None = None,
               ) -> list[TestSendResult]:
-    """Send step ``step`` of campaign ``key``, rendered for ``lead`` (an enrolled address;
-    default the campaign's first enrolled lead), to each of ``recipients``, through the lead's
-    mailbox. A campaign in any state may be test-sent (a draft is the point).
+    """Send step ``step`` of campaign ``key``, rendered for ``lead`` (default the first enrolled), to
+    each of ``recipients`` through the lead's mailbox; any campaign state, a draft included.
 
-    A seed address that is suppressed is never sent to (the one suppression function). A seed
-    the server does not accept is reported, not retried.
+    A suppressed seed is never sent to; one the server refuses is reported, not retried.
 
     :param actor: who sends it (recorded; the CLI passes the OS user).
     :param dkim_keys: loads the mailbox's DKIM key (required when it has a DKIM selector).
     :param now: the Date header and ``accepted_at`` (UTC; default now).
     :raises PreviewError: no such campaign, step or enrolled lead.
-    :raises TestSendRefused: the mailbox is paused, its daily limit is reached, or its DKIM key
-        cannot be loaded.
-    :raises ValueError: a seed address is not a valid address.
-    """
+    :raises TestSendRefused: the mailbox is paused, at its daily limit, or its DKIM key fails.
+    :raises ValueError: a seed address is not a valid address."""
     seeds = [normalize_address(r) for r in recipients]
     clock = now or dt.datetime.now(dt.UTC)
     results: list[TestSendResult] = []

@@ -1,28 +1,11 @@
 """Transactional mail with a durable delivery key: a signup welcome email goes out once.
 
-The failure this prevents: the API times out after its database commit, the client retries, a
-worker picks the job up again, and the new user gets two welcome emails — or none.
-
-* The application makes a **delivery key** when the request arrives (a UUID, or its own
-  idempotency key) and calls :func:`enqueue` — or the SQL function
-  ``outreach.enqueue_transactional`` — *inside its own transaction*, so its user row and the email
-  row commit together or not at all (an outbox). The key is UNIQUE in ``outreach.emails``:
-  enqueuing it again returns the existing row and changes nothing.
-* The row then takes the marketing send path: the same claim (``FOR NO KEY UPDATE SKIP LOCKED`` with a
-  claim token), the same guarded transitions, send log, fault classes, reaper and operator
-  resolution. Its Message-ID comes from the key (``md5('outreach-transactional:' || key)`` as a
-  UUID), so every attempt carries the same one.
-* Suppression is the same SQL function, asked for the ``transactional`` class: marketing
-  unsubscribes and complaints do not stop a welcome email; hard bounces, manual blocks and
-  do-not-contact entries do.
-* No warm-up, daily cap or send window holds it back, and no List-Unsubscribe headers are sent
-  (Gmail's bulk-sender rules exempt transactional mail). :func:`send_due` is one short send
-  cycle; the ``outreach_transactional`` DAG runs it every minute, and ``outreach transactional
-  worker`` runs it whenever a row is enqueued (LISTEN/NOTIFY), with a poll as a safety net.
-
-Templates: ``include/templates/<name>.subject.j2``, ``<name>.txt.j2`` and ``<name>.html.j2``,
-rendered with the enqueued context plus ``recipient.email`` and ``sender`` (name, address).
-"""
+The application calls :func:`enqueue` (or ``outreach.enqueue_transactional``) inside its own
+transaction, an outbox; the key is UNIQUE, so a retry returns the existing row. The row then takes
+the campaigns' send path, its Message-ID made from the key; suppression is asked for the
+``transactional`` class; no warm-up, cap, window or List-Unsubscribe (Gmail exempts it).
+:func:`send_due` is one send cycle, :func:`watch` runs it on LISTEN/NOTIFY. Templates
+``<name>.subject.j2``, ``.txt.j2``, ``.html.j2``. docs/howto/transactional-mail.md."""
 
 from __future__ import annotations
 
@@ -95,17 +78,12 @@ def validate_request(delivery_key: str, to: str, template: str,
                      context: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
     """Check a request before it reaches the database; return ``(normalised address, context)``.
 
-    The address takes the form leads and suppressions are stored in (lower case, an
-    internationalised domain in Unicode: :func:`outreach.addresses.normalize_address`). The template
-    is rendered once with the context, so a missing variable is reported now, against the
-    request, instead of failing the email at send time.
+    The template is rendered once with the context, so a missing variable is reported now.
 
-    :raises TransactionalError: the delivery key is empty, longer than 200 characters or holds
-        NUL; ``to`` is not a valid address (email-validator, no DNS lookup); ``template`` is not
-        a lower-case name or one of its three files is missing; ``context`` is not a JSON object
-        (NaN, NUL and lone surrogates included), the template cannot be rendered with it, or
-        the rendered subject breaks the header rule (:func:`outreach.message.header_text_problem`).
-    """
+    :raises TransactionalError: the delivery key is empty, over 200 characters or holds NUL; ``to``
+        is not a valid address (no DNS lookup); ``template`` is not a lower-case name or a file is
+        missing; ``context`` is not a JSON object, does not render, or the subject breaks
+        :func:`outreach.message.header_text_problem`."""
     from outreach.addresses import normalize_address
     from outreach.message import header_text_problem
     from outreach.render import RenderError, render
@@ -146,26 +124,19 @@ def validate_request(delivery_key: str, to: str, template: str,
 
 def enqueue(conn: psycopg.Connection, delivery_key: str, to: str, template: str,
             context: Mapping[str, Any] | None = None, *, mailbox: str | None = None) -> Enqueued:
-    """Enqueue one transactional email inside the caller's transaction (nothing is committed
-    here: the caller commits, together with its own rows; on an error raised here the caller's
-    transaction is failed and must be rolled back). On an autocommit connection the row commits
-    at once.
+    """Enqueue one transactional email inside the caller's transaction (the caller commits; after an
+    error here it must roll back; autocommit commits at once).
 
-    What happens when this runs twice: the second call finds the key (UNIQUE
-    ``outreach_emails_delivery_key_key``) and returns the first call's row, ``created=False``;
-    a concurrent second call waits for the first transaction and then does the same. Suppressed
-    recipients get a row with status ``suppressed`` (and nothing is sent).
+    A second call with the key returns the first row, ``created=False`` (a concurrent one waits for
+    the first). A suppressed recipient gets a ``suppressed`` row.
 
     :param conn: the application's connection, inside its transaction (psycopg 3).
     :param delivery_key: made when the request arrived; the same for every retry.
-    :param to: the recipient address.
     :param template: ``include/templates/<template>.{subject,txt,html}.j2``.
     :param context: the template's variables (a JSON object).
-    :param mailbox: the sending mailbox's address; default the mailbox marked
-        ``transactional: true`` in the mailbox file (``outreach mailbox sync``).
+    :param mailbox: the sender's address; default the mailbox marked ``transactional: true``.
     :raises TransactionalError: see :func:`validate_request`; or no such mailbox.
-    :raises DeliveryKeyConflict: the key was used for another recipient or template.
-    """
+    :raises DeliveryKeyConflict: the key was used for another recipient or template."""
     address, ctx = validate_request(delivery_key, to, template, context)
     try:
         # Inside the caller's transaction, no savepoint and no commit of our own: if this fails,
@@ -189,17 +160,12 @@ def enqueue(conn: psycopg.Connection, delivery_key: str, to: str, template: str,
 def send_due(url: str, connector: SmtpConnector, settings: Settings, *, limit: int | None = None,
              worker: str | None = None, now: dt.datetime | None = None,
              dkim_keys: DkimKeyLoader | None = None) -> PlannedSummary:
-    """One short send cycle: claim and send the due transactional rows of every mailbox, at most
-    ``limit`` per mailbox (default ``settings.batch_size``), over one SMTP session per mailbox.
-
-    Safe to run concurrently and to repeat: each row is claimed by one statement with ``FOR
-    UPDATE SKIP LOCKED``, and every later change is guarded by status and claim token.
+    """One short send cycle: claim and send every mailbox's due transactional rows, at most ``limit``
+    each (default ``settings.batch_size``), one SMTP session per mailbox. Safe to repeat.
 
     :raises outreach.db.OutreachDBError: the database is unreachable.
     :raises outreach.send.BatchAborted: see :func:`outreach.send.send_batch`.
-    :raises outreach.send.MailboxUnreachable: after every mailbox was processed, when one could
-        not connect, log in or load its DKIM key (its rows were released, attempts not counted).
-    """
+    :raises outreach.send.MailboxUnreachable: after every mailbox, if one could not send at all."""
     worker = worker or worker_name("transactional")
     with db.connect(url, autocommit=True) as conn:
         due = emails.email_plan_transactional(conn, now=now)

@@ -1,12 +1,8 @@
-"""SMTP transport that knows at which stage an outcome happened (RFC 5321).
+"""SMTP transport that knows at which stage an outcome happened (RFC 5321); it never touches the database.
 
-A message is accepted only by a 2xx reply to the end of DATA. Everything that goes wrong before
-the end of data was sent is *not accepted* (safe to retry); a missing reply after it was sent is
-*ambiguous* (the server may have accepted it: never retried automatically). ``smtplib.SMTP.data``
-sends the body and reads the reply in one call, so this module uses the low-level steps.
-
-The transport only transports: it never touches the database.
-"""
+Accepted only by a 2xx to the end of DATA; a failure before is *not accepted* (safe to retry), a
+missing reply after it *ambiguous* (never retried). ``smtplib.SMTP.data`` sends and reads in one
+call, so the low-level steps are used."""
 
 from __future__ import annotations
 
@@ -60,27 +56,14 @@ _TLS_TEXT = re.compile(r"(?i)starttls|\btls\b")
 
 
 def session_refusal(delivery: Delivery) -> str | None:
-    """Whether the server refused MAIL FROM because this *session* may not send (not because of
-    the message or its recipient), and if so why, in words: ``"the server requires
-    authentication"`` or ``"the server requires STARTTLS"``; ``None`` otherwise.
+    """Return why the server refused this *session* at MAIL FROM, in words, or ``None``.
 
-    The one rule (pointed to from :func:`outreach.handoff._send_one` and
-    docs/howto/operating-failures.md), kept narrow on purpose — a reply at stage ``MAIL`` only (nothing of a message
-    was accepted there), and only:
+    ``"the server requires authentication"`` or ``"… STARTTLS"``: a reply at stage ``MAIL`` only,
+    code 530 (RFC 4954 §6, RFC 3207 §4, Microsoft's 530 5.7.57) or a 5xx 5.7.0 (RFC 3463 §3.8) whose
+    text says "auth…". A 5.7.1 policy rejection stays the message's permanent failure. The one rule
+    (docs/howto/operating-failures.md), narrow on purpose.
 
-    * code 530: RFC 4954 §6 "530 5.7.0 Authentication required" (returned to any command but
-      AUTH, EHLO, HELO, NOOP, RSET, QUIT "when server policy requires authentication … and
-      authentication is not currently in force"), also RFC 3207 §4 "530 5.7.0 Must issue a
-      STARTTLS command first" and Microsoft's "530 5.7.57 Client not authenticated";
-    * any 5xx with the enhanced code 5.7.0 (RFC 3463 §3.8, "other or undefined security status")
-      whose text says "auth…" (e.g. ``550 5.7.0 Authentication required``).
-
-    A 5.7.1 policy rejection at MAIL (sender not allowed, "not logged in" as *another* user) is
-    not matched: it stays the message's permanent failure.
-
-    :param delivery: what :meth:`SmtpSession.deliver` returned.
-    :returns: the reason, or ``None`` when the reply is not a session refusal.
-    """
+    :param delivery: what :meth:`SmtpSession.deliver` returned."""
     if delivery.stage is not Stage.MAIL or delivery.code is None:
         return None
     enhanced_500 = re.search(r"\b5\.7\.0\b", delivery.reply) is not None
@@ -117,16 +100,15 @@ def needs_smtputf8(*addresses: str) -> bool:
 
 
 def relay_cannot_carry(client: smtplib.SMTP, payload: bytes, sender: str, recipient: str) -> str | None:
-    """The one rule on what a relay cannot carry, or ``None`` when it can: a non-ASCII address
-    when the relay does not offer SMTPUTF8 (RFC 6531 §3.4: the client must not send it), or a
-    message larger than the relay's advertised SIZE (RFC 1870 §6: the client should not send
-    it). Either would fail the same way on every attempt, so the caller fails the row
-    permanently at once (stage ``MAIL``, nothing sent) instead of retrying it.
+    """The one rule on what a relay cannot carry, or ``None`` when it can.
+
+    A non-ASCII address without SMTPUTF8 (RFC 6531 §3.4), or a message over the advertised SIZE (RFC
+    1870 §6): every attempt would fail alike, so the caller fails the row permanently at once.
+    docs/reference/relay-capabilities.md.
 
     :param client: connected, after EHLO.
     :param payload: the message bytes as they would go out (before dot-stuffing).
-    :returns: a one-line reason naming the relay's limit (never a full address).
-    """
+    :returns: a one-line reason naming the relay's limit (never a full address)."""
     caps = RelayCapabilities.of(client)
     if needs_smtputf8(sender, recipient) and not caps.smtputf8:
         which = "recipient" if not recipient.isascii() else "sender"
@@ -198,13 +180,10 @@ class SmtpSession:
     def open(self) -> Delivery | None:
         """Connect (greeting, EHLO, STARTTLS, AUTH: whatever ``connect`` does) unless connected.
 
-        Nothing of a message has been sent when this fails, so the failure is the session's,
-        not a message's: the caller may release its rows without counting an attempt.
+        A failure here is the session's, not a message's: rows may be released uncounted.
 
-        :returns: ``None`` when connected; else a not-accepted :class:`Delivery` at stage
-            ``CONNECT`` naming the error (``ConnectionRefusedError: [Errno 111] …``, an SMTP
-            code such as 535 for a failed AUTH). Never raises for SMTP or socket errors.
-        """
+        :returns: ``None`` when connected; else a not-accepted :class:`Delivery` at stage ``CONNECT``
+            naming the error. Never raises for SMTP or socket errors."""
         if self._client is not None:
             return None
         try:

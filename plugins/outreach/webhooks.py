@@ -1,37 +1,12 @@
 """Signed webhooks out (issue 26, item 4): events of ``outreach.events`` posted to each endpoint
-that subscribed to their kind, in the Standard Webhooks convention (standardwebhooks.com).
+subscribed to their kind, in the Standard Webhooks convention (standardwebhooks.com).
 
-Each post carries ``webhook-id`` (``evt_<event id>``: the same on every retry and replay, so a
-receiver de-duplicates by it), ``webhook-timestamp`` (seconds since the epoch, when it is sent) and
-``webhook-signature`` (``v1,<base64 HMAC-SHA256 of "id.timestamp.body">`` with the endpoint's
-``whsec_`` secret, signed by the ``standardwebhooks`` library); the body is JSON
-``{"type": kind, "timestamp": occurred_at, "data": {event_id, campaign_id, lead_id, email_id,
-…payload}}``, which names rows by id, never an address (migration 0115).
-
-Delivery is at least once, each event once per endpoint in the database:
-
-* :func:`enqueue` — one statement (``webhook_enqueue``) turns the events past each endpoint's
-  transaction boundary into delivery rows, UNIQUE (endpoint, event); two runs at once are safe.
-* :func:`deliver` — claims due rows with SKIP LOCKED (the attempt counted and committed before
-  any post), checks right before each post that its claim still holds (``webhook_touch``), posts,
-  then records the outcome guarded by the claim token: a 2xx is delivered; anything else (another
-  status, a refused connection, a timeout) waits ``base × 2^(n-1)`` seconds (at most the cap) and
-  after :attr:`~outreach.settings.WebhookSettings.webhook_max_attempts` attempts the row is dead.
-  No transaction stays open during a post (an open one would hold back every consumer's
-  watermark, 0104).
-* :func:`replay` — dead rows, or every row from an event id on, due again (``outreach webhooks
-  replay``).
-
-Where a post may go (:func:`destination`): the endpoint's host is resolved right before each post
-and every address it resolves to must be public (``ipaddress``'s ``is_global``) unless
-``OUTREACH_WEBHOOK_ALLOW_PRIVATE`` is on; the post then connects to the address that was checked
-(the URL's name kept for ``Host`` and TLS), so a name that resolves elsewhere a moment later (DNS
-rebinding) cannot reach a loopback service or a cloud metadata address (OWASP SSRF prevention).
-
-The secret is read where the endpoint's ``secret_ref`` says (the caller passes the reader,
-:func:`outreach.airflow.connections.named_secret`); the logs name the endpoint, never its URL
-(a URL may hold a token) nor the secret.
-"""
+:func:`enqueue` makes one delivery row per endpoint and event (UNIQUE); :func:`deliver` claims
+them (SKIP LOCKED, the attempt counted before any post, no transaction open during a post), posts
+signed bodies that name rows by id, never an address (0115), and retries with backoff until dead;
+:func:`replay` makes them due again. :func:`destination` refuses non-public addresses (DNS
+rebinding, OWASP SSRF prevention). Logs name the endpoint, never its URL nor the secret. What
+holds and where: docs/howto/webhooks.md#what-holds-and-where."""
 
 from __future__ import annotations
 
@@ -116,7 +91,6 @@ class DeliveryResult:
 def enqueue(url: str, *, now: dt.datetime | None = None) -> int:
     """Turn new events into deliveries for every enabled endpoint subscribed to their kind.
 
-    :param url: the outreach database (libpq URL).
     :param now: when they are due (UTC, timezone-aware; default the database's now), for tests.
     :return: the number of deliveries queued.
     :raises outreach.db.OutreachDBError: the database cannot be reached.
@@ -132,16 +106,12 @@ def deliver(url: str, *, secret: Callable[[str], str], settings: WebhookSettings
             now: dt.datetime | None = None) -> DeliveryResult:
     """Post the due deliveries until none is due or the run's time is up; return the counts.
 
-    :param url: the outreach database (libpq URL).
-    :param settings: timeout, attempts, backoff, batch and run length (default from the
-        environment).
-    :param now: the database clock for due times and backoff (UTC; default the database's now),
-        for tests; the signature's timestamp is always the real moment of sending.
-    :param secret: returns the secret a ``secret_ref`` names, or raises :class:`LookupError`
-        (the DAG and the CLI pass :func:`outreach.airflow.connections.named_secret`).
+    :param settings: timeout, attempts, backoff, batch and run length (default from the environment).
+    :param now: the database clock for due times and backoff (UTC; default the database's now); the
+        signature's timestamp is always the real moment of sending.
+    :param secret: returns the secret a ``secret_ref`` names, or raises :class:`LookupError`.
     :raises outreach.db.OutreachDBError: the database cannot be reached.
-    :raises outreach.settings.SettingsError: a setting is out of range.
-    """
+    :raises outreach.settings.SettingsError: a setting is out of range."""
     import httpx
 
     s = settings or WebhookSettings()
@@ -204,16 +174,13 @@ ALLOW_PRIVATE_HINT = ("set OUTREACH_WEBHOOK_ALLOW_PRIVATE=true only for a receiv
 
 
 def destination(endpoint_url: str, *, allow_private: bool) -> tuple[str, str]:
-    """Check where a post to ``endpoint_url`` would go; return ``(host, address)``: the URL's host
-    name and the address to connect to (the first one it resolves to).
+    """Check where a post to ``endpoint_url`` would go; return ``(host, address)`` to connect to.
 
-    Every address the host resolves to (``socket.getaddrinfo``, A and AAAA) must be public
-    (:attr:`ipaddress.IPv4Address.is_global`: not loopback, private, link-local such as
-    169.254.169.254, shared, reserved or multicast) unless ``allow_private``.
+    Every address the host resolves to (A and AAAA) must be public (``is_global``) unless
+    ``allow_private``; the post connects to the checked address, so DNS rebinding cannot redirect it.
 
     :raises UnsafeDestination: not an http(s) URL with a host, the host does not resolve, or it
-        resolves to a non-public address and ``allow_private`` is off.
-    """
+        resolves to a non-public address and ``allow_private`` is off."""
     import httpx
 
     try:
@@ -290,18 +257,15 @@ def replay(url: str, *, endpoint: str | None = None, dead_only: bool = False,
 
 def add_endpoint(url: str, *, name: str, endpoint_url: str, event_kinds: list[str],
                  secret_ref: str, enabled: bool = True, allow_private: bool | None = None) -> int:
-    """Add an endpoint; return its id. It gets the events of transactions that end from now on
-    (older ones: :func:`replay` with ``since_event``).
+    """Add an endpoint; return its id. It gets the events of transactions that end from now on.
 
     :param name: unique, ``[a-z0-9][a-z0-9_-]*`` (at most 63 characters).
-    :param endpoint_url: an http(s) URL.
+    :param endpoint_url: an http(s) URL, checked by :func:`destination` (and again at each post).
     :param event_kinds: kinds of ``outreach.events`` (``replied``, ``bounced`` …) or ``*``.
     :param secret_ref: ``env:NAME`` or ``conn:ID``, where the ``whsec_`` secret is read.
-    :param allow_private: default ``OUTREACH_WEBHOOK_ALLOW_PRIVATE``; the URL is checked by
-        :func:`destination` (each post checks it again).
+    :param allow_private: default ``OUTREACH_WEBHOOK_ALLOW_PRIVATE``.
     :raises UnsafeDestination: the URL may not be posted to (nothing stored).
-    :raises ValueError: a value the table refuses (the constraint named), or the name exists.
-    """
+    :raises ValueError: a value the table refuses (the constraint named), or the name exists."""
     destination(endpoint_url, allow_private=WebhookSettings().webhook_allow_private
                 if allow_private is None else allow_private)
     try:

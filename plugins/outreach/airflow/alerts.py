@@ -30,18 +30,12 @@ ALERT_CONN_ID = "outreach_alerts"
 def alert_notifier() -> Any:
     """Return the notifier alerts go through, or ``None`` when none is configured.
 
-    * ``OUTREACH_ALERT_NOTIFIER=package.module:Class`` (any Airflow notifier, e.g. the Slack
-      provider's), built with the JSON object in ``OUTREACH_ALERT_NOTIFIER_KWARGS``; its
-      templated fields see ``outreach_alert.subject``, ``outreach_alert.body`` and
-      ``outreach_alert.html`` (e.g. ``{"text": "{{ outreach_alert.subject }}"}``).
-    * else, with ``OUTREACH_ALERT_TO`` (comma-separated addresses), the SMTP provider's
-      ``SmtpNotifier`` through the Airflow connection ``OUTREACH_ALERT_SMTP_CONN_ID`` (default
-      ``outreach_alerts``; give it extra ``retry_limit: 0``: the hook retries a whole send), from
-      ``OUTREACH_ALERT_FROM`` (default: the connection's ``from_email``, else
-      ``outreach-alerts@<this host>``).
+    ``OUTREACH_ALERT_NOTIFIER`` (any Airflow notifier, with ``OUTREACH_ALERT_NOTIFIER_KWARGS``), else
+    with ``OUTREACH_ALERT_TO`` the SMTP provider's ``SmtpNotifier`` through
+    ``OUTREACH_ALERT_SMTP_CONN_ID`` (give it ``retry_limit: 0``: the hook retries a whole send), from
+    ``OUTREACH_ALERT_FROM``. docs/reference/configuration.md.
 
-    :raises outreach.settings.SettingsError: ``OUTREACH_ALERT_NOTIFIER`` cannot be loaded.
-    """
+    :raises outreach.settings.SettingsError: ``OUTREACH_ALERT_NOTIFIER`` cannot be loaded."""
     import importlib
     import socket
 
@@ -73,13 +67,10 @@ def alert_notifier() -> Any:
 def deliver_alert(subject: str, body: str) -> bool:
     """Send one alert through :func:`alert_notifier` (a log line only when none is configured).
 
-    The subject is one line; the body is plain text, sent as escaped HTML (lead data never
-    becomes markup or a header).
+    The body is sent as escaped HTML (lead data never becomes markup or a header).
 
-    :returns: whether it was handed to a notifier (``False``: none is configured).
-    :raises Exception: whatever the notifier raises (the alert's claim is rolled back, see
-        :func:`outreach.alerts.raise_alert`).
-    """
+    :returns: whether it was handed to a notifier.
+    :raises Exception: whatever the notifier raises (the alert's claim is rolled back)."""
     import html
 
     notifier = alert_notifier()
@@ -116,15 +107,11 @@ def _utc_day() -> str:
 
 
 class RunFailedNotifier:
-    """``on_failure_callback`` and ``on_retry_callback`` of the send tasks: one alert per failed
-    DAG run (key ``run-failed:<dag id>:<run id>``), however many of its tasks fail or are
-    cleared and fail again. The first failed *try* raises it (``retrying``: the task will be
-    retried; the alert says when), so a relay that died is reported within a minute of the
-    task failing, not after every retry's delay (2 retries × 300 s took 11.5 minutes). The
-    alert names the task, its label and the error line.
+    """``on_failure_callback`` and ``on_retry_callback`` of the send tasks: one alert per failed DAG run
+    (key ``run-failed:<dag id>:<run id>``), raised at the first failed try, not after the retries'
+    delays (2 retries × 300 s took 11.5 minutes).
 
-    :param retrying: this instance is the ``on_retry_callback``.
-    """
+    :param retrying: this instance is the ``on_retry_callback``."""
 
     def __init__(self, retrying: bool = False) -> None:
         self.retrying = retrying
@@ -153,13 +140,10 @@ class RunFailedNotifier:
 
 
 def refused_logins(conn_ids: list[str], exc: BaseException) -> None:
-    """When a login of ``conn_ids`` was refused in this task (:class:`outreach.oauth.LoginRefused`:
-    a 535 or ``AUTHENTICATIONFAILED``, a revoked key or consent, missing delegation), alert once
-    per connection and UTC day (key ``login-failed:<conn id>:<day>``) and fail the task without
-    retry: a retry cannot fix credentials. Otherwise return (the caller re-raises ``exc``).
+    """When a login of ``conn_ids`` was refused (:class:`outreach.oauth.LoginRefused`), alert once per
+    connection and UTC day and fail without retry (a retry cannot fix credentials); else return.
 
-    :raises airflow.sdk.exceptions.AirflowFailException: with ``exc``'s one line.
-    """
+    :raises airflow.sdk.exceptions.AirflowFailException: with ``exc``'s one line."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from outreach import oauth

@@ -1,21 +1,9 @@
 """``outreach config check``: every setting and connection a deployment uses, checked at once.
 
-A deployment used to start with a bad value and fail later in whichever task read it first
-(issue 31). :func:`check` builds every settings group of :mod:`outreach.settings` (and the
-variables read elsewhere: ``OUTREACH_IMPORT_ROOTS``; the CLI adds ``OUTREACH_EMBEDDED_DB`` and
-``OUTREACH_SMTP_POOL_SLOTS``, which live in the dev wing), loads the mailbox file and every
-campaign file, connects to the outreach database (and asks whether its schema is current), and
-looks up every Airflow connection the mailbox file names (SMTP, DKIM key, IMAP) and the
-alerts' one. It collects every problem, one line each, instead of stopping at the first.
-
-Who runs it: the command line (``outreach config check``: exit 2 with one line per problem,
-exit 0 with a one-line summary), ``make airflow`` and each Celery worker's start
-(:func:`outreach.dev.deploy.config_gate`: settings, files and database, since connections are
-often added in the Airflow UI once it is up) and the first task of the send, transactional, import and
-inbox DAGs (:func:`outreach.airflow.tasks_common.config_check_task`, settings and database: each DAG's
-own task checks the connections it uses). The limits and the list of checks:
-``docs/reference/limits-and-config-check.md``.
-"""
+:func:`check` builds every settings group (and ``OUTREACH_IMPORT_ROOTS``), loads the mailbox and
+campaign files, connects to the database and looks up every connection the mailbox file names,
+collecting every problem, one line each (issue 31: a bad value used to fail some task later).
+Who runs it, the checks and the limits: docs/reference/limits-and-config-check.md."""
 
 from __future__ import annotations
 
@@ -73,10 +61,7 @@ def check_settings(report: ConfigReport, *, marketing: bool = True,
     """Add the problems of every settings group and of the variables read elsewhere.
 
     :param marketing: the unsubscribe URL and secret are required (campaign files exist).
-    :param extra: more readers of settings, each raising
-        :class:`outreach.settings.SettingsError` on a bad value (the CLI's: the embedded
-        database opt-in, the SMTP pool size).
-    """
+    :param extra: more readers raising :class:`outreach.settings.SettingsError` (the CLI's)."""
     from outreach import settings as settings_module
     from outreach.airflow.alerts import alert_notifier
     from outreach.settings import OutreachSettings, Settings, import_roots
@@ -213,11 +198,9 @@ def check(scopes: Iterable[str] = SCOPES, *, mailbox_file: Path | None = None,
 
     :param scopes: which of :data:`SCOPES` to check (default all).
     :param mailbox_file: the mailbox file (default ``include/mailboxes.yaml`` of the project).
-    :param database_url: returns the outreach database URL (default the tasks':
-        :func:`outreach.airflow.connections.database_url`).
+    :param database_url: returns the database URL (default the tasks' ``database_url``).
     :param extra: more settings readers (see :func:`check_settings`).
-    :raises ValueError: an unknown scope.
-    """
+    :raises ValueError: an unknown scope."""
     from outreach.airflow.connections import database_url as tasks_database_url
     from outreach.paths import campaigns_dir, project_root
 

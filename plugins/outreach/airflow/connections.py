@@ -1,16 +1,6 @@
-"""Connections and secrets, read from Airflow at task time: the outreach database, each mailbox's
-SMTP and IMAP connection, DKIM keys, the unsubscribe secret, the Postmaster credentials and webhook secrets.
-
-The outreach database is the Airflow connection ``outreach_db``, else ``OUTREACH_DATABASE_URL``;
-with neither, every task fails with one line saying what to set
-(:data:`outreach.settings.NO_DATABASE`): a worker never falls back to an embedded database. Each
-mailbox's SMTP server is the Airflow connection named in the mailbox file, opened with the SMTP
-provider's hook. The unsubscribe secret is ``OUTREACH_UNSUBSCRIBE_SECRET``, else the password of
-the Airflow connection ``outreach_unsubscribe``; a mailbox's DKIM private key is the password (or
-extra ``private_key``) of the connection its ``dkim_key_conn_id`` names; Google Postmaster Tools
-through the service account in the Airflow connection ``outreach_postmaster``. Nothing here runs
-at import time.
-"""
+"""Connections and secrets, read from Airflow at task time, never at import: the outreach database,
+each mailbox's SMTP and IMAP connection, DKIM keys, the unsubscribe secret, the Postmaster
+credentials and webhook secrets. Where each lives: docs/reference/configuration.md."""
 
 from __future__ import annotations
 
@@ -28,17 +18,11 @@ POSTMASTER_CONN_ID = "outreach_postmaster"
 
 
 def database_url(conn_id: str = DB_CONN_ID) -> str:
-    """Return the outreach database URL: the Airflow connection ``conn_id``, else
-    ``OUTREACH_DATABASE_URL`` (:class:`outreach.settings.DatabaseSettings`).
+    """Return the outreach database URL: the Airflow connection ``conn_id``, else ``OUTREACH_DATABASE_URL``.
 
-    The DAG tasks, the API server's apps and the ``outreach`` command all ask this. There is no
-    embedded fallback here: only the CLI's dev path (:func:`outreach.cli.common.database_url`,
-    ``OUTREACH_EMBEDDED_DB=1``) and the local launchers use the embedded server, and they hand the
-    processes they start ``OUTREACH_DATABASE_URL``.
+    No embedded fallback here (only the CLI's dev path and the local launchers use it).
 
-    :raises outreach.settings.SettingsError: neither is configured
-        (:data:`outreach.settings.NO_DATABASE`: a worker never gets a fresh empty database).
-    """
+    :raises outreach.settings.SettingsError: neither is configured (:data:`outreach.settings.NO_DATABASE`)."""
     from outreach.settings import NO_DATABASE, DatabaseSettings, SettingsError
 
     conn = _connection(conn_id)
@@ -137,19 +121,15 @@ def dkim_private_key(conn_id: str) -> bytes:
 
 
 def smtp_connector(smtp_conn_id: str) -> smtplib.SMTP:
-    """Open a connected, authenticated SMTP client for an Airflow SMTP connection.
+    """Open a connected, authenticated SMTP client for an Airflow SMTP connection, with its hook.
 
-    Uses the SMTP provider's hook for the connection (host, port, implicit SSL / STARTTLS, login,
-    timeout); extra ``auth_type: oauth2`` logs in with XOAUTH2 and a token from
-    :mod:`outreach.oauth` (Google, Microsoft or a static token). The hook's own
-    ``send_email_smtp`` is not used: it retries the whole send on any error, which duplicates
-    mail, and builds messages without Message-ID or DKIM.
+    Extra ``auth_type: oauth2`` logs in with XOAUTH2 (:mod:`outreach.oauth`). The hook's own
+    ``send_email_smtp`` is not used: it retries the whole send on any error (duplicates) and adds no
+    Message-ID or DKIM.
 
-    :raises outreach.oauth.LoginRefused: the login was refused (a 535 to the password, a
-        revoked OAuth credential): noted for :func:`refused_logins`.
-    :raises Exception: whatever the hook raises when it cannot connect (the transport classifies
-        it as not accepted at stage CONNECT).
-    """
+    :raises outreach.oauth.LoginRefused: the login was refused: noted for
+        :func:`outreach.airflow.alerts.refused_logins`.
+    :raises Exception: whatever the hook raises when it cannot connect (stage CONNECT)."""
     from airflow.providers.smtp.hooks.smtp import SmtpHook
 
     from outreach import oauth
@@ -219,14 +199,10 @@ def optional_unsubscribe_secret() -> str | None:
 def postmaster_credentials(conn_id: str = POSTMASTER_CONN_ID) -> Any:
     """Return google-auth service-account credentials for the Postmaster Tools API.
 
-    The Airflow connection (any conn type; ``google_cloud_platform`` works) holds the service
-    account's JSON key in its extra ``keyfile_dict`` (a JSON object or its text; the Google
-    provider's ``extra__google_cloud_platform__keyfile_dict`` is read too) or a file path in
-    ``key_path``. The scope is ``postmaster.traffic.readonly``; the service account must be added
-    as a user of each domain in Postmaster Tools. The key is never logged.
+    The connection's extra ``keyfile_dict`` (or the Google provider's prefixed one) or ``key_path``;
+    scope ``postmaster.traffic.readonly``; the key is never logged.
 
-    :raises outreach.postmaster.PostmasterError: the connection is missing or holds no usable key.
-    """
+    :raises outreach.postmaster.PostmasterError: the connection is missing or holds no usable key."""
     import json
 
     from airflow.sdk import BaseHook

@@ -21,21 +21,15 @@ SMTP_POOL_DESCRIPTION = "outreach: concurrent SMTP sessions of the send tasks"
 def dag_kwargs(*, schedule: Any = None, retries: int = 1, operator: bool = False,
                on_failure_callback: Any = None, on_retry_callback: Any = None,
                access: str = "operator", **extra: Any) -> dict[str, Any]:
-    """Return the ``@dag`` arguments every outreach DAG shares: ``schedule`` (cron or ``None`` for
-    manual DAGs), a fixed start date (UTC), no catch-up, tag ``outreach`` (and ``operator`` for
-    operator actions), owner ``outreach``, ``retries`` and ``on_failure_callback`` (after the last
-    retry; e.g. :class:`RunFailedNotifier`) and ``on_retry_callback`` (a try failed, a retry
-    follows) per task; ``access_control`` by ``access`` (:func:`outreach.airflow.roles.access_control`:
-    ``operator``, the default, or ``admin`` for the admin-only DAGs); ``extra`` is passed through.
+    """Return the ``@dag`` arguments every outreach DAG shares.
 
-    ``OUTREACH_SCHEDULES=off`` in the environment of the DAG processor turns every schedule off:
-    DAGs then run only when triggered (a staging deployment, a maintenance window, tests that
-    must count what one triggered run sent). Any other value but ``on`` (default) is refused.
+    ``schedule`` (cron or ``None``), a fixed UTC start date, no catch-up, tag ``outreach`` (and
+    ``operator``), owner ``outreach``, ``retries`` and the callbacks per task, ``access_control`` by
+    ``access`` (``operator`` or ``admin``); ``extra`` passed through. ``OUTREACH_SCHEDULES=off``
+    turns every schedule off (DAGs run only when triggered).
 
-    :raises outreach.settings.SettingsError: ``OUTREACH_SCHEDULES`` is neither ``on`` nor ``off``
-        (a ValueError).
-    :raises ValueError: ``access`` is neither ``operator`` nor ``admin``.
-    """
+    :raises outreach.settings.SettingsError: ``OUTREACH_SCHEDULES`` is neither ``on`` nor ``off``.
+    :raises ValueError: ``access`` is neither ``operator`` nor ``admin``."""
     import datetime as dt
 
     from outreach.airflow.roles import access_control
@@ -95,14 +89,12 @@ SOURCES_SCHEDULE = "@hourly"
 
 
 def source_dags() -> list[dict[str, Any]]:
-    """Return the import DAGs the campaign files ask for, for ``dags/outreach_import_sources.py``:
-    ``[{"dag_id", "schedule" (cron, preset or Asset URI), "campaigns": [(file, key)]}]``.
-    ``outreach_import_sources`` (always, hourly) holds every campaign with a source and no
-    schedule of its own (or ``@hourly``); a campaign with another cron or an Asset URI gets
-    ``outreach_import_source_<key>`` on it. Reads files only (DAG parsing).
+    """Return the import DAGs the campaign files ask for: ``[{"dag_id", "schedule", "campaigns"}]``.
 
-    :raises outreach.campaign.ConfigError: a campaign file with a source is invalid.
-    """
+    ``outreach_import_sources`` (hourly) holds the sources without a schedule of their own; another
+    cron or an Asset URI gets ``outreach_import_source_<key>``. Reads files only.
+
+    :raises outreach.campaign.ConfigError: a campaign file with a source is invalid."""
     from outreach.sources import source_campaigns
 
     main: dict[str, Any] = {"dag_id": "outreach_import_sources", "schedule": SOURCES_SCHEDULE,
@@ -144,13 +136,9 @@ def dag_schedule(schedule: str) -> Any:
 
 
 def lead_assets() -> list[Any]:
-    """Return the Asset of every campaign's leads (``outreach://leads/<key>``): of the campaigns
-    that declare a source (the source imports update them) and of every other campaign file in
-    :func:`outreach.paths.campaigns_dir` (a file import from ``outreach_import_leads`` updates
-    its campaign's, through :func:`leads_alias`). ``outreach_queue_due`` is scheduled on them.
-    A campaign file without a source that does not load is left out (its import fails with
-    the reason; the queue's cron still runs). Files only: DAG parsing calls this.
-    """
+    """Return the Asset of every campaign's leads (``outreach://leads/<key>``), from files only.
+
+    Sourced campaigns and every other campaign file that loads; ``outreach_queue_due`` runs on them."""
     from airflow.sdk import Asset
 
     from outreach.campaign import ConfigError, load_campaign
@@ -180,14 +168,10 @@ def leads_alias() -> Any:
 
 
 def queue_due_schedule() -> Any:
-    """Return the schedule of ``outreach_queue_due``: its cron ``OUTREACH_QUEUE_DUE_SCHEDULE``
-    (default every 15 minutes, UTC), *or* as soon as an import updated a campaign's leads Asset
-    (Airflow 3 ``AssetOrTimeSchedule``), so leads from a source are queued minutes after they
-    land (a source's import or a file import from the form); the plain cron when there is no
-    campaign file.
+    """Return ``outreach_queue_due``'s schedule: ``OUTREACH_QUEUE_DUE_SCHEDULE`` (default every 15
+    minutes, UTC) or a leads Asset update (``AssetOrTimeSchedule``); the plain cron without campaigns.
 
-    :raises outreach.settings.SettingsError: the cron is not a five-field expression.
-    """
+    :raises outreach.settings.SettingsError: the cron is not a five-field expression."""
     from outreach.settings import ScheduleSettings
 
     cron = ScheduleSettings().queue_due_schedule

@@ -1,27 +1,10 @@
-"""Who may do what in Airflow (issue 27): the outreach roles of Airflow's FAB auth manager
-(``apache-airflow-providers-fab``), the DAG-level access every outreach DAG declares
-(``access_control``), and :func:`sync`, which creates the roles and the first admin user when a
-deployment starts (``outreach roles sync``, one of :func:`outreach.dev.deploy.init_commands`).
+"""Who may do what in Airflow (issue 27): the Analyst, Operator and Admin roles of the FAB auth
+manager, the ``access_control`` every outreach DAG declares, and :func:`sync`, which creates the
+roles and the first admin user when a deployment starts (``outreach roles sync``).
 
-* **Analyst** (:data:`ANALYST`): FAB's *Viewer* permissions (DAGs, runs, task instances, task
-  logs, Required Actions: read) and the plugins list, so the campaign page's menu entry shows;
-  the page itself needs ``Website`` read, which Viewer has. Triggers, clears and answers nothing.
-* **Operator** (:data:`OPERATOR`): the analyst's, plus creating and editing runs and task
-  instances (trigger, clear, mark) and answering Required Actions, globally; but each of those
-  also needs *edit* on the DAG itself (``FabAuthManager.is_authorized_dag``: a sub-entity of a
-  DAG needs ``PUT`` on the DAG), which only the DAGs of :data:`OPERATOR_ACCESS` grant this role
-  through their ``access_control``. Pause and resume are edits of the DAG: the same grant.
-* **Admin** (:data:`ADMIN`): FAB's own ``Admin`` role, every permission. FAB keeps it whole
-  (``FabAirflowSecurityManagerOverride.ROLE_CONFIGS``) and never revokes a DAG-level permission
-  from it (``_sync_dag_view_permissions``), so the admin-only DAGs (``outreach_suppress``,
-  ``outreach_unsuppress``: ``dag_kwargs(access="admin")``) name only it.
-
-The DAG processor writes every DAG's ``access_control`` to the roles at each parse when the auth
-manager is FAB (``airflow/dag_processing/collection.py: _sync_dag_perms``), revoking DAG-level
-permissions a role is no longer listed for; a role named there must exist by then, hence
-:func:`sync` in the deployment's init. Other auth managers ignore ``access_control``: a team with
-its own auth manager maps its groups to these three (docs/howto/users-and-roles.md).
-"""
+Analyst: FAB's Viewer and the plugins list; Operator: plus runs, task instances and Required
+Actions, usable only on the DAGs that grant it edit (:data:`OPERATOR_ACCESS`); Admin: FAB's own,
+alone on the admin-only DAGs. Why it holds in FAB: docs/howto/users-and-roles.md."""
 
 from __future__ import annotations
 
@@ -55,14 +38,11 @@ LEVELS = ("operator", "admin")
 
 
 def access_control(level: str = "operator") -> dict[str, dict[str, set[str]]]:
-    """Return the ``access_control`` of a DAG (``@dag(access_control=…)``, through
-    :func:`outreach.airflow.defaults.dag_kwargs`).
+    """Return the ``access_control`` of a DAG (through :func:`outreach.airflow.defaults.dag_kwargs`).
 
-    :param level: ``operator`` (the default: operators and admins may run it) or ``admin``
-        (admins only: suppress, unsuppress). Analysts read every DAG through their global
-        permission either way.
-    :raises ValueError: another level.
-    """
+    :param level: ``operator`` (operators and admins may run it) or ``admin`` (admins only:
+        suppress, unsuppress, lead erase, campaign approval); analysts read every DAG either way.
+    :raises ValueError: another level."""
     if level == "operator":
         return {OPERATOR: {k: set(v) for k, v in OPERATOR_ACCESS.items()},
                 ADMIN: {k: set(v) for k, v in ADMIN_ACCESS.items()}}
@@ -95,15 +75,12 @@ def _is_dag_level(resource: str) -> bool:
 
 
 def sync(admin_password: str | None = None) -> list[str]:
-    """Create or reset :data:`ANALYST` and :data:`OPERATOR` to exactly :func:`role_permissions`
-    (DAG-level permissions are left to the DAGs' ``access_control``), make sure FAB's own roles
-    exist, and create the user :data:`ADMIN_USER` (role :data:`ADMIN`) with ``admin_password``
-    if no such user exists (an existing user and its password are never touched). Idempotent.
-    Needs Airflow's metadata database migrated (``airflow db migrate``) and the FAB auth manager
-    configured; return what it did, one line each.
+    """Create or reset :data:`ANALYST` and :data:`OPERATOR` to exactly :func:`role_permissions`, make
+    sure FAB's roles exist, and create :data:`ADMIN_USER` with ``admin_password`` if missing (an
+    existing user is never touched). Idempotent; needs the metadata migrated and FAB configured.
 
-    :raises RuntimeError: the admin user is missing and no password was given.
-    """
+    :returns: what it did, one line each.
+    :raises RuntimeError: the admin user is missing and no password was given."""
     from airflow.providers.fab.auth_manager.cli_commands.utils import get_application_builder
 
     done: list[str] = []

@@ -1,22 +1,11 @@
-"""Do-not-contact sources (issue 26): ``suppressions:`` in the suppression sources file
-(:func:`outreach.paths.suppression_sources_file`), read like a campaign's lead ``source:``
-(:mod:`outreach.sources`) and imported on a schedule by ``outreach_import_suppression_sources``.
+"""Do-not-contact sources (issue 26): ``suppressions:`` in the suppression sources file, read like a
+campaign's lead ``source:`` (:mod:`outreach.sources`) and imported by
+``outreach_import_suppression_sources``.
 
-A SQL source is a query run through any Airflow SQL connection's common-sql hook, read in chunks of
-``fetch_size`` rows from a server-side cursor where the driver has one; a file source is a glob of
-do-not-contact CSVs in object storage (``ObjectStoragePath``). Either way the entries go through
-the one suppression import path (:func:`outreach.suppression.apply_entries`): the same parsing,
-one row in ``outreach.suppressions`` per entry (so ``outreach.is_suppressed`` decides at import,
-queue and handoff), queued emails cancelled in the same transaction, the history in
-``outreach.suppression_events`` with ``source`` = ``suppressions:<name>``.
-
-Re-runs add nothing twice: a known entry is ``ON CONFLICT DO NOTHING``; a file source's object is
-claimed once per version in ``outreach.source_objects`` (as lead files are). A bad row is reported
-with the source, its row number and field, and the rest is imported. An entry that **leaves** the
-source stays suppressed: nothing is ever unsuppressed by a source (an operator runs
-``outreach unsuppress``, recorded with who and why). An entry still in a SQL source that an
-operator unsuppressed is suppressed again by the next run: remove it in the source first.
-"""
+Entries go through :func:`outreach.suppression.apply_entries` (history source
+``suppressions:<name>``); re-runs add nothing twice; an entry that leaves the source stays
+suppressed, and one an operator unsuppressed comes back while the source has it.
+docs/howto/suppressions.md."""
 
 from __future__ import annotations
 
@@ -57,11 +46,9 @@ ACTOR = "outreach_import_suppression_sources"
 
 
 class SuppressionSource(_Model):
-    """One do-not-contact source: a ``name`` (a slug; the history's source is
-    ``suppressions:<name>``), exactly one of ``sql`` (``conn_id``, ``query_file``, ``fetch_size``)
-    and ``files`` (``path`` glob URI, ``conn_id``), the ``column`` holding the address or domain
-    (default: a column named email, domain, address or value, else the first) and the
-    ``reason`` its entries get (default ``do-not-contact``: every message class honours it)."""
+    """One do-not-contact source: ``name`` (a slug), one of ``sql`` and ``files``, the ``column`` of
+    the address or domain (default email, domain, address or value, else the first) and ``reason``
+    (default ``do-not-contact``: every message class honours it)."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9\-]{0,62}$")
     sql: SqlSource | None = None
@@ -122,15 +109,12 @@ def source_named(name: str, path: str | Path | None = None) -> SuppressionSource
 
 
 def import_source(url: str, source: SuppressionSource) -> list[SuppressionImport]:
-    """Import one do-not-contact source: one result for a SQL source (one transaction), one per
-    new object of a file source (each in its own transaction with its claim; none when nothing is
-    new). ``problems`` name the row (1-based row of the query's result, or the file's line) and
-    field; ``result.file`` names the source (and object).
+    """Import one do-not-contact source: one result for a SQL source, one per new object of a file
+    source (each in its own transaction); ``problems`` name the row and field.
 
     :raises SourceError: the query file cannot be read, or the declared column is not returned.
-    :raises ImportFileError: object(s) of a file source unusable as a whole (not UTF-8, a row too
-        long): the others are imported, those are tried again by the next run.
-    """
+    :raises ImportFileError: objects unusable as a whole (the others are imported; they are tried
+        again by the next run)."""
     if source.sql is not None:
         return [_import_sql(url, source)]
     return _import_files(url, source)

@@ -18,11 +18,8 @@ APPROVE, REJECT = "approve", "reject"
 
 
 def approval_preflight(mailboxes: list[dict[str, Any]]) -> dict[str, str]:
-    """Return the DNS preflight result per sending domain of ``mailboxes`` (``{domain,
-    dkim_selector, dkim_key_conn_id}``), as the send DAG's preflight checks them
-    (:func:`outreach.preflight.run_preflight`, ``OUTREACH_SENDING_IP``,
-    ``OUTREACH_DNS_NAMESERVER``): ``PASS``, ``WARN: checks``, ``FAIL: checks``, or ``not checked
-    (OUTREACH_PREFLIGHT=off)``. No alert: the send run's preflight alerts."""
+    """Return the DNS preflight per sending domain of ``mailboxes``, as the send DAG's preflight checks
+    it: ``PASS``, ``WARN: checks``, ``FAIL: checks`` or ``not checked (…)``; no alert here."""
     from outreach.preflight import make_resolver, run_preflight
     from outreach.settings import PreflightSettings
 
@@ -47,17 +44,13 @@ def approval_preflight(mailboxes: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def approval_collect_task(run_id: str, campaign: str | None = None) -> dict[str, Any]:
-    """Pick the campaign this run's Required Action is for and gather what approving it does
-    (:func:`outreach.approval.gather`): ``campaign`` (the trigger form's Param), else the oldest
-    campaign awaiting approval whose latest submission no Required Action listed yet (each
-    submission is listed once: key ``approval:<submitted event id>`` in ``outreach.alerts``; a
-    later run picks the next campaign).
+    """Pick the campaign of this run's Required Action and :func:`outreach.approval.gather` it.
 
-    :returns: ``{"campaign", "content_version", "subject", "body"}`` (``body``: Markdown,
-        :func:`outreach.approval.markdown`).
-    :raises airflow.sdk.exceptions.AirflowSkipException: nothing awaits approval (or not
-        ``campaign``).
-    """
+    ``campaign`` (the form's Param), else the oldest awaiting approval whose latest submission no
+    Required Action listed (key ``approval:<submitted event id>``).
+
+    :returns: ``{"campaign", "content_version", "subject", "body"}`` (``body``: Markdown).
+    :raises airflow.sdk.exceptions.AirflowSkipException: nothing awaits approval."""
     from airflow.sdk.exceptions import AirflowSkipException
 
     from outreach import db
@@ -91,18 +84,14 @@ def approval_collect_task(run_id: str, campaign: str | None = None) -> dict[str,
 
 def approval_record_task(collected: dict[str, Any], response: dict[str, Any], dag_id: str,
                          run_id: str) -> dict[str, Any]:
-    """Apply the launch approval's answer (:func:`outreach.campaign_pause.change_status`):
-    *approve* → active, by the Airflow user who answered, at the time they answered, only if
-    the content version is still the one shown; *reject* → draft with the reason they typed.
+    """Apply the answer (:func:`outreach.campaign_pause.change_status`): *approve* by the Airflow user,
+    at their time, only for the content version shown; *reject* to draft with their reason.
 
     :param collected: :func:`approval_collect_task`'s result.
-    :param response: the HITL task's result: ``chosen_options``, ``params_input`` (``reason``),
-        ``responded_by_user`` (``{"id", "name"}``, from Airflow's login), ``responded_at``.
-    :raises airflow.sdk.exceptions.AirflowFailException: no user or no option in the answer,
-        or the campaign changed meanwhile (:class:`outreach.campaign_pause.CampaignStateError`:
-        its content changed since it was shown: the new submission gets its own Required
-        Action).
-    """
+    :param response: the HITL result: ``chosen_options``, ``params_input``, ``responded_by_user``,
+        ``responded_at``.
+    :raises airflow.sdk.exceptions.AirflowFailException: no user or option, or the content changed
+        (the new submission gets its own Required Action)."""
     import datetime as dt
 
     from airflow.sdk.exceptions import AirflowFailException

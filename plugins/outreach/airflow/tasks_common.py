@@ -1,11 +1,6 @@
-"""Task bodies more than one DAG family runs: the settings and database check before a DAG's work,
-and the event Assets' announcement (the send and inbox DAGs).
-
-The task bodies (``tasks_*`` modules): what each DAG task does, in terms of the domain package.
-DAG files (``dags/``) call these, :mod:`outreach.airflow.defaults` and
-:mod:`outreach.airflow.alerts`, and nothing else. Connections come from
-:mod:`outreach.airflow.connections`; nothing here runs at import time.
-"""
+"""Task bodies more than one DAG family runs: the settings and database check, and the event
+Assets' announcement. DAG files call the ``tasks_*`` modules, :mod:`outreach.airflow.defaults`
+and :mod:`outreach.airflow.alerts` only; nothing here runs at import time."""
 
 from __future__ import annotations
 
@@ -18,16 +13,11 @@ from outreach.logutil import log
 
 
 def config_check_task(*, marketing: bool = False) -> None:
-    """Check every setting and the outreach database (:func:`outreach.airflow.configcheck.check`, scopes
-    settings and database) before a DAG's work: the first step of the send DAG's preflight, of
-    the import, source import, transactional and inbox DAGs' first task. Each DAG's own tasks
-    check the connections they use (the preflight the DKIM keys, the inbox reader its IMAP
-    account).
+    """Check every setting and the outreach database before a DAG's work (each DAG's own tasks check
+    the connections they use).
 
     :param marketing: the unsubscribe URL and secret are required too (the send DAG).
-    :raises airflow.sdk.exceptions.AirflowFailException: a problem, all of them in one line
-        (no retry: a bad value stays bad until someone changes it; clear the task after).
-    """
+    :raises airflow.sdk.exceptions.AirflowFailException: all problems in one line, no retry."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from outreach.airflow.configcheck import ConfigReport, check_database, check_settings
@@ -43,16 +33,12 @@ def config_check_task(*, marketing: bool = False) -> None:
 
 
 def announce_events_task(announcer: str, outlet_events: Any) -> dict[str, dict[str, Any]]:
-    """Update the event Assets of ``announcer``'s families (``outreach://events/<family>``,
-    through :func:`outreach.airflow.defaults.events_alias`) that have new events, each with the
-    id range in its extra (:func:`outreach.eventassets.collect`); a family without new events
-    gets no asset event. Return the extras by family.
+    """Update the event Assets of ``announcer``'s families that have new events, the id range in each
+    extra (:func:`outreach.eventassets.collect`); return the extras by family.
 
     :param announcer: ``inbox`` or ``send`` (:data:`outreach.eventassets.ANNOUNCERS`).
     :param outlet_events: the task context's ``outlet_events``.
-    :raises outreach.db.OutreachDBError: the database cannot be reached (the cursor stays: the
-        retry announces the same events).
-    """
+    :raises outreach.db.OutreachDBError: the database is unreachable (the retry announces the same)."""
     from airflow.sdk import Asset
 
     from outreach.airflow.defaults import events_alias

@@ -19,18 +19,12 @@ def import_task(campaign_file: str, mailbox_file: str, leads_file: str,
                 suppressions_file: str | None) -> dict[str, Any]:
     """Import a do-not-contact list (optional) then a leads CSV; return the import summary.
 
-    Paths are relative to the project root; the CSVs must lie inside ``OUTREACH_IMPORT_ROOTS``
-    and the campaign and mailbox files inside the project's ``include/``
-    (:func:`outreach.leadfile.import_path`): the form's text reads no other file. A progress line
-    is logged every :data:`outreach.leads.PROGRESS_ROWS` rows; the summary is logged last.
+    Paths inside ``OUTREACH_IMPORT_ROOTS`` (campaign and mailbox files inside ``include/``); progress
+    logged every :data:`outreach.leads.PROGRESS_ROWS` rows. Bad rows never fail the task.
 
-    :raises airflow.sdk.exceptions.AirflowFailException: a file is missing, outside the import
-        folders or unusable as a whole (no email column, not UTF-8, an invalid campaign or
-        mailbox file), or nothing was imported (no data rows, or every row invalid; the run and
-        its problems are stored): the task fails without retrying (a retry reads the same
-        file), with one line naming the file and what to fix. Some bad rows never fail it: they
-        are reported and the good rows imported.
-    """
+    :raises airflow.sdk.exceptions.AirflowFailException: a file missing, outside the folders or
+        unusable as a whole, or nothing imported: no retry (it reads the same file), one line naming
+        the file and what to fix."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from outreach.campaign import ConfigError
@@ -46,14 +40,11 @@ def import_task(campaign_file: str, mailbox_file: str, leads_file: str,
 
 
 def announce_leads(outlet_events: Any, summary: dict[str, Any]) -> str | None:
-    """Update the leads Asset of the campaign a file import imported into
-    (``outreach://leads/<key>``, through :func:`outreach.airflow.defaults.leads_alias`), as a
-    source's import does, so ``outreach_queue_due`` queues its leads at once; return the URI
-    (``None``: nothing imported, no event).
+    """Update the leads Asset of the campaign a file import filled, so ``outreach_queue_due`` queues
+    at once; return the URI (``None``: nothing imported).
 
     :param outlet_events: the task context's ``outlet_events``.
-    :param summary: :func:`import_task`'s result.
-    """
+    :param summary: :func:`import_task`'s result."""
     from airflow.sdk import Asset
 
     from outreach.airflow.defaults import leads_alias

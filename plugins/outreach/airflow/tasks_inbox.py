@@ -60,16 +60,12 @@ def inbox_summary_task(results: list[dict[str, Any]] | None) -> dict[str, int]:
 
 
 def notify_replies_task() -> dict[str, int]:
-    """Notify the new replies (:func:`outreach.notify.notify_replies`) through the alert notifier
-    (:func:`outreach.airflow.alerts.deliver_alert`), reading their first lines from the mailboxes
-    by their IMAP connections; return ``{"replies", "messages"}``.
+    """Notify the new replies (:func:`outreach.notify.notify_replies`) through the alert notifier;
+    return ``{"replies", "messages"}``.
 
-    :raises airflow.sdk.exceptions.AirflowSkipException: no notifier is configured
-        (``OUTREACH_ALERT_TO`` / ``OUTREACH_ALERT_NOTIFIER``); the cursor is left as it was.
-    :raises outreach.settings.SettingsError: a notify setting is out of range, or the
-        notifier cannot be built.
-    :raises Exception: the notifier failed; the batch is delivered again by the retry.
-    """
+    :raises airflow.sdk.exceptions.AirflowSkipException: no notifier configured (cursor unchanged).
+    :raises outreach.settings.SettingsError: a notify setting is out of range, or no notifier builds.
+    :raises Exception: the notifier failed; the retry delivers the batch again."""
     from airflow.sdk.exceptions import AirflowSkipException
 
     from outreach.airflow.alerts import alert_notifier, deliver_alert

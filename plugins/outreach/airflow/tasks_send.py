@@ -69,25 +69,15 @@ def _expected_dkim(target: dict[str, Any]) -> str | None:
 
 
 def preflight_task() -> dict[str, Any]:
-    """Run the DNS preflight for every active mailbox's domain (and DKIM selector).
+    """Run the DNS preflight for every active mailbox's domain and ask every relay what it can carry.
 
-    Mode ``OUTREACH_PREFLIGHT``: ``off`` skips it; ``warn`` logs failures and blocks nothing;
-    ``block`` returns the mailboxes of failing domains in ``blocked`` so the plan skips them.
-    ``OUTREACH_SENDING_IP`` (optional) is checked for SPF and PTR; ``OUTREACH_DNS_NAMESERVER``
-    (optional, ``IP[:PORT]``) replaces the system resolver.
-
-    Every FAIL raises an alert (:func:`alert_preflight`: once per domain, failing checks and
-    UTC day), in ``warn`` and ``block`` mode.
-
-    Then every active mailbox's relay is asked what it can carry
-    (:func:`outreach.preflight.check_relays`): a relay without SMTPUTF8 while queued rows need it
-    is a warning naming the relay and how many rows it cannot carry (those rows fail permanently
-    when sent); it blocks nothing.
+    ``OUTREACH_PREFLIGHT``: ``off`` skips it, ``warn`` only logs, ``block`` returns failing domains'
+    mailboxes in ``blocked`` for the plan to skip; every FAIL alerts once per domain, checks and UTC
+    day (:func:`alert_preflight`). Relays (:func:`outreach.preflight.check_relays`) block nothing.
 
     :returns: ``{"mode", "blocked": [{"mailbox_id", "domain", "reason"}], "domains": {domain:
         "PASS"|"WARN"|"FAIL"}, "failed": {domain: [check, …]}, "relays": {mailbox id:
-        {"status", "cannot_carry"}}}``.
-    """
+        {"status", "cannot_carry"}}}``."""
     from dataclasses import asdict
 
     from outreach import db
@@ -151,12 +141,8 @@ def preflight_task() -> dict[str, Any]:
 def plan_task(checked: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Reap stale rows, then plan this run's batches (one mapped send task each).
 
-    Mailboxes the preflight blocked (``checked["blocked"]``, see :func:`preflight_task`) are left
-    out of the batches; each one that had rows due gets a batch of its own that sends nothing and
-    fails (see :func:`send_task`), so a blocked mailbox shows as a failed task, never as green.
-    Labels name mailboxes by their label: ``batch 1/2: anna — sales 13, ben — partnerships 12``.
-    No batch at all (nothing due) leaves ``send_batch`` skipped; the reason is logged here.
-    """
+    A mailbox the preflight blocked gets a batch of its own that fails (:func:`send_task`), so it
+    never shows green; nothing due leaves ``send_batch`` skipped, with the reason logged."""
     from outreach.queue import plan_batches, reap
 
     run_settings = settings()
@@ -230,23 +216,15 @@ def _outcome_label(outcomes: list[dict[str, Any]]) -> str:
 
 
 def send_task(batch: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-    """Claim and send one planned batch across its mailboxes (DKIM-signed when a mailbox has a
-    key); return its summary (one summary line per mailbox is logged).
+    """Claim and send one planned batch across its mailboxes; return its summary.
 
-    The task's label (``context["batch_label"]``, its ``map_index_template``) first says what was
-    planned, then what the task did over all its tries, per mailbox by name (``anna — sales:
-    sent 30, requeued 24``). The log has one line per email handed over (id, masked recipient,
-    step, mailbox, outcome: :func:`outreach.claim.describe`).
+    The task's label says what was planned, then what was done per mailbox; the log has one line per
+    email handed over (:func:`outreach.claim.describe`). Clearing the task is safe.
 
-    :raises outreach.send.MailboxUnreachable: a mailbox's SMTP connection, login or DKIM key
-        failed before any of its rows was handed over (its rows are back in the queue, attempts
-        not counted; the other mailboxes of the batch were sent): the task fails with one line
-        naming the connection and the reply (after its retries: the relay may come back).
-    :raises airflow.sdk.exceptions.AirflowFailException: the batch is a mailbox the preflight
-        blocked (nothing claimed), or rows were left unconfirmed (they need a person: the
-        Required Action of ``outreach_unconfirmed_review`` or ``outreach resolve``). No retry:
-        a retry would not change either. Clearing the task is safe: it claims fresh rows or none.
-    """
+    :raises outreach.send.MailboxUnreachable: a mailbox could not send at all (rows requeued,
+        attempts uncounted; the others were sent), retried.
+    :raises airflow.sdk.exceptions.AirflowFailException: a mailbox the preflight blocked, or rows
+        left unconfirmed (a person decides); no retry."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from outreach.send import MailboxUnreachable, send_planned

@@ -23,18 +23,12 @@ TRANSACTIONAL_PARAMS = frozenset({"delivery_key", "to", "template", "context", "
 
 def transactional_enqueue_task(params: dict[str, Any],
                                conf: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """Enqueue the transactional email a DAG run asks for and commit; return its row, or
-    ``None`` when the run names no delivery key (a scheduled send cycle). Triggering twice with
-    the same key enqueues once.
+    """Enqueue the transactional email a DAG run asks for and commit; return its row, or ``None``
+    without a delivery key (a scheduled cycle). Triggering twice with one key enqueues once.
 
-    :param params: the run's params (``delivery_key``, ``to``, ``template``, ``context``,
-        optional ``mailbox``), filled from its conf.
+    :param params: the run's params (``delivery_key``, ``to``, ``template``, ``context``, ``mailbox``).
     :param conf: the run's conf as triggered, to refuse keys the DAG does not take.
-
-    :raises airflow.sdk.exceptions.AirflowFailException: the request is invalid (the message names
-        the field: an unknown conf key, a blank key, ``to`` without a key, a bad address,
-        template or context): retrying cannot help, so the task fails without retries.
-    """
+    :raises airflow.sdk.exceptions.AirflowFailException: an invalid request (the field named); no retry."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from outreach import db

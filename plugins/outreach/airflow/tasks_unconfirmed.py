@@ -88,17 +88,14 @@ def evidence_task(email_ids: str | list[int] | None, campaign_key: str | None,
 
 def resolve_task(decision: str, resolved_by: str, email_ids: str | list[int] | None,
                  campaign_key: str | None, mailbox: str | None, note: str) -> dict[str, Any]:
-    """Resolve unconfirmed emails (see :mod:`outreach.resolve`); return the ids resolved/skipped.
-    The DAG's ``evidence`` task has listed the selected emails first.
+    """Resolve unconfirmed emails (:mod:`outreach.resolve`); return the ids resolved and skipped.
 
-    :param decision: ``was_sent``, ``not_sent``, or ``was_sent_if_found``: every selected row
-        found in its mailbox's Sent folder is resolved ``was_sent`` with the evidence as its note
-        (:func:`outreach.resolve.resolve_found`); the rest stay. There is no default.
+    :param decision: ``was_sent``, ``not_sent`` or ``was_sent_if_found`` (those found in their
+        Sent folder, :func:`outreach.resolve.resolve_found`); no default.
     :param email_ids: comma-separated ids (:func:`parse_ids`), or empty to select by campaign
         and/or mailbox.
-    :raises airflow.sdk.exceptions.AirflowFailException: no decision, an id is malformed or not
-        unconfirmed (listed; nothing is resolved then), no selection, or nothing was resolved.
-    """
+    :raises airflow.sdk.exceptions.AirflowFailException: no decision, a bad or not unconfirmed id
+        (nothing resolved), no selection, or nothing was resolved."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from outreach.resolve import DECISIONS, resolve, resolve_found
@@ -174,16 +171,14 @@ CONFIRM_OPTIONS = (REQUEUE_CONFIRM, REQUEUE_CANCEL)
 
 
 def flag_unconfirmed_task() -> dict[str, Any]:
-    """Alert once about unconfirmed emails never alerted before (one alert listing them, keys
-    ``unconfirmed:<email id>``) and, while any unconfirmed email is not listed by a Required
-    Action yet (no key ``review:<email id>``), let the task update the unconfirmed asset so
-    ``outreach_unconfirmed_review`` opens a Required Action for them. The second condition is
-    what catches up a review run missed while that DAG was paused: Airflow queues asset events
-    only for unpaused DAGs, the database remembers what was listed.
+    """Alert once about unconfirmed emails never alerted (keys ``unconfirmed:<id>``) and, while one is
+    not listed by a Required Action (``review:<id>``), update the unconfirmed asset.
+
+    The second condition catches up a review missed while its DAG was paused (Airflow queues asset
+    events only for unpaused DAGs; the database remembers what was listed).
 
     :returns: ``{"new": ids alerted now, "unlisted": ids no Required Action listed yet}``.
-    :raises airflow.sdk.exceptions.AirflowSkipException: nothing to review (no asset event).
-    """
+    :raises airflow.sdk.exceptions.AirflowSkipException: nothing to review (no asset event)."""
     from airflow.sdk.exceptions import AirflowSkipException
 
     from outreach import db
@@ -246,17 +241,14 @@ def review_collect_task(run_id: str) -> dict[str, Any]:
 
 def review_record_task(collected: dict[str, Any], response: dict[str, Any], dag_id: str,
                        run_id: str, confirmation: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Record the Required Action's answer for exactly the listed emails, as ``outreach
-    resolve`` records it (:func:`outreach.resolve.resolve`), by the Airflow user who answered.
+    """Record the Required Action's answer for exactly the listed emails, by the Airflow user who
+    answered (:func:`outreach.resolve.resolve`).
 
     :param collected: :func:`review_collect_task`'s result (the listed ids).
-    :param response: the HITL task's result: ``chosen_options``, ``responded_by_user``
-        (``{"id", "name"}``, from Airflow's login, not typed).
-    :param confirmation: the confirmation step's result (same shape; ``None`` when it was
-        skipped). *not sent, requeue* is applied only when it says :data:`REQUEUE_CONFIRM`;
-        otherwise the emails are left for later.
-    :raises airflow.sdk.exceptions.AirflowFailException: no user or no option in the answer.
-    """
+    :param response: the HITL result: ``chosen_options``, ``responded_by_user`` (``{"id", "name"}``).
+    :param confirmation: the confirmation step's result (``None``: skipped); *not sent, requeue* is
+        applied only when it says :data:`REQUEUE_CONFIRM`.
+    :raises airflow.sdk.exceptions.AirflowFailException: no user or no option in the answer."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from outreach.resolve import resolve

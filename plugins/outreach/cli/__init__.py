@@ -1,12 +1,8 @@
 """The ``outreach`` command line. The DAGs and the CLI call the same functions.
 
-The database is the one the DAGs use (:func:`outreach.airflow.connections.database_url`): the Airflow
-connection ``outreach_db``, else ``OUTREACH_DATABASE_URL``, else — with ``OUTREACH_EMBEDDED_DB=1``
-only, for development — the embedded PostgreSQL in ``.outreach/pgdata``; with none, every command
-that needs the database fails with one line saying what to set. ``outreach demo`` and ``outreach
-airflow`` (LocalExecutor) start the embedded server themselves when nothing is set. SMTP
-connections are Airflow connections (``AIRFLOW_CONN_<ID>``).
-"""
+The database is the DAGs' (:func:`outreach.airflow.connections.database_url`; the embedded one
+only with ``OUTREACH_EMBEDDED_DB=1``, or started by ``outreach demo`` / ``outreach airflow``);
+SMTP connections are Airflow connections (``AIRFLOW_CONN_<ID>``)."""
 
 from __future__ import annotations
 
@@ -73,10 +69,7 @@ functions live next to their parser, one module per command group."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser (sub-commands: db upgrade, db stop, config check, import-leads, import-suppressions,
-    suppress, unsuppress, queue-due, send, inbox, unconfirmed, resolve, mailbox, lead, campaign,
-    transactional, postmaster, reap, report, webhooks, audit, roles sync,
-    serve-unsubscribe, preflight, dkim-record, airflow, doctor, demo)."""
+    """Return the argument parser with every sub-command (the generated CLI reference lists them)."""
     p = argparse.ArgumentParser(prog="outreach", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = p.add_subparsers(dest="command", required=True)

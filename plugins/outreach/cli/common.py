@@ -10,14 +10,11 @@ from outreach.dev import embedded
 
 
 def database_url() -> str:
-    """The outreach database: the DAGs' (:func:`outreach.airflow.connections.database_url`: the
-    Airflow connection ``outreach_db``, else ``OUTREACH_DATABASE_URL``), else — only with the
-    developer's opt-in ``OUTREACH_EMBEDDED_DB=1`` — the embedded server
-    (:func:`outreach.dev.embedded.database_url`).
+    """The outreach database: the DAGs' (:func:`outreach.airflow.connections.database_url`), else, only
+    with ``OUTREACH_EMBEDDED_DB=1``, the embedded server's.
 
-    :raises outreach.settings.SettingsError: none of them (:data:`outreach.settings.NO_DATABASE`),
-        or ``OUTREACH_EMBEDDED_DB`` is neither 1 nor 0.
-    """
+    :raises outreach.settings.SettingsError: none (:data:`outreach.settings.NO_DATABASE`), or
+        ``OUTREACH_EMBEDDED_DB`` is neither 1 nor 0."""
     from outreach.airflow.connections import database_url as airflow_database_url
     from outreach.settings import SettingsError
 

@@ -55,11 +55,8 @@ def add_demo(sub: Any) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    """Run ``outreach doctor``: print the sizing rule's numbers for ``--workers`` workers and the
-    active mailboxes, and one line per configured value (environment, ``.env``) that caps what
-    the workers could do; return 1 when one does, else 0. The mailboxes come from the database
-    every other command uses (:func:`outreach.cli.common.database_url`, the embedded server
-    included with ``OUTREACH_EMBEDDED_DB=1``)."""
+    """Run ``outreach doctor``: print the sizing rule's numbers (mailboxes from the usual database) and
+    one line per configured value that caps the workers; return 1 when one does, else 0."""
     import os
 
     from outreach.cli.common import database_url

@@ -1,10 +1,7 @@
 """``outreach mailbox check ADDRESS``: try a mailbox's SMTP and IMAP logins and say what works.
 
-Each login is tried the way the sender and the inbox reader log in (password, or XOAUTH2 with a
-token of :mod:`outreach.oauth`, refreshed once when refused); nothing is sent, nothing is read
-(SMTP: connect, EHLO, AUTH, QUIT; IMAP: LOGIN or AUTHENTICATE, LOGOUT). The lines name the
-connection, the method and, on failure, the reason and what to fix; never a token or password.
-"""
+Each login is tried as the sender and the inbox reader log in (password or XOAUTH2); nothing is
+sent or read. The lines name the connection, the method and what to fix; never a secret."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
 """``make demo``: the main job on the shipped sample data, through real Airflow.
 
-Starts the embedded PostgreSQL (unless ``OUTREACH_DATABASE_URL`` is set), applies migrations,
-starts a local SMTP server that stores accepted mail in ``.outreach/maildir``, runs
-``outreach_import_leads`` → ``outreach_queue_due`` → ``outreach_send`` with ``airflow dags test``
-(SQLite metadata in ``.airflow/``), and prints a report. A second run sends nothing new.
-
-Then the inbound half, when Dovecot is installed (:mod:`outreach.dev.devimap`; otherwise the demo
-says it skipped this and how to install it): a local Dovecot gets, by IMAP APPEND, a reply to the
-first email sent, a bounce (an RFC 3464 DSN) of the second and a List-Unsubscribe mailto for the
-third; ``outreach_inbox`` reads them, and the report shows the stopped and suppressed leads. The
-three messages have fixed Message-IDs, so a second demo run finds them already seen.
-"""
+Embedded PostgreSQL (unless ``OUTREACH_DATABASE_URL``), migrations, a local SMTP server writing
+``.outreach/maildir``, then import, queue and send with ``airflow dags test`` and a report; a
+second run sends nothing new. With Dovecot (else it says so), a reply, a DSN and a mailto
+unsubscribe with fixed Message-IDs are appended and read by ``outreach_inbox``.
+docs/tutorial/first-campaign.md."""
 
 from __future__ import annotations
 

@@ -1,21 +1,10 @@
-"""Airflow deployments as people run them, as processes on this machine: api-server, scheduler,
-dag-processor and triggerer, with the LocalExecutor or with the CeleryExecutor and N
-``airflow celery worker`` processes; metadata in PostgreSQL.
+"""Airflow deployments as processes on this machine: api-server, scheduler, dag-processor and
+triggerer, with the LocalExecutor or the CeleryExecutor and N workers; metadata in PostgreSQL.
 
-``make airflow`` (``outreach airflow``) runs the LocalExecutor deployment in the foreground until
-Ctrl-C, its metadata in a separate database (``airflow``) of the embedded server unless
-``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` is set. ``make airflow EXECUTOR=celery WORKERS=2``
-(``outreach airflow --executor celery --workers 2``) runs the same services as
-``docker-compose.yaml`` against the PostgreSQL and Redis it is given (``OUTREACH_DATABASE_URL`` or
-the connection ``outreach_db``; ``REDIS_URL``, default ``redis://127.0.0.1:6379/0``): never the
-embedded server. The integration tests drive the same :class:`Deployment` through Airflow's REST
-API. Connections and settings come from the environment or a ``.env`` file in the project root
-(never committed).
-
+``make airflow [EXECUTOR=celery WORKERS=N]`` runs them; Celery never uses the embedded server.
 :data:`SERVICES`, :data:`WORKER`, :func:`init_commands` and :func:`shared_settings` are the one
-definition of what runs: the launcher starts it, and ``tests/acceptance/test_compose.py`` checks that
-``docker-compose.yaml`` runs the same commands with the same settings.
-"""
+definition of what runs (``tests/acceptance/test_compose.py`` holds ``docker-compose.yaml`` to
+it). How to run it: docs/howto/celery-deployment.md, docs/howto/celery-scale-out.md."""
 
 from __future__ import annotations
 
@@ -60,12 +49,10 @@ more times, then the task instance is failed before it ever started and waits ``
 
 
 def pool_slots(default: int = DEFAULT_POOL_SLOTS) -> int:
-    """Return ``OUTREACH_SMTP_POOL_SLOTS`` (else ``default``, the sizing rule's pool in the
-    launchers: :mod:`outreach.sizing`): concurrent SMTP sessions of the send tasks across the
-    whole deployment (each send task holds one slot and one session at a time).
+    """Return ``OUTREACH_SMTP_POOL_SLOTS`` (else ``default``, :mod:`outreach.sizing`'s pool): SMTP
+    sessions of the send tasks across the deployment.
 
-    :raises outreach.settings.SettingsError: not a whole number ≥ 1.
-    """
+    :raises outreach.settings.SettingsError: not a whole number ≥ 1."""
     from outreach.settings import SettingsError
 
     raw = os.environ.get(POOL_SLOTS_VAR, "").strip() or str(default)
@@ -128,20 +115,13 @@ def sqlalchemy_url(conninfo: str) -> str:
 
 @dataclass
 class Deployment:
-    """One deployment of processes. ``home``: AIRFLOW_HOME; ``metadata_url``: SQLAlchemy URL;
-    ``outreach_url``: the outreach database; ``env_extra``: more environment (connections…).
+    """One deployment of processes: ``home`` (AIRFLOW_HOME), ``metadata_url``, ``outreach_url``,
+    ``env_extra`` (more environment), ``executor`` (``LocalExecutor`` or ``CeleryExecutor``).
 
-    ``executor`` is ``LocalExecutor`` or ``CeleryExecutor``; with Celery, ``workers`` worker
-    processes consume ``queue`` on the Redis ``broker_url`` (results in the metadata database).
-    Worker *i* (from 1) is named ``{name}-worker-{i}``: its Celery hostname and the hostname its
-    task instances record (``OUTREACH_WORKER_HOSTNAME``), so one can tell which worker ran a task.
-    ``pool_slots`` sizes the SMTP pool (:func:`pool_slots`); ``sizing`` (an
-    :class:`outreach.sizing.Sizing`, default: 4 mailboxes and ``workers``) gives the pool, the
-    batches a run, the worker concurrency and the parallelism, where the environment does not
-    set them (the rule: :mod:`outreach.sizing`). ``role`` ``worker`` starts the
-    Celery workers only (``outreach airflow worker``: more workers for a running deployment, on
-    this machine or another one; docs/howto/celery-scale-out.md).
-    """
+    With Celery, ``workers`` workers consume ``queue`` on ``broker_url``; worker *i* is
+    ``{name}-worker-{i}`` (also its ``OUTREACH_WORKER_HOSTNAME``). ``pool_slots`` and ``sizing``
+    (:class:`outreach.sizing.Sizing`) fill what the environment leaves unset; ``role`` ``worker``
+    starts the workers only (docs/howto/celery-scale-out.md)."""
 
     home: Path
     metadata_url: str
@@ -469,14 +449,11 @@ def check_redis(url: str) -> None:
 def celery_databases() -> tuple[str, str]:
     """Return the outreach database URL and the metadata SQLAlchemy URL of a Celery deployment.
 
-    The outreach database is :func:`outreach.airflow.connections.database_url` (which never falls
-    back to the embedded server: workers on other machines could never reach it); the metadata is
-    ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``, else a database ``airflow`` on the same server (created
-    when missing, like docker-compose.yaml's postgres service).
+    Never the embedded server (other machines could not reach it); the metadata defaults to a
+    database ``airflow`` on the same server, created when missing.
 
     :raises outreach.settings.SettingsError: no outreach database is configured, or the metadata
-        database cannot be created there.
-    """
+        database cannot be created there."""
     from outreach.airflow.connections import database_url
     from outreach.dev import embedded
     from outreach.settings import SettingsError
@@ -494,15 +471,11 @@ def celery_databases() -> tuple[str, str]:
 
 
 def config_gate(env: dict[str, str], who: str) -> None:
-    """Run ``outreach config check --skip connections`` with the environment ``env`` a component
-    gets (:mod:`outreach.airflow.configcheck`), before it starts: a bad setting stops ``make airflow`` or
-    a Celery worker here, one line per problem, instead of failing some task later.
-    Connections are left to the DAGs' own checks: they are often added in the Airflow UI once it
-    is up.
+    """Run ``outreach config check --skip connections`` with the environment ``env`` a component gets,
+    so a bad setting stops it before it starts (connections are often added in the UI later).
 
     :param who: what is about to start (in the error).
-    :raises outreach.settings.SettingsError: a problem (all of them, one line each).
-    """
+    :raises outreach.settings.SettingsError: a problem (all of them, one line each)."""
     from outreach.settings import SettingsError
 
     proc = subprocess.run([sys.executable, "-m", "outreach.cli", "config", "check", "--skip",
@@ -538,14 +511,11 @@ def capacity(executor: str, workers: int, outreach_url: str) -> Any:
 
 
 def run_foreground(executor: str = "local", workers: int = 2) -> int:
-    """``make airflow [EXECUTOR=celery WORKERS=N]``: start the deployment and keep it up until
-    Ctrl-C; return the exit code.
+    """``make airflow [EXECUTOR=celery WORKERS=N]``: start the deployment until Ctrl-C; return the exit code.
 
-    :param executor: ``local`` (LocalExecutor; the embedded PostgreSQL when no database is
-        configured) or ``celery`` (CeleryExecutor with ``workers`` workers; the configured
-        PostgreSQL and ``REDIS_URL`` only).
-    :raises outreach.settings.SettingsError: Celery without a database, or Redis unreachable.
-    """
+    :param executor: ``local`` (the embedded PostgreSQL when no database is configured) or
+        ``celery`` (``workers`` workers; the configured PostgreSQL and ``REDIS_URL`` only).
+    :raises outreach.settings.SettingsError: Celery without a database, or Redis unreachable."""
     from outreach.dev import embedded
     from outreach.migrate import upgrade
 
@@ -610,20 +580,13 @@ def run_foreground(executor: str = "local", workers: int = 2) -> int:
 
 
 def run_worker_foreground(workers: int = 1, name: str | None = None) -> int:
-    """``outreach airflow worker [--workers N] [--name NAME]``: start ``workers`` Celery workers
-    only, for a CeleryExecutor deployment that runs elsewhere (``make airflow EXECUTOR=celery`` on
-    this machine or another one), supervised like it, until Ctrl-C; return the exit code.
+    """``outreach airflow worker``: start ``workers`` Celery workers only, for a deployment running
+    elsewhere, until Ctrl-C; return the exit code. Nothing is migrated.
 
-    The same environment as the deployment: ``OUTREACH_DATABASE_URL`` (or the connection
-    ``outreach_db``), ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` (default: the database ``airflow``
-    next to it), ``REDIS_URL``, the SMTP connections; on another machine also the api-server's
-    ``AIRFLOW__CORE__EXECUTION_API_SERVER_URL`` and ``AIRFLOW__API_AUTH__JWT_SECRET``
-    (docs/howto/celery-scale-out.md). Nothing is migrated: the deployment did that.
+    The environment it needs: docs/howto/celery-scale-out.md.
 
-    :param name: worker *i* is ``{name}-worker-{i}`` (default: this host's name and this
-        process's id, unique next to the deployment's own ``outreach-worker-{i}``).
-    :raises outreach.settings.SettingsError: no database, or Redis unreachable.
-    """
+    :param name: worker *i* is ``{name}-worker-{i}`` (default: this host's name and process id).
+    :raises outreach.settings.SettingsError: no database, or Redis unreachable."""
     import socket
 
     root = project_root()

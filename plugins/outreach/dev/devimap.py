@@ -1,17 +1,9 @@
 r"""A local IMAP server (Dovecot) for ``make demo`` and the tests: the "real IMAP server on loopback".
 
-Dovecot comes from Debian's packages (``apt-get install dovecot-imapd``); nothing of the system's
-Dovecot is used: each :class:`DovecotServer` writes its own configuration file, password file,
-mail directory and run directory into a fresh temporary directory, listens on a free loopback
-port and is started in the foreground (``dovecot -F -c CONF``) as an unprivileged user — the
-current user, or ``nobody`` when the caller is root (CI runs as root; Dovecot then never needs a
-root-owned path). Users are a static ``passwd-file`` (plain passwords: a throw-away test server),
-mail is ``maildir`` under ``<dir>/mail/<user>``, and every account has a ``Sent`` mailbox flagged
-``\Sent`` (RFC 6154 special use).
-
-Messages are delivered with IMAP APPEND (:meth:`DovecotServer.append`), never by writing files
-behind Dovecot's back; :meth:`DovecotServer.set_uidvalidity` uses Dovecot's own ``doveadm``.
-"""
+Each :class:`DovecotServer` writes its own configuration, password file, maildir and run
+directory into a fresh temporary directory, listens on a free loopback port and runs in the
+foreground as an unprivileged user (``nobody`` under root); every account has a ``\Sent`` folder
+(RFC 6154). Messages arrive by IMAP APPEND, UIDVALIDITY changes through ``doveadm``."""
 
 from __future__ import annotations
 
@@ -117,15 +109,11 @@ def _with_oauth2(config: str, d: Path, introspection_url: str) -> str:
 
 
 class DovecotServer:
-    """One Dovecot instance on ``127.0.0.1:port`` with its own files in ``directory``.
+    """One Dovecot instance on ``127.0.0.1:port`` with its own files in ``directory``; a context manager.
 
-    Use as a context manager, or :meth:`start` / :meth:`stop`. :meth:`add_user` creates an
-    account (Dovecot re-reads the password file when it changes), :meth:`append` delivers a
-    message by IMAP APPEND, :meth:`connection_json` gives an Airflow IMAP connection to an account.
+    :meth:`add_user`, :meth:`append` (IMAP APPEND), :meth:`connection_json` (an Airflow connection).
 
-    :raises DovecotUnavailable: from :meth:`start`, when Dovecot is not installed or does not
-        come up (its log is quoted).
-    """
+    :raises DovecotUnavailable: from :meth:`start`: not installed or not up (its log is quoted)."""
 
     def __init__(self, directory: str | Path | None = None, *,
                  oauth2_introspection_url: str | None = None) -> None:

@@ -1,16 +1,9 @@
 """The embedded PostgreSQL (the ``pgserver`` wheel): a development database, never a default.
 
-It is used only where a developer asked for it: ``make demo`` (``outreach demo``) and the
-LocalExecutor launcher ``make airflow`` (``outreach airflow``) start it themselves when no database
-is configured, and any other process may use it when ``OUTREACH_EMBEDDED_DB=1`` is set. Everywhere
-else — an Airflow worker, the API server's unsubscribe app, an ``outreach`` command on a server —
-a missing database is an error (:data:`NO_DATABASE`), never a fresh empty database.
-
-Data lives in ``.outreach/pgdata``; the server listens on a Unix socket only. It keeps running
-between commands (``cleanup_mode=None``) unless started with ``stop_at_exit=True``; :func:`stop`
-(``outreach db stop``) stops it. Run as root, pgserver runs the server as its own system user
-(``pgserver``), so a plain ``pg_ctl stop`` by root fails ("cannot be run as root").
-"""
+Started by ``make demo`` and the LocalExecutor ``make airflow`` when no database is configured,
+used elsewhere only with ``OUTREACH_EMBEDDED_DB=1``; everywhere else a missing database is an
+error (:data:`NO_DATABASE`). Data in ``.outreach/pgdata``, a Unix socket only; it keeps running
+between commands until :func:`stop`. Run as root, pgserver runs the server as its own user."""
 
 from __future__ import annotations
 
@@ -55,17 +48,13 @@ class StopError(RuntimeError):
 
 
 def stop(data_dir: Path | None = None, *, timeout: int = 60) -> str:
-    """Stop the embedded server of ``data_dir`` if one is running, whoever started it; return
-    one line saying what was stopped or that nothing was running.
+    """Stop the embedded server of ``data_dir`` if one is running, whoever started it; return one line.
 
-    The server is stopped with ``pg_ctl stop -m fast`` (open sessions are rolled back, as on any
-    shutdown) run as the data directory's owner: the server's own user when root runs this.
+    ``pg_ctl stop -m fast`` as the data directory's owner (the server's own user when root runs this).
 
-    :param data_dir: the cluster (default ``.outreach/pgdata``, see :func:`outreach.paths.state_dir`).
+    :param data_dir: the cluster (default ``.outreach/pgdata``).
     :param timeout: seconds to wait for the server to exit.
-    :raises StopError: the server did not stop (another user's server run by a non-root user,
-        or ``pg_ctl`` failed; its message is included).
-    """
+    :raises StopError: the server did not stop (its message is included)."""
     import logging
     import pwd
     import subprocess
@@ -132,15 +121,10 @@ def opted_in() -> bool:
 
 
 def database_url(*, stop_at_exit: bool = False) -> str:
-    """Return the outreach database URL: ``OUTREACH_DATABASE_URL``, else — only when
-    ``OUTREACH_EMBEDDED_DB=1`` (:func:`opted_in`) — the embedded server's.
-
-    (:func:`outreach.airflow.connections.database_url` asks the Airflow connection ``outreach_db``
-    first, then this.)
+    """Return ``OUTREACH_DATABASE_URL``, else, only with ``OUTREACH_EMBEDDED_DB=1``, the embedded server's.
 
     :param stop_at_exit: passed to :func:`start` when the embedded server is used.
-    :raises outreach.settings.SettingsError: neither is configured (:data:`NO_DATABASE`).
-    """
+    :raises outreach.settings.SettingsError: neither is configured (:data:`NO_DATABASE`)."""
     from outreach.settings import SettingsError
 
     url = settings.DatabaseSettings().database_url
@@ -152,9 +136,7 @@ def database_url(*, stop_at_exit: bool = False) -> str:
 
 
 def local_database_url() -> str:
-    """For the local launchers only (``outreach demo``, ``outreach airflow`` with the
-    LocalExecutor): ``OUTREACH_DATABASE_URL``, else the embedded server, started by this process
-    and stopped when it exits. Sets ``OUTREACH_EMBEDDED_DB=1`` for this process (the launcher is
-    the developer's explicit opt-in); the Airflow processes it starts are given the URL itself."""
+    """For the local launchers only: ``OUTREACH_DATABASE_URL``, else the embedded server, stopped when
+    this process exits (sets ``OUTREACH_EMBEDDED_DB=1`` here: the developer's opt-in)."""
     os.environ.setdefault(OPT_IN, "1")
     return database_url(stop_at_exit=True)

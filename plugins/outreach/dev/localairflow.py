@@ -170,26 +170,18 @@ os._exit(0)
 
 
 def bound_at_start(env: dict[str, str]) -> dict[str, str]:
-    """The part of ``env`` an Airflow process reads once, at start-up, or that binds it: every
-    ``AIRFLOW__*`` option (Airflow turns several into module constants on import, e.g. the
-    default retry delay), ``AIRFLOW_HOME`` and ``OUTREACH_FAILPOINTS`` (read on import). A
-    :class:`DagTestSession` run given an ``env`` must agree with the session's on these, but for
-    the home and the metadata database, which stay the session's."""
+    """The part of ``env`` an Airflow process reads once at start-up: every ``AIRFLOW__*`` option (some
+    become module constants on import), ``AIRFLOW_HOME`` and ``OUTREACH_FAILPOINTS``."""
     pinned = {"AIRFLOW_HOME", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"}
     return {k: v for k, v in env.items() if k not in pinned
             and (k.startswith("AIRFLOW__") or k == "OUTREACH_FAILPOINTS")}
 
 
 class DagTestSession:
-    """Several ``airflow dags test`` runs, one after the other, in one Airflow process: what
-    :func:`run_dag` does, without paying Airflow's start-up (interpreter, imports, DAG folder
-    parse, in-process execution API: ~10 s on 2 busy cores) for every run. Each run is Airflow's
-    own CLI command with its own log; the process, its environment and its metadata database
-    are shared by the runs. Use as a context manager; :meth:`run_dag` between the runs' checks.
+    """Several ``airflow dags test`` runs in one Airflow process, each with its own log, sparing
+    Airflow's start-up (~10 s on 2 busy cores) per run. A context manager.
 
-    :param env: the environment (:func:`airflow_env`) of the process; a run may bring its own
-        (:meth:`run_dag`).
-    """
+    :param env: the process's environment (:func:`airflow_env`); a run may bring its own."""
 
     def __init__(self, env: dict[str, str]) -> None:
         self.env = dict(env)
@@ -216,14 +208,10 @@ class DagTestSession:
                 timeout: float = 900, env: dict[str, str] | None = None) -> DagRunResult:
         """Run one DAG like :func:`run_dag` (same arguments, same result).
 
-        :param env: this run's environment (connections, ``OUTREACH_*`` settings, the outreach
-            database); the process keeps its AIRFLOW_HOME and metadata database.
-        :raises ValueError: ``env`` differs from the session's in what Airflow reads at start-up
-            (:func:`bound_at_start`): run it in a process of its own.
-        :raises subprocess.TimeoutExpired: the run took longer than ``timeout`` seconds (the
-            process is killed).
-        :raises RuntimeError: the session's process exited (its last output is included).
-        """
+        :param env: this run's environment; the process keeps its AIRFLOW_HOME and metadata database.
+        :raises ValueError: ``env`` differs in what Airflow reads at start-up (:func:`bound_at_start`).
+        :raises subprocess.TimeoutExpired: over ``timeout`` seconds (the process is killed).
+        :raises RuntimeError: the session's process exited (its last output is included)."""
         args = dags_test_args(env or self.env, dag_id, conf)
         request: dict[str, object] = {"args": args, "log": str(log_path)}
         if env is not None:

@@ -1,16 +1,9 @@
-"""Supervision of a process deployment (:class:`outreach.dev.deploy.Deployment`): a process that
-exits is started again with exponential backoff while the others keep running, as systemd's
-``Restart=always`` or a container's ``restart: always`` would (``docker-compose.yaml``).
+"""Supervision of a process deployment: a process that exits is started again with exponential
+backoff while the others keep running (like systemd's ``Restart=always``).
 
-Why: a SIGKILLed Celery worker, or a dag-processor that exits because PostgreSQL restarted for a
-second, used to stop the whole ``make airflow`` deployment for good. Nothing here decides what is
-safe to run twice: a restarted worker's tasks claim fresh rows, and rows its dead predecessor
-claimed but never handed over come back through the reaper's short release
-(``email_reap_stale``); the database rules make any restart safe.
-
-Kept in its own module (the launcher only calls :meth:`Supervisor.poll` and
-:meth:`Supervisor.start_thread`), so what is started and how it is supervised change apart.
-"""
+A killed worker or a dag-processor exiting on a database restart used to stop ``make airflow``
+for good. Restarts are safe by the database's rules (fresh claims, the reaper's short release),
+not by anything here."""
 
 from __future__ import annotations
 
@@ -49,13 +42,10 @@ class _Watch:
 class Supervisor:
     """Keep every process of ``procs`` running.
 
-    :param procs: name → process, the deployment's own dict: a restarted process replaces its
-        entry, so whoever reads the dict (``Deployment.stop``, ``kill_worker``) sees it.
-    :param spawn: starts the process ``name`` again (same command, same environment) and returns
-        it (``Deployment.respawn``).
+    :param procs: name → process, the deployment's own dict (a restart replaces the entry).
+    :param spawn: starts the process ``name`` again and returns it (``Deployment.respawn``).
     :param say: where the one-line notices go (an exit with its code and log, a restart).
-    :param backoff: see :class:`Backoff`.
-    """
+    :param backoff: see :class:`Backoff`."""
 
     procs: dict[str, subprocess.Popen]
     spawn: Callable[[str], subprocess.Popen]

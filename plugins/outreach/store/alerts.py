@@ -15,11 +15,7 @@ from outreach.store._run import Conn, execute, many, values
 def alert_claim_many(
     conn: Conn, *, kind: str, subject: str, body: str, event_keys: list[str]
 ) -> list[str]:
-    """``alert_claim_many``: Whoever inserts an event key sends its alert; everyone else gets no
-    row. One alert may cover many events (a run's new unconfirmed emails: one key each); returns
-    the keys that were new. Run inside the transaction that delivers the alert: a concurrent
-    claim of the same key waits on the unique index until that transaction ends (then gets
-    nothing), and a failed delivery rolls back so the next run tries again."""
+    """``alert_claim_many``: whoever inserts an event key sends its alert; everyone else gets no row."""
     return cast(
         "list[str]",
         values(
@@ -54,9 +50,6 @@ def alert_list(conn: Conn) -> list[Alert]:
 
 
 def alert_keys_absent(conn: Conn, *, event_keys: list[str]) -> list[str]:
-    """``alert_keys_absent``: Which of these event keys no alert (or Required Action) has claimed
-    yet, in the order given: the send run's flag_unconfirmed updates the review asset while any
-    unconfirmed email is not listed by a Required Action (key review:<id>), so a review run
-    missed while its DAG was paused is caught up by the next send run."""
+    """``alert_keys_absent``: which of these event keys no alert (or Required Action) has claimed yet."""
     return cast("list[str]", values(conn, "alert_keys_absent", {"event_keys": event_keys},
                                     "event_key"))

@@ -47,9 +47,7 @@ def audit_log_insert(
     run_id: str | None,
 ) -> int:
     """``audit_log_insert``: Record one decision; ``details`` is jsonb (wrapped in
-    ``psycopg.types.json.Jsonb``: ids and counts, never a full address).
-
-    :raises RowMissing: the statement returned no row."""
+    ``psycopg.types.json.Jsonb``: ids and counts, never a full address)."""
     return cast(
         "int",
         one_value(

@@ -34,16 +34,11 @@ def campaign_upsert(
     blackout_dates: list[dt.date] | None = None,
     provider_match: bool = False,
 ) -> int:
-    """``campaign_upsert``: create or update a campaign; ``status`` (``draft`` or ``active``)
-    applies only when it is created (a later sync never changes the status, except that another
-    ``content_version`` of an active or paused campaign sends it back to awaiting_approval:
-    trigger ``outreach_campaigns_content_changed``); ``overlap`` (``allow``, ``wait``, ``skip``)
-    follows the file; ``fed_by_source``: the file declares a ``source:`` (the campaign then never
-    finishes by itself); ``business_days``, ``country`` (ISO code, the holidays of leads without
-    their own ``country``) and ``blackout_dates``: the calendar (migration 0137);
-    ``provider_match``: the enrolment prefers a mailbox of the lead's provider (migration 0145).
+    """``campaign_upsert``: create or update a campaign from its file.
 
-    :raises RowMissing: the statement returned no row."""
+    ``status`` applies only at creation (another ``content_version`` of an active or paused campaign
+    goes back to awaiting_approval: trigger ``outreach_campaigns_content_changed``); the calendar
+    (0137) and ``provider_match`` (0145) follow the file."""
     return cast(
         "int",
         one_value(
@@ -100,9 +95,7 @@ def campaign_step_upsert(
     thread: bool,
 ) -> int:
     """``campaign_step_upsert``: Steps are matched by position; editing a step's copy affects
-    emails not yet sent.
-
-    :raises RowMissing: the statement returned no row."""
+    emails not yet sent."""
     return cast(
         "int",
         one_value(
@@ -143,18 +136,14 @@ def campaign_variant_upsert(
     conn: Conn, *, step_id: int, name: str, position: int, subject: str | None,
     template: str | None, weight: int,
 ) -> None:
-    """``campaign_variant_upsert``: A step's A/B variant from the campaign file, matched by
-    (step, name); a variant in the file is active again. Its copy may change: rows already sent
-    keep their send-log content version."""
+    """``campaign_variant_upsert``: a step's A/B variant from the file, by (step, name), active again."""
     execute(conn, "campaign_variant_upsert", {"step_id": step_id, "name": name,
                                               "position": position, "subject": subject,
                                               "template": template, "weight": weight})
 
 
 def campaign_variant_retire_others(conn: Conn, *, step_id: int, names: list[str]) -> None:
-    """``campaign_variant_retire_others``: Variants of the step no longer in the campaign file
-    are retired, never deleted: queue-due no longer chooses them, rows queued with one still
-    render with its copy and the report counts it."""
+    """``campaign_variant_retire_others``: retire (never delete) the step's variants not in the file."""
     execute(conn, "campaign_variant_retire_others", {"step_id": step_id, "names": names})
 
 
@@ -181,10 +170,7 @@ class CampaignEventStamp:
 def campaign_pause(
     conn: Conn, *, now: dt.datetime | None, reason: str, by: str, campaign_id: int
 ) -> list[CampaignEventStamp]:
-    """``campaign_pause``: Pause an active campaign: queue-due queues nothing for it and the claim
-    takes none of its queued steps (both check c.status = 'active'); they stay queued. Guarded
-    by status = 'active' and written with its history row in one statement (like mailbox_pause):
-    pausing a paused campaign changes nothing and keeps the first reason."""
+    """``campaign_pause``: pause an active campaign; its queued steps stay queued, unclaimed."""
     return many(
         conn,
         "campaign_pause",
@@ -217,11 +203,8 @@ class FinishedCampaign:
 
 def campaign_finish(conn: Conn, *, now: dt.datetime | None,
                     campaign_key: str | None) -> list[FinishedCampaign]:
-    """``campaign_finish``: finish every active or paused campaign (only ``campaign_key``, or
-    all) whose enrolments are all done and that has no email queued, sending or unconfirmed,
-    with its ``finished`` event (``outreach.finish_campaigns_v1``, one guarded UPDATE). A
-    campaign fed by a ``source:`` or without any enrolment never finishes; one being imported
-    into right now is skipped until the next call."""
+    """``campaign_finish``: finish every active or paused campaign (or ``campaign_key``) whose
+    enrolments are all done and nothing is queued, sending or unconfirmed (the rule: the query)."""
     return many(conn, "campaign_finish", {"now": now, "campaign_key": campaign_key},
                 FinishedCampaign)
 
@@ -248,9 +231,7 @@ def campaign_event_list(conn: Conn, *, campaign_id: int | None) -> list[Campaign
 def campaign_submit(
     conn: Conn, *, now: dt.datetime | None, campaign_id: int, by: str, reason: str
 ) -> list[CampaignEventStamp]:
-    """``campaign_submit``: Submit a draft for approval (draft → awaiting_approval); guarded by status = 'draft'.
-
-    ``[]`` when the guard matched no row (the campaign was not in that state)."""
+    """``campaign_submit``: draft → awaiting_approval (``[]``: the guard matched no row)."""
     return many(
         conn,
         "campaign_submit",
@@ -263,12 +244,8 @@ def campaign_approve(
     conn: Conn, *, now: dt.datetime | None, campaign_id: int, by: str, reason: str,
     content_version: str | None = None,
 ) -> list[CampaignEventStamp]:
-    """``campaign_approve``: Approve a submitted campaign (awaiting_approval →
-    active, approved_by/approved_at/approved_content_version kept); guarded by status =
-    'awaiting_approval' and, when ``content_version`` is given, by it still being the
-    campaign's content version.
-
-    ``[]`` when the guard matched no row (the campaign was not in that state)."""
+    """``campaign_approve``: awaiting_approval → active, guarded by status and, when given, by
+    ``content_version`` still being the campaign's (``[]``: the guard matched no row)."""
     return many(
         conn,
         "campaign_approve",
@@ -281,10 +258,7 @@ def campaign_approve(
 def campaign_reject(
     conn: Conn, *, now: dt.datetime | None, campaign_id: int, by: str, reason: str
 ) -> list[CampaignEventStamp]:
-    """``campaign_reject``: Reject a submitted campaign (awaiting_approval →
-    draft) with the reason; guarded by status = 'awaiting_approval'.
-
-    ``[]`` when the guard matched no row (the campaign was not in that state)."""
+    """``campaign_reject``: awaiting_approval → draft with the reason (``[]``: the guard matched no row)."""
     return many(
         conn,
         "campaign_reject",
@@ -333,11 +307,8 @@ class PreviewRow:
 def campaign_preview_rows(
     conn: Conn, *, key: str, step: int, address: str | None, limit: int | None
 ) -> list[PreviewRow]:
-    """``campaign_preview_rows``: the rows a preview or test send builds step ``step`` of a
-    campaign from, one per enrolled lead (one ``address``, or the first ``limit`` by lead id):
-    ``email_claim_batch``'s columns (``id``/``idempotency_key`` NULL when the step is not queued
-    for the lead) plus ``email_status``, ``enrollment_status``, ``suppressed`` and ``missing``
-    (the step's ``requires`` fields the lead lacks)."""
+    """``campaign_preview_rows``: per enrolled lead (``address``, or the first ``limit``), the row a
+    preview builds step ``step`` from: :class:`PreviewRow`."""
     return many(conn, "campaign_preview_rows",
                 {"key": key, "step": step, "address": address, "limit": limit}, PreviewRow)
 

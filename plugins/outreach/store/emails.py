@@ -1,10 +1,8 @@
 """Typed calls of ``sql/queries/emails.sql``, one function per query, named like it.
 
 Emails: one row per (lead, sequence step). Every state change after the claim is one guarded
-UPDATE: it names the status it expects and, for claimed rows, the claim token. A statement that
-matches no row changes nothing, and the caller logs it. "Now" can be passed in (%(now)s); NULL
-means the database clock.
-"""
+UPDATE (status, and for claimed rows the claim token); what each guard is for: the query's
+comment. ``now=None`` means the database clock."""
 
 from __future__ import annotations
 
@@ -30,27 +28,16 @@ def email_queue_due(
     conn: Conn, *, now: dt.datetime | None, campaign_key: str | None, part: int = 0,
     parts: int = 1,
 ) -> list[QueuedCount]:
-    """``email_queue_due``: One set-based statement queues the due step of every eligible lead:
-    step 1 once the lead is enrolled (plus its delay), step n once step n-1 was sent delay_days
-    ago. ON CONFLICT on (lead, step) makes a second run, or a concurrent one, insert nothing.
-    Suppressed addresses are skipped by the one suppression function. scheduled_for is the next
-    open slot of the campaign's send window in the lead's time zone (falling back to the
-    campaign's). Returns one row per mailbox with how many were queued (never one row per
-    email). Only leads whose id is ``part`` modulo ``parts`` (default: all). Run it after
-    email_planner_bulk_joins (see there): planned with nested loops on a fresh database, the NOT
-    EXISTS rescans outreach.emails once per candidate while the same statement fills it."""
+    """``email_queue_due``: queue the due step of every eligible lead, one row back per mailbox.
+
+    ON CONFLICT (lead, step) inserts nothing twice. Only leads whose id is ``part`` modulo
+    ``parts``; run it after :func:`email_planner_bulk_joins`."""
     return many(conn, "email_queue_due", {"now": now, "campaign_key": campaign_key,
                                           "part": part, "parts": parts}, QueuedCount)
 
 
 def email_planner_bulk_joins(conn: Conn) -> None:
-    """``email_planner_bulk_joins``: For the rest of this transaction, plan joins as hash or merge
-    joins. email_queue_due is one bulk INSERT … SELECT whose NOT EXISTS reads the table it
-    inserts into: when the statistics say outreach.emails is empty (a fresh database, the first
-    run after a big import), the planner picks a nested-loop anti join that scans
-    outreach.emails once per candidate row, and that table grows as the statement inserts —
-    quadratic (EXPLAIN ANALYZE, 20,000 leads: 2.8 s with it, 0.6 s without; 100,000 leads: 116
-    s). A hash anti join reads outreach.emails once."""
+    """``email_planner_bulk_joins``: plan joins as hash or merge joins for the rest of the transaction."""
     execute(conn, "email_planner_bulk_joins", {})
 
 
@@ -195,16 +182,7 @@ def email_mark_sent(
     subject: str | None,
     content_version: str | None = None,
 ) -> list[int]:
-    """``email_mark_sent``: Only after the server accepted the message (2xx to the end of DATA):
-    mark the row sent and write its one send-log entry in the same statement. The guard (sending
-    + our claim token) means a row the reaper or an operator took over is never overwritten. The
-    Subject as sent is kept (a threaded follow-up replies with "Re: " + it, see email_thread).
-    Committed without waiting for the WAL flush (synchronous_commit off for this statement's
-    transaction only): the next synchronous commit on the server flushes the WAL up to and past
-    it (the next row's handoff stamp, email_touch_claim, is one), else the WAL writer does within
-    three times wal_writer_delay (PostgreSQL docs, 30.4 Asynchronous Commit). Only a crash of the
-    database server in between can lose it, and then the row is what it was before: 'sending'
-    with its handoff stamp, which the reaper fails as unconfirmed, never resends."""
+    """``email_mark_sent``: after a 2xx to the end of DATA, mark the row sent and write its send log."""
     return cast(
         "list[int]",
         values(
@@ -263,9 +241,7 @@ def email_mark_retry(
 def email_mark_failed(
     conn: Conn, *, failure_kind: str, error: str, email_id: int, claim_token: UUID
 ) -> list[int]:
-    """``email_mark_failed``: Final failure of a claimed row: 'permanent' (5xx), 'render' (the
-    template failed) or 'unconfirmed' (the end of DATA was sent and no reply came: check Sent
-    Items, never retried)."""
+    """``email_mark_failed``: final failure of a claimed row: 'permanent', 'render' or 'unconfirmed'."""
     return cast(
         "list[int]",
         values(
@@ -308,16 +284,7 @@ class ReapedEmail:
 def email_reap_stale(
     conn: Conn, *, now: dt.datetime | None, threshold: dt.timedelta, release: dt.timedelta
 ) -> list[ReapedEmail]:
-    """``email_reap_stale``: Rows whose sender stopped (a killed worker, a lost connection). The
-    handoff stamp (handed_over_at, committed right before MAIL FROM, see email_touch_claim) says
-    what they may be and how soon that is known: * never handed over: back to the queue, the
-    attempt not counted, as soon as neither the claim nor the live sender's heartbeat
-    (claim_heartbeat_at, email_heartbeat_claim) is younger than ``release`` (the short release
-    threshold), or once the claim is older than ``threshold`` whatever the heartbeat says. *
-    handed over: failed as unconfirmed, for a person, once the stamp is older than
-    ``threshold`` (the 30-minute rule, never the short one). One statement, guarded by status
-    and the claim and heartbeat ages; under READ COMMITTED a row a sender changed concurrently is
-    judged on its newest version, and a sender whose row was taken finds out at its stamp."""
+    """``email_reap_stale``: take back rows whose sender stopped (see the query for the two rules)."""
     return many(conn, "email_reap_stale", {"now": now, "threshold": threshold,
                                            "release": release}, ReapedEmail)
 
@@ -325,10 +292,7 @@ def email_reap_stale(
 def email_heartbeat_claim(
     conn: Conn, *, now: dt.datetime | None, ids: list[int], claim_token: UUID
 ) -> int:
-    """``email_heartbeat_claim``: The live sender's heartbeat on its claim: the claim's rows
-    ``ids`` not yet handed over get ``claim_heartbeat_at = now``, so the reaper's short release
-    leaves them alone. Guarded by status and claim token (a row the reaper took stays taken);
-    stamped rows are not touched. Returns how many rows it refreshed."""
+    """``email_heartbeat_claim``: refresh the claim's unstamped rows ``ids``; returns how many."""
     return cast("int", one_value(conn, "email_heartbeat_claim",
                                  {"now": now, "ids": ids, "claim_token": claim_token}, "refreshed"))
 
@@ -362,22 +326,14 @@ class ClaimState:
 
 
 def email_claim_state(conn: Conn, *, email_id: int) -> ClaimState | None:
-    """``email_claim_state``: Read back a claimed row's state (used only to recover after a lost
-    connection).
-
-    ``None`` when no row matched."""
+    """``email_claim_state``: a claimed row's state, to recover after a lost connection (``None``: no row)."""
     return maybe_one(conn, "email_claim_state", {"email_id": email_id}, ClaimState)
 
 
 def email_release_claimed(
     conn: Conn, *, error: str | None, ids: list[int], claim_token: UUID
 ) -> list[int]:
-    """``email_release_claimed``: Rows claimed but never handed off (the batch stopped early, the
-    SMTP server could not be reached or logged into, the DKIM key could not be loaded) go back
-    to the queue; the attempt did not happen, so it is not counted. Guarded by our claim token
-    like every transition. The sender alone knows how far a stamped row got (the stamp comes
-    before MAIL FROM, the body only after the 354 go-ahead): it releases a stamped row only when
-    its body never went out. %(error)s (optional) says why, for last_error."""
+    """``email_release_claimed``: rows claimed but never handed off back to the queue, attempt uncounted."""
     return cast(
         "list[int]",
         values(
@@ -392,18 +348,10 @@ def email_release_claimed(
 def email_touch_claim(
     conn: Conn, *, address: str, now: dt.datetime | None, email_id: int, claim_token: UUID
 ) -> list[int]:
-    """``email_touch_claim``: The handoff stamp and heartbeat, committed right before MAIL FROM of
-    the row (the SMTP session is already connected): proves the row is still ours (status and
-    claim token), records that it is being handed over (handed_over_at: from now on the reaper
-    treats it as possibly sent), and restarts the reaper's clock, so the reaper threshold only
-    has to outlast one handoff (see outreach.settings). The stamp is also where the pre-send
-    checks are decided: it matches only while the recipient is not suppressed and (marketing)
-    the enrolment is still active, so an opt-out or a stop that commits after the sender's first
-    look (while the SMTP session was being opened, the message built) is still seen; one that
-    commits after the stamp meets a handoff already under way. %(address)s: the recipient in the
-    Python normal form (outreach.addresses.normalize_address; the SQL normaliser cannot map IDNA
-    spellings). No row back: an opt-out, a stop, or someone took the row; the sender looks
-    which, and does not send."""
+    """``email_touch_claim``: the handoff stamp, committed right before the row's MAIL FROM.
+
+    Matches only while the row is ours, the recipient not suppressed and (marketing) the enrolment
+    active; no row back: do not send. %(address)s: the Python normal form."""
     return cast(
         "list[int]",
         values(
@@ -424,12 +372,7 @@ def email_record_late_accept(
     email_id: int,
     claim_token: UUID,
 ) -> list[int]:
-    """``email_record_late_accept``: The server accepted (2xx to the end of DATA) a row that is no
-    longer ours to mark sent: the reaper failed it as unconfirmed while we waited for the reply.
-    Add the acceptance as evidence (when, the reply, the Message-ID) to that unconfirmed row of
-    the same claim token, never changing its status (the unconfirmed guard trigger would refuse
-    that anyway): a person decides, and `outreach unconfirmed` shows it. The first evidence is
-    kept."""
+    """``email_record_late_accept``: a 2xx for a row the reaper failed meanwhile, kept as evidence."""
     return cast(
         "list[int]",
         values(
@@ -458,13 +401,7 @@ class EmailCancelStoppedRow:
 def email_cancel_stopped(
     conn: Conn, *, email_id: int, claim_token: UUID
 ) -> EmailCancelStoppedRow | None:
-    """``email_cancel_stopped``: The pre-send check's second half (next to the suppression check):
-    a claimed row whose enrolment is no longer active ends 'cancelled' without a handoff.
-    Guarded by our claim token like every transition of a claimed row; no row back: the
-    enrolment is active (or the claim was taken, which the heartbeat right before the handoff
-    finds). Transactional rows have no enrolment.
-
-    ``None`` when no row matched."""
+    """``email_cancel_stopped``: cancel a claimed row whose enrolment is no longer active (``None``: active)."""
     return maybe_one(
         conn,
         "email_cancel_stopped",
@@ -487,9 +424,7 @@ class SentEmail:
 
 
 def email_by_message_ids(conn: Conn, *, ids: list[str]) -> list[SentEmail]:
-    """``email_by_message_ids``: Our sent emails whose Message-ID (send_log, without <>) is one of
-    %(ids)s (lower-cased by the caller: ours are lower-case), with what a reply or bounce needs
-    to act on."""
+    """``email_by_message_ids``: our sent emails by Message-ID (lower-case, without <>)."""
     return many(conn, "email_by_message_ids", {"ids": ids}, SentEmail)
 
 
@@ -506,10 +441,7 @@ class LatestSent:
 
 
 def email_latest_sent_to(conn: Conn, *, mailbox_id: int | None, address: str) -> LatestSent | None:
-    """``email_latest_sent_to``: The latest email a mailbox (or any, %(mailbox_id)s NULL) sent to a
-    lead's address: what a bounce or complaint without our Message-ID is about.
-
-    ``None`` when no row matched."""
+    """``email_latest_sent_to``: the latest email a mailbox (or any) sent to an address (``None``: none)."""
     return maybe_one(
         conn, "email_latest_sent_to", {"mailbox_id": mailbox_id, "address": address}, LatestSent
     )
@@ -567,10 +499,7 @@ def email_list_unconfirmed(
 
 
 def email_resolve_was_sent(conn: Conn, *, email_id: int, message_id: str, note: str) -> list[int]:
-    """``email_resolve_was_sent``: A person saw it in Sent Items (or the server's late acceptance
-    is evidence enough): record it in the send log as operator-confirmed and mark the row sent,
-    in one statement. The send log's acceptance time is the server's late acceptance when there
-    was one, else the claim time."""
+    """``email_resolve_was_sent``: operator-confirmed: record it in the send log and mark the row sent."""
     return cast(
         "list[int]",
         values(
@@ -610,15 +539,7 @@ def email_requeue_failed(
     requeued_by: str,
     reason: str,
 ) -> list[RequeuedEmail]:
-    """``email_requeue_failed``: An operator puts not-accepted failures back in the queue (outreach
-    requeue / the outreach_requeue DAG), after fixing what made every attempt fail (a relay down
-    for an hour, a full mailbox since emptied). Only failure_kind 'retries_exhausted': nothing
-    of those was ever accepted, so another attempt cannot send twice. Never 'unconfirmed' (may
-    have gone out: its own resolution) nor 'permanent'/'render' (they would fail the same way).
-    Guarded by status and failure kind in one statement, so requeuing twice changes nothing; the
-    row gets its full attempts again (same idempotency key, so the same Message-ID), and the
-    requeue is recorded with who, why and the failure it came from. %(ids)s, %(campaign_key)s,
-    %(mailbox)s: NULL = any."""
+    """``email_requeue_failed``: an operator puts 'retries_exhausted' failures back in the queue."""
     return many(
         conn,
         "email_requeue_failed",
@@ -700,17 +621,12 @@ class UnconfirmedDetail:
 
 
 def email_unconfirmed_details(conn: Conn, *, ids: list[int] | None) -> list[UnconfirmedDetail]:
-    """``email_unconfirmed_details``: Unconfirmed emails (all, or %(ids)s) with what a person needs
-    to decide: campaign and step, mailbox name, claim and handoff, the last error, a late
-    acceptance, the IMAP account whose Sent folder may hold it
-    (outreach.resolve.unconfirmed_details)."""
+    """``email_unconfirmed_details``: unconfirmed emails (all, or %(ids)s) with what a person decides on."""
     return many(conn, "email_unconfirmed_details", {"ids": ids}, UnconfirmedDetail)
 
 
 def email_cancel_suppressed(conn: Conn) -> list[int]:
-    """``email_cancel_suppressed``: Queued emails of addresses that are now suppressed (for their
-    message class) are cancelled in the same transaction as the suppression. Rows already
-    'sending' are left alone: the pre-send check stops them."""
+    """``email_cancel_suppressed``: cancel the queued emails of now-suppressed addresses."""
     return cast("list[int]", values(conn, "email_cancel_suppressed", {}, "id"))
 
 
@@ -725,10 +641,7 @@ class UnsubscribeTarget:
 
 
 def email_unsubscribe_target(conn: Conn, *, email_id: int) -> UnsubscribeTarget | None:
-    """``email_unsubscribe_target``: The email row an unsubscribe token names, with the address it
-    went (or will go) to.
-
-    ``None`` when no row matched."""
+    """``email_unsubscribe_target``: the email row an unsubscribe token names (``None``: no row)."""
     return maybe_one(conn, "email_unsubscribe_target", {"email_id": email_id}, UnsubscribeTarget)
 
 

@@ -30,11 +30,7 @@ class Enrollment:
 
 
 def enrollment_find(conn: Conn, *, email: str, campaign_key: str) -> Enrollment | None:
-    """``enrollment_find``: The enrolment of a lead (normalised address) in a campaign (key),
-    locked for the rest of the transaction so that what a stop reports (changed or already
-    stopped) is what it did.
-
-    ``None`` when no row matched."""
+    """``enrollment_find``: a lead's enrolment in a campaign, locked (``None``: no row)."""
     return maybe_one(
         conn, "enrollment_find", {"email": email, "campaign_key": campaign_key}, Enrollment
     )
@@ -42,9 +38,7 @@ def enrollment_find(conn: Conn, *, email: str, campaign_key: str) -> Enrollment 
 
 def enrollment_stop(conn: Conn, *, enrollment_id: int, status: str, reason: str, by: str) -> int:
     """``enrollment_stop``: Stop one enrolment ('stopped' or 'replied') and cancel its queued
-    steps; returns how many.
-
-    :raises RowMissing: the statement returned no row."""
+    steps; returns how many."""
     return cast(
         "int",
         one_value(
@@ -72,9 +66,7 @@ class ActiveEnrollment:
 def enrollment_active_for_lead(
     conn: Conn, *, campaign_id: int | None, mailbox_id: int | None, lead_id: int
 ) -> list[ActiveEnrollment]:
-    """``enrollment_active_for_lead``: A lead's active enrolments, in one campaign
-    (%(campaign_id)s) or in those a mailbox sends (%(mailbox_id)s), or all (both NULL), with the
-    campaign's inbound rules."""
+    """``enrollment_active_for_lead``: a lead's active enrolments, with the campaigns' inbound rules."""
     return many(
         conn,
         "enrollment_active_for_lead",
@@ -116,11 +108,7 @@ class EnrolCounts:
 
 def enrollment_insert_staged(conn: Conn, *, campaign_id: int, now: dt.datetime | None
                              ) -> EnrolCounts:
-    """``enrollment_insert_staged``: Enrol every staged, unsuppressed lead; a lead already enrolled
-    keeps its enrolment (and its mailbox, so follow-ups come from the same sender). Mailboxes
-    are assigned round-robin by lead id. With the campaign's overlap 'skip', a lead in another
-    campaign's sequence is enrolled stopped, with the reason (migration 0134).
-
-    :raises RowMissing: the statement returned no row."""
+    """``enrollment_insert_staged``: enrol every staged, unsuppressed lead (round-robin mailboxes; an
+    enrolled lead keeps its own; overlap 'skip' enrols stopped, 0134)."""
     return one(conn, "enrollment_insert_staged", {"campaign_id": campaign_id, "now": now},
                EnrolCounts)

@@ -41,9 +41,7 @@ def failure_mark_email(conn: Conn, *, email_id: int, reason: str, status: str | 
 def failure_soft_days(conn: Conn, *, address: str, window: dt.timedelta,
                       now: dt.datetime | None) -> int:
     """``failure_soft_days``: different UTC days with a transient failure of ``address`` in the
-    window up to now.
-
-    :raises RowMissing: the statement returned no row."""
+    window up to now."""
     return cast("int", one_value(conn, "failure_soft_days",
                                  {"address": address, "window": window, "now": now}, "days"))
 

@@ -29,12 +29,7 @@ def import_run_insert_staged(
     suppressed: int,
     enrolled: int,
 ) -> int:
-    """``import_run_insert_staged``: The run's row, with the problems built from the stage table:
-    the file's problems by line (as lead_stage_problems), then the suppressed lines; at most
-    %(stored)s of them (a jsonb value is capped at 256 MiB), field and reason cut to 200
-    characters, the rest counted.
-
-    :raises RowMissing: the statement returned no row."""
+    """``import_run_insert_staged``: the run's row, with at most %(stored)s problems from the stage table."""
     return cast(
         "int",
         one_value(
@@ -81,10 +76,7 @@ class ImportRun:
 
 
 def import_run_get(conn: Conn, *, id: int) -> ImportRun | None:
-    """``import_run_get``: One import run for `outreach import show`, its counts without the
-    (large) problem list.
-
-    ``None`` when no row matched."""
+    """``import_run_get``: one import run, without its problem list (``None``: no row)."""
     return maybe_one(conn, "import_run_get", {"id": id}, ImportRun)
 
 

@@ -62,11 +62,7 @@ def inbound_cursor_advance(
 
 
 def inbound_first_send(conn: Conn, *, mailbox_ids: list[int] | None) -> dt.datetime | None:
-    """``inbound_first_send``: When the mailboxes read from an account first sent anything: with no
-    cursor for the folder's UIDVALIDITY, the reader asks only for messages since the day before
-    (older mail cannot answer us, and a lead's earlier mail must not stop a sequence).
-
-    :raises RowMissing: the statement returned no row."""
+    """``inbound_first_send``: when the mailboxes read from an account first sent anything."""
     return cast(
         "dt.datetime | None",
         one_value(conn, "inbound_first_send", {"mailbox_ids": mailbox_ids}, "first_send"),
@@ -94,12 +90,7 @@ def inbound_insert(
     reason: str | None = None,
     diagnostic: str | None = None,
 ) -> int | None:
-    """``inbound_insert``: The record that decides who applies the effect: a conflict on either
-    UNIQUE constraint (the same UID, or the same Message-ID after a UIDVALIDITY change) returns
-    no row, and the caller applies nothing. A second reader inserting the same message waits for
-    the first's commit.
-
-    ``None`` when no row matched."""
+    """``inbound_insert``: the record that decides who applies the effect (``None``: already recorded)."""
     return cast(
         "int | None",
         maybe_value(

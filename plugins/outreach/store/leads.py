@@ -1,9 +1,7 @@
 """Typed calls of ``sql/queries/leads.sql``, one function per query, named like it.
 
-Leads. An import stages the parsed file in a temporary table and applies it with set-based
-statements inside one transaction: all of a file's good rows, or nothing (the enrolments it
-makes: enrollments.sql; its record: import_runs.sql; its source rows: sources.sql).
-"""
+An import stages the file in a temporary table and applies it in one transaction with set-based
+statements; each guard's reason is the query's comment."""
 
 from __future__ import annotations
 
@@ -34,18 +32,12 @@ def lead_by_address(conn: Conn, *, address: str) -> LeadByAddressRow | None:
 
 
 def lead_stage_create(conn: Conn) -> None:
-    """``lead_stage_create``: One row per data row of the file, written by one COPY as the file is
-    read: a good row has an email (and, if a field was dropped, problem_* with action
-    'ignored'); a skipped row has no email and problem_* say why. duplicate_of and suppressed
-    are decided afterwards, set-based."""
+    """``lead_stage_create``: the stage table, one row per data row of the file, filled by one COPY."""
     execute(conn, "lead_stage_create", {})
 
 
 def lead_stage_memory(conn: Conn) -> None:
-    """``lead_stage_memory``: For the rest of this transaction, sorts and hashes of up to 128 MB
-    stay in memory: the upsert sorts every staged row by address, the duplicate search and the
-    enrolment join hash them; at the default 4 MB 100,000 rows spill (the sort 18 MB to disk)
-    and a million rows many times over. One import's backend at a time."""
+    """``lead_stage_memory``: sorts and hashes of up to 128 MB stay in memory for this transaction."""
     execute(conn, "lead_stage_memory", {})
 
 
@@ -71,29 +63,17 @@ def lead_stage_copy_keyed(conn: Conn) -> AbstractContextManager[psycopg.Copy]:
 
 
 def lead_stage_analyze(conn: Conn) -> None:
-    """``lead_stage_analyze``: Statistics for the filled stage table (autovacuum never analyses a
-    temporary table): without them the planner takes a million staged rows for a few dozen and
-    joins them to outreach.leads by one index probe each (enrollment_insert_staged). Only the
-    columns the later statements filter, join or sort on (the names, titles and extra columns
-    took three quarters of it)."""
+    """``lead_stage_analyze``: statistics for the filled stage table (autovacuum never analyses it)."""
     execute(conn, "lead_stage_analyze", {})
 
 
 def lead_stage_mark_suppressed(conn: Conn, *, from_line: int | None, to_line: int | None) -> None:
-    """``lead_stage_mark_suppressed``: Suppression at import: the one function decides, for the
-    staged lines %(from_line)s to %(to_line)s (NULL, NULL: all). A CSV import asks it for each
-    batch of rows just copied, while the next batch is read (outreach.leads._stage_rows), by the
-    line index. Only suppressed rows are written; lead_stage_mark_duplicates clears the mark of
-    a row that repeats an earlier line."""
+    """``lead_stage_mark_suppressed``: mark the suppressed staged lines %(from_line)s to %(to_line)s."""
     execute(conn, "lead_stage_mark_suppressed", {"from_line": from_line, "to_line": to_line})
 
 
 def lead_stage_mark_duplicates(conn: Conn) -> None:
-    """``lead_stage_mark_duplicates``: In-file duplicates: the first line of each normalised
-    address wins; later lines repeat it and become the row's problem (an ignored field of a
-    duplicate row is not reported: the row is skipped), and not a suppressed row (it was asked
-    before: lead_stage_mark_suppressed). Only addresses that occur more than once are joined
-    back, so the update touches only them."""
+    """``lead_stage_mark_duplicates``: in-file duplicates: the first line of each address wins."""
     execute(conn, "lead_stage_mark_duplicates", {})
 
 
@@ -116,11 +96,7 @@ class StageCounts:
 
 
 def lead_stage_counts(conn: Conn) -> StageCounts:
-    """``lead_stage_counts``: accepted: rows that go on to the upsert (good, first of their
-    address, not suppressed); problems: rows reported in ImportResult.problems (skipped, ignored
-    field, or duplicate).
-
-    :raises RowMissing: the statement returned no row."""
+    """``lead_stage_counts``: accepted rows (on to the upsert) and problem rows."""
     return one(conn, "lead_stage_counts", {}, StageCounts)
 
 
@@ -133,12 +109,7 @@ class UpsertCounts:
 
 
 def lead_upsert_staged(conn: Conn) -> UpsertCounts:
-    """``lead_upsert_staged``: New leads are inserted; known leads are updated only when a field
-    really changed, so importing the same file twice changes nothing. Suppressed addresses are
-    not stored at all. Returns counts, not rows: a million-row file must not come back to
-    Python.
-
-    :raises RowMissing: the statement returned no row."""
+    """``lead_upsert_staged``: insert new leads, update known ones only where a field changed."""
     return one(conn, "lead_upsert_staged", {}, UpsertCounts)
 
 

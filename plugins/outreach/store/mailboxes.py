@@ -1,9 +1,7 @@
 """Typed calls of ``sql/queries/mailboxes.sql``, one function per query, named like it.
 
-Mailbox status: pause, resume and their history, and the figures the health rules look at. A
-status change is one guarded statement that also writes its history row, so a pause that matched
-no row (already paused) records nothing. "Now" can be passed in (%(now)s).
-"""
+Mailbox status (pause, resume, their history) and the figures the health rules look at; what
+each guard is for: the query's comment."""
 
 from __future__ import annotations
 
@@ -44,12 +42,7 @@ def mailbox_upsert(
     freeze_to: dt.date | None = None,
     provider: str | None = None,
 ) -> int:
-    """``mailbox_upsert``: Create or update a mailbox from the mailbox file; its pause status is
-    never touched here. ``freeze_from``/``freeze_to`` (both or neither, local dates of the
-    mailbox, inclusive): the claim takes nothing then (migration 0137). ``provider``: the
-    mailbox's own provider as configured (``None``: its domain's MX provider; migration 0145).
-
-    :raises RowMissing: the statement returned no row."""
+    """``mailbox_upsert``: create or update a mailbox from the file; its pause status is never touched."""
     return cast(
         "int",
         one_value(
@@ -109,26 +102,16 @@ class LockedMailbox:
 
 
 def mailbox_lock(conn: Conn, *, mailbox_id: int) -> LockedMailbox | None:
-    """``mailbox_lock``: Serialises claims per mailbox for the rest of the transaction, so that the
-    daily cap, read by the next statement (with a fresh snapshot), holds however many senders
-    claim at once. FOR NO KEY UPDATE, not FOR UPDATE: it conflicts with another claim's lock and
-    with any UPDATE of the mailbox (pause, resume), but not with the KEY SHARE lock that the
-    foreign key of a new send_log row takes on its mailbox, so other senders' ledger writes
-    (email_mark_sent) do not wait for this claim to commit.
-
-    ``None`` when no row matched."""
+    """``mailbox_lock``: serialise claims of one mailbox for the transaction (``None``: no row)."""
     return maybe_one(conn, "mailbox_lock", {"mailbox_id": mailbox_id}, LockedMailbox)
 
 
 @dataclass(frozen=True, slots=True)
 class MailboxQuota:
-    """A mailbox's quota now (``mailbox_remaining_today``): what it may still start today (its
-    local calendar day: cap and warm-up), and in this send run (pacing, the gap).
+    """A mailbox's quota now (``mailbox_remaining_today``), in rows: today's (cap, warm-up) and this run's.
 
-    Counts are rows; ``run_left`` is what this run may claim (``remaining`` without pacing);
-    ``handoff_fit`` is ``None`` without a gap; the window and run figures are ``None`` without
-    pacing or when nothing of the mailbox is queued for today.
-    """
+    ``run_left`` is what this run may claim; ``handoff_fit`` is ``None`` without a gap; the window and
+    run figures are ``None`` without pacing or when nothing is queued for today."""
 
     id: int
     status: str
@@ -196,13 +179,7 @@ def mailbox_reserve_handoffs(
     now: dt.datetime | None,
     mailbox_id: int,
 ) -> list[Handoff]:
-    """``mailbox_reserve_handoffs``: Reserve the handoff moments of the %(rows)s rows a claim just
-    took, in claim order, and move the mailbox's next_handoff_at past them. Run in the claim's
-    transaction, under its mailbox lock, so every claimer of the mailbox extends one chain. The
-    first row may go at max(now, next_handoff_at); each next one a gap later, the gap being
-    %(gap_seconds)s × (1 + %(gap_jitter)s × random()) — a minimum gap with jitter, so a
-    mailbox's sends never come at a machine's even beat (the commercial tools space them by
-    minutes)."""
+    """``mailbox_reserve_handoffs``: reserve the handoff moments of the %(rows)s rows a claim took."""
     return many(
         conn,
         "mailbox_reserve_handoffs",
@@ -250,9 +227,7 @@ class Mailbox:
 
 
 def mailbox_find(conn: Conn, *, mailbox_id: int | None, address: str | None) -> Mailbox | None:
-    """``mailbox_find``: A mailbox by id (%(mailbox_id)s) or by address (case-insensitive).
-
-    ``None`` when no row matched."""
+    """``mailbox_find``: a mailbox by id or by address (case-insensitive) (``None``: no row)."""
     return maybe_one(conn, "mailbox_find", {"mailbox_id": mailbox_id, "address": address}, Mailbox)
 
 
@@ -292,10 +267,7 @@ class MailboxEvent:
 def mailbox_pause(
     conn: Conn, *, now: dt.datetime | None, reason: str, by: str, mailbox_id: int
 ) -> list[MailboxEvent]:
-    """``mailbox_pause``: Pause an active mailbox: claims refuse a paused mailbox (mailbox_lock +
-    the status check in outreach.claim.claim), so it sends nothing until an operator resumes it.
-    Guarded by status = 'active': pausing a paused mailbox changes nothing and keeps the first
-    reason."""
+    """``mailbox_pause``: pause an active mailbox: claims refuse it until an operator resumes it."""
     return many(
         conn,
         "mailbox_pause",
@@ -307,9 +279,7 @@ def mailbox_pause(
 def mailbox_resume(
     conn: Conn, *, now: dt.datetime | None, mailbox_id: int, by: str, why: str
 ) -> list[MailboxEvent]:
-    """``mailbox_resume``: Resume a paused mailbox. Guarded by status = 'paused'. Its backlog is
-    not released at once: the daily cap and the pacing of each send run still apply
-    (mailbox_remaining_today)."""
+    """``mailbox_resume``: resume a paused mailbox."""
     return many(
         conn,
         "mailbox_resume",
@@ -349,9 +319,7 @@ class MailboxHealth:
 
 
 def mailbox_health_list(conn: Conn) -> list[MailboxHealth]:
-    """``mailbox_health_list``: Every mailbox with its sending domain and the last time an operator
-    resumed it. Automatic rules ignore evidence that was already known at that moment: the
-    operator decided on it."""
+    """``mailbox_health_list``: every mailbox with its sending domain and its last resume."""
     return many(conn, "mailbox_health_list", {}, MailboxHealth)
 
 
@@ -371,15 +339,8 @@ class BounceCounts:
 def mailbox_bounce_counts(
     conn: Conn, *, window: dt.timedelta, now: dt.datetime | None
 ) -> list[BounceCounts]:
-    """``mailbox_bounce_counts``: Per mailbox, over the last %(window)s (28 days) or since the last
-    operator resume if later: sends = emails handed off with a final verdict (sent, or failed
-    permanently, also as 'sender_refused'), and hard bounces among them (counted per address) =
-    a failure of owner 'address' in outreach.delivery_failures (outreach.bounces: at SMTP time or
-    by a DSN), a permanent failure at RCPT with a 5.1.x reply or a hard bounce the inbox reader
-    recorded against the email (rows from before 0091), or the address now suppressed with
-    reason 'bounced'; complaints among them (per address) = an ARF complaint recorded against
-    the email, or the address now suppressed with reason 'complained' (the complaint-rate
-    rule)."""
+    """``mailbox_bounce_counts``: per mailbox over %(window)s (or since a resume): sends, hard bounces
+    and complaints, each counted per address (the definitions: the query's comment)."""
     return many(conn, "mailbox_bounce_counts", {"window": window, "now": now}, BounceCounts)
 
 

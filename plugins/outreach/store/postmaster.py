@@ -46,11 +46,7 @@ def postmaster_stat_upsert(
     days: list[dt.date],
     values: list[float | None],
 ) -> list[StoredStat]:
-    """``postmaster_stat_upsert``: Store one query's days in one statement: a day with a figure is
-    known, a day the API left out is unknown (value NULL, has_data false) — never 0 percent. Re-
-    runs change nothing; late data turns an unknown day into a known one; an unknown day never
-    overwrites a known figure. updated_at moves only when the figure changes, so "known before
-    the operator resumed" stays true on re-runs."""
+    """``postmaster_stat_upsert``: store one query's days; a day left out is unknown, never 0 percent."""
     return many(
         conn,
         "postmaster_stat_upsert",

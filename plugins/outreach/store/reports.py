@@ -73,9 +73,7 @@ class Totals:
 
 
 def report_totals(conn: Conn) -> Totals:
-    """``report_totals``: runs report_totals.
-
-    :raises RowMissing: the statement returned no row."""
+    """``report_totals``: runs report_totals."""
     return one(conn, "report_totals", {}, Totals)
 
 
@@ -117,11 +115,7 @@ class MissingFields:
 
 
 def report_missing_fields(conn: Conn, *, campaign_key: str | None) -> list[MissingFields]:
-    """``report_missing_fields``: Leads a step is not queued for because they lack a field the step
-    requires (sequence_steps. requires; the rule is outreach.lead_missing_fields, the one
-    email_queue_due applies): active enrolments of active campaigns without an email for the
-    step, per campaign, step and the fields they lack. A lead whose field is filled in (a re-
-    import) is queued by the next run."""
+    """``report_missing_fields``: leads a step is not queued for, lacking a field the step requires."""
     return many(conn, "report_missing_fields", {"campaign_key": campaign_key}, MissingFields)
 
 
@@ -164,14 +158,8 @@ class FunnelStep:
 
 
 def report_funnel(conn: Conn, *, by_variant: bool = False) -> list[FunnelStep]:
-    """``report_funnel``: Per campaign and step, the funnel the campaign page draws. enrolled: the
-    campaign's enrolments (the top, the same on every step); queued: waiting or being sent;
-    sent: accepted (or confirmed by an operator); replied: sent, the lead's enrolment stopped as
-    'replied', and no later step was sent; bounced: a hard bounce (as the bounce-rate rule
-    counts one: mailbox_bounce_counts); unsubscribed: a one-click unsubscribe from this very
-    email, or the List-Unsubscribe mailto carrying its token; unconfirmed; failed: any other
-    failure (each count's rule: the query's comment in sql/queries/reports.sql). ``by_variant``:
-    one row per A/B variant of a step too (``variant`` None: the step's rows without one)."""
+    """``report_funnel``: per campaign and step, the funnel the campaign page draws (each count's rule:
+    the query's comment); ``by_variant``: a row per A/B variant too."""
     return many(conn, "report_funnel", {"by_variant": by_variant}, FunnelStep)
 
 
@@ -188,10 +176,7 @@ class MailboxDay:
 
 
 def report_mailbox_days(conn: Conn, *, days: int, now: dt.datetime | None) -> list[MailboxDay]:
-    """``report_mailbox_days``: Per mailbox and local calendar day of the last %(days)s days (today
-    included): emails accepted (send log), the daily cap, and the day's limit (warm-up ramp and
-    cap: outreach.mailbox_daily_limit at the day's noon); and the domain's Postmaster spam rate
-    that day — NULL when Postmaster had no figure (an unknown day, never 0)."""
+    """``report_mailbox_days``: per mailbox and local day of the last %(days)s days: sends, cap, limit."""
     return many(conn, "report_mailbox_days", {"days": days, "now": now}, MailboxDay)
 
 
@@ -215,9 +200,7 @@ class MailboxHealthReport:
 def report_mailbox_health(
     conn: Conn, *, window: dt.timedelta, now: dt.datetime | None
 ) -> list[MailboxHealthReport]:
-    """``report_mailbox_health``: Per mailbox over the last %(window)s: sends (handed off with a
-    final verdict, as the bounce-rate rule counts them), hard bounces (the same rule) and
-    complaints (recipients suppressed as 'complained'); paused state with who, when and why."""
+    """``report_mailbox_health``: per mailbox over %(window)s: sends, hard bounces, complaints, pause."""
     return many(conn, "report_mailbox_health", {"window": window, "now": now}, MailboxHealthReport)
 
 
@@ -250,8 +233,5 @@ class CampaignProgress:
 
 
 def report_campaign_progress(conn: Conn) -> list[CampaignProgress]:
-    """``report_campaign_progress``: Per campaign and mailbox, the campaign page's progress: sent
-    (accepted or confirmed by an operator), queued (waiting or being sent: what is left to send
-    of the steps queued so far), and the campaign's name and status. Every campaign appears, even
-    one with no email yet (mailbox_id NULL)."""
+    """``report_campaign_progress``: per campaign and mailbox: sent, queued, name and status."""
     return many(conn, "report_campaign_progress", {}, CampaignProgress)

@@ -19,20 +19,14 @@ def source_rows_record(conn: Conn, *, campaign_id: int, run_id: int) -> None:
 
 
 def source_rows_seen(conn: Conn, *, run_id: int, campaign_id: int) -> None:
-    """``source_rows_seen``: Every row the run returned (valid or not: a row that turned invalid
-    has not left the source) is marked seen by this run, so only rows that left the source are
-    older (source_rows_stop_missing)."""
+    """``source_rows_seen``: mark every row the run returned as seen by this run."""
     execute(conn, "source_rows_seen", {"run_id": run_id, "campaign_id": campaign_id})
 
 
 def source_rows_stop_missing(
     conn: Conn, *, reason: str, by: str, campaign_id: int, run_id: int
 ) -> int:
-    """``source_rows_stop_missing``: stop_when_missing: the active enrolments of leads whose row
-    this run did not return are stopped by the one stop function (queued steps cancelled in the
-    same transaction).
-
-    :raises RowMissing: the statement returned no row."""
+    """``source_rows_stop_missing``: stop the active enrolments of leads whose row this run missed."""
     return cast(
         "int",
         one_value(
@@ -47,11 +41,7 @@ def source_rows_stop_missing(
 def source_object_claim(
     conn: Conn, *, campaign_key: str, source: str, path: str, version: str
 ) -> int | None:
-    """``source_object_claim``: A file source's object is imported once: the claim is taken in the
-    import's transaction; a concurrent run's insert waits for that commit and then claims
-    nothing (a rollback frees it).
-
-    ``None`` when no row matched."""
+    """``source_object_claim``: claim a file source's object, imported once (``None``: taken)."""
     return cast(
         "int | None",
         maybe_value(

@@ -28,9 +28,7 @@ def suppression_insert(conn: Conn, *, kind: str, value: str, reason: str, source
 
 
 def suppression_check(conn: Conn, *, address: str, message_class: str) -> bool:
-    """``suppression_check``: runs suppression_check.
-
-    :raises RowMissing: the statement returned no row."""
+    """``suppression_check``: runs suppression_check."""
     return cast(
         "bool",
         one_value(
@@ -61,8 +59,5 @@ class Suppression:
 
 
 def suppression_remove(conn: Conn, *, kind: str, value: str) -> Suppression | None:
-    """``suppression_remove``: Unsuppress: remove the active suppression; the trigger records the
-    'unsuppress' event.
-
-    ``None`` when no row matched."""
+    """``suppression_remove``: remove the active suppression (``None``: none)."""
     return maybe_one(conn, "suppression_remove", {"kind": kind, "value": value}, Suppression)

@@ -79,10 +79,7 @@ class TransactionalStatus:
 
 
 def transactional_by_key(conn: Conn, *, delivery_key: str) -> TransactionalStatus | None:
-    """``transactional_by_key``: The one row of a delivery key, with its send-log entry when it was
-    sent.
-
-    ``None`` when no row matched."""
+    """``transactional_by_key``: the one row of a delivery key, with its send log (``None``: no row)."""
     return maybe_one(
         conn, "transactional_by_key", {"delivery_key": delivery_key}, TransactionalStatus
     )

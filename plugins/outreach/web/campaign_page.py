@@ -1,18 +1,10 @@
-"""The campaign page: per campaign the funnel by step and each step's A/B variants (their figures,
-reply rates with 95 % intervals and the verdict), per mailbox sends per day against its cap
-and warm-up line, bounce and complaint rates, the Postmaster spam rate (unknown days are gaps,
-never 0) with the 0.1 % line, paused state with who and why, and the unconfirmed list; and at
-``preview`` a step's preview for a chosen lead, exactly what ``outreach campaign preview`` prints
-(:mod:`outreach.preview`), the HTML part in a sandboxed iframe that runs no script and loads
-nothing (:data:`FRAME_CSP`).
+"""The campaign page: funnel, A/B variants, per-mailbox sends, rates and spam rate, pauses and the
+unconfirmed list, and at ``preview`` a step's preview exactly as ``outreach campaign preview``
+prints it (the HTML part in a sandboxed iframe, :data:`FRAME_CSP`).
 
-Every figure comes from :func:`outreach.report.collect`, the same named queries as
-``outreach report --json``. Charts are drawn by Chart.js (MIT, vendored in ``static/`` with its
-licence; the page loads nothing from the internet). A FastAPI app; ``plugins/outreach_plugin.py``
-mounts it in the Airflow API server behind Airflow's login (``dependencies``). Lead data is
-hostile: every value is HTML-escaped, and the JSON the charts read is embedded so that it can
-never close its ``<script>`` element.
-"""
+Every figure comes from :func:`outreach.report.collect`; Chart.js is vendored (nothing loaded from
+the internet). Mounted in the Airflow API server behind its login. Lead data is hostile: every
+value is escaped and the embedded JSON can never close its ``<script>``."""
 
 from __future__ import annotations
 
@@ -279,13 +271,10 @@ def render_page(report: dict[str, Any], base: str = "") -> str:
 
 
 class AddSlash:
-    """ASGI middleware for Airflow's root app (a plugin's ``fastapi_root_middlewares``): a
-    request for exactly ``path`` (the mount prefix, no trailing slash, which a mounted app never
-    sees) is redirected (307) to ``path/``, so ``/outreach-campaigns`` answers like
-    ``/outreach-campaigns/``.
+    """ASGI middleware for Airflow's root app: a request for exactly ``path`` (which a mounted app never
+    sees) is redirected (307) to ``path/``.
 
-    :param path: the mount prefix, without a trailing slash.
-    """
+    :param path: the mount prefix, without a trailing slash."""
 
     def __init__(self, app: Any, path: str) -> None:
         self.app, self.path = app, path.rstrip("/")
@@ -313,24 +302,16 @@ def create_app(database_url: Callable[[], str], *, dependencies: Sequence[Any] =
                clock: Callable[[], Any] | None = None) -> Any:
     """Return the FastAPI app of the campaign page.
 
+    Routes: ``GET /``, ``GET /report.json``, ``GET /preview?campaign=KEY&lead=ADDRESS&step=S`` (no
+    lead: the first :data:`PREVIEW_SAMPLE`; 404 unknown, 422 a failing template or header) and
+    ``GET /static/{name}``.
+
     :param database_url: returns the outreach database URL; called per request (never at import).
-    :param dependencies: FastAPI dependencies of every route (the Airflow plugin passes Airflow's
-        authentication, so the page and its files are behind Airflow's login). A browser
-        (``Accept: text/html``) without a session is redirected to Airflow's login page and
-        back; anything else gets the 401.
-    :param accounts: opens IMAP accounts for the unconfirmed emails' Sent-folder evidence, the
-        same as the Required Action's (:func:`outreach.airflow.connections.imap_account`).
-    :param settings: returns the sender's :class:`outreach.settings.Settings` (the unsubscribe
-        URL and secret a preview's List-Unsubscribe is built from), called per preview
-        (:func:`outreach.airflow.connections.settings`); ``None``: the preview answers 503.
-    :param clock: returns the moment a preview is built for (its Date and unsubscribe token;
-        UTC ``datetime``); default the current time. A fixed clock makes a preview reproducible.
-    Routes: ``GET /`` the page, ``GET /report.json`` the report it shows, ``GET
-    /preview?campaign=KEY&lead=ADDRESS&step=S`` a step's preview (:func:`render_preview`; no
-    ``lead``: the first :data:`PREVIEW_SAMPLE` enrolled leads; 404 for no such campaign, step
-    or lead; 422 when a template or header fails, with the reason), ``GET /static/{name}``
-    its vendored script, stylesheet and the Chart.js licence.
-    """
+    :param dependencies: of every route (Airflow's authentication); a browser without a session is
+        redirected to the login page, anything else gets 401.
+    :param accounts: opens IMAP accounts for the Sent-folder evidence (as the Required Action).
+    :param settings: returns the sender's settings for a preview's List-Unsubscribe; ``None``: 503.
+    :param clock: the preview's moment (UTC ``datetime``); default now; fixed: reproducible."""
     from outreach.report import collect, render_json
 
     app = FastAPI(title="outreach campaigns", dependencies=list(dependencies), docs_url=None,

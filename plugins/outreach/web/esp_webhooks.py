@@ -1,17 +1,7 @@
-"""The ESP webhook endpoints, served by the public unsubscribe app (:mod:`outreach.web.unsubscribe_app`).
-
-* ``POST /esp/ses`` — Amazon SES notifications through SNS (and the SNS subscription handshake);
-* ``POST /esp/sendgrid`` — SendGrid's Signed Event Webhook;
-* ``POST /esp/mailgun`` — Mailgun webhooks;
-* ``POST /esp/postmark/{secret}``, or ``POST /esp/postmark`` with the secret as basic-auth
-  password — Postmark webhooks.
-
-Answers: 200 with ``{"events": n, "applied": n, "duplicates": n}``; 401 when the request is not
-authentically the provider's (nothing changes); 400 for an authentic body we cannot read; 404
-when the provider is not configured (its key unset, :class:`outreach.settings.EspSettings`); 413 for a
-body over :data:`MAX_BODY`; 503 when the database is unreachable (the provider retries). The
-rules live in :mod:`outreach.esp`.
-"""
+"""The ESP webhook endpoints (``POST /esp/ses``, ``/esp/sendgrid``, ``/esp/mailgun``,
+``/esp/postmark[/{secret}]``), served by :mod:`outreach.web.unsubscribe_app`; the rules live in
+:mod:`outreach.esp`. Answers (200, 401, 400, 404, 413 over :data:`MAX_BODY`, 503):
+docs/howto/esp-webhooks.md#answers."""
 
 from __future__ import annotations
 
@@ -53,11 +43,8 @@ def add_routes(app: FastAPI, database_url: Callable[[], str], *,
     """Add the ``/esp/…`` endpoints to ``app``.
 
     :param database_url: a callable returning the outreach database URL (resolved per request).
-    :param settings: builds the providers' keys (read from the environment at each request, so
-        a key set later takes effect without a restart).
-    :param fetch: ``url -> bytes`` for SNS certificates and subscription confirmations (tests
-        pass their own; only URLs on SNS hosts are ever passed).
-    """
+    :param settings: builds the providers' keys, read at each request (no restart after a change).
+    :param fetch: ``url -> bytes`` for SNS certificates and confirmations (SNS hosts only)."""
     certificate = functools.lru_cache(maxsize=16)(fetch)  # SNS signs with few certificates
 
     def apply(provider: str, events: list[esp.EspEvent], token: str | None = None) -> dict[str, int]:

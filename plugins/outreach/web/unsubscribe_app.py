@@ -1,23 +1,10 @@
 """The one-click unsubscribe service (FastAPI): the https URL of every List-Unsubscribe header.
 
-* ``POST /unsubscribe/{token}`` with the body ``List-Unsubscribe=One-Click``
-  (``application/x-www-form-urlencoded`` or ``multipart/form-data``) suppresses the recipient of
-  the email row the token names (reason ``unsubscribed``, source ``one-click:email:<id>``) and
-  cancels their queued steps in the same transaction, then answers 200: no redirect, no cookie, no
-  login (RFC 8058 §3.2). A repeat answers 200 again and changes nothing.
-* ``GET /unsubscribe/{token}`` shows a page with a button that POSTs the same body to the same URL.
-  The GET alone never unsubscribes: link scanners and previews fetch links (RFC 8058 §3.2).
-* A tampered, forged or malformed token gets a 400 page, an expired one 410, an unknown email row
-  404; a missing secret or an unreachable database 503. Never a 500 for bad input.
-* A request body over :data:`MAX_BODY_BYTES` (4 KiB; a one-click body is 26 bytes, RFC 8058 §3.1)
-  gets 413 before the app sees it (:class:`BodyLimit`): by its Content-Length without reading
-  it, or, when chunked, as soon as the bytes read pass the cap.
-
-The path matches :attr:`outreach.settings.Settings.unsubscribe_base` (``<public URL>/unsubscribe/``).
-Mounted in the Airflow API server under a prefix (``plugins/outreach_plugin.py``: ``/outreach``),
-the public URL must include that prefix. Runs standalone with ``outreach serve-unsubscribe``.
-The same app serves the ESP event webhooks (``/esp/…``, :mod:`outreach.web.esp_webhooks`).
-"""
+``POST /unsubscribe/{token}`` with ``List-Unsubscribe=One-Click`` suppresses the recipient and
+answers 200, no redirect, cookie or login (RFC 8058 §3.2); ``GET`` only shows a button (link
+scanners). Bad tokens get 400/410/404, outages 503, big bodies 413 (:class:`BodyLimit`), never a
+500. Also serves the ESP webhooks (:mod:`outreach.web.esp_webhooks`). Answers and set-up (the
+public URL includes the mount prefix): docs/howto/unsubscribe-service.md."""
 
 from __future__ import annotations
 
@@ -61,20 +48,12 @@ _HEADERS = {
 
 
 class BodyLimit:
-    """ASGI middleware: answer 413 to a request whose body is over ``limit`` bytes, never reading
-    more than ``limit`` + one chunk of it.
-
-    A declared ``Content-Length`` over the limit is refused before any byte is read; otherwise
-    (chunked, or a length that lies) the body is read here up to the limit and handed to the app
-    from memory, or refused once it passes the limit. Starlette has no body limit of its own,
-    and uvicorn's limits are on headers and concurrency.
+    """ASGI middleware: answer 413 to a body over ``limit`` bytes, never reading more than ``limit`` +
+    one chunk (a declared Content-Length over it is refused unread).
 
     :param app: the ASGI app to protect.
     :param limit: bytes, default :data:`MAX_BODY_BYTES`.
-    :param larger: ``{path prefix: bytes}`` for routes whose bodies are larger (the ESP
-        webhooks, ``/esp/``: a provider batches events); the path is read below the app's mount
-        point (``root_path``).
-    """
+    :param larger: ``{path prefix: bytes}`` for larger bodies (``/esp/``), below ``root_path``."""
 
     def __init__(self, app: Any, limit: int = MAX_BODY_BYTES,
                  larger: dict[str, int] | None = None) -> None:
@@ -214,23 +193,14 @@ def create_app(database_url: str | Callable[[], str], secret: str | Callable[[],
                max_age: int = MAX_AGE_SECONDS,
                esp_settings: Callable[[], EspSettings] = EspSettings,
                esp_fetch: Callable[[str], bytes] = fetch_sns) -> FastAPI:
-    """Build the unsubscribe app.
-
-    Nothing is read or connected here: ``database_url`` and ``secret`` may be callables, resolved
-    at the first request (so the Airflow plugin can build the app at import time without touching
-    the database or the secrets backend).
+    """Build the unsubscribe app; nothing is read or connected until the first request.
 
     :param database_url: the outreach database URL, or a callable returning it.
-    :param secret: the HMAC secret of unsubscribe tokens (the one the sender used), or a callable.
+    :param secret: the HMAC secret of unsubscribe tokens (the sender's), or a callable.
     :param max_age: seconds a token stays valid (default :data:`outreach.tokens.MAX_AGE_SECONDS`).
     :param esp_settings: builds the ESP webhooks' keys (:class:`outreach.settings.EspSettings`).
-    :param esp_fetch: fetches SNS certificates and subscription URLs
-        (:func:`outreach.web.esp_webhooks.fetch_sns`).
-    :returns: a FastAPI app serving ``/unsubscribe/{token}`` (GET, HEAD, POST) and the ESP
-        webhooks ``/esp/…`` (:mod:`outreach.web.esp_webhooks`), and nothing else; bodies capped
-        at :data:`MAX_BODY_BYTES`, a webhook's at :data:`outreach.web.esp_webhooks.MAX_BODY`
-        (:class:`BodyLimit`).
-    """
+    :param esp_fetch: fetches SNS certificates and subscription URLs.
+    :returns: an app serving only ``/unsubscribe/{token}`` (GET, HEAD, POST) and ``/esp/…``."""
     url, key = _Lazy(database_url, "outreach database URL"), _Lazy(secret, "unsubscribe secret")
     app = FastAPI(title="outreach unsubscribe", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(BodyLimit, larger={"/esp/": ESP_MAX_BODY})
