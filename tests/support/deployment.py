@@ -81,6 +81,11 @@ def add_user(dep: Deployment, admin_token: str, username: str, role: str) -> str
     return password
 
 
+DAG_FILES_PARSED_ONCE = {"AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600"}
+"""A test deployment's dag-processor parses each DAG file when it first sees it, then not again
+(Airflow's default: every 30 s). No test edits a DAG file while its deployment runs, and the
+re-parses were the dag-processor's CPU: ~170 CPU-seconds of a whole ``make test``."""
+
 # Only the runs a test triggers: a scheduled outreach_send firing at a 10-minute boundary would
 # send rows the counts expect to be still queued.
 BASE_ENV = {"OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
@@ -91,7 +96,8 @@ BASE_ENV = {"OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
             "OUTREACH_SEND_PARALLELISM": "4",
             "OUTREACH_SCHEDULES": "off",
             "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
-            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1"}
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+            **DAG_FILES_PARSED_ONCE}
 
 
 def wait_for(predicate, timeout: float, what: str):
