@@ -295,7 +295,7 @@ SELECT count(*)::integer AS refreshed FROM beat;
 
 -- name: email_plan_mailboxes
 -- Mailboxes with due rows, for the send plan: how many are due now (all mailboxes, or one).
--- Only rows of active campaigns count, as the claim takes only those (outreach.claim_emails_v1):
+-- Only rows of active campaigns count, as the claim takes only those (outreach.claim_emails_v4):
 -- a draft, awaiting or paused campaign's queued rows (inserted by hand, or queued before a pause)
 -- plan no batch that would claim nothing. frozen: the mailbox's local date is in its freeze
 -- (the mailbox file's `freeze:`, 0137): the claim takes nothing from it today.
