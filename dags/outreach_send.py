@@ -1,15 +1,18 @@
 """
 ### outreach_send
 
-Sends queued emails: preflight → plan → one mapped **send_batch** per batch → summary, and
-**flag_unconfirmed**.
+Sends queued emails: **plan** (the preflight, then the plan) → one mapped **send_batch** per
+batch → summary, and **flag_unconfirmed**. The preflight is no task of its own: each task costs
+a process start and a DAG parse.
 
-* **preflight** checks each active mailbox's sending domain in DNS (SPF, DKIM, DMARC, alignment,
-  MX, PTR; see `outreach preflight`). `OUTREACH_PREFLIGHT` decides what a FAIL does: `warn`
-  (default) logs it, `block` keeps that domain's mailboxes out of this run's plan, `off` skips the
-  checks. A FAIL raises an alert (once per domain and day).
-* **plan** takes back stale `sending` rows (unconfirmed if their handoff was stamped, else back
-  in the queue), then gives each active mailbox its work for this run — what it may still send
+* **plan** first runs the preflight: it checks each active mailbox's sending domain in DNS
+  (SPF, DKIM, DMARC, alignment, MX, PTR; see `outreach preflight`) and asks each relay what it
+  can carry; its result lines (`preflight: …`) come first in the plan's log.
+  `OUTREACH_PREFLIGHT` decides what a FAIL does: `warn` (default) logs it, `block` keeps that
+  domain's mailboxes out of this run's plan, `off` skips the checks. A FAIL raises an alert
+  (once per domain and day).
+  Then it takes back stale `sending` rows (unconfirmed if their handoff was stamped, else back
+  in the queue) and gives each active mailbox its work for this run — what it may still send
   today (daily cap, warm-up), the day spread evenly over today's full send window and never more
   than its steady rate a run (pacing, `OUTREACH_SEND_INTERVAL_MINUTES`, 10 like this schedule;
   the rule: `mailbox_remaining_today` in sql/queries/mailboxes.sql) — and splits it over at most
@@ -62,12 +65,8 @@ from outreach.airflow import alerts, defaults, tasks_common, tasks_send, tasks_u
 )
 def outreach_send():
     @task
-    def preflight() -> dict:
-        return tasks_send.preflight_task()
-
-    @task
-    def plan(checked: dict) -> list[dict]:
-        return tasks_send.plan_task(checked)
+    def plan() -> list[dict]:
+        return tasks_send.preflight_and_plan_task()
 
     @task(map_index_template="{{ batch_label }}", pool=defaults.SMTP_POOL)
     def send_batch(batch: dict) -> dict:
@@ -87,7 +86,7 @@ def outreach_send():
     def announce(**context) -> dict:
         return tasks_common.announce_events_task("send", context["outlet_events"])
 
-    batches = plan(preflight())
+    batches = plan()
     sent = send_batch.expand(batch=batches)
     summary(batches, sent)
     sent >> flag_unconfirmed()

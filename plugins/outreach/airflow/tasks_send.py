@@ -1,5 +1,5 @@
 """Task bodies of the send pipeline: ``outreach_queue_due`` (queue the due steps, cache MX
-providers) and ``outreach_send`` (preflight, plan, one mapped send per planned batch, summary;
+providers) and ``outreach_send`` (preflight and plan, one mapped send per planned batch, summary;
 see :mod:`outreach.airflow.tasks_common` for what a task body may do).
 """
 
@@ -146,6 +146,13 @@ def preflight_task() -> dict[str, Any]:
     if out["failed"]:
         alert_preflight(out)
     return out
+
+
+def preflight_and_plan_task() -> list[dict[str, Any]]:
+    """Run the preflight (:func:`preflight_task`: its lines are logged first), then plan this
+    run's batches with its result (:func:`plan_task`): the send DAG's ``plan``, one task
+    instead of two (each task instance costs a process start and a DAG parse)."""
+    return plan_task(preflight_task())
 
 
 def plan_task(checked: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -314,3 +321,4 @@ def summary_task(batches: list[dict[str, Any]] | None, results: list[dict[str, A
             "mailboxes": [{**{k: o[k] for k in keys}, "mailbox_id": o["mailbox_id"],
                            "mailbox": mailbox_name(o["label"], o["display_name"], o["address"])}
                           for o in outcomes]}
+
