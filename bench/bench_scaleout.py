@@ -55,7 +55,7 @@ def _tries(dep, token: str, run_id: str, t: dict) -> list[dict]:
 def breakdown(dep, token: str, run_id: str) -> dict[str, Any]:
     """Where one run's wall time went, from its task instances and their earlier tries (REST
     API): ``run`` (the run's start to its end, s), per task (``plan``, the preflight in it;
-    ``send_batch``, all of them; ``summary``; ``flag_unconfirmed``) the seconds from the first start to
+    ``send_batch``, all of them; ``summary``; ``after_send``) the seconds from the first start to
     the last end, ``send_busy`` (the send tasks' summed durations), ``startup`` (summed seconds from a
     task's queueing to its start: the executor, a worker slot, a new task process), ``waits``
     (the run's seconds when no task of it was running: scheduler round trips between the tasks,
@@ -87,7 +87,7 @@ def breakdown(dep, token: str, run_id: str) -> dict[str, Any]:
         out["startup"] += max(0.0, s - q) if q else 0.0
         if t["task_id"] == "send_batch":
             out["send_busy"] += e - s
-    for name in ("plan", "send_batch", "summary", "flag_unconfirmed"):
+    for name in ("plan", "send_batch", "summary", "after_send"):
         if name + "_from" in out:
             out[name] = out.pop(name + "_to") - out.pop(name + "_from")
     busy, cursor, longest = 0.0, begin or 0.0, (0.0, "")
@@ -106,7 +106,7 @@ def breakdown(dep, token: str, run_id: str) -> dict[str, Any]:
 def breakdown_line(b: dict[str, Any]) -> str:
     """One line of :func:`breakdown`'s figures."""
     return ", ".join([f"{k} {b[k]:.1f} s" for k in ("run", "plan", "send_batch", "summary",
-                                                   "flag_unconfirmed", "send_busy",
+                                                   "after_send", "send_busy",
                                                    "startup", "waits") if k in b]
                      + [f"longest wait {b['longest']}", f"earlier tries: {b['retried']}"])
 
@@ -195,7 +195,7 @@ def bounds(b: dict[str, Any], emails: int, limit: float, slots: int) -> str:
             f"the task's start-up, its SMTP sessions' set-up and the CPU each message needs on "
             f"this machine), outside the sends {outside:.1f} s (plan "
             f"with the preflight {b.get('plan', 0):.1f} s, summary tasks "
-            f"{max(b.get('summary', 0), b.get('flag_unconfirmed', 0)):.1f} s, waits between tasks "
+            f"{max(b.get('summary', 0), b.get('after_send', 0)):.1f} s, waits between tasks "
             f"{b['waits']:.1f} s, longest {b['longest']}; earlier tries: {b['retried']})")
 
 

@@ -2,8 +2,8 @@
 ### outreach_send
 
 Sends queued emails: **plan** (the preflight, then the plan) → one mapped **send_batch** per
-batch → summary, and **flag_unconfirmed**. The preflight is no task of its own: each task costs
-a process start and a DAG parse.
+batch → **summary** and **after_send**. Three tasks a run besides the sends: each task costs a
+process start and a DAG parse.
 
 * **plan** first runs the preflight: it checks each active mailbox's sending domain in DNS
   (SPF, DKIM, DMARC, alignment, MX, PTR; see `outreach preflight`) and asks each relay what it
@@ -36,12 +36,14 @@ a process start and a DAG parse.
   task raises one alert for the run (within a minute, before the retries).
 * **summary** reads what the run did from the ledger (every row its tasks claimed, cleared tries
   included) and fails when a send task failed.
-* **flag_unconfirmed** alerts once about unconfirmed emails never alerted before and then
-  updates the asset that opens a Required Action for them (`outreach_unconfirmed_review`);
-  skipped when there are none.
-
-* **announce** updates the event Assets `outreach://events/sent` and
-  `outreach://events/unconfirmed` with the id range of the new events (none: no asset event).
+  It is the task that turns the run red: a run's state follows its leaves.
+* **after_send** runs whatever the sends did, and succeeds even when they failed (so its asset
+  events are recorded): it alerts once about unconfirmed emails never alerted before and, while
+  any is not listed by a Required Action yet, updates the asset `outreach_unconfirmed` that
+  opens one (`outreach_unconfirmed_review`; through the alias `outreach_unconfirmed_flag`, so
+  no asset event when there is nothing to review); then it updates the event Assets
+  `outreach://events/sent` and `outreach://events/unconfirmed` with the id range of the new
+  events (none: no asset event).
 
 **Clearing is safe.** A cleared or retried `send_batch` claims fresh rows or none: what its
 earlier try sent is `sent`, and rows it left `sending` (a killed worker) go to the reaper: the row
@@ -53,7 +55,7 @@ from __future__ import annotations
 
 from airflow.sdk import TriggerRule, dag, get_current_context, task
 
-from outreach.airflow import alerts, defaults, tasks_common, tasks_send, tasks_unconfirmed
+from outreach.airflow import alerts, defaults, tasks_send
 
 
 @dag(
@@ -78,19 +80,15 @@ def outreach_send():
         return tasks_send.summary_task(list(batches or []), list(results or []),
                                        context["dag"].dag_id, context["run_id"])
 
-    @task(trigger_rule=TriggerRule.ALL_DONE, outlets=[defaults.unconfirmed_asset()])
-    def flag_unconfirmed() -> dict:
-        return tasks_unconfirmed.flag_unconfirmed_task()
-
-    @task(trigger_rule=TriggerRule.ALL_DONE, outlets=[defaults.events_alias("send")])
-    def announce(**context) -> dict:
-        return tasks_common.announce_events_task("send", context["outlet_events"])
+    @task(trigger_rule=TriggerRule.ALL_DONE,
+          outlets=[defaults.unconfirmed_alias(), defaults.events_alias("send")])
+    def after_send(**context) -> dict:
+        return tasks_send.after_send_task(context["outlet_events"])
 
     batches = plan()
     sent = send_batch.expand(batch=batches)
     summary(batches, sent)
-    sent >> flag_unconfirmed()
-    sent >> announce()
+    sent >> after_send()
 
 
 outreach_send()

@@ -23,7 +23,7 @@ The rule (each send task holds one ``outreach_smtp`` pool slot and one SMTP sess
   the workers can run
 * mapped send batches per run = P (``OUTREACH_SEND_PARALLELISM``): enough tasks to fill the pool
 * worker concurrency C = ceil(P / workers) + 1 (``AIRFLOW__CELERY__WORKER_CONCURRENCY``): its
-  share of the pool plus one slot for the tasks that hold no session (plan, summary,
+  share of the pool plus one slot for the tasks that hold no session (plan, summary, after_send,
   queue-due), so those never wait behind the sends
 * parallelism = workers × C (``AIRFLOW__CORE__PARALLELISM``): the scheduler never holds back a
   task a worker has a slot for (the LocalExecutor: one worker, so P + 1)

@@ -175,17 +175,16 @@ CONFIRM_OPTIONS = (REQUEUE_CONFIRM, REQUEUE_CANCEL)
 
 def flag_unconfirmed_task() -> dict[str, Any]:
     """Alert once about unconfirmed emails never alerted before (one alert listing them, keys
-    ``unconfirmed:<email id>``) and, while any unconfirmed email is not listed by a Required
-    Action yet (no key ``review:<email id>``), let the task update the unconfirmed asset so
-    ``outreach_unconfirmed_review`` opens a Required Action for them. The second condition is
-    what catches up a review run missed while that DAG was paused: Airflow queues asset events
-    only for unpaused DAGs, the database remembers what was listed.
+    ``unconfirmed:<email id>``) and return the unconfirmed emails not listed by a Required
+    Action yet (no key ``review:<email id>``): while there are any, the send DAG's
+    ``after_send`` updates the unconfirmed asset so ``outreach_unconfirmed_review`` opens a
+    Required Action for them (:func:`outreach.airflow.tasks_send.after_send_task`). The second
+    condition is what catches up a review run missed while that DAG was paused: Airflow queues
+    asset events only for unpaused DAGs, the database remembers what was listed.
 
-    :returns: ``{"new": ids alerted now, "unlisted": ids no Required Action listed yet}``.
-    :raises airflow.sdk.exceptions.AirflowSkipException: nothing to review (no asset event).
+    :returns: ``{"new": ids alerted now, "unlisted": ids no Required Action listed yet}``
+        (``unlisted`` empty: nothing to review, no asset event).
     """
-    from airflow.sdk.exceptions import AirflowSkipException
-
     from outreach import db
     from outreach.resolve import unconfirmed_details
     from outreach.store import alerts as alerts_store
@@ -203,10 +202,11 @@ def flag_unconfirmed_task() -> dict[str, Any]:
     with db.connect(url, autocommit=True) as conn:
         unlisted = [int(k.split(":")[1]) for k in alerts_store.alert_keys_absent(
             conn, event_keys=[f"review:{i}" for i in rows])]
-    if not unlisted:
-        raise AirflowSkipException("no unconfirmed emails that a Required Action has not listed")
-    log.info("unconfirmed emails for a Required Action: %s (alerted now: %s)", unlisted,
-             [int(k.split(":")[1]) for k in new])
+    if unlisted:
+        log.info("unconfirmed emails for a Required Action: %s (alerted now: %s)", unlisted,
+                 [int(k.split(":")[1]) for k in new])
+    else:
+        log.info("no unconfirmed emails that a Required Action has not listed")
     return {"new": [int(k.split(":")[1]) for k in new], "unlisted": unlisted}
 
 

@@ -55,7 +55,7 @@ def alert_list(conn: Conn) -> list[Alert]:
 
 def alert_keys_absent(conn: Conn, *, event_keys: list[str]) -> list[str]:
     """``alert_keys_absent``: Which of these event keys no alert (or Required Action) has claimed
-    yet, in the order given: the send run's flag_unconfirmed updates the review asset while any
+    yet, in the order given: the send run's after_send updates the review asset while any
     unconfirmed email is not listed by a Required Action (key review:<id>), so a review run
     missed while its DAG was paused is caught up by the next send run."""
     return cast("list[str]", values(conn, "alert_keys_absent", {"event_keys": event_keys},
