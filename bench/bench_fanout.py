@@ -71,7 +71,7 @@ def bench(server: Server, workdir: Path, *, tasks: int, batch: int, repeats: int
                 f"**{ratio:.1f}×** the time", "≤ 1.5× the CLI (issue 29)", ratio <= 1.5,
                 f"Airflow took {t_airflow - t_cli:.1f} s more than the CLI for the same sends: "
                 "`airflow dags test` parses the whole DAG folder and starts an in-process "
-                "execution API before its first task, and runs its tasks (preflight, plan, "
-                f"{tasks} mapped sends, summary, flag_unconfirmed, announce) one after the other, each "
-                "with its own API round trips and XCom; its log (fanout-airflow.log in the "
+                "execution API before its first task, and runs its tasks (plan with the "
+                f"preflight, {tasks} mapped sends, summary, after_send) one "
+                "after the other, each with its own API round trips and XCom; its log (fanout-airflow.log in the "
                 "work folder) times each step")], details

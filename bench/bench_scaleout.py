@@ -54,9 +54,9 @@ def _tries(dep, token: str, run_id: str, t: dict) -> list[dict]:
 
 def breakdown(dep, token: str, run_id: str) -> dict[str, Any]:
     """Where one run's wall time went, from its task instances and their earlier tries (REST
-    API): ``run`` (the run's start to its end, s), per task group (``preflight``, ``plan``,
-    ``send_batch``, ``summary``, ``flag_unconfirmed``) the seconds from the first start to the
-    last end, ``send_busy`` (the send tasks' summed durations), ``startup`` (summed seconds from a
+    API): ``run`` (the run's start to its end, s), per task (``plan``, the preflight in it;
+    ``send_batch``, all of them; ``summary``; ``after_send``) the seconds from the first start to
+    the last end, ``send_busy`` (the send tasks' summed durations), ``startup`` (summed seconds from a
     task's queueing to its start: the executor, a worker slot, a new task process), ``waits``
     (the run's seconds when no task of it was running: scheduler round trips between the tasks,
     a retry's delay), ``longest`` (the longest of those waits and what ran after it) and
@@ -87,7 +87,7 @@ def breakdown(dep, token: str, run_id: str) -> dict[str, Any]:
         out["startup"] += max(0.0, s - q) if q else 0.0
         if t["task_id"] == "send_batch":
             out["send_busy"] += e - s
-    for name in ("preflight", "plan", "send_batch", "summary", "flag_unconfirmed"):
+    for name in ("plan", "send_batch", "summary", "after_send"):
         if name + "_from" in out:
             out[name] = out.pop(name + "_to") - out.pop(name + "_from")
     busy, cursor, longest = 0.0, begin or 0.0, (0.0, "")
@@ -105,8 +105,8 @@ def breakdown(dep, token: str, run_id: str) -> dict[str, Any]:
 
 def breakdown_line(b: dict[str, Any]) -> str:
     """One line of :func:`breakdown`'s figures."""
-    return ", ".join([f"{k} {b[k]:.1f} s" for k in ("run", "preflight", "plan", "send_batch",
-                                                   "summary", "flag_unconfirmed", "send_busy",
+    return ", ".join([f"{k} {b[k]:.1f} s" for k in ("run", "plan", "send_batch", "summary",
+                                                   "after_send", "send_busy",
                                                    "startup", "waits") if k in b]
                      + [f"longest wait {b['longest']}", f"earlier tries: {b['retried']}"])
 
@@ -184,7 +184,7 @@ def _measure(server: Server, workdir: Path, sink: SinkProcess, *, executor: str,
 def bounds(b: dict[str, Any], emails: int, limit: float, slots: int) -> str:
     """What bounds one run, from its :func:`breakdown`: the send tasks' span against the relay's
     time at the limit, and the run's seconds outside the sends (before the first send task
-    starts: preflight, plan, scheduler round trips, task start-up; after the last ends: the
+    starts: plan with the preflight, scheduler round trips, task start-up; after the last ends: the
     summary tasks)."""
     sends = b.get("send_batch", 0.0)
     outside = b["run"] - sends
@@ -193,9 +193,9 @@ def bounds(b: dict[str, Any], emails: int, limit: float, slots: int) -> str:
             f"replies take {emails / limit:.1f} s; a message took {per_message * 1000:.0f} ms of "
             f"a send slot against {slots and 1000 * slots / limit:.0f} ms of replies: the rest is "
             f"the task's start-up, its SMTP sessions' set-up and the CPU each message needs on "
-            f"this machine), outside the sends {outside:.1f} s (preflight "
-            f"{b.get('preflight', 0):.1f} s, plan {b.get('plan', 0):.1f} s, summary tasks "
-            f"{max(b.get('summary', 0), b.get('flag_unconfirmed', 0)):.1f} s, waits between tasks "
+            f"this machine), outside the sends {outside:.1f} s (plan "
+            f"with the preflight {b.get('plan', 0):.1f} s, summary tasks "
+            f"{max(b.get('summary', 0), b.get('after_send', 0)):.1f} s, waits between tasks "
             f"{b['waits']:.1f} s, longest {b['longest']}; earlier tries: {b['retried']})")
 
 

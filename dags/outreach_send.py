@@ -1,15 +1,18 @@
 """
 ### outreach_send
 
-Sends queued emails: preflight → plan → one mapped **send_batch** per batch → summary, and
-**flag_unconfirmed**.
+Sends queued emails: **plan** (the preflight, then the plan) → one mapped **send_batch** per
+batch → **summary** and **after_send**. Three tasks a run besides the sends: each task costs a
+process start and a DAG parse.
 
-* **preflight** checks each active mailbox's sending domain in DNS (SPF, DKIM, DMARC, alignment,
-  MX, PTR; see `outreach preflight`). `OUTREACH_PREFLIGHT` decides what a FAIL does: `warn`
-  (default) logs it, `block` keeps that domain's mailboxes out of this run's plan, `off` skips the
-  checks. A FAIL raises an alert (once per domain and day).
-* **plan** takes back stale `sending` rows (unconfirmed if their handoff was stamped, else back
-  in the queue), then gives each active mailbox its work for this run — what it may still send
+* **plan** first runs the preflight: it checks each active mailbox's sending domain in DNS
+  (SPF, DKIM, DMARC, alignment, MX, PTR; see `outreach preflight`) and asks each relay what it
+  can carry; its result lines (`preflight: …`) come first in the plan's log.
+  `OUTREACH_PREFLIGHT` decides what a FAIL does: `warn` (default) logs it, `block` keeps that
+  domain's mailboxes out of this run's plan, `off` skips the checks. A FAIL raises an alert
+  (once per domain and day).
+  Then it takes back stale `sending` rows (unconfirmed if their handoff was stamped, else back
+  in the queue) and gives each active mailbox its work for this run — what it may still send
   today (daily cap, warm-up), the day spread evenly over today's full send window and never more
   than its steady rate a run (pacing, `OUTREACH_SEND_INTERVAL_MINUTES`, 10 like this schedule;
   the rule: `mailbox_remaining_today` in sql/queries/mailboxes.sql) — and splits it over at most
@@ -33,12 +36,14 @@ Sends queued emails: preflight → plan → one mapped **send_batch** per batch 
   task raises one alert for the run (within a minute, before the retries).
 * **summary** reads what the run did from the ledger (every row its tasks claimed, cleared tries
   included) and fails when a send task failed.
-* **flag_unconfirmed** alerts once about unconfirmed emails never alerted before and then
-  updates the asset that opens a Required Action for them (`outreach_unconfirmed_review`);
-  skipped when there are none.
-
-* **announce** updates the event Assets `outreach://events/sent` and
-  `outreach://events/unconfirmed` with the id range of the new events (none: no asset event).
+  It is the task that turns the run red: a run's state follows its leaves.
+* **after_send** runs whatever the sends did, and succeeds even when they failed (so its asset
+  events are recorded): it alerts once about unconfirmed emails never alerted before and, while
+  any is not listed by a Required Action yet, updates the asset `outreach_unconfirmed` that
+  opens one (`outreach_unconfirmed_review`; through the alias `outreach_unconfirmed_flag`, so
+  no asset event when there is nothing to review); then it updates the event Assets
+  `outreach://events/sent` and `outreach://events/unconfirmed` with the id range of the new
+  events (none: no asset event).
 
 **Clearing is safe.** A cleared or retried `send_batch` claims fresh rows or none: what its
 earlier try sent is `sent`, and rows it left `sending` (a killed worker) go to the reaper: the row
@@ -50,7 +55,7 @@ from __future__ import annotations
 
 from airflow.sdk import TriggerRule, dag, get_current_context, task
 
-from outreach.airflow import alerts, defaults, tasks_common, tasks_send, tasks_unconfirmed
+from outreach.airflow import alerts, defaults, tasks_send
 
 
 @dag(
@@ -62,12 +67,8 @@ from outreach.airflow import alerts, defaults, tasks_common, tasks_send, tasks_u
 )
 def outreach_send():
     @task
-    def preflight() -> dict:
-        return tasks_send.preflight_task()
-
-    @task
-    def plan(checked: dict) -> list[dict]:
-        return tasks_send.plan_task(checked)
+    def plan() -> list[dict]:
+        return tasks_send.preflight_and_plan_task()
 
     @task(map_index_template="{{ batch_label }}", pool=defaults.SMTP_POOL)
     def send_batch(batch: dict) -> dict:
@@ -79,19 +80,15 @@ def outreach_send():
         return tasks_send.summary_task(list(batches or []), list(results or []),
                                        context["dag"].dag_id, context["run_id"])
 
-    @task(trigger_rule=TriggerRule.ALL_DONE, outlets=[defaults.unconfirmed_asset()])
-    def flag_unconfirmed() -> dict:
-        return tasks_unconfirmed.flag_unconfirmed_task()
+    @task(trigger_rule=TriggerRule.ALL_DONE,
+          outlets=[defaults.unconfirmed_alias(), defaults.events_alias("send")])
+    def after_send(**context) -> dict:
+        return tasks_send.after_send_task(context["outlet_events"])
 
-    @task(trigger_rule=TriggerRule.ALL_DONE, outlets=[defaults.events_alias("send")])
-    def announce(**context) -> dict:
-        return tasks_common.announce_events_task("send", context["outlet_events"])
-
-    batches = plan(preflight())
+    batches = plan()
     sent = send_batch.expand(batch=batches)
     summary(batches, sent)
-    sent >> flag_unconfirmed()
-    sent >> announce()
+    sent >> after_send()
 
 
 outreach_send()

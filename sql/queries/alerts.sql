@@ -22,7 +22,7 @@ SELECT id, event_key, kind, subject, body, created_at FROM outreach.alerts ORDER
 
 -- name: alert_keys_absent
 -- Which of these event keys no alert (or Required Action) has claimed yet, in the order given:
--- the send run's flag_unconfirmed updates the review asset while any unconfirmed email is not
+-- the send run's after_send updates the review asset while any unconfirmed email is not
 -- listed by a Required Action (key review:<id>), so a review run missed while its DAG was
 -- paused is caught up by the next send run.
 SELECT k AS event_key

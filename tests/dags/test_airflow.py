@@ -5,9 +5,11 @@ of its own (two runs at once, a second trigger in a new process)."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -380,6 +382,15 @@ def test_a_dead_relay_fails_its_send_batch_task_and_spends_no_attempt(db_url, si
     assert "MailboxUnreachable" in log
     assert "Airflow connection 'outreach_smtp_anna' failed at CONNECT: ConnectionRefusedError" in log
     assert "Errno 111" in log
+    # summary turns the run red; after_send still succeeds, so its asset events are recorded.
+    with sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db") as meta:
+        states = dict(meta.execute("SELECT task_id, state FROM task_instance WHERE task_id IN"
+                                   " ('plan', 'summary', 'after_send')").fetchall())
+        sent_events = meta.execute("SELECT e.source_task_id FROM asset_event e JOIN asset a ON"
+                                   " a.id = e.asset_id WHERE a.uri = 'outreach://events/sent'"
+                                   ).fetchall()
+    assert states == {"plan": "success", "summary": "failed", "after_send": "success"}
+    assert sent_events == [("after_send",)]
     by_mailbox = {(r["mailbox_id"], r["status"], r["attempts"]): r["n"] for r in rows(
         db_url, "SELECT mailbox_id, status::text AS status, attempts, count(*) AS n"
                 " FROM outreach.emails GROUP BY 1, 2, 3")}

@@ -1,5 +1,6 @@
 """The Airflow side of issue 4, in a real Airflow process: the plugin mounts the unsubscribe
-service in the Airflow API server app, and the send DAG runs preflight before plan."""
+service in the Airflow API server app, and the send DAG runs its preflight in plan (issue 29:
+plan, the mapped sends, summary and after_send, both after every send)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ from airflow.dag_processing.dagbag import DagBag
 apps = [(a["name"], a["url_prefix"]) for a in plugins_manager.get_fastapi_plugins()[0]]
 bag = DagBag(dag_folder=sys.argv[1])
 send = bag.dags["outreach_send"]
-order = {t: sorted(send.get_task(t).upstream_task_ids) for t in ("preflight", "plan")}
+order = {t.task_id: sorted(t.upstream_task_ids) for t in send.tasks}
+rules = {t.task_id: getattr(t.trigger_rule, "value", t.trigger_rule) for t in send.tasks}
+outlets = {t.task_id: sorted(f"{type(o).__name__} {o.name}" for o in t.outlets) for t in send.tasks}
 socket.socket.connect, socket.create_connection, psycopg.connect = saved
 
 from fastapi.testclient import TestClient
@@ -48,6 +51,7 @@ with TestClient(create_app()) as client:
 views = [(v["name"], v["href"]) for v in plugins_manager._get_ui_plugins()[0]]
 print("RESULT " + json.dumps({
     "errors": {k: str(v) for k, v in bag.import_errors.items()}, "apps": apps, "order": order,
+    "rules": rules, "outlets": outlets,
     "get": [page.status_code, "<form" in page.text], "post": post.status_code,
     "again": again.status_code, "cookie": post.headers.get("set-cookie"),
     "anonymous": anonymous, "forged": forged, "views": views,
@@ -75,7 +79,14 @@ def test_plugin_mounts_the_unsubscribe_service_in_the_api_server(db_url, migrate
     # The campaign page is behind Airflow's login; the unsubscribe path answers without one.
     assert result["anonymous"] == [401, 401, 401] and result["forged"] in (401, 403)
     assert result["views"] == [["Campaigns", "/outreach-campaigns/"]]
-    assert result["order"] == {"preflight": [], "plan": ["preflight"]}
+    # The preflight runs in plan (its lines first in plan's log): one task less a run.
+    assert result["order"] == {"plan": [], "send_batch": ["plan"], "summary": ["plan", "send_batch"],
+                               "after_send": ["send_batch"]}
+    assert {t: result["rules"][t] for t in ("summary", "after_send")} == {
+        "summary": "all_done", "after_send": "all_done"}
+    # The unconfirmed asset through an alias: an asset event only when a review is needed.
+    assert result["outlets"]["after_send"] == ["AssetAlias outreach_events_send",
+                                               "AssetAlias outreach_unconfirmed_flag"]
     assert result["get"] == [200, True]
     assert (result["post"], result["again"], result["bad"]) == (200, 200, 400)
     assert result["cookie"] is None and result["location"] is None

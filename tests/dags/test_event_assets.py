@@ -1,18 +1,27 @@
 """Issue 26, item 2: the inbox DAG, run by real Airflow (``airflow dags test``) against a real
 Dovecot, updates ``outreach://events/replies`` with the id range of the new reply event in the
 asset event's extra, and no Asset of a family without new events; a second run with nothing new
-records no asset event at all."""
+records no asset event at all.
+
+Issue 29: the send DAG updates the unconfirmed asset from ``after_send`` through an AssetAlias,
+only while unconfirmed emails wait for a Required Action, and Airflow queues the review DAG
+scheduled on that asset for it (``asset_dag_run_queue``), as for a plain outlet."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sqlite3
+import subprocess
 
 import pytest
 
-from outreach.dev.localairflow import run_dag
+from outreach import db
+from outreach.claim import claim
+from outreach.dev.localairflow import airflow_cmd, run_dag
+from outreach.queue import queue_due, reap
 from support.airflowhome import env_for, fresh_home
-from support.flow import rows
+from support.flow import hand_over, import_demo, outreach, rows
 from support.inboxflow import replied_campaign
 
 pytestmark = pytest.mark.airflow
@@ -43,3 +52,63 @@ def test_a_reply_updates_the_replies_asset_with_its_event_id(
     assert second.ok, second.log.read_text()[-4000:]
     assert len(asset_events(home)) == 1  # nothing new: no asset event
     assert "rita@reply.example" not in first.log.read_text()
+
+
+def queued_dags(home) -> list[tuple]:
+    """The DAG runs Airflow queued for asset events: (asset URI, target DAG id)."""
+    with sqlite3.connect(home / "airflow.db") as meta:
+        return list(meta.execute(
+            "SELECT a.uri, q.target_dag_id FROM asset_dag_run_queue q JOIN asset a"
+            " ON a.id = q.asset_id ORDER BY a.uri"))
+
+
+def task_states(home, dag_id: str) -> dict[str, set[str]]:
+    with sqlite3.connect(home / "airflow.db") as meta:
+        out: dict[str, set[str]] = {}
+        for task_id, state in meta.execute(
+                "SELECT task_id, state FROM task_instance WHERE dag_id = ?", (dag_id,)):
+            out.setdefault(task_id, set()).add(state)
+        return out
+
+
+def test_unconfirmed_emails_queue_the_review_through_the_alias_and_only_then(
+        db_url, sink, tmp_path, migrated_airflow_home):
+    import_demo(db_url)
+    queue_due(db_url)
+    conn = db.connect(db_url, autocommit=True)
+    claimed = claim(conn, 1, 2, worker="lost-worker")[0]
+    conn.close()
+    hand_over(db_url, claimed)  # the worker was lost during the handoffs
+    held = sorted(r["id"] for r in claimed)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31)
+    assert sorted(reap(db_url, dt.timedelta(minutes=30), now=later).unconfirmed) == held
+    home = fresh_home(migrated_airflow_home, tmp_path, "home")
+    env = env_for(home, db_url, sink)
+    # Every DAG in the metadata database, as the dag-processor stores them: the review DAG
+    # (never paused on creation) with its schedule on the unconfirmed asset.
+    stored = subprocess.run(airflow_cmd("dags", "reserialize"), env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert stored.returncode == 0, stored.stdout[-3000:] + stored.stderr[-3000:]
+
+    first = run_dag(env, "outreach_send", tmp_path / "first.log")
+    log = first.log.read_text()
+    assert first.ok, log[-4000:]
+    assert task_states(home, "outreach_send") == {
+        "plan": {"success"}, "send_batch": {"success"}, "summary": {"success"},
+        "after_send": {"success"}}
+    assert log.index("preflight: ") < log.index("plan: ")  # the preflight's lines, in plan
+    # The asset's URI as Airflow stores it (normalized: a trailing slash after the host).
+    unconfirmed = [e for e in asset_events(home) if e[0] == "outreach://unconfirmed/"]
+    assert unconfirmed == [("outreach://unconfirmed/", "outreach_send", "after_send",
+                            {"unlisted": held})]
+    assert {e[0] for e in asset_events(home)} >= {"outreach://events/sent"}
+    assert queued_dags(home) == [("outreach://unconfirmed/", "outreach_unconfirmed_review")]
+
+    # Resolved: nothing for a Required Action, so no asset event (the task still succeeds).
+    resolved = outreach(db_url, "resolve", "--ids", ",".join(map(str, held)),
+                        "--decision", "was-sent", "--by", "test", tmp_path=tmp_path)
+    assert resolved.returncode == 0, resolved.stdout + resolved.stderr
+    second = run_dag(env, "outreach_send", tmp_path / "second.log")
+    assert second.ok, second.log.read_text()[-4000:]
+    assert [e for e in asset_events(home) if e[0] == "outreach://unconfirmed/"] == unconfirmed
+    assert "Asset outreach_unconfirmed not updated" in second.log.read_text()

@@ -201,6 +201,20 @@ def unconfirmed_asset() -> Any:
     return Asset(name=UNCONFIRMED_ASSET_NAME, uri=UNCONFIRMED_ASSET_URI)
 
 
+UNCONFIRMED_ALIAS = "outreach_unconfirmed_flag"
+
+
+def unconfirmed_alias() -> Any:
+    """Return the AssetAlias through which the send DAG's ``after_send`` updates the
+    unconfirmed asset (:func:`unconfirmed_asset`), only when a Required Action is needed: a
+    plain Asset outlet would get an event on every success, and the task must succeed (not
+    skip) for its event Assets' events. Airflow queues the DAGs scheduled on an asset for an
+    event added through an alias like for any other (``AssetManager.register_asset_change``)."""
+    from airflow.sdk import AssetAlias
+
+    return AssetAlias(UNCONFIRMED_ALIAS)
+
+
 APPROVAL_SCHEDULE = "*/5 * * * *"
 """How often ``outreach_campaign_approval`` looks for campaigns awaiting approval (UTC): a
 submitted campaign gets its Required Action within five minutes, without a trigger."""

@@ -1,6 +1,6 @@
 """Task bodies of the send pipeline: ``outreach_queue_due`` (queue the due steps, cache MX
-providers) and ``outreach_send`` (preflight, plan, one mapped send per planned batch, summary;
-see :mod:`outreach.airflow.tasks_common` for what a task body may do).
+providers) and ``outreach_send`` (preflight and plan, one mapped send per planned batch, summary,
+after_send; see :mod:`outreach.airflow.tasks_common` for what a task body may do).
 """
 
 from __future__ import annotations
@@ -136,6 +136,13 @@ def preflight_task() -> dict[str, Any]:
     if out["failed"]:
         alert_preflight(out)
     return out
+
+
+def preflight_and_plan_task() -> list[dict[str, Any]]:
+    """Run the preflight (:func:`preflight_task`: its lines are logged first), then plan this
+    run's batches with its result (:func:`plan_task`): the send DAG's ``plan``, one task
+    instead of two (each task instance costs a process start and a DAG parse)."""
+    return plan_task(preflight_task())
 
 
 def plan_task(checked: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -292,3 +299,32 @@ def summary_task(batches: list[dict[str, Any]] | None, results: list[dict[str, A
             "mailboxes": [{**{k: o[k] for k in keys}, "mailbox_id": o["mailbox_id"],
                            "mailbox": mailbox_name(o["label"], o["display_name"], o["address"])}
                           for o in outcomes]}
+
+
+def after_send_task(outlet_events: Any) -> dict[str, Any]:
+    """After the run's sends, whatever they did (the send DAG's ``after_send``, trigger rule
+    ALL_DONE; it fails only when the database cannot be reached, so a failed send never keeps
+    the asset events back): alert once about new unconfirmed emails and, while any is not listed
+    by a Required Action, update the unconfirmed asset through
+    :func:`outreach.airflow.defaults.unconfirmed_alias` (it schedules
+    ``outreach_unconfirmed_review``; none: no asset event), see
+    :func:`outreach.airflow.tasks_unconfirmed.flag_unconfirmed_task`; then update the event
+    Assets with the new events (:func:`outreach.airflow.tasks_common.announce_events_task`),
+    last, because it moves the announcement cursor.
+
+    :param outlet_events: the task context's ``outlet_events``.
+    :returns: ``{"unconfirmed": {"new", "unlisted"}, "events": extras by family}``.
+    """
+    from outreach.airflow.defaults import unconfirmed_alias, unconfirmed_asset
+    from outreach.airflow.tasks_common import announce_events_task
+    from outreach.airflow.tasks_unconfirmed import flag_unconfirmed_task
+
+    flagged = flag_unconfirmed_task()
+    if flagged["unlisted"]:
+        outlet_events[unconfirmed_alias()].add(unconfirmed_asset(),
+                                               extra={"unlisted": flagged["unlisted"]})
+        log.info("Asset %s updated: %s unconfirmed email(s) for a Required Action",
+                 unconfirmed_asset().name, len(flagged["unlisted"]))
+    else:
+        log.info("Asset %s not updated: nothing for a Required Action", unconfirmed_asset().name)
+    return {"unconfirmed": flagged, "events": announce_events_task("send", outlet_events)}

@@ -171,16 +171,15 @@ CONFIRM_OPTIONS = (REQUEUE_CONFIRM, REQUEUE_CANCEL)
 
 
 def flag_unconfirmed_task() -> dict[str, Any]:
-    """Alert once about unconfirmed emails never alerted (keys ``unconfirmed:<id>``) and, while one is
-    not listed by a Required Action (``review:<id>``), update the unconfirmed asset.
+    """Alert once about unconfirmed emails never alerted (keys ``unconfirmed:<id>``) and return
+    those not listed by a Required Action yet (``review:<id>``); while there are any, the send
+    DAG's ``after_send`` updates the unconfirmed asset (:func:`outreach.airflow.tasks_send.after_send_task`).
 
     The second condition catches up a review missed while its DAG was paused (Airflow queues asset
     events only for unpaused DAGs; the database remembers what was listed).
 
-    :returns: ``{"new": ids alerted now, "unlisted": ids no Required Action listed yet}``.
-    :raises airflow.sdk.exceptions.AirflowSkipException: nothing to review (no asset event)."""
-    from airflow.sdk.exceptions import AirflowSkipException
-
+    :returns: ``{"new": ids alerted now, "unlisted": ids no Required Action listed yet}``
+        (``unlisted`` empty: nothing to review, no asset event)."""
     from outreach import db
     from outreach.resolve import unconfirmed_details
     from outreach.store import alerts as alerts_store
@@ -198,10 +197,11 @@ def flag_unconfirmed_task() -> dict[str, Any]:
     with db.connect(url, autocommit=True) as conn:
         unlisted = [int(k.split(":")[1]) for k in alerts_store.alert_keys_absent(
             conn, event_keys=[f"review:{i}" for i in rows])]
-    if not unlisted:
-        raise AirflowSkipException("no unconfirmed emails that a Required Action has not listed")
-    log.info("unconfirmed emails for a Required Action: %s (alerted now: %s)", unlisted,
-             [int(k.split(":")[1]) for k in new])
+    if unlisted:
+        log.info("unconfirmed emails for a Required Action: %s (alerted now: %s)", unlisted,
+                 [int(k.split(":")[1]) for k in new])
+    else:
+        log.info("no unconfirmed emails that a Required Action has not listed")
     return {"new": [int(k.split(":")[1]) for k in new], "unlisted": unlisted}
 
 
