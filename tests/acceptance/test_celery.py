@@ -28,6 +28,7 @@ from support.celerydeploy import (
     campaign,
     celery_deployment,
     fresh_state,
+    held_by,
     reap_everything_left,
     send_until_empty,
 )
@@ -77,11 +78,7 @@ def test_a_worker_killed_mid_send_loses_and_repeats_nothing(fresh, tmp_path):
     victim = dep.worker_name(1)
 
     def sending_on_victim():
-        running = [t for t in send_tis(dep, token, run_id)
-                   if t["state"] == "running" and t["hostname"] == victim]
-        held = [r["id"] for t in running for r in rows(
-            url, "SELECT id FROM outreach.emails WHERE status = 'sending' AND claimed_by LIKE %s",
-            (f"%/send_batch[{t['map_index']}]#try{t['try_number']}",))]
+        held, running = held_by(dep, token, url, run_id, victim)
         return (held, running) if held and len(sink.messages()) > 0 else None
 
     held, killed = wait_for(sending_on_victim, LONG, f"a send task of {victim} in the middle of its batch")

@@ -22,8 +22,15 @@ import pytest
 
 from outreach.resolve import resolve
 from support import invariants
-from support.celerydeploy import LONG, campaign, celery_deployment, reap_everything_left, send_until_empty
-from support.deployment import accepted_once, send_tis, trigger, wait_for, wait_run
+from support.celerydeploy import (
+    LONG,
+    campaign,
+    celery_deployment,
+    held_by,
+    reap_everything_left,
+    send_until_empty,
+)
+from support.deployment import accepted_once, trigger, wait_for, wait_run
 from support.flow import rows, scalar
 
 pytestmark = [pytest.mark.airflow, pytest.mark.celery]
@@ -65,12 +72,7 @@ def test_a_killed_worker_and_a_database_restart_leave_the_deployment_up(celery, 
     victim = dep.worker_name(1)
 
     def victim_mid_batch():
-        tis = [t for t in send_tis(dep, token, run_id)
-               if t["state"] == "running" and t["hostname"] == victim]
-        held = [r["id"] for t in tis for r in rows(
-            url, "SELECT id FROM outreach.emails WHERE status = 'sending' AND claimed_by LIKE %s "
-                 "AND handed_over_at IS NULL",
-            (f"%/send_batch[{t['map_index']}]#try{t['try_number']}",))]
+        held = held_by(dep, token, url, run_id, victim, unstamped=True)[0]
         return held if held and len(sink.messages()) > 0 else None
 
     held = wait_for(victim_mid_batch, LONG, f"a send task of {victim} in the middle of its batch")

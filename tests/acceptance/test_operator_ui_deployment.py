@@ -7,17 +7,14 @@ email once; new unconfirmed emails open a Required Action that, answered through
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 
 import httpx
 import pytest
 
-from outreach import db
 from outreach.airflow.tasks_unconfirmed import REQUEUE_CONFIRM
-from outreach.claim import claim
 from outreach.dev.devsmtp import MaildirServer
-from outreach.queue import queue_due, reap
+from outreach.queue import queue_due
 from outreach.tokens import make_token
 from support import browser
 from support.alerts import OPS, subject_of
@@ -32,7 +29,7 @@ from support.deployment import (
     wait_answerable,
     wait_for,
 )
-from support.flow import hand_over, import_demo, outreach, rows
+from support.flow import import_demo, leave_unconfirmed, outreach, rows
 from support.paths import ROOT
 
 ARTIFACTS = ROOT / ".test-artifacts"
@@ -116,13 +113,7 @@ def test_required_actions_resolve_listed_rows_and_failures_turn_red_and_alert_on
             # Two emails left unconfirmed by a vanished sender; the next send run sends, labels
             # its tasks by mailbox name, and flags them; the review DAG (scheduled by the asset)
             # opens a Required Action listing exactly them.
-            conn = db.connect(db_url, autocommit=True)
-            claimed = claim(conn, 1, 2, worker="lost-worker")[0]
-            conn.close()
-            hand_over(db_url, claimed)  # the worker was lost during the handoffs
-            held = sorted(r["id"] for r in claimed)
-            later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31)
-            assert sorted(reap(db_url, dt.timedelta(minutes=30), now=later).unconfirmed) == held
+            held = leave_unconfirmed(db_url, 2)  # a sender lost during the handoffs
             run = run_and_wait(dep, token, "outreach_send")
             assert run["state"] == "success"
             tis = send_tis(dep, token, run["dag_run_id"])

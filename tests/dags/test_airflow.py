@@ -17,7 +17,7 @@ from outreach.dev.localairflow import DagTestSession, airflow_env, run_dag
 from outreach.queue import queue_due
 from support import invariants
 from support.airflowhome import env_for, fresh_home
-from support.flow import EXPECTED_LEADS, hand_over, import_demo, rows, scalar
+from support.flow import EXPECTED_LEADS, import_demo, leave_unconfirmed, rows, scalar
 from support.paths import MAILBOXES, ROOT
 
 pytestmark = pytest.mark.airflow
@@ -143,21 +143,9 @@ def test_two_overlapping_send_runs_add_no_message(db_url, sink, migrated_airflow
 
 def test_operator_resolves_unconfirmed_emails_through_the_dag(db_url, sink, migrated_airflow_home, tmp_path,
                                                               shared_airflow):
-    import datetime as dt
-
-    from outreach import db
-    from outreach.claim import claim
-    from outreach.queue import reap
-
     import_demo(db_url)
     queue_due(db_url)
-    conn = db.connect(db_url, autocommit=True)
-    claimed = claim(conn, 1, 3, worker="lost-worker")[0]
-    conn.close()
-    hand_over(db_url, claimed)  # the worker was lost during the handoffs
-    held = [r["id"] for r in claimed]
-    later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31)
-    assert sorted(reap(db_url, dt.timedelta(minutes=30), now=later).unconfirmed) == sorted(held)
+    held = leave_unconfirmed(db_url, 3)  # a sender lost during the handoffs
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
     conf = {"decision": "not_sent", "email_ids": f"{held[0]}, {held[1]}", "resolved_by": "Dana (ops)",
             "note": "not in Sent Items", "campaign_key": None, "mailbox": None}

@@ -9,19 +9,16 @@ scheduled on that asset for it (``asset_dag_run_queue``), as for a plain outlet.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import sqlite3
 import subprocess
 
 import pytest
 
-from outreach import db
-from outreach.claim import claim
 from outreach.dev.localairflow import airflow_cmd, run_dag
-from outreach.queue import queue_due, reap
+from outreach.queue import queue_due
 from support.airflowhome import env_for, fresh_home
-from support.flow import hand_over, import_demo, outreach, rows
+from support.flow import import_demo, leave_unconfirmed, outreach, rows
 from support.inboxflow import replied_campaign
 
 pytestmark = pytest.mark.airflow
@@ -75,13 +72,7 @@ def test_unconfirmed_emails_queue_the_review_through_the_alias_and_only_then(
         db_url, sink, tmp_path, migrated_airflow_home):
     import_demo(db_url)
     queue_due(db_url)
-    conn = db.connect(db_url, autocommit=True)
-    claimed = claim(conn, 1, 2, worker="lost-worker")[0]
-    conn.close()
-    hand_over(db_url, claimed)  # the worker was lost during the handoffs
-    held = sorted(r["id"] for r in claimed)
-    later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31)
-    assert sorted(reap(db_url, dt.timedelta(minutes=30), now=later).unconfirmed) == held
+    held = leave_unconfirmed(db_url, 2)  # a sender lost during the handoffs
     home = fresh_home(migrated_airflow_home, tmp_path, "home")
     env = env_for(home, db_url, sink)
     # Every DAG in the metadata database, as the dag-processor stores them: the review DAG

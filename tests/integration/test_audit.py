@@ -6,7 +6,6 @@ Real PostgreSQL, the real CLI (subprocesses)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import getpass
 import json
 
@@ -21,15 +20,14 @@ from outreach.campaign_pause import (
     pause_campaign,
     resume_campaign,
 )
-from outreach.claim import claim
 from outreach.enrollments import EnrollmentNotFound, stop_lead
 from outreach.mailboxes import MailboxNotFound, pause_mailbox, resume_mailbox
-from outreach.queue import queue_due, reap
+from outreach.queue import queue_due
 from outreach.report import collect
 from outreach.resolve import requeue_failed, resolve
 from outreach.suppression import suppress, unsuppress
 from outreach.web.campaign_page import render_page
-from support.flow import hand_over, import_demo, outreach, rows, scalar
+from support.flow import import_demo, leave_unconfirmed, outreach, rows, scalar
 from support.paths import CAMPAIGN
 
 KEY = "q4-ops-intro"
@@ -40,16 +38,6 @@ WHO = audit.Who("os:alice", "cli")
 def audit_rows(url: str) -> list[dict]:
     return rows(url, "SELECT * FROM outreach.audit_log ORDER BY id")
 
-
-def make_unconfirmed(url: str, n: int) -> list[int]:
-    """Claim ``n`` rows of mailbox 1 as a sender that vanished mid-handoff, and reap them."""
-    conn = db.connect(url, autocommit=True)
-    claimed = claim(conn, 1, n, worker="lost-worker")[0]
-    conn.close()
-    hand_over(url, claimed)
-    later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31)
-    assert reap(url, dt.timedelta(minutes=30), now=later).unconfirmed
-    return [r["id"] for r in claimed]
 
 
 class Trail:
@@ -117,7 +105,7 @@ def test_every_decision_leaves_one_audit_row_with_its_actor(db_url):
     stop_lead(db_url, lead, KEY, "again", "alice", who=WHO)
     trail.none()
 
-    held = make_unconfirmed(db_url, 2)
+    held = leave_unconfirmed(db_url, 2)
     resolve(db_url, "was_sent", "alice", ids=held[:1], note="in Sent Items", who=WHO)
     r = trail.one()
     assert (r["action"], r["target_kind"], r["target_id"], r["campaign_key"],
@@ -192,7 +180,7 @@ def test_the_required_action_answer_is_audited_as_its_airflow_user(db_url, monke
     monkeypatch.setenv("OUTREACH_DATABASE_URL", db_url)  # the task's database
     import_demo(db_url)
     queue_due(db_url)
-    held = make_unconfirmed(db_url, 1)
+    held = leave_unconfirmed(db_url, 1)
     response = {"chosen_options": ["was sent"], "responded_by_user": {"id": "7", "name": "dana"}}
     tasks_unconfirmed.review_record_task({"ids": held}, response, "outreach_unconfirmed_review", "r1")
     [r] = audit_rows(db_url)

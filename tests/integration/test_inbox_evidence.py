@@ -4,15 +4,12 @@ RFC 6154) on a real Dovecot: found (with its date) / not found, and ``outreach r
 
 from __future__ import annotations
 
-import datetime as dt
 import subprocess
 
-from outreach import db
-from outreach.claim import claim
 from outreach.leads import import_leads
-from outreach.queue import queue_due, reap
+from outreach.queue import queue_due
 from outreach.resolve import list_unconfirmed, row_message_id
-from support.flow import cli_env, hand_over, leads_csv, one_mailbox, outreach_cmd, rows
+from support.flow import cli_env, leads_csv, leave_unconfirmed, one_mailbox, outreach_cmd, rows
 from support.inboxflow import ANNA, IMAP_CONN_IDS, mail
 from support.paths import CAMPAIGN, MAILBOXES
 
@@ -25,12 +22,7 @@ def test_unconfirmed_rows_get_sent_folder_evidence_and_auto_found_resolves_found
                                                                    "c@ev.example"]))
     one_mailbox(db_url)
     queue_due(db_url)
-    conn = db.connect(db_url, autocommit=True)
-    claimed = claim(conn, 1, 3, worker="lost-worker")[0]
-    conn.close()
-    hand_over(db_url, claimed)  # the worker was lost during the handoffs
-    held = sorted(r["id"] for r in claimed)
-    reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31))
+    held = leave_unconfirmed(db_url, 3)  # a sender lost during the handoffs
     unconfirmed = {r["id"]: r for r in list_unconfirmed(db_url)}
     assert sorted(unconfirmed) == held
     # The relay filed the first one in Sent (as Gmail's SMTP does); the others it did not.

@@ -17,11 +17,10 @@ from outreach import db
 from outreach.airflow import alerts as airflow_alerts
 from outreach.airflow import tasks_import, tasks_send, tasks_unconfirmed
 from outreach.alerts import list_alerts, raise_alert
-from outreach.claim import claim
 from outreach.dev.devsmtp import MaildirServer
-from outreach.queue import queue_due, reap
+from outreach.queue import queue_due
 from support.alerts import OPS, subject_of
-from support.flow import hand_over, import_demo, rows
+from support.flow import import_demo, leave_unconfirmed, rows
 
 
 @pytest.fixture
@@ -48,17 +47,6 @@ def body_of(message) -> str:
     part = next(p for p in message.walk() if p.get_content_type() == "text/html")
     return html.unescape(re.sub(r"<[^>]+>", "", part.get_payload(decode=True).decode()))
 
-
-def make_unconfirmed(url: str, n: int) -> list[int]:
-    """Claim ``n`` rows of mailbox 1 as a sender that then vanished, and reap them."""
-    conn = db.connect(url, autocommit=True)
-    claimed = claim(conn, 1, n, worker="lost-worker")[0]
-    conn.close()
-    hand_over(url, claimed)  # the worker was lost during the handoffs
-    held = [r["id"] for r in claimed]
-    later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31)
-    assert sorted(reap(url, dt.timedelta(minutes=30), now=later).unconfirmed) == sorted(held)
-    return held
 
 
 def test_an_event_is_alerted_once_however_many_race_for_it(db_url, alert_sink):
@@ -100,7 +88,7 @@ def test_a_failed_delivery_is_tried_again_next_time(db_url, alert_sink):
 def test_new_unconfirmed_emails_are_alerted_once_and_flag_the_review(db_url, alert_sink):
     import_demo(db_url)
     queue_due(db_url)
-    first = make_unconfirmed(db_url, 2)
+    first = leave_unconfirmed(db_url, 2)
     assert tasks_unconfirmed.flag_unconfirmed_task() == {"new": first, "unlisted": first}
     # No Required Action listed them yet (the review DAG was paused, say): the next send run
     # updates the asset again, without a second alert.
@@ -108,7 +96,7 @@ def test_new_unconfirmed_emails_are_alerted_once_and_flag_the_review(db_url, ale
     assert tasks_unconfirmed.review_collect_task("manual__r1")["ids"] == first
     # All listed: no alert, and nothing for after_send to update the asset with.
     assert tasks_unconfirmed.flag_unconfirmed_task() == {"new": [], "unlisted": []}
-    second = make_unconfirmed(db_url, 1)
+    second = leave_unconfirmed(db_url, 1)
     assert tasks_unconfirmed.flag_unconfirmed_task() == {"new": second, "unlisted": second}
     messages = sorted(alert_sink.messages(), key=lambda m: subject_of(m), reverse=True)
     assert [subject_of(m) for m in messages] == [
@@ -246,7 +234,7 @@ def test_preflight_blocked_mailbox_gets_a_failing_batch(db_url, alert_sink, sink
 def test_resolve_dag_checks_ids_and_fails_when_nothing_was_resolved(db_url, alert_sink):
     import_demo(db_url)
     queue_due(db_url)
-    held = make_unconfirmed(db_url, 3)
+    held = leave_unconfirmed(db_url, 3)
     with pytest.raises(AirflowFailException, match=r"not unconfirmed emails: \[999999\]"):
         tasks_unconfirmed.resolve_task("not_sent", "Dana", f"{held[0]}, 999999", None, None, "")
     with pytest.raises(AirflowFailException, match="'2x' is not an email id"):
@@ -263,7 +251,7 @@ def test_resolve_dag_checks_ids_and_fails_when_nothing_was_resolved(db_url, aler
 def test_required_action_records_exactly_the_listed_rows_by_the_airflow_user(db_url, alert_sink):
     import_demo(db_url)
     queue_due(db_url)
-    listed = make_unconfirmed(db_url, 2)
+    listed = leave_unconfirmed(db_url, 2)
     collected = tasks_unconfirmed.review_collect_task("r1")
     assert collected["ids"] == listed
     assert "| id | Sent-folder evidence | campaign | step | recipient |" in collected["body"]
@@ -292,7 +280,7 @@ def test_required_action_records_exactly_the_listed_rows_by_the_airflow_user(db_
     assert "anna.schmidt@" not in collected["body"]
     with pytest.raises(AirflowSkipException):
         tasks_unconfirmed.review_collect_task("r2")  # each email is listed by one Required Action
-    later = make_unconfirmed(db_url, 1)  # not listed: must stay unconfirmed
+    later = leave_unconfirmed(db_url, 1)  # not listed: must stay unconfirmed
     response = {"chosen_options": ["was sent"], "responded_by_user": {"id": "admin", "name": "admin"},
                 "params_input": {}}
     out = tasks_unconfirmed.review_record_task(collected, response, "outreach_unconfirmed_review", "r1")

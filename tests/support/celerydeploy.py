@@ -28,8 +28,8 @@ from outreach.dev.devsmtp import LoopbackSMTPServer, read_maildir
 from outreach.leads import import_leads
 from outreach.migrate import upgrade
 from outreach.queue import queue_due, reap
-from support.deployment import DAG_FILES_PARSED_ONCE, trigger, wait_run
-from support.flow import scalar
+from support.deployment import DAG_FILES_PARSED_ONCE, send_tis, trigger, wait_run
+from support.flow import rows, scalar
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 MAILBOXES = 4
@@ -195,3 +195,14 @@ def send_until_empty(dep, token, url, runs: int = 4) -> None:
 def reap_everything_left(url: str) -> None:
     """Run the reaper as if its threshold had passed (what the next send run's plan does then)."""
     reap(url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31))
+
+
+def held_by(dep, token, url: str, run_id: str, worker: str, *, unstamped: bool = False) -> tuple[list[int], list[dict]]:
+    """The rows ``worker``'s running send tasks of run ``run_id`` hold ``sending`` (only those not
+    handed over yet with ``unstamped``), and those task instances: ``(email ids, task instances)``."""
+    running = [t for t in send_tis(dep, token, run_id) if t["state"] == "running" and t["hostname"] == worker]
+    held = [r["id"] for t in running for r in rows(
+        url, "SELECT id FROM outreach.emails WHERE status = 'sending' AND claimed_by LIKE %s"
+             + (" AND handed_over_at IS NULL" if unstamped else ""),
+        (f"%/send_batch[{t['map_index']}]#try{t['try_number']}",))]
+    return held, running

@@ -111,6 +111,25 @@ def hand_over(url: str, claimed: list[dict], now: dt.datetime | None = None) -> 
                                                       "address": r["email"]})
 
 
+def leave_unconfirmed(url: str, n: int) -> list[int]:
+    """Claim ``n`` due rows of mailbox 1 as a sender that vanished during their handoffs (stamped,
+    never recorded), then reap as 31 minutes later: the rows are unconfirmed. Return their ids,
+    sorted."""
+    import datetime as dt
+
+    from outreach import db
+    from outreach.claim import claim
+    from outreach.queue import reap
+
+    with db.connect(url, autocommit=True) as conn:
+        claimed = claim(conn, 1, n, worker="lost-worker")[0]
+    hand_over(url, claimed)
+    held = sorted(r["id"] for r in claimed)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31)
+    assert sorted(reap(url, dt.timedelta(minutes=30), now=later).unconfirmed) == held
+    return held
+
+
 def outreach(db_url: str, *args: str, tmp_path=None, **env: str) -> subprocess.CompletedProcess:
     """Run ``python -m outreach.cli ARGS`` on DB_URL with the test settings (and AIRFLOW_HOME under
     TMP_PATH when given); the completed process, output captured as text, 300 s timeout."""
