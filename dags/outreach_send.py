@@ -35,7 +35,7 @@ process start and a DAG parse.
   were sent. Fix the connection; the next run (or clearing) sends. The first failed try of any
   task raises one alert for the run (within a minute, before the retries).
 * **summary** reads what the run did from the ledger (every row its tasks claimed, cleared tries
-  included) and fails when a send task failed.
+  included) and fails when the plan or a send task failed.
   It is the task that turns the run red: a run's state follows its leaves.
 * **after_send** runs whatever the sends did, and succeeds even when they failed (so its asset
   events are recorded): it alerts once about unconfirmed emails never alerted before and, while
@@ -77,7 +77,9 @@ def outreach_send():
 
     @task(trigger_rule=TriggerRule.ALL_DONE)
     def summary(batches, results, **context) -> dict:
-        return tasks_send.summary_task(list(batches or []), list(results or []),
+        # None: the plan failed (summary then fails the run); []: nothing was due.
+        planned = None if batches is None else list(batches)
+        return tasks_send.summary_task(planned, list(results or []),
                                        context["dag"].dag_id, context["run_id"])
 
     @task(trigger_rule=TriggerRule.ALL_DONE,

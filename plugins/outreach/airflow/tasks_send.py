@@ -274,8 +274,10 @@ def summary_task(batches: list[dict[str, Any]] | None, results: list[dict[str, A
     claimed, in any try, cleared tries included), and log one line per mailbox and one total.
 
     :returns: ``{"batches", "tasks_ok", "totals": {claimed, sent, …}, "mailboxes": […]}``.
-    :raises airflow.sdk.exceptions.AirflowFailException: a send task of the run failed (its
-        result is missing), so the run ends failed too; the line says how many.
+    :param batches: the plan's batches; ``None`` when the plan failed (no result).
+    :raises airflow.sdk.exceptions.AirflowFailException: the plan or a send task of the run
+        failed (its result is missing), so the run ends failed too (this task and after_send
+        are its leaves, both ALL_DONE); the line says which.
     """
     from airflow.sdk.exceptions import AirflowFailException
 
@@ -288,7 +290,10 @@ def summary_task(batches: list[dict[str, Any]] | None, results: list[dict[str, A
         log.info("run %s: mailbox %s (%s) %s", run_id, o["mailbox_id"],
                  mailbox_name(o["label"], o["display_name"], o["address"]),
                  " ".join(f"{k}={o[k]}" for k in keys))
-    planned = len(batches or [])
+    if batches is None:
+        raise AirflowFailException("the plan failed (see its log): this run planned and sent "
+                                   "nothing; fix what it names, then clear plan")
+    planned = len(batches)
     ok = len([r for r in (results or []) if r is not None])
     log.info("run summary: send tasks %s of %s succeeded; %s", ok, planned,
              " ".join(f"{k}={v}" for k, v in total.items()))
