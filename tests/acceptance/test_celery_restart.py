@@ -85,7 +85,17 @@ def test_a_killed_worker_and_a_database_restart_leave_the_deployment_up(celery, 
              "AND handed_over_at IS NULL", (held,))]
     stamped_before = {r["id"] for r in rows(
         url, "SELECT id FROM outreach.emails WHERE status = 'sending' AND handed_over_at IS NOT NULL")}
-    own_server[1]()  # PostgreSQL restarts: every connection of every component is cut
+    # PostgreSQL restarts: every connection of every component is cut. Proven, not assumed: the
+    # server's start time moves and none of the components' sessions of before survives it.
+    admin = own_server[0]
+    sessions = ("SELECT pid, backend_start FROM pg_stat_activity WHERE datname <> 'postgres' "
+                "AND pid <> pg_backend_pid()")
+    started_before = scalar(admin, "SELECT pg_postmaster_start_time()")
+    before = {(r["pid"], r["backend_start"]) for r in rows(admin, sessions)}
+    assert before, "no component had a session open before the restart"
+    own_server[1]()
+    assert scalar(admin, "SELECT pg_postmaster_start_time()") > started_before
+    assert not before & {(r["pid"], r["backend_start"]) for r in rows(admin, sessions)}
 
     # The deployment stays up: the dead worker comes back, every component runs.
     wait_for(lambda: dep.procs["worker-1"] is not dead and dep.procs["worker-1"].poll() is None,
