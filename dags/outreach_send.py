@@ -21,7 +21,7 @@ process start and a DAG parse.
   preflight that had rows due gets a batch of its own that **fails** with what to fix. Nothing
   due: `send_batch` is skipped (the plan's log says why).
 * **send_batch** claims its own rows mailbox by mailbox (the mailbox's lock, its remaining quota
-  and run share, then the claim function `outreach.claim_emails_v1`: `FOR NO KEY UPDATE SKIP
+  and run share, then the claim function `outreach.claim_emails_v4`: `FOR NO KEY UPDATE SKIP
   LOCKED` with a fresh claim token), re-checks suppression
   right before the handoff, sends over one SMTP session per mailbox and commits each row's
   outcome right after its handoff. It logs one summary line per mailbox. Paused mailboxes are
