@@ -28,7 +28,7 @@ from outreach.dev.devsmtp import LoopbackSMTPServer, read_maildir
 from outreach.leads import import_leads
 from outreach.migrate import upgrade
 from outreach.queue import queue_due, reap
-from support.deployment import DAG_FILES_PARSED_ONCE, send_tis, trigger, wait_run
+from support.deployment import DAG_FILES_PARSED_ONCE, admin_execute, send_tis, trigger, wait_run
 from support.flow import rows, scalar
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -87,11 +87,6 @@ class CountingSink(LoopbackSMTPServer):
             self.peak = self.open
 
 
-def _admin(admin_url: str, sql: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as c:
-        c.execute(sql)
-
-
 @contextlib.contextmanager
 def celery_deployment(admin_url: str, tmp: Path):
     """Run a CeleryExecutor deployment with two workers, its metadata and outreach databases on
@@ -99,17 +94,17 @@ def celery_deployment(admin_url: str, tmp: Path):
     exits is started again); yield ``(dep, token, sink, url, template)``. After: stop it, drop
     its databases and check that no process is left behind."""
     try:
-        _admin(admin_url, "SELECT 1")
+        admin_execute(admin_url, "SELECT 1")
         check_redis(REDIS_URL)
     except Exception as exc:  # noqa: BLE001 - any failure fails the test with this message
         pytest.fail(f"the Celery tests need PostgreSQL at {admin_url} and Redis at {REDIS_URL} "
                     f"(OUTREACH_CELERY_ADMIN_URL, REDIS_URL): {exc}")
     run = uuid.uuid4().hex[:8]
     meta, tpl, data = f"airflow_c_{run}", f"outreach_ctpl_{run}", f"outreach_c_{run}"
-    _admin(admin_url, f'CREATE DATABASE "{meta}"')
-    _admin(admin_url, f'CREATE DATABASE "{tpl}"')
+    admin_execute(admin_url, f'CREATE DATABASE "{meta}"')
+    admin_execute(admin_url, f'CREATE DATABASE "{tpl}"')
     upgrade(embedded.with_database(admin_url, tpl))
-    _admin(admin_url, f'CREATE DATABASE "{data}" TEMPLATE "{tpl}"')
+    admin_execute(admin_url, f'CREATE DATABASE "{data}" TEMPLATE "{tpl}"')
     url = embedded.with_database(admin_url, data)
     sink = CountingSink(tmp / "maildir").start()
     conn = sink.connection_json(timeout=10)
@@ -147,7 +142,7 @@ def celery_deployment(admin_url: str, tmp: Path):
         left = [p for p in psutil.process_iter(["pid", "cmdline", "environ"])
                 if p.info["environ"] and p.info["environ"].get("AIRFLOW_HOME") == str(dep.home)]
         for name in (meta, tpl, data):
-            _admin(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            admin_execute(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         assert not left, f"processes left behind: {[p.info['cmdline'] for p in left]}"
 
 
@@ -156,8 +151,8 @@ def fresh_state(admin_url: str, celery) -> tuple:
     (same name, recreated from the template) and an empty sink; return ``(dep, token, sink, url)``."""
     dep, token, sink, url, tpl = celery
     name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
-    _admin(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    _admin(admin_url, f'CREATE DATABASE "{name}" TEMPLATE "{tpl}"')
+    admin_execute(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin_execute(admin_url, f'CREATE DATABASE "{name}" TEMPLATE "{tpl}"')
     sink.reset(delay=0.0)
     return dep, token, sink, url
 

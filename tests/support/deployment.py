@@ -25,7 +25,9 @@ ADMIN_PASSWORD = "admin-test-password-0123"
 (FAB auth manager): every deployment cloned from it logs in with it."""
 
 
-def _admin(pg_admin_url: str, sql: str) -> None:
+def admin_execute(pg_admin_url: str, sql: str) -> None:
+    """Run one statement on the server of ``pg_admin_url`` outside a transaction (CREATE/DROP
+    DATABASE)."""
     with psycopg.connect(pg_admin_url, autocommit=True) as c:
         c.execute(sql)
 
@@ -41,7 +43,7 @@ def airflow_meta_template(pg_admin_url: str, tmp_path_factory) -> str:
                outreach_url="postgresql:///unused",
                env_extra={"OUTREACH_ADMIN_PASSWORD": ADMIN_PASSWORD}).migrate()
     yield name
-    _admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin_execute(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @contextlib.contextmanager
@@ -49,7 +51,7 @@ def running_deployment(pg_admin_url: str, template: str, db_url: str, tmp_path, 
     """Start the real deployment with ``env``, its metadata database a clone of ``template``
     (:func:`airflow_meta_template`); stop it after, and check that no process is left behind."""
     meta = f"airflow_meta_{uuid.uuid4().hex[:8]}"
-    _admin(pg_admin_url, f'CREATE DATABASE "{meta}" TEMPLATE "{template}"')
+    admin_execute(pg_admin_url, f'CREATE DATABASE "{meta}" TEMPLATE "{template}"')
     dep = Deployment(home=tmp_path / "airflow", metadata_url=sqlalchemy_url(embedded.with_database(pg_admin_url, meta)),
                      outreach_url=db_url, env_extra={"OUTREACH_ADMIN_PASSWORD": ADMIN_PASSWORD, **env})
     dep.start()
@@ -63,7 +65,7 @@ def running_deployment(pg_admin_url: str, template: str, db_url: str, tmp_path, 
         left = [p for p in psutil.process_iter(["pid", "cmdline", "environ"])
                 if p.info["environ"] and p.info["environ"].get("AIRFLOW_HOME") == str(dep.home)]
         assert not left, f"processes left behind: {[p.info['cmdline'] for p in left]} (started {pids})"
-        _admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{meta}" WITH (FORCE)')
+        admin_execute(pg_admin_url, f'DROP DATABASE IF EXISTS "{meta}" WITH (FORCE)')
 
 
 def add_user(dep: Deployment, admin_token: str, username: str, role: str) -> str:
