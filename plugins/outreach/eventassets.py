@@ -8,10 +8,13 @@ here (:func:`outreach.airflow.tasks_common.announce_events_task`)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from outreach.store.exports import ExportEvent
+
+log = logging.getLogger(__name__)
 
 FAMILIES: dict[str, tuple[str, ...]] = {
     "replies": ("replied",),
@@ -74,13 +77,29 @@ def collect(url: str, announcer: str) -> dict[str, dict[str, Any]]:
     """Move the announcer's cursor over every final event after it; return per family with new events
     its asset event's extra, ``{"first_id", "last_id", "count", "kinds"}``.
 
+    When the database goes away after the cursor moved over some batches, those batches are
+    returned (a warning says so) instead of raising: the cursor will not pass them again, so an
+    error here would leave them never announced. The batch whose move was cut off is among them
+    (announced twice if that move did not commit); the rest waits for the next run.
+
     :param announcer: a key of :data:`ANNOUNCERS`.
     :raises KeyError: unknown announcer.
-    :raises outreach.db.OutreachDBError: the database cannot be reached."""
+    :raises outreach.db.OutreachDBError: the database cannot be reached before any batch was read
+        (``psycopg.OperationalError`` when it dropped during the first read)."""
+    import psycopg
+
+    from outreach.db import OutreachDBError
     from outreach.export import export
 
     families = ANNOUNCERS[announcer]
     target = _Collect(cursor_name(announcer), families)
-    export(url, target, batch=BATCH)
+    try:
+        export(url, target, batch=BATCH)
+    except (OutreachDBError, psycopg.OperationalError) as exc:
+        if not target.ranges:
+            raise
+        log.warning("the database went away after %s event(s) of %s were read; announcing those, "
+                    "the rest waits for the next run: %s",
+                    sum(r["count"] for r in target.ranges.values()), cursor_name(announcer), exc)
     return {f: {**target.ranges[f], "kinds": list(FAMILIES[f])}
             for f in families if f in target.ranges}
