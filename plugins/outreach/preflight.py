@@ -15,6 +15,7 @@ import re
 import smtplib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import dns.exception
 import dns.resolver
@@ -485,40 +486,63 @@ class RelayCheck:
     cannot_carry: int = 0
 
 
+RELAY_PROBES = 8
+"""Relays asked at the same time by :func:`check_relays` (each its own SMTP session)."""
+
+
+def _ask_relay(connector: Callable[[str], smtplib.SMTP], conn_id: str) -> Any:
+    """EHLO one relay: its :class:`outreach.transport.RelayCapabilities`, or the exception that
+    stopped the asking."""
+    from outreach.transport import RelayCapabilities
+
+    try:
+        client = connector(conn_id)
+        try:
+            client.ehlo_or_helo_if_needed()
+            return RelayCapabilities.of(client)
+        finally:
+            try:
+                client.quit()
+            except (smtplib.SMTPException, OSError):
+                client.close()
+    except Exception as exc:  # noqa: BLE001 - refused, TLS, AUTH, a missing connection
+        return exc
+
+
 def check_relays(url: str, connector: Callable[[str], smtplib.SMTP]) -> list[RelayCheck]:
     """Ask every active mailbox's relay what it can carry (EHLO only) and count the queued rows it
     could not (the rule: :func:`outreach.transport.relay_cannot_carry`).
 
+    Each SMTP connection is asked once, up to :data:`RELAY_PROBES` at the same time, so a run's
+    preflight waits for its slowest relay rather than for the sum of them (a relay that does not
+    answer holds the plan for its connection's timeout, not every mailbox's).
     No SMTPUTF8 with non-ASCII rows queued, or no answer, is a WARN; SIZE is shown.
     docs/reference/relay-capabilities.md.
 
-    :param connector: opens a logged-in ``smtplib.SMTP`` by Airflow connection id.
+    :param connector: opens a logged-in ``smtplib.SMTP`` by Airflow connection id (called from
+        several threads at once).
     :returns: one :class:`RelayCheck` per active mailbox, by mailbox id."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from outreach import db
     from outreach.store import emails, mailboxes
-    from outreach.transport import RelayCapabilities
 
     with db.connect(url, autocommit=True) as conn:
         targets = mailboxes.mailbox_preflight_targets(conn)
         needing = {c.mailbox_id: c.rows for c in emails.email_queued_needing_smtputf8(conn)}
+    conn_ids = sorted({t.smtp_conn_id for t in targets})
+    with ThreadPoolExecutor(max_workers=max(1, min(RELAY_PROBES, len(conn_ids)))) as pool:
+        answers = dict(zip(conn_ids, pool.map(lambda c: _ask_relay(connector, c), conn_ids),
+                           strict=True))
     out = []
     for t in targets:
         n = needing.get(t.id, 0)
         who = f"relay of mailbox {t.id} (connection {t.smtp_conn_id!r})"
-        try:
-            client = connector(t.smtp_conn_id)
-            try:
-                client.ehlo_or_helo_if_needed()
-                caps = RelayCapabilities.of(client)
-            finally:
-                try:
-                    client.quit()
-                except (smtplib.SMTPException, OSError):
-                    client.close()
-        except Exception as exc:  # noqa: BLE001 - refused, TLS, AUTH, a missing connection
+        caps = answers[t.smtp_conn_id]
+        if isinstance(caps, Exception):
             out.append(RelayCheck(t.id, t.smtp_conn_id, Check(
-                "relay", WARN, f"cannot tell: {who} could not be asked: {type(exc).__name__}: "
-                f"{str(exc)[:200]}", RULE_RELAY)))
+                "relay", WARN, f"cannot tell: {who} could not be asked: {type(caps).__name__}: "
+                f"{str(caps)[:200]}", RULE_RELAY)))
             continue
         size = f"SIZE {caps.size:,} bytes" if caps.size else "no SIZE limit advertised"
         if not caps.smtputf8 and n:

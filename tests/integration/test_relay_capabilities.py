@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+import threading
 
 from outreach.leads import import_leads
 from outreach.queue import queue_due
@@ -96,3 +97,36 @@ def test_preflight_names_the_relay_and_the_queued_rows_it_cannot_carry(db_url, t
             "row(s) with a non-ASCII address cannot go through it") in anna.check.detail
     assert "SIZE 20,000 bytes" in anna.check.detail
     assert (ben.check.status, ben.cannot_carry, ben.smtputf8) == ("PASS", 0, True)
+
+
+class _MeetAtEhlo:
+    """An SMTP handler whose EHLO reply waits until every relay of the test has been greeted
+    (a barrier): relays asked one after the other never meet, and the barrier breaks."""
+
+    def __init__(self, barrier: threading.Barrier) -> None:
+        self.barrier = barrier
+
+    async def handle_EHLO(self, server, session, envelope, hostname, responses):
+        import asyncio
+
+        session.host_name = hostname
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.barrier.wait, 10)
+        except threading.BrokenBarrierError:
+            pass
+        return responses
+
+
+def test_preflight_asks_the_relays_at_the_same_time(db_url, tmp_path, monkeypatch):
+    from outreach.airflow.connections import smtp_connector
+    from outreach.dev.devsmtp import LoopbackSMTPServer
+    from outreach.preflight import check_relays
+
+    import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, ["ann@acme.example"]))
+    barrier = threading.Barrier(2)
+    with LoopbackSMTPServer(_MeetAtEhlo(barrier)) as a, LoopbackSMTPServer(_MeetAtEhlo(barrier)) as b:
+        monkeypatch.setenv("AIRFLOW_CONN_OUTREACH_SMTP_ANNA", a.connection_json(timeout=20))
+        monkeypatch.setenv("AIRFLOW_CONN_OUTREACH_SMTP_BEN", b.connection_json(timeout=20))
+        checks = check_relays(db_url, smtp_connector)
+    assert not barrier.broken, "the relays were asked one after the other"
+    assert [(c.mailbox_id, c.check.status) for c in checks] == [(1, "PASS"), (2, "PASS")]
