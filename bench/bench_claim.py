@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import math
-import multiprocessing as mp
 import statistics
 import time
 import uuid
@@ -36,7 +35,7 @@ from typing import Any
 
 import psycopg
 
-from common import Row, Sampler, Server, Stopwatch, run
+from common import PROCESSES, Row, Sampler, Server, Stopwatch, run
 from data import queued_database
 from outreach import db
 
@@ -45,7 +44,7 @@ POLICY: dict[str, Any] = {
     "person_per_day": 1, "person_per_week": 3, "company_per_day": 1_000_000,
     "provider_hourly": {p: 1_000_000 for p in ("google", "microsoft", "yahoo", "apple", "other")}}
 """The caps of the policy system: each on, none reached by a run (one row per lead)."""
-_MP = mp.get_context("spawn")
+_MP = PROCESSES
 
 
 # --- the claimers (each runs in its own process) --------------------------------------------

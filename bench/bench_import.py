@@ -12,17 +12,16 @@
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import resource
 import time
 from pathlib import Path
 
 import psycopg
 
-from common import Row, Sampler, Server, Stopwatch, median_of, queries, run
+from common import PROCESSES, Row, Sampler, Server, Stopwatch, median_of, queries, run
 from data import write_config, write_leads_csv
 
-_MP = mp.get_context("spawn")
+_MP = PROCESSES
 
 
 def _import_child(url: str, campaign: str, mailboxes: str, csv: str, out) -> None:

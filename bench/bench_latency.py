@@ -15,7 +15,6 @@ the clock and released together. P = 1 is one mapped task. Compared with the con
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import smtplib
 import statistics
 import time
@@ -23,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from bench_send import SELECTOR, SETTINGS, SinkProcess, dkim_key
-from common import Row, Server, run
+from common import PROCESSES, Row, Server, run
 from data import queued_database
 from outreach import db
 
 REPLIES_PER_MESSAGE = 3
 """Delayed replies one message waits for over an open session: MAIL, RCPT, end of DATA."""
-_MP = mp.get_context("spawn")
+_MP = PROCESSES
 
 
 def _sender(url: str, quotas: list[list[int]], port: int, pem: bytes, barrier, out) -> None:

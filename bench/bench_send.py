@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import multiprocessing as mp
 import os
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-from common import Row, Server, median_of, run
+from common import PROCESSES, Row, Server, median_of, run
 from data import queued_database, smtp_conn_ids
 from outreach import db
 from outreach.settings import Settings
@@ -42,7 +41,7 @@ SETTINGS = Settings(public_url="https://unsubscribe.bench.example",
                     unsubscribe_secret="bench-secret-0123456789", batch_size=50,
                     smtp_timeout=30, send_interval_minutes=0, send_gap_seconds=0)
 SELECTOR = "bench"
-_MP = mp.get_context("spawn")
+_MP = PROCESSES
 
 
 # --- the SMTP server, in its own process ------------------------------------------------------
