@@ -35,6 +35,8 @@ os.environ.setdefault("OUTREACH_IMPORT_ROOTS", os.pathsep.join(
 # injected clock, tests/integration/test_pacing_days.py): a real 60-second wait per message would only slow
 # the suite. CLI and Airflow subprocesses inherit it.
 os.environ.setdefault("OUTREACH_SEND_GAP_SECONDS", "0")
+# One name per pytest run, inherited by its xdist workers: what they build once (support.once).
+os.environ.setdefault("OUTREACH_TEST_RUN", uuid.uuid4().hex[:12])
 
 # Airflow configures logging when it is first imported, replacing the root logger's handlers. A
 # test that reaches Airflow code lazily (the SMTP hook behind smtp_connector) would lose pytest's
@@ -73,6 +75,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         info = getattr(item, "_fixtureinfo", None)
         if info and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs):
             item.add_marker(pytest.mark.xdist_group(item.path.relative_to(tests).as_posix()))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controller (not an xdist worker) removes what the run built once (support.once)."""
+    if not hasattr(config, "workerinput"):
+        from support.once import run_folder
+
+        shutil.rmtree(run_folder(), ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

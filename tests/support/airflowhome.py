@@ -1,4 +1,4 @@
-"""Real Airflow for the DAG tests: one SQLite metadata database migrated per session, copied into a
+"""Real Airflow for the DAG tests: one SQLite metadata database migrated per run, copied into a
 fresh AIRFLOW_HOME per test (a migration takes ~30 s, a copy milliseconds), the environment of
 an ``airflow dags test`` subprocess (:func:`outreach.dev.localairflow.airflow_env`), sessions
 running a test's DAG runs one after the other in one Airflow process (:func:`dag_session`), and
@@ -21,6 +21,7 @@ from outreach.dev.localairflow import (
     ensure_metadata,
     run_dag,
 )
+from support.once import once
 from support.paths import SMTP_CONN_IDS
 
 # Pacing and the gap off: these runs send the whole sample in one outreach_send run (pacing is tested with a
@@ -31,10 +32,10 @@ SETTINGS_ENV = {"OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
 
 
 @pytest.fixture(scope="session")
-def migrated_airflow_home(tmp_path_factory) -> Path:
-    """An AIRFLOW_HOME whose SQLite metadata database is migrated once per session."""
-    home = tmp_path_factory.mktemp("airflow-home")
-    ensure_metadata(airflow_env(home, "unused", {}))
+def migrated_airflow_home() -> Path:
+    """An AIRFLOW_HOME whose SQLite metadata database is migrated once per run (every pytest-xdist
+    worker copies the same file: :func:`support.once.once`); never written after."""
+    home, _ = once("airflow-sqlite-home", lambda home: ensure_metadata(airflow_env(home, "unused", {})))
     return home
 
 
