@@ -32,7 +32,7 @@ from support.celerydeploy import (
     reap_everything_left,
     send_until_empty,
 )
-from support.deployment import accepted_once, send_tis, trigger, wait_for, wait_run
+from support.deployment import accepted_once, metadata_dump, send_tis, trigger, wait_for, wait_run
 from support.flow import rows
 
 pytestmark = [pytest.mark.airflow, pytest.mark.celery]
@@ -41,9 +41,10 @@ ADMIN_URL = os.environ.get("OUTREACH_CELERY_ADMIN_URL", "postgresql://postgres@1
 
 
 @pytest.fixture(scope="module")
-def celery(tmp_path_factory):
+def celery(pg_admin_url, tmp_path_factory):
     """A running CeleryExecutor deployment with two workers on the machine's PostgreSQL."""
-    with celery_deployment(ADMIN_URL, tmp_path_factory.mktemp("celery")) as running:
+    with celery_deployment(ADMIN_URL, tmp_path_factory.mktemp("celery"),
+                           metadata_dump(pg_admin_url, tmp_path_factory)) as running:
         yield running
 
 

@@ -30,7 +30,7 @@ from support.celerydeploy import (
     reap_everything_left,
     send_until_empty,
 )
-from support.deployment import accepted_once, trigger, wait_for, wait_run
+from support.deployment import accepted_once, metadata_dump, trigger, wait_for, wait_run
 from support.flow import rows, scalar
 
 pytestmark = [pytest.mark.airflow, pytest.mark.celery]
@@ -58,8 +58,9 @@ def own_server():
 
 
 @pytest.fixture(scope="module")
-def celery(own_server, tmp_path_factory):
-    with celery_deployment(own_server[0], tmp_path_factory.mktemp("celery")) as running:
+def celery(own_server, pg_admin_url, tmp_path_factory):
+    with celery_deployment(own_server[0], tmp_path_factory.mktemp("celery"),
+                           metadata_dump(pg_admin_url, tmp_path_factory)) as running:
         yield running
 
 

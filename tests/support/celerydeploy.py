@@ -22,13 +22,22 @@ import pytest
 from aiosmtpd.handlers import Mailbox
 from aiosmtpd.smtp import SMTP
 
+from outreach.airflow.defaults import SMTP_POOL
 from outreach.dev import embedded
 from outreach.dev.deploy import Deployment, check_redis, sqlalchemy_url
 from outreach.dev.devsmtp import LoopbackSMTPServer, read_maildir
 from outreach.leads import import_leads
 from outreach.migrate import upgrade
 from outreach.queue import queue_due, reap
-from support.deployment import DAG_FILES_PARSED_ONCE, admin_execute, send_tis, trigger, wait_run
+from support.deployment import (
+    ADMIN_PASSWORD,
+    DAG_FILES_PARSED_ONCE,
+    admin_execute,
+    restore_metadata,
+    send_tis,
+    trigger,
+    wait_run,
+)
 from support.flow import rows, scalar
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -88,11 +97,13 @@ class CountingSink(LoopbackSMTPServer):
 
 
 @contextlib.contextmanager
-def celery_deployment(admin_url: str, tmp: Path):
+def celery_deployment(admin_url: str, tmp: Path, metadata: Path):
     """Run a CeleryExecutor deployment with two workers, its metadata and outreach databases on
-    the server of ``admin_url``, supervised as ``make airflow`` supervises it (a component that
-    exits is started again); yield ``(dep, token, sink, url, template)``. After: stop it, drop
-    its databases and check that no process is left behind."""
+    the server of ``admin_url`` (the metadata restored from ``metadata``, a
+    :func:`support.deployment.metadata_dump`, its SMTP pool resized through the REST API),
+    supervised as ``make airflow`` supervises it (a component that exits is started again);
+    yield ``(dep, token, sink, url, template)``. After: stop it, drop its databases and check
+    that no process is left behind."""
     try:
         admin_execute(admin_url, "SELECT 1")
         check_redis(REDIS_URL)
@@ -102,6 +113,7 @@ def celery_deployment(admin_url: str, tmp: Path):
     run = uuid.uuid4().hex[:8]
     meta, tpl, data = f"airflow_c_{run}", f"outreach_ctpl_{run}", f"outreach_c_{run}"
     admin_execute(admin_url, f'CREATE DATABASE "{meta}"')
+    restore_metadata(metadata, embedded.with_database(admin_url, meta))
     admin_execute(admin_url, f'CREATE DATABASE "{tpl}"')
     upgrade(embedded.with_database(admin_url, tpl))
     admin_execute(admin_url, f'CREATE DATABASE "{data}" TEMPLATE "{tpl}"')
@@ -113,6 +125,7 @@ def celery_deployment(admin_url: str, tmp: Path):
         outreach_url=url, executor="CeleryExecutor", workers=2, broker_url=REDIS_URL,
         queue=f"outreach-test-{run}", name=f"t{run}", pool_slots=POOL_SLOTS,
         env_extra={**{f"AIRFLOW_CONN_OUTREACH_SMTP_M{i}": conn for i in range(1, MAILBOXES + 1)},
+                   "OUTREACH_ADMIN_PASSWORD": ADMIN_PASSWORD,  # the restored admin's
                    "OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
                    "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
                    "OUTREACH_SEND_INTERVAL_MINUTES": "0", "OUTREACH_SEND_GAP_SECONDS": "0",
@@ -132,7 +145,11 @@ def celery_deployment(admin_url: str, tmp: Path):
                    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
                    **DAG_FILES_PARSED_ONCE})
     try:
-        token = dep.up(("outreach_send",), timeout=LONG)
+        token = dep.up(("outreach_send",), timeout=LONG, migrate=False)
+        # Airflow validates the whole pool (name, slots, include_deferred); the mask applies slots.
+        pool = dep.api("PATCH", f"/pools/{SMTP_POOL}", token, params={"update_mask": "slots"},
+                       json={"pool": SMTP_POOL, "slots": POOL_SLOTS, "include_deferred": False})
+        assert pool["slots"] == POOL_SLOTS, pool
         dep.supervise()
         yield dep, token, sink, url, tpl
     finally:

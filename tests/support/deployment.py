@@ -2,9 +2,9 @@
 triggerer (:class:`outreach.dev.deploy.Deployment`, own PostgreSQL metadata database) started and
 stopped around a test, and the REST API calls the tests make of it (trigger, wait, clear).
 
-The metadata database is migrated once per run (:func:`airflow_meta_template`: the
-deployment's own ``airflow db migrate`` and ``airflow pools set``, ~40 s on 2 cores, restored
-from its dump on the other workers' servers) and cloned per deployment with
+The metadata database is migrated once per run (:func:`metadata_dump`: the deployment's own
+``airflow db migrate``, ``airflow pools set`` and roles, ~40 CPU-seconds), restored from its
+dump into each worker's server (:func:`airflow_meta_template`) and cloned per deployment with
 ``CREATE DATABASE … TEMPLATE`` (well under a second)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import contextlib
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import psutil
 import psycopg
@@ -42,29 +43,40 @@ def _pg_tool(name: str) -> str:
     return str(POSTGRES_BIN_PATH / name)
 
 
-@pytest.fixture(scope="session")
-def airflow_meta_template(pg_admin_url: str, tmp_path_factory) -> str:
-    """Name of a metadata database migrated once per run by a deployment's own
-    :meth:`~outreach.dev.deploy.Deployment.migrate` (default SMTP pool), never started: the
-    template :func:`running_deployment` clones. The first worker migrates it and leaves a
-    ``pg_dump`` of it (:func:`support.once.once`); every other worker restores that dump into
-    its own server (a second or two, against ~40 CPU-seconds for a migration)."""
-    name = f"airflow_meta_tpl_{uuid.uuid4().hex[:8]}"
-    meta_url = embedded.ensure_database(pg_admin_url, name)
-    migrated_here = []
+def metadata_dump(pg_admin_url: str, tmp_path_factory) -> Path:
+    """A ``pg_dump`` of a metadata database migrated by a deployment's own
+    :meth:`~outreach.dev.deploy.Deployment.migrate` (default SMTP pool, the roles, the user
+    ``admin`` with :data:`ADMIN_PASSWORD`), made once per run on the first caller's server
+    (:func:`support.once.once`)."""
 
-    def migrate_and_dump(folder) -> None:
+    def migrate_and_dump(folder: Path) -> None:
+        name = f"airflow_meta_mig_{uuid.uuid4().hex[:8]}"
+        meta_url = embedded.ensure_database(pg_admin_url, name)
         Deployment(home=tmp_path_factory.mktemp("airflow-meta-template"), metadata_url=sqlalchemy_url(meta_url),
                    outreach_url="postgresql:///unused",
                    env_extra={"OUTREACH_ADMIN_PASSWORD": ADMIN_PASSWORD}).migrate()
         subprocess.run([_pg_tool("pg_dump"), "--format=custom", "--no-owner", "--no-privileges",
                         "--file", str(folder / "metadata.dump"), "--dbname", meta_url], check=True)
-        migrated_here.append(True)
+        admin_execute(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     folder, _ = once("airflow-metadata", migrate_and_dump)
-    if not migrated_here:
-        subprocess.run([_pg_tool("pg_restore"), "--no-owner", "--no-privileges", "--exit-on-error",
-                        "--dbname", meta_url, str(folder / "metadata.dump")], check=True)
+    return folder / "metadata.dump"
+
+
+def restore_metadata(dump: Path, url: str) -> None:
+    """Restore :func:`metadata_dump` into the empty database ``url`` (a second or two, against
+    ~40 CPU-seconds for a migration)."""
+    subprocess.run([_pg_tool("pg_restore"), "--no-owner", "--no-privileges", "--exit-on-error",
+                    "--dbname", url, str(dump)], check=True)
+
+
+@pytest.fixture(scope="session")
+def airflow_meta_template(pg_admin_url: str, tmp_path_factory) -> str:
+    """Name of a migrated metadata database (:func:`metadata_dump`, restored), never started: the
+    template :func:`running_deployment` clones."""
+    name = f"airflow_meta_tpl_{uuid.uuid4().hex[:8]}"
+    restore_metadata(metadata_dump(pg_admin_url, tmp_path_factory),
+                     embedded.ensure_database(pg_admin_url, name))
     yield name
     admin_execute(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

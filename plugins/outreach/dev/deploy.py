@@ -335,13 +335,15 @@ class Deployment:
             time.sleep(1)
         raise RuntimeError(f"the api-server did not answer within {timeout} s; see {self.log_dir}")
 
-    def up(self, dag_ids: tuple[str, ...], timeout: float = 900) -> str:
-        """Migrate, start, wait for the api-server and for the DAG processor to have parsed
+    def up(self, dag_ids: tuple[str, ...], timeout: float = 900, *, migrate: bool = True) -> str:
+        """Migrate (unless ``migrate`` is false: a metadata database already migrated, such as a
+        restored copy), start, wait for the api-server and for the DAG processor to have parsed
         ``dag_ids``, then unpause them; return a REST API token.
 
         :raises RuntimeError: a component exited, or a step took longer than ``timeout`` seconds.
         """
-        self.migrate()
+        if migrate:
+            self.migrate()
         self.start()
         self.wait_ready(timeout=timeout)
         token = self.token()
