@@ -77,29 +77,40 @@ def collect(url: str, announcer: str) -> dict[str, dict[str, Any]]:
     """Move the announcer's cursor over every final event after it; return per family with new events
     its asset event's extra, ``{"first_id", "last_id", "count", "kinds"}``.
 
-    When the database goes away after the cursor moved over some batches, those batches are
-    returned (a warning says so) instead of raising: the cursor will not pass them again, so an
-    error here would leave them never announced. The batch whose move was cut off is among them
-    (announced twice if that move did not commit); the rest waits for the next run.
+    When anything fails after some batches were read (the database went away, turned read-only
+    in a failover…), those batches are returned (a warning names the error) instead of raising:
+    the cursor will not pass them again, so an error here would leave them never announced. The
+    batch whose move was cut off is among them (announced twice if that move did not commit); the
+    rest waits for the next run. Two collects at once (two ``after_send`` of overlapping runs):
+    the second returns nothing, the first announces (``export_cursor_try_lock``).
 
     :param announcer: a key of :data:`ANNOUNCERS`.
     :raises KeyError: unknown announcer.
     :raises outreach.db.OutreachDBError: the database cannot be reached before any batch was read
         (``psycopg.OperationalError`` when it dropped during the first read)."""
-    import psycopg
-
-    from outreach.db import OutreachDBError
-    from outreach.export import export
+    from outreach import db
+    from outreach.store.exports import export_cursor_try_lock
 
     families = ANNOUNCERS[announcer]
     target = _Collect(cursor_name(announcer), families)
-    try:
-        export(url, target, batch=BATCH)
-    except (OutreachDBError, psycopg.OperationalError) as exc:
-        if not target.ranges:
-            raise
-        log.warning("the database went away after %s event(s) of %s were read; announcing those, "
-                    "the rest waits for the next run: %s",
-                    sum(r["count"] for r in target.ranges.values()), cursor_name(announcer), exc)
+    with db.connect(url, autocommit=True) as guard:
+        if not export_cursor_try_lock(guard, target=target.name):
+            log.info("another run is announcing %s; it announces these events", target.name)
+            return {}
+        _collect_locked(url, target)
     return {f: {**target.ranges[f], "kinds": list(FAMILIES[f])}
             for f in families if f in target.ranges}
+
+
+def _collect_locked(url: str, target: _Collect) -> None:
+    """:func:`collect`'s reading, its lock held."""
+    from outreach.export import export
+
+    try:
+        export(url, target, batch=BATCH)
+    except Exception as exc:
+        if not target.ranges:
+            raise
+        log.warning("%s after %s event(s) of %s were read; announcing those, the rest waits for "
+                    "the next run: %s", type(exc).__name__,
+                    sum(r["count"] for r in target.ranges.values()), target.name, exc)

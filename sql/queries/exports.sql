@@ -7,6 +7,13 @@
 INSERT INTO outreach.export_cursors (target) VALUES (%(target)s)
 ON CONFLICT (target) DO NOTHING;
 
+-- name: export_cursor_try_lock
+-- One collect at a time per event-Asset announcer (outreach.eventassets.collect): a session
+-- advisory lock held by a connection of its own for the whole collect (released when it closes
+-- or the process dies). A second collect would replay the first one's planned batch and count
+-- it twice. The warehouse export takes none: a replayed batch is written again idempotently.
+SELECT pg_try_advisory_lock(hashtextextended('outreach.export_cursor:' || %(target)s, 0)) AS locked;
+
 -- name: export_cursor_get
 -- Where the target is: the last event it has and the batch being written, if any. FOR UPDATE
 -- is not taken: the guarded UPDATEs below settle a race, and a reader must not block a writer.

@@ -49,11 +49,15 @@ def cut_after(db_url: str, n: int) -> Iterator[str]:
 
     def serve() -> None:
         nonlocal passed
+        listener.settimeout(0.2)  # closing a listener does not wake a blocked accept()
         while not stop.is_set():
             try:
                 client, _ = listener.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
+            client.settimeout(None)
             if passed >= n:
                 client.close()
                 continue

@@ -38,8 +38,8 @@ def announce_events_task(announcer: str, outlet_events: Any) -> dict[str, dict[s
 
     :param announcer: ``inbox`` or ``send`` (:data:`outreach.eventassets.ANNOUNCERS`).
     :param outlet_events: the task context's ``outlet_events``.
-    :raises outreach.db.OutreachDBError: the database is unreachable before any event was read
-        (the retry announces the same; after some were read, see :func:`outreach.eventassets.collect`)."""
+    :raises Exception: what :func:`outreach.eventassets.collect` raises (the database failed
+        before any event was read; the retry announces the same)."""
     from airflow.sdk import Asset
 
     from outreach.airflow.defaults import events_alias

@@ -48,6 +48,12 @@ def export_cursor_ensure(conn: Conn, *, target: str) -> None:
     execute(conn, "export_cursor_ensure", {"target": target})
 
 
+def export_cursor_try_lock(conn: Conn, *, target: str) -> bool:
+    """``export_cursor_try_lock``: take the cursor's lock for ``conn``'s session; ``False`` when
+    another session holds it. ``conn`` must stay open (and idle) while the lock is needed."""
+    return bool(maybe_value(conn, "export_cursor_try_lock", {"target": target}, "locked"))
+
+
 def export_cursor_get(conn: Conn, *, target: str) -> ExportCursor:
     """``export_cursor_get``: the target's cursor.
 
