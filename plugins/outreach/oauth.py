@@ -314,23 +314,36 @@ class TokenCache:
     Holds tokens in memory only."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the two dictionaries and the count, never a fetch
         self._tokens: dict[tuple[str, str, str], tuple[str, float]] = {}
+        self._fetching: dict[tuple[str, str, str], threading.Lock] = {}
         self.fetches = 0  # how many tokens were fetched (tests count refreshes with it)
 
+    def _fresh(self, key: tuple[str, str, str]) -> str | None:
+        with self._lock:
+            held = self._tokens.get(key)
+            return held[0] if held is not None and held[1] - EARLY_REFRESH > time.time() else None
+
     def get(self, cfg: OAuthConfig) -> str:
-        """Return a cached token, or fetch one.
+        """Return a cached token, or fetch one: the fetches of different keys at the same time
+        (the preflight asks several relays at once), of one key one after the other.
 
         :raises OAuthError: the provider refused or could not be reached.
         """
+        token = self._fresh(cfg.key)
+        if token is not None:
+            return token
         with self._lock:
-            held = self._tokens.get(cfg.key)
-            if held is not None and held[1] - EARLY_REFRESH > time.time():
-                return held[0]
+            fetching = self._fetching.setdefault(cfg.key, threading.Lock())
+        with fetching:
+            token = self._fresh(cfg.key)  # fetched by the thread this one waited for
+            if token is not None:
+                return token
             token, expires = _FETCH[cfg.provider](cfg)
-            self.fetches += 1
             _mask(token)
-            self._tokens[cfg.key] = (token, expires)
+            with self._lock:
+                self.fetches += 1
+                self._tokens[cfg.key] = (token, expires)
             return token
 
     def invalidate(self, cfg: OAuthConfig) -> None:
