@@ -37,10 +37,21 @@ def admin_execute(pg_admin_url: str, sql: str) -> None:
 
 
 def _pg_tool(name: str) -> str:
-    """The pgserver wheel's own ``pg_dump`` / ``pg_restore`` (the embedded server's version)."""
+    """``pg_dump`` / ``pg_restore`` of the newest major version at hand: the pgserver wheel's (the
+    embedded server's) or the one on PATH (a newer server named by OUTREACH_TEST_ADMIN_URL has
+    its own; ``pg_dump`` refuses a server newer than itself)."""
+    import re
+    import shutil
+
     from pgserver._commands import POSTGRES_BIN_PATH
 
-    return str(POSTGRES_BIN_PATH / name)
+    def major(tool: str) -> int:
+        out = subprocess.run([tool, "--version"], capture_output=True, text=True).stdout
+        found = re.search(r"(\d+)(?:\.\d+)?", out)
+        return int(found.group(1)) if found else 0
+
+    tools = [t for t in (str(POSTGRES_BIN_PATH / name), shutil.which(name)) if t]
+    return max(tools, key=major)
 
 
 def metadata_dump(pg_admin_url: str, tmp_path_factory) -> Path:
