@@ -6,7 +6,6 @@ credential that cannot even be parsed is a refused login, not an error the run r
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -14,31 +13,14 @@ import pytest
 
 from outreach import oauth
 from support.oauthserver import IdentityProvider
+from support.silent import silent_listener
 
 
 @pytest.fixture
 def silent_endpoint():
     """A TCP port on loopback that accepts connections and never sends a byte."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(listener.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"https://127.0.0.1:{listener.getsockname()[1]}"
-    stop.set()
-    thread.join(5)
-    for s in held:
-        s.close()
-    listener.close()
+    with silent_listener() as (port, _):
+        yield f"https://127.0.0.1:{port}"
 
 
 def _fetch_in(seconds: float, cfg: oauth.OAuthConfig) -> tuple[BaseException | None, float]:

@@ -6,7 +6,6 @@ per key, not per process). Found by an attack on the parallel check (h-attack3).
 from __future__ import annotations
 
 import json
-import socket
 import threading
 
 import psycopg
@@ -16,31 +15,14 @@ from outreach import oauth
 from outreach.leads import import_leads
 from support.flow import leads_csv
 from support.paths import CAMPAIGN, MAILBOXES
+from support.silent import silent_listener
 
 
 @pytest.fixture
 def silent_relay():
     """A TCP server that accepts and never sends the greeting; yields ``(port, accepted)``."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.2)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                held.append(listener.accept()[0])
-            except OSError:
-                continue
-
-    t = threading.Thread(target=accept, daemon=True)
-    t.start()
-    yield listener.getsockname()[1], held
-    stop.set()
-    t.join(5)
-    for s in held:
-        s.close()
-    listener.close()
+    with silent_listener() as relay:
+        yield relay
 
 
 def _more_mailboxes(db_url: str, n: int, conn_id: str) -> None:
