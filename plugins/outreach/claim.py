@@ -74,7 +74,8 @@ def claim(conn: Conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datet
     :param gap_horizon: how far ahead handoffs may be reserved.
     :param person_per_day: and ``person_per_week``, ``company_per_day``: caps, ``None`` off.
     :param provider_hourly: ``{"microsoft": 20}`` rows an hour per provider; ``None``/empty: off.
-    :returns: ``(rows, note)``; ``note`` says why nothing was claimed ("paused", "daily cap", …).
+    :returns: ``(rows, note)``; ``note`` says why nothing was claimed ("paused", "daily cap", …)
+        or what the claim held back (:func:`held_note`).
     :raises ValueError: an unknown message class."""
     if message_class == "transactional":
         rows = db.run(conn, "email_claim_transactional", {
@@ -103,12 +104,15 @@ def claim(conn: Conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datet
         fit = quota.handoff_fit
         if fit is not None and fit <= 0:
             return [], "gap: the mailbox's next handoff is reserved beyond the claim horizon"
+        take = min(limit, quota.run_left, fit or limit)
         rows = db.run(conn, "email_claim_batch", {
-            "mailbox_id": mailbox_id, "limit": min(limit, quota.run_left, fit or limit),
+            "mailbox_id": mailbox_id, "limit": take,
             "now": now, "claim_token": uuid.uuid4(), "claimed_by": worker,
             "person_per_day": person_per_day, "person_per_week": person_per_week,
             "company_per_day": company_per_day,
             "provider_hourly": Jsonb(provider_hourly) if provider_hourly else None})
+        held = (db.run(conn, "email_claim_held", {"mailbox_id": mailbox_id, "now": now})
+                if len(rows) < take else [])
         if rows and fit is not None:
             moments = mailboxes.mailbox_reserve_handoffs(
                 conn, mailbox_id=mailbox_id, rows=len(rows), now=now, gap_seconds=gap_seconds,
@@ -119,7 +123,27 @@ def claim(conn: Conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datet
             failpoints.hit("claim_before_commit")
     if rows:
         failpoints.hit("after_claim")
-    return rows, ""
+    return rows, held_note(held)
+
+
+HELD_REASONS_SHOWN = 3
+"""How many distinct hold reasons a batch's note names (the rest are counted as "other")."""
+
+
+def held_note(held: list[dict[str, Any]]) -> str:
+    """Return the note of a claim that held rows back (``email_claim_held``'s ``[{"reason", "n"}]``,
+    most first): ``held 5 queued (frequency cap: 1 a day: 4, holiday in DE: 1)``; ``""`` for none.
+
+    Said in the batch's summary line so ``claimed=0`` is never left unexplained when the contact
+    policy, a provider cap or the calendar decided it (docs/explanation/contact-policy.md)."""
+    if not held:
+        return ""
+    total = sum(h["n"] for h in held)
+    parts = [f"{h['reason']}: {h['n']}" for h in held[:HELD_REASONS_SHOWN]]
+    rest = sum(h["n"] for h in held[HELD_REASONS_SHOWN:])
+    if rest:
+        parts.append(f"other reasons: {rest}")
+    return f"held {total} queued ({', '.join(parts)})"
 
 
 def message_class(row: dict[str, Any]) -> str:
