@@ -113,17 +113,60 @@ def preview(url: str, key: str, settings: Settings, *, address: str | None = Non
         return out
 
 
+def _item_head(item: PreviewItem, step: int) -> str:
+    """The ``===`` line of an item and its ``--- note:`` lines (a skipped lead: one line)."""
+    if item.skip is not None:
+        return f"=== step {step} to {item.address}: SKIPPED: {item.skip}\n"
+    head = f"=== step {step} to {item.address}: Message-ID <{item.message_id}>\n"
+    return head + "".join(f"--- note: {note}\n" for note in item.notes)
+
+
 def item_text(item: PreviewItem, step: int) -> bytes:
-    """Return what ``outreach campaign preview`` prints for one item (the CLI and the campaign page
-    show these same bytes): a ``===`` line, one ``--- note:`` line per note, the message (LF).
+    """Return what ``outreach campaign preview --raw`` prints for one item (the campaign page shows
+    these same bytes): a ``===`` line, one ``--- note:`` line per note, the message as handed
+    over (the wire form, LF line ends).
 
     :param step: the step previewed (1-based), named in the ``===`` line."""
     if item.skip is not None:
-        return f"=== step {step} to {item.address}: SKIPPED: {item.skip}\n".encode()
+        return _item_head(item, step).encode()
     assert item.wire is not None
-    head = f"=== step {step} to {item.address}: Message-ID <{item.message_id}>\n"
-    head += "".join(f"--- note: {note}\n" for note in item.notes)
-    return head.encode() + item.wire.replace(b"\r\n", b"\n") + b"\n"
+    return _item_head(item, step).encode() + item.wire.replace(b"\r\n", b"\n") + b"\n"
+
+
+MIME_PLUMBING = frozenset({"mime-version", "content-type", "content-transfer-encoding"})
+"""Header fields the readable preview leaves out: how the parts are packed, not what is said
+(``--raw`` shows them)."""
+
+
+def item_readable(item: PreviewItem, step: int) -> str:
+    """Return what ``outreach campaign preview`` prints for one item by default: the lines of
+    :func:`item_text` before the message, each header but :data:`MIME_PLUMBING` as a mail
+    reader shows it (:func:`display_header`), the decoded text part, and the HTML part's size (``--raw`` prints
+    it; the campaign page draws it). Lead data is shown, never obeyed: a control character in
+    it (a terminal escape, a CR) is printed as a Python escape (:func:`printable`).
+
+    :param step: the step previewed (1-based), named in the ``===`` line."""
+    if item.skip is not None:
+        return _item_head(item, step)
+    assert item.wire is not None
+    parts = message_parts(item.wire)
+    out = [_item_head(item, step)]
+    out += [f"{name}: {display_header(name, value)}\n" for name, value in parts.headers
+            if name.lower() not in MIME_PLUMBING]
+    out.append("\n--- text part\n" + printable(parts.text or "", keep="\n\t").rstrip("\n") + "\n")
+    if parts.html is not None:
+        out.append(f"--- HTML part: {len(parts.html)} characters (--raw prints it; the campaign "
+                   "page draws it)\n")
+    return "".join(out) + "\n"
+
+
+def printable(text: str, keep: str = "") -> str:
+    r"""Return ``text`` with every non-printable character (except those in ``keep``) written as
+    a Python escape (``\x1b``, ``\u2028``), so shown text never acts on a terminal or reads
+    as a second line."""
+    return "".join(ch if ch.isprintable() or ch in keep else
+                   (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+                   for ch in text)
 
 
 @dataclass(frozen=True)
@@ -149,9 +192,7 @@ def display_header(name: str, value: str) -> str:
         shown = str(email.policy.default.header_factory(name, value))
     except Exception:  # noqa: BLE001 - a display aid: the raw value is still the truth
         shown = value
-    return "".join(ch if ch.isprintable() else
-                   (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
-                   for ch in shown)
+    return printable(shown)
 
 
 def message_parts(wire: bytes) -> MessageParts:

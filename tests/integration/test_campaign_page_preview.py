@@ -16,7 +16,7 @@ import psycopg
 from fastapi.testclient import TestClient
 
 from outreach import db
-from outreach.preview import display_header, item_text, preview
+from outreach.preview import display_header, item_readable, item_text, preview
 from outreach.suppression import suppress
 from outreach.web.campaign_page import FRAME_CSP, PREVIEW_SAMPLE, create_app
 from support.flow import import_demo
@@ -154,3 +154,25 @@ def test_header_fields_are_shown_decoded_and_inert(db_url, settings):
         "</table>")[0]
     assert display_header("Subject", "=?utf-8?q?Acme=0D=0ABcc:_x@evil.example?=") == \
         "Acme\\x0d\\x0aBcc: x@evil.example"
+
+
+def test_the_terminal_preview_is_readable_and_inert(db_url, settings):
+    """``outreach campaign preview`` prints headers decoded and the text part as the lead reads
+    it; a terminal escape in lead data is printed as an escape, never sent to the terminal.
+    ``--raw`` keeps the wire form (:func:`outreach.preview.item_text`)."""
+    import_demo(db_url)
+    address = "amelie.dubois@contoso-freight.example"
+    with psycopg.connect(db_url) as conn:
+        conn.execute("UPDATE outreach.leads SET title = %s WHERE email = %s",
+                     ("COO\x1b]0;owned\x07", address))
+    item = preview(db_url, "q4-ops-intro", settings, address=address, now=AT)[0]
+    shown = item_readable(item, 1)
+    assert shown.startswith(f"=== step 1 to {address}: Message-ID <{item.message_id}>\n")
+    assert "\x1b" not in shown and "\x07" not in shown and "\r" not in shown
+    assert "\nList-Unsubscribe-Post: List-Unsubscribe=One-Click\n" in shown
+    text = shown.partition("\n--- text part\n")[2]
+    assert "As COO\\x1b]0;owned\\x07, would" in text
+    assert "\nTo: Am\N{LATIN SMALL LETTER E WITH ACUTE}lie Dubois <" in shown
+    assert "=C3=A9" not in text and "Content-Transfer-Encoding" not in text
+    assert "\n--- HTML part: " in text
+    assert b"Content-Transfer-Encoding" in item_text(item, 1)  # --raw: the wire form

@@ -84,6 +84,10 @@ def test_the_commands_preview_test_send_and_approve(db_url, sink, tmp_path, monk
     assert p.returncode == 0, p.stderr
     assert p.stdout.count("List-Unsubscribe-Post: List-Unsubscribe=One-Click") == 2
     assert "Message-ID and unsubscribe token are placeholders" in p.stdout
+    assert p.stdout.count("\n--- text part\n") == 2 and "MIME-Version" not in p.stdout
+    p = outreach(db_url, "campaign", "preview", "q4-ops-intro", "--lead",
+                 "amelie.dubois@contoso-freight.example", "--raw", tmp_path=tmp_path)
+    assert p.returncode == 0 and "\nMIME-Version: 1.0\n" in p.stdout, p.stderr
     p = outreach(db_url, "campaign", "test-send", "q4-ops-intro", "--to", "seed@seeds.example",
                  tmp_path=tmp_path)
     assert p.returncode == 0 and "sent, Message-ID <" in p.stdout, p.stderr

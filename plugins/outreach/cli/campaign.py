@@ -40,16 +40,18 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
 
 def _preview(url: str, args: argparse.Namespace) -> int:
-    """Print each previewed message as it would be handed over, or why the step skips the lead."""
+    """Print each previewed message as a reader sees it (``--raw``: as it would be handed over),
+    or why the step skips the lead."""
     import sys
 
     from outreach.airflow.connections import settings as load_settings
-    from outreach.preview import item_text, preview
+    from outreach.preview import item_readable, item_text, preview
 
     items = preview(url, args.campaign, load_settings(), address=args.lead, sample=args.sample,
                     step=args.step)
     for item in items:
-        sys.stdout.buffer.write(item_text(item, args.step))
+        sys.stdout.buffer.write(item_text(item, args.step) if args.raw
+                                else item_readable(item, args.step).encode())
     sys.stdout.buffer.flush()
     return 0
 
@@ -88,9 +90,12 @@ def add_campaign(sub: Any) -> None:
         s.add_argument("campaign", metavar="KEY")
         s.add_argument("--by", help="who (recorded; default: the OS user)")
         s.add_argument("--reason", required=name == "reject", help="why (recorded)")
-    s = cpsub.add_parser("preview", help="print a step's messages exactly as they would be "
-                                         "handed over, and the leads it would skip and why")
+    s = cpsub.add_parser("preview", help="print a step's messages as a reader sees them (--raw: "
+                                         "exactly as they would be handed over), and the leads "
+                                         "it would skip and why")
     s.add_argument("campaign", metavar="KEY")
+    s.add_argument("--raw", action="store_true",
+                   help="the wire form: every header as written, the MIME parts encoded")
     who = s.add_mutually_exclusive_group()
     who.add_argument("--lead", metavar="ADDRESS", help="this enrolled lead")
     who.add_argument("--sample", type=positive_int, default=3, metavar="N",

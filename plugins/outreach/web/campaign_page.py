@@ -135,7 +135,7 @@ def _item_html(item: Any, step: int, base: str, key: str) -> str:
             f'<h4>HTML part (sandboxed: no script, nothing loaded)</h4>'
             f'<iframe class="html-part" sandbox="" referrerpolicy="no-referrer" '
             f'csp="{_e(FRAME_CSP)}" srcdoc="{_e(srcdoc)}"></iframe>'
-            f'<details><summary>As <code>outreach campaign preview</code> prints it</summary>'
+            f'<details><summary>As <code>outreach campaign preview --raw</code> prints it</summary>'
             f'<pre class="cli">{_e(cli)}</pre></details></section>')
 
 
@@ -179,7 +179,8 @@ def render_page(report: dict[str, Any], base: str = "") -> str:
         for p in progress.values()], "progress"))
     parts.append('<h2 id="preview">Preview</h2><p>A step exactly as it would be handed over to '
                  "a chosen lead (headers, text, HTML), or why the step would skip the lead; the "
-                 "same as <code>outreach campaign preview</code>. Nothing is written.</p>")
+                 "same as <code>outreach campaign preview</code> (<code>--raw</code>: the wire form). "
+                 "Nothing is written.</p>")
     parts.append(_preview_form(_campaign_keys(report), base))
     campaigns = sorted({f["campaign"] for f in report["funnel"]})
     for c in campaigns:
