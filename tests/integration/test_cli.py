@@ -65,6 +65,10 @@ def test_report_text_and_json_after_a_send(db_url, sink, tmp_path):
     assert "anna.schmidt@" not in json.dumps(report)
 
 
+LAUNCHER = "from outreach.dev import embedded; embedded.local_database_url()"
+"""What a local launcher does about the database (outreach.dev.deploy, outreach demo)."""
+
+
 def test_db_stop_stops_the_embedded_server_whoever_runs_it(tmp_path):
     """`outreach db stop` stops the embedded PostgreSQL that a plain command left running; run
     as root (as CI does), the server belongs to pgserver's own user, which `pg_ctl stop` by root
@@ -98,6 +102,12 @@ def test_db_stop_stops_the_embedded_server_whoever_runs_it(tmp_path):
         report = run("report", "--json")
         assert report.returncode == 0, report.stderr
         json.loads(report.stdout)
+        # A local launcher (make airflow, outreach demo) that found it running leaves it running
+        # when it exits: it stops only a server it started.
+        launcher = subprocess.run([sys.executable, "-c", LAUNCHER], env=env, capture_output=True,
+                                  text=True, timeout=300)
+        assert launcher.returncode == 0, launcher.stderr
+        assert server.is_running() and (pgdata / "postmaster.pid").exists()
         stopped = run("db", "stop")
         assert stopped.returncode == 0, stopped.stderr
         assert stopped.stdout.strip() == f"stopped the embedded PostgreSQL server in {pgdata} (pid {pid})"
@@ -105,6 +115,11 @@ def test_db_stop_stops_the_embedded_server_whoever_runs_it(tmp_path):
         server.wait(timeout=30)  # pg_ctl -w returns once the pid file is gone; the exit follows
         again = run("db", "stop")
         assert again.returncode == 0 and again.stdout.startswith("nothing was running")
+        # One it started itself, it stops at its exit.
+        launcher = subprocess.run([sys.executable, "-c", LAUNCHER], env=env, capture_output=True,
+                                  text=True, timeout=300)
+        assert launcher.returncode == 0, launcher.stderr
+        assert not (pgdata / "postmaster.pid").exists(), launcher.stderr
     finally:
         if server.is_running():  # the test failed: leave no server behind
             server.terminate()

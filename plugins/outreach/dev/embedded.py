@@ -27,19 +27,24 @@ def start(data_dir: Path | None = None, *, stop_at_exit: bool = False) -> str:
     """Start (or reuse) the embedded server and return the admin URL (database ``postgres``).
 
     :param data_dir: where the cluster lives (default ``.outreach/pgdata``).
-    :param stop_at_exit: stop the server when this process exits, if this process started it.
+    :param stop_at_exit: stop the server when this process exits, if this process started it
+        (one already running, started by ``outreach report`` say, is left running: pgserver
+        alone would stop it when its last live handle exits).
     """
     import warnings
 
     with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
         warnings.simplefilter("ignore")
         import pgserver  # heavy; only when the embedded server is really wanted
+        from pgserver.utils import PostmasterInfo
 
     data_dir = data_dir or state_dir() / "pgdata"
     data_dir.mkdir(parents=True, exist_ok=True)
+    info = PostmasterInfo.read_from_pgdata(data_dir)
+    ours = stop_at_exit and (info is None or not info.is_running())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        server = pgserver.get_server(str(data_dir), cleanup_mode="stop" if stop_at_exit else None)
+        server = pgserver.get_server(str(data_dir), cleanup_mode="stop" if ours else None)
     return server.get_uri()
 
 
