@@ -130,20 +130,35 @@ HELD_REASONS_SHOWN = 3
 """How many distinct hold reasons a batch's note names (the rest are counted as "other")."""
 
 
-def held_note(held: list[dict[str, Any]]) -> str:
-    """Return the note of a claim that held rows back (``email_claim_held``'s ``[{"reason", "n"}]``,
-    most first): ``held 5 queued (frequency cap: 1 a day: 4, holiday in DE: 1)``; ``""`` for none.
+class ClaimNote(str):
+    """The note :func:`claim` returns (a ``str``: why nothing was claimed, or what it held back)
+    with ``held``, how many queued rows this claim held back for later (0: none)."""
 
-    Said in the batch's summary line so ``claimed=0`` is never left unexplained when the contact
-    policy, a provider cap or the calendar decided it (docs/explanation/contact-policy.md)."""
+    held: int
+
+    def __new__(cls, text: str = "", held: int = 0) -> ClaimNote:
+        """Return the note ``text`` with ``held`` rows held back."""
+        note = super().__new__(cls, text)
+        note.held = held
+        return note
+
+
+def held_note(held: list[dict[str, Any]]) -> ClaimNote:
+    """Return the note of a claim that held rows back (``email_claim_held``'s ``[{"reason", "n"}]``,
+    most first): ``44 held for later: frequency cap: 1 a day (40); holiday in DE (4)``, with
+    ``held`` = 44; ``""`` (0) for none.
+
+    Said in the batch's summary line (``held=44 note=…``) so ``claimed=0`` is never left
+    unexplained when the contact policy, a provider cap or the calendar decided it; each claim
+    counts only the rows it held itself (docs/explanation/contact-policy.md)."""
     if not held:
-        return ""
+        return ClaimNote()
     total = sum(h["n"] for h in held)
-    parts = [f"{h['reason']}: {h['n']}" for h in held[:HELD_REASONS_SHOWN]]
+    parts = [f"{h['reason']} ({h['n']})" for h in held[:HELD_REASONS_SHOWN]]
     rest = sum(h["n"] for h in held[HELD_REASONS_SHOWN:])
     if rest:
-        parts.append(f"other reasons: {rest}")
-    return f"held {total} queued ({', '.join(parts)})"
+        parts.append(f"other reasons ({rest})")
+    return ClaimNote(f"{total} held for later: {'; '.join(parts)}", total)
 
 
 def message_class(row: dict[str, Any]) -> str:

@@ -238,7 +238,7 @@ def run_allowances(url: str, *, interval: dt.timedelta | None, now: dt.datetime 
                          "run_share=%s due_by_now=%s -> %s this run%s", mb.mailbox_id,
                          mask(mb.address), mb.due, quota.remaining, quota.run_number,
                          quota.window_runs, quota.run_share, quota.due_by_now, n,
-                         f" (held: {hold})" if hold else "")
+                         f" (bound by: {hold})" if hold else "")
             out.append(RunAllowance(mb.mailbox_id, mask(mb.address), mb.status, mb.due, n,
                                     quota.used, quota.daily_limit,
                                     quota.due_by_now if interval else None,

@@ -37,6 +37,7 @@ class BatchSummary:
     cancelled: int = 0
     lost_claims: int = 0
     released: int = 0
+    held: int = 0  # queued rows this batch's claim held back for later (outreach.claim.ClaimNote)
     note: str = ""
     failures: list[str] = field(default_factory=list)
     message_class: str = "marketing"
@@ -52,6 +53,8 @@ class BatchSummary:
                 f"unconfirmed={self.unconfirmed} suppressed={self.suppressed}")
         if self.released:
             text += f" released={self.released}"
+        if self.held:
+            text += f" held={self.held}"
         if self.cancelled:  # the lead's enrolment stopped after the claim (migration 0012)
             text += f" cancelled={self.cancelled}"
         if self.lost_claims:

@@ -112,7 +112,7 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
         longest_wait = settings.gap_horizon + dt.timedelta(
             seconds=settings.send_gap_seconds * (1 + settings.send_gap_jitter))
         summary = BatchSummary(mailbox_id=mailbox_id, mailbox="", claimed=len(rows), note=note,
-                               message_class=message_class)
+                               held=getattr(note, "held", 0), message_class=message_class)
         progress = _Progress()
         heartbeat = ClaimHeartbeat(url, rows, settings.heartbeat_interval, now).start()
         # From here on, whatever stops the batch goes through _recover: nothing claimed is left
@@ -176,16 +176,19 @@ class PlannedSummary:
     failed = property(lambda self: self._total("failed"))
     unconfirmed = property(lambda self: self._total("unconfirmed"))
     suppressed = property(lambda self: self._total("suppressed"))
+    held = property(lambda self: self._total("held"))
 
     def line(self) -> str:
-        """Return the analyst-facing summary line of the whole planned batch."""
+        """Return the analyst-facing summary line of the whole planned batch (``held=`` only
+        when its claims held rows back for later)."""
         return (f"{self.label or 'batch'}: mailboxes={len(self.batches)} claimed={self.claimed} "
                 f"sent={self.sent} retried={self.retried} failed={self.failed} "
-                f"unconfirmed={self.unconfirmed} suppressed={self.suppressed}")
+                f"unconfirmed={self.unconfirmed} suppressed={self.suppressed}"
+                + (f" held={self.held}" if self.held else ""))
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict: the totals, ``label`` and ``batches``."""
-        keys = ("claimed", "sent", "retried", "failed", "unconfirmed", "suppressed")
+        keys = ("claimed", "sent", "retried", "failed", "unconfirmed", "suppressed", "held")
         return {"label": self.label, **{k: getattr(self, k) for k in keys},
                 "batches": [b.to_dict() for b in self.batches]}
 

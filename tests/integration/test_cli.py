@@ -146,3 +146,35 @@ def test_reap_and_the_queue_task_need_no_unsubscribe_secret(db_url, tmp_path, mo
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow-home"))
     result = queue_task()
     assert result["queued"] == 0 and result["reaped"] == 0 and result["reaped_requeued"] == 0
+
+
+def test_send_says_what_the_contact_policy_held_back(db_url, sink, tmp_path):
+    """The same leads in a second campaign on the day the first one reached them: `outreach
+    send` sends nothing more and its lines say how many rows were held for later and why (the
+    default contact policy, one email a person a day), adding up to every held row."""
+    import re
+
+    from support.flow import scalar
+
+    conn = sink.connection_json()
+    env = {"AIRFLOW_CONN_OUTREACH_SMTP_ANNA": conn, "AIRFLOW_CONN_OUTREACH_SMTP_BEN": conn}
+    second = tmp_path / "second.yaml"
+    second.write_text((ROOT / "include/campaigns/demo.yaml").read_text().replace(
+        "key: q4-ops-intro", "key: q4-second"))
+    for campaign in ("include/campaigns/demo.yaml", str(second)):
+        assert outreach(db_url, "import-leads", "--campaign", campaign, "--csv",
+                        "include/data/sample_leads.csv", tmp_path=tmp_path).returncode == 0
+        assert outreach(db_url, "queue-due", tmp_path=tmp_path).returncode == 0
+        p = outreach(db_url, "send", "--until-empty", tmp_path=tmp_path, **env)
+        assert p.returncode == 0, p.stderr
+        if campaign == str(second):
+            break
+        sent = len(sink.messages())
+        assert sent > 0 and " held=" not in p.stdout, p.stdout
+    assert len(sink.messages()) == sent  # everyone was reached today already
+    held = [int(n) for n in re.findall(r"^batch mailbox=\d+ .* held=(\d+) note=\d+ held for "
+                                       r"later: frequency cap: 1 a day \(\d+\)$", p.stdout, re.M)]
+    waiting = scalar(db_url, "SELECT count(*) FROM outreach.emails e JOIN outreach.campaigns c"
+                     " ON c.id = e.campaign_id WHERE c.key = 'q4-second' AND e.status = 'queued'"
+                     " AND e.hold_reason = 'frequency cap: 1 a day'")
+    assert held and sum(held) == waiting == sent, p.stdout

@@ -113,10 +113,10 @@ def test_the_day_is_24_hours_so_midnight_gives_no_second_email(db_url):
                                person_per_week=3)
             assert rows == []
             # The batch's summary line says why it claimed nothing (each mailbox has 50 people).
-            assert note == "held 50 queued (frequency cap: 1 a day: 50)"
+            assert (note, note.held) == ("50 held for later: frequency cap: 1 a day (50)", 50)
             again, note = claim(conn, box, 100, worker="w", now=after, person_per_day=1,
                                 person_per_week=3)
-            assert again == [] and note == ""  # held by the earlier claim, not by this one
+            assert again == [] and (note, note.held) == ("", 0)  # the earlier claim's, not this one's
         held = conn.execute("SELECT count(*) AS n, min(scheduled_for) AS lo FROM outreach.emails"
                             " WHERE status = 'queued'").fetchone()
         assert held["n"] == PEOPLE
@@ -207,11 +207,12 @@ def test_a_person_already_contacted_today_does_not_count_twice_for_the_company(d
 def test_the_held_note_names_the_biggest_reasons_and_counts_the_rest():
     from outreach.claim import held_note
 
-    assert held_note([]) == ""
+    assert (held_note([]), held_note([]).held) == ("", 0)
     held = [{"reason": "frequency cap: 1 a day", "n": 7},
             {"reason": "company cap: 3 people a day at a.example", "n": 4},
             {"reason": "holiday in DE", "n": 2},
             {"reason": "provider cap: microsoft 20 an hour", "n": 1},
             {"reason": "company cap: 3 people a day at b.example", "n": 1}]
-    assert held_note(held) == ("held 15 queued (frequency cap: 1 a day: 7, company cap: 3 people"
-                               " a day at a.example: 4, holiday in DE: 2, other reasons: 2)")
+    assert held_note(held) == ("15 held for later: frequency cap: 1 a day (7); company cap: 3"
+                               " people a day at a.example (4); holiday in DE (2); other reasons (2)")
+    assert held_note(held).held == 15

@@ -213,6 +213,11 @@ def test_send_task_fails_on_unconfirmed_rows_and_summary_reads_the_ledger(db_url
     assert out["totals"]["claimed"] == claimed > result["claimed"] + retry["claimed"]
     # Another run's summary sees none of it.
     assert tasks_send.summary_task([], [], "outreach_send", "manual__r2")["totals"]["claimed"] == 0
+    # Rows the send tasks' claims held back stay queued (no ledger trace): their own counts.
+    caplog.clear()
+    with caplog.at_level("INFO", logger="outreach"):
+        out = tasks_send.summary_task([{}, {}], [{"held": 3}, {"held": 4}], "outreach_send", "manual__r3")
+    assert out["held"] == 7 and " held=7 (queued for later" in caplog.text
 
 
 def test_preflight_blocked_mailbox_gets_a_failing_batch(db_url, alert_sink, sink):

@@ -273,7 +273,8 @@ def summary_task(batches: list[dict[str, Any]] | None, results: list[dict[str, A
     """Report what the run actually did, read from the ledger by run (every row its send tasks
     claimed, in any try, cleared tries included), and log one line per mailbox and one total.
 
-    :returns: ``{"batches", "tasks_ok", "totals": {claimed, sent, …}, "mailboxes": […]}``.
+    :returns: ``{"batches", "tasks_ok", "totals": {claimed, sent, …}, "held", "mailboxes": […]}``
+        (``held``: rows the send tasks' claims held back for later, from their results).
     :param batches: the plan's batches; ``None`` when the plan failed (no result).
     :raises airflow.sdk.exceptions.AirflowFailException: the plan or a send task of the run
         failed (its result is missing), so the run ends failed too (this task and after_send
@@ -295,12 +296,16 @@ def summary_task(batches: list[dict[str, Any]] | None, results: list[dict[str, A
                                    "nothing; fix what it names, then clear plan")
     planned = len(batches)
     ok = len([r for r in (results or []) if r is not None])
-    log.info("run summary: send tasks %s of %s succeeded; %s", ok, planned,
-             " ".join(f"{k}={v}" for k, v in total.items()))
+    # Held rows stay queued, so the ledger has no trace of them: the send tasks' own counts.
+    held = sum(int(r.get("held", 0)) for r in (results or []) if r is not None)
+    log.info("run summary: send tasks %s of %s succeeded; %s%s", ok, planned,
+             " ".join(f"{k}={v}" for k, v in total.items()),
+             f" held={held} (queued for later by the contact policy, a provider cap or the "
+             f"calendar: the send tasks' notes say why)" if held else "")
     if ok < planned:
         raise AirflowFailException(f"{planned - ok} of {planned} send task(s) failed (see their "
                                    f"logs); this run: " + " ".join(f"{k}={v}" for k, v in total.items()))
-    return {"batches": planned, "tasks_ok": ok, "totals": total,
+    return {"batches": planned, "tasks_ok": ok, "totals": total, "held": held,
             "mailboxes": [{**{k: o[k] for k in keys}, "mailbox_id": o["mailbox_id"],
                            "mailbox": mailbox_name(o["label"], o["display_name"], o["address"])}
                           for o in outcomes]}
