@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -169,14 +170,29 @@ def read_target(url: str, target: dict[str, Any], accounts: AccountLoader, *,
             return _fail(summary, exc.stage, exc.reason)
     finally:
         conn.close()
-    log.info(summary.line())
+    log.info(summary.line(), extra=SUMMARY_LOG.extra)
     return summary
+
+
+class _SummaryLog(logging.Filter):
+    """Marks the log records of a read's summary line (``extra``) and, as a filter, drops them:
+    ``outreach inbox`` prints that line itself and adds them back with ``-v``."""
+
+    extra = {"outreach_summary": True}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Keep every record but a summary line's."""
+        return not getattr(record, "outreach_summary", False)
+
+
+SUMMARY_LOG = _SummaryLog()
+"""See :class:`_SummaryLog`."""
 
 
 def _fail(summary: InboxSummary, stage: str, reason: str) -> InboxSummary:
     reason = mask_addresses(reason)  # a server may quote the login
     summary.error = f"IMAP stage {stage}: {reason}" if stage != "CONNECTION" else reason
-    log.error(summary.line())
+    log.error(summary.line(), extra=SUMMARY_LOG.extra)
     raise InboxError(f"inbox {summary.label} (connection {summary.conn_id}) could not be read: "
                      f"{summary.error}", summary)
 

@@ -178,3 +178,19 @@ def test_send_says_what_the_contact_policy_held_back(db_url, sink, tmp_path):
                      " ON c.id = e.campaign_id WHERE c.key = 'q4-second' AND e.status = 'queued'"
                      " AND e.hold_reason = 'frequency cap: 1 a day'")
     assert held and sum(held) == waiting == sent, p.stdout
+
+
+def test_inbox_without_its_connections_says_each_failure_once_a_stream(db_url, tmp_path):
+    """`outreach inbox` with no IMAP connection set: per mailbox one FAILED line on stdout and
+    one line on stderr saying what to set; the log's copy of the line only with -v."""
+    assert outreach(db_url, "mailbox", "sync", tmp_path=tmp_path).returncode == 0
+    p = outreach(db_url, "inbox", tmp_path=tmp_path)
+    assert p.returncode == 1
+    failed = [ln for ln in p.stdout.splitlines() if " FAILED no Airflow connection " in ln]
+    errors = [ln for ln in p.stderr.splitlines() if "outreach_imap_" in ln]
+    assert len(failed) == len(errors) == 3, p.stdout + p.stderr
+    assert all(e.startswith("outreach: error: inbox ") and "AIRFLOW_CONN_OUTREACH_IMAP_" in e
+               for e in errors), errors
+    verbose = outreach(db_url, "-v", "inbox", tmp_path=tmp_path)
+    both = verbose.stdout + verbose.stderr  # printed, and logged (Airflow's log format)
+    assert both.count(" FAILED no Airflow connection ") == 6, both

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import Any
 
@@ -13,7 +14,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
     """Run ``outreach inbox``; return the exit code."""
     from outreach import db
     from outreach.airflow.connections import imap_account, optional_unsubscribe_secret
-    from outreach.inbox import InboxError, plan_targets, read_target
+    from outreach.inbox import SUMMARY_LOG, InboxError, plan_targets, read_target
     from outreach.mailboxes import find_mailbox
 
     url = database_url()
@@ -28,12 +29,21 @@ def cmd_inbox(args: argparse.Namespace) -> int:
         return 0
     failed = []
     secret = optional_unsubscribe_secret()
-    for t in targets:
-        try:
-            print(read_target(url, t, imap_account, unsubscribe_secret=secret).line(), flush=True)
-        except InboxError as exc:
-            print(exc.summary.line(), flush=True)
-            failed.append(str(exc))
+    # Each read's line is printed here, and a failed read's error again at the end: the log's
+    # copy of the same line (for the DAG's task log) only with -v; other warnings still show.
+    logger = logging.getLogger("outreach")
+    drop = SUMMARY_LOG.filter
+    if not getattr(args, "verbose", False):
+        logger.addFilter(drop)
+    try:
+        for t in targets:
+            try:
+                print(read_target(url, t, imap_account, unsubscribe_secret=secret).line(), flush=True)
+            except InboxError as exc:
+                print(exc.summary.line(), flush=True)
+                failed.append(str(exc))
+    finally:
+        logger.removeFilter(drop)
     # The same rules as the outreach_inbox DAG runs after its reads (outreach.health): a read
     # that found bounces or complaints pauses a mailbox above the rate before the next send.
     from outreach.health import HealthSettings, pause_on_bounce_rate, pause_on_complaint_rate
