@@ -65,7 +65,8 @@ def test_report_text_and_json_after_a_send(db_url, sink, tmp_path):
     assert "anna.schmidt@" not in json.dumps(report)
 
 
-LAUNCHER = "from outreach.dev import embedded; embedded.local_database_url()"
+LAUNCHER = ("from outreach.dev import embedded; embedded.local_database_url(); "
+            "print('stops at exit:', embedded.stops_at_exit())")
 """What a local launcher does about the database (outreach.dev.deploy, outreach demo)."""
 
 
@@ -107,6 +108,7 @@ def test_db_stop_stops_the_embedded_server_whoever_runs_it(tmp_path):
         launcher = subprocess.run([sys.executable, "-c", LAUNCHER], env=env, capture_output=True,
                                   text=True, timeout=300)
         assert launcher.returncode == 0, launcher.stderr
+        assert "stops at exit: False" in launcher.stdout  # what `make airflow` says when stopped
         assert server.is_running() and (pgdata / "postmaster.pid").exists()
         stopped = run("db", "stop")
         assert stopped.returncode == 0, stopped.stderr
@@ -118,7 +120,7 @@ def test_db_stop_stops_the_embedded_server_whoever_runs_it(tmp_path):
         # One it started itself, it stops at its exit.
         launcher = subprocess.run([sys.executable, "-c", LAUNCHER], env=env, capture_output=True,
                                   text=True, timeout=300)
-        assert launcher.returncode == 0, launcher.stderr
+        assert launcher.returncode == 0 and "stops at exit: True" in launcher.stdout, launcher.stderr
         assert not (pgdata / "postmaster.pid").exists(), launcher.stderr
     finally:
         if server.is_running():  # the test failed: leave no server behind

@@ -578,7 +578,10 @@ def run_foreground(executor: str = "local", workers: int = 2) -> int:
     finally:
         print("stopping Airflow …", flush=True)
         dep.stop()
-        print("stopped.")
+        db_stops = embedded.stops_at_exit()
+        print("stopped." + {None: "", True: " The embedded PostgreSQL it started stops now.",
+                            False: " The embedded PostgreSQL keeps running, as it was before "
+                                   "(`outreach db stop` or `make stop` stops it)."}[db_stops])
 
 
 def run_worker_foreground(workers: int = 1, name: str | None = None) -> int:

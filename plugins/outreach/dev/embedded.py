@@ -45,7 +45,18 @@ def start(data_dir: Path | None = None, *, stop_at_exit: bool = False) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         server = pgserver.get_server(str(data_dir), cleanup_mode="stop" if ours else None)
+    _STOPS_AT_EXIT[data_dir.resolve()] = ours or _STOPS_AT_EXIT.get(data_dir.resolve(), False)
     return server.get_uri()
+
+
+_STOPS_AT_EXIT: dict[Path, bool] = {}
+
+
+def stops_at_exit(data_dir: Path | None = None) -> bool | None:
+    """Whether the embedded server of ``data_dir`` (default ``.outreach/pgdata``) stops when this
+    process exits (:func:`start` started it with ``stop_at_exit``); ``None``: this process did
+    not use it."""
+    return _STOPS_AT_EXIT.get((data_dir or state_dir() / "pgdata").resolve())
 
 
 class StopError(RuntimeError):
