@@ -1609,11 +1609,16 @@ DECLARE
     v_people bigint[];
     v_orgs text[];
     v_claimed integer;
+    v_held jsonb := '{}';
+    v_busy integer := 0;
     v_provider_caps jsonb := nullif(p_provider_hourly, '{}'::jsonb);
     -- No cap: no advisory lock is needed (the row locks keep claimers apart), only the calendar.
     v_caps boolean := p_person_per_day IS NOT NULL OR p_person_per_week IS NOT NULL
                       OR p_company_per_day IS NOT NULL;
 BEGIN
+    -- What this call held back and skipped, for the caller's summary line (0146): read with
+    -- current_setting('outreach.claim_held', true) in the same transaction, right after.
+    PERFORM set_config('outreach.claim_held', '', true);
     IF p_message_class <> 'marketing' THEN
         RETURN QUERY SELECT * FROM outreach.claim_emails_v1(p_message_class, p_mailbox_id, p_limit,
                                                             p_claim_token, p_claimed_by, v_now);
@@ -1822,7 +1827,24 @@ BEGIN
         RETURNING e.*;
         GET DIAGNOSTICS v_claimed = ROW_COUNT;
         v_left := v_left - v_claimed;
+        -- The round's picks neither claimed nor held: still due, their person's or
+        -- organisation's lock held by another claimer (the next claim takes them) -- and those
+        -- held, by reason (their scheduled_for moved past now: only this round moved it).
+        v_busy := v_busy + (SELECT count(*)::integer FROM outreach.emails q
+                            WHERE q.id = ANY (v_picked) AND q.status = 'queued'
+                              AND q.scheduled_for <= v_now);
+        SELECT coalesce(jsonb_object_agg(t.reason, t.n), '{}') INTO v_held
+        FROM (SELECT u.reason, sum(u.n)::integer AS n
+              FROM (SELECT h.key AS reason, h.value::integer AS n FROM jsonb_each_text(v_held) h
+                    UNION ALL
+                    SELECT q.hold_reason, count(*)::integer FROM outreach.emails q
+                    WHERE q.id = ANY (v_picked) AND q.status = 'queued'
+                      AND q.scheduled_for > v_now AND q.hold_reason IS NOT NULL
+                    GROUP BY q.hold_reason) u
+              GROUP BY u.reason) t;
     END LOOP;
+    PERFORM set_config('outreach.claim_held',
+                       jsonb_build_object('held', v_held, 'busy', v_busy)::text, true);
 END
 $$;
 COMMENT ON FUNCTION outreach.claim_emails_v4 IS

@@ -111,8 +111,7 @@ def claim(conn: Conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datet
             "person_per_day": person_per_day, "person_per_week": person_per_week,
             "company_per_day": company_per_day,
             "provider_hourly": Jsonb(provider_hourly) if provider_hourly else None})
-        held = (db.run(conn, "email_claim_held", {"mailbox_id": mailbox_id, "now": now})
-                if len(rows) < take else [])
+        held = emails.email_claim_held(conn)
         if rows and fit is not None:
             moments = mailboxes.mailbox_reserve_handoffs(
                 conn, mailbox_id=mailbox_id, rows=len(rows), now=now, gap_seconds=gap_seconds,
@@ -123,7 +122,15 @@ def claim(conn: Conn, mailbox_id: int, limit: int, *, worker: str, now: dt.datet
             failpoints.hit("claim_before_commit")
     if rows:
         failpoints.hit("after_claim")
-    return rows, held_note(held)
+    return rows, held_note(_held_counts(held))
+
+
+def _held_counts(setting: str) -> dict[str, Any]:
+    """The claim's ``outreach.claim_held`` setting as ``{"held": {reason: rows}, "busy": rows}``
+    (``{}`` when unset: an older schema, or nothing to say)."""
+    import json
+
+    return json.loads(setting) if setting else {}
 
 
 HELD_REASONS_SHOWN = 3
@@ -143,22 +150,29 @@ class ClaimNote(str):
         return note
 
 
-def held_note(held: list[dict[str, Any]]) -> ClaimNote:
-    """Return the note of a claim that held rows back (``email_claim_held``'s ``[{"reason", "n"}]``,
-    most first): ``44 held for later: frequency cap: 1 a day (40); holiday in DE (4)``, with
-    ``held`` = 44; ``""`` (0) for none.
+def held_note(counts: dict[str, Any]) -> ClaimNote:
+    """Return the note of a claim from what it held back and skipped (``{"held": {reason: rows},
+    "busy": rows}``, the setting ``claim_emails_v4`` leaves, migration 0146):
+    ``44 held for later: frequency cap: 1 a day (40); holiday in DE (4)``, with ``held`` = 44,
+    and ``; 3 busy: another sender holds the person or their company (still due)`` for rows
+    another claimer's lock kept; ``""`` (0) for neither.
 
     Said in the batch's summary line (``held=44 note=…``) so ``claimed=0`` is never left
     unexplained when the contact policy, a provider cap or the calendar decided it; each claim
-    counts only the rows it held itself (docs/explanation/contact-policy.md)."""
-    if not held:
-        return ClaimNote()
-    total = sum(h["n"] for h in held)
-    parts = [f"{h['reason']} ({h['n']})" for h in held[:HELD_REASONS_SHOWN]]
-    rest = sum(h["n"] for h in held[HELD_REASONS_SHOWN:])
-    if rest:
-        parts.append(f"other reasons ({rest})")
-    return ClaimNote(f"{total} held for later: {'; '.join(parts)}", total)
+    counts only what it did itself (docs/explanation/contact-policy.md)."""
+    held = sorted((counts.get("held") or {}).items(), key=lambda kv: (-int(kv[1]), kv[0]))
+    busy = int(counts.get("busy") or 0)
+    total = sum(int(n) for _, n in held)
+    text = ""
+    if held:
+        parts = [f"{reason} ({n})" for reason, n in held[:HELD_REASONS_SHOWN]]
+        rest = sum(int(n) for _, n in held[HELD_REASONS_SHOWN:])
+        if rest:
+            parts.append(f"other reasons ({rest})")
+        text = f"{total} held for later: {'; '.join(parts)}"
+    if busy:
+        text += ("; " if text else "") + f"{busy} busy: another sender holds the person or their company (still due)"
+    return ClaimNote(text, total)
 
 
 def message_class(row: dict[str, Any]) -> str:

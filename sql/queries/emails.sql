@@ -141,18 +141,9 @@ JOIN outreach.mailboxes m ON m.id = cl.mailbox_id
 ORDER BY cl.scheduled_for, cl.id;
 
 -- name: email_claim_held
--- What the claim this transaction just made held back, by reason: queued rows of the mailbox
--- whose current version this transaction wrote (xmin) with a hold_reason (the contact policy,
--- the provider caps, the calendar; outreach.claim_emails_v4). Read right after
--- email_claim_batch, in its transaction, so the batch's summary says why rows stayed queued.
--- Held rows were moved to a later scheduled_for, so only rows due after now are read.
-SELECT e.hold_reason AS reason, count(*)::integer AS n
-FROM outreach.emails e
-WHERE e.mailbox_id = %(mailbox_id)s AND e.status = 'queued' AND e.hold_reason IS NOT NULL
-  AND e.scheduled_for > coalesce(%(now)s::timestamptz, now())
-  AND e.xmin = pg_current_xact_id()::xid
-GROUP BY e.hold_reason
-ORDER BY n DESC, reason;
+-- What the claim just made in this transaction held back and skipped (claim_emails_v4 sets it,
+-- migration 0146): {"held": {reason: rows}, "busy": rows}; '' when the call held nothing to say.
+SELECT current_setting('outreach.claim_held', true) AS held;
 
 -- name: email_claim_transactional
 -- The claim of transactional rows: the same function (outreach.claim_emails_v1), over due

@@ -207,12 +207,55 @@ def test_a_person_already_contacted_today_does_not_count_twice_for_the_company(d
 def test_the_held_note_names_the_biggest_reasons_and_counts_the_rest():
     from outreach.claim import held_note
 
-    assert (held_note([]), held_note([]).held) == ("", 0)
-    held = [{"reason": "frequency cap: 1 a day", "n": 7},
-            {"reason": "company cap: 3 people a day at a.example", "n": 4},
-            {"reason": "holiday in DE", "n": 2},
-            {"reason": "provider cap: microsoft 20 an hour", "n": 1},
-            {"reason": "company cap: 3 people a day at b.example", "n": 1}]
-    assert held_note(held) == ("15 held for later: frequency cap: 1 a day (7); company cap: 3"
-                               " people a day at a.example (4); holiday in DE (2); other reasons (2)")
-    assert held_note(held).held == 15
+    assert (held_note({}), held_note({}).held) == ("", 0)
+    assert held_note({"held": {}, "busy": 0}) == ""
+    held = {"frequency cap: 1 a day": 7, "company cap: 3 people a day at a.example": 4,
+            "holiday in DE": 2, "provider cap: microsoft 20 an hour": 1,
+            "company cap: 3 people a day at b.example": 1}
+    note = held_note({"held": held, "busy": 3})
+    assert note == ("15 held for later: frequency cap: 1 a day (7); company cap: 3 people a day at"
+                    " a.example (4); holiday in DE (2); other reasons (2); 3 busy: another sender"
+                    " holds the person or their company (still due)")
+    assert note.held == 15
+
+
+def test_the_note_counts_this_claims_holds_in_a_savepoint_and_when_the_limit_is_met(db_url):
+    """The counts come from the claim function itself (migration 0146): inside a caller's
+    transaction (the claim's own is then a savepoint) and when the claim filled its limit after
+    holding rows, the note still says what this claim held."""
+    with db.connect(db_url, autocommit=True) as conn:
+        boxes = _seed(conn)
+        for box in boxes[:4]:  # campaign c0 reaches everyone today
+            claim(conn, box, 100, worker="w", now=NOW, person_per_day=1, person_per_week=3)
+        # Ten people of mailbox 4 (campaign c1), its 31st to 40th rows in pick order, are fresh:
+        # their c0 rows go back to the queue, for next month.
+        fresh = [r["lead_id"] for r in conn.execute(
+            "SELECT lead_id FROM outreach.emails WHERE mailbox_id = %s ORDER BY id"
+            " LIMIT 10 OFFSET 30", (boxes[4],))]
+        conn.execute("UPDATE outreach.emails SET status = 'queued', claim_token = NULL,"
+                     " claimed_at = NULL, scheduled_for = %s WHERE lead_id = ANY(%s)"
+                     " AND mailbox_id <> %s", (NOW + dt.timedelta(days=30), fresh, boxes[4]))
+    with db.connect(db_url) as conn:  # not autocommit: claim's transaction is a savepoint
+        conn.execute("SELECT 1")
+        rows, note = claim(conn, boxes[4], 10, worker="w", now=NOW, person_per_day=1,
+                           person_per_week=3)
+        # Three rounds of ten held, the fourth claimed ten: the limit met, after holds.
+        assert sorted(r["lead_id"] for r in rows) == sorted(fresh)
+        assert (note, note.held) == ("30 held for later: frequency cap: 1 a day (30)", 30)
+
+
+def test_rows_another_claimer_locks_are_called_busy(db_url):
+    with db.connect(db_url, autocommit=True) as conn:
+        boxes = _seed(conn)
+        leads = [r["lead_id"] for r in conn.execute(
+            "SELECT DISTINCT lead_id FROM outreach.emails WHERE mailbox_id = %s", (boxes[0],))]
+    with db.connect(db_url) as other:  # another claimer holds three of those people
+        for lead in leads[:3]:
+            other.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                          (f"outreach.person:{lead}",))
+        with db.connect(db_url, autocommit=True) as conn:
+            rows, note = claim(conn, boxes[0], 100, worker="w", now=NOW, person_per_day=1,
+                               person_per_week=3)
+        assert len(rows) == len(leads) - 3
+        assert note == "3 busy: another sender holds the person or their company (still due)"
+        assert note.held == 0

@@ -166,6 +166,12 @@ class MailboxPlan:
     due: int
 
 
+def email_claim_held(conn: Conn) -> str:
+    """``email_claim_held``: what the claim just made in this transaction held back and skipped,
+    the JSON text ``{"held": {reason: rows}, "busy": rows}`` (``""``: nothing to say)."""
+    return cast("str", one_value(conn, "email_claim_held", {}, "held") or "")
+
+
 def email_plan_transactional(conn: Conn, *, now: dt.datetime | None) -> list[MailboxPlan]:
     """``email_plan_transactional``: Mailboxes with due transactional rows, and how many."""
     return many(conn, "email_plan_transactional", {"now": now}, MailboxPlan)
