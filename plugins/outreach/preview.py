@@ -115,10 +115,11 @@ def preview(url: str, key: str, settings: Settings, *, address: str | None = Non
 
 def _item_head(item: PreviewItem, step: int) -> str:
     """The ``===`` line of an item and its ``--- note:`` lines (a skipped lead: one line)."""
+    to = printable(item.address)  # validated at import; a row written by hand may hold anything
     if item.skip is not None:
-        return f"=== step {step} to {item.address}: SKIPPED: {item.skip}\n"
-    head = f"=== step {step} to {item.address}: Message-ID <{item.message_id}>\n"
-    return head + "".join(f"--- note: {note}\n" for note in item.notes)
+        return f"=== step {step} to {to}: SKIPPED: {printable(item.skip)}\n"
+    head = f"=== step {step} to {to}: Message-ID <{item.message_id}>\n"
+    return head + "".join(f"--- note: {printable(note)}\n" for note in item.notes)
 
 
 def item_text(item: PreviewItem, step: int) -> bytes:
@@ -162,10 +163,11 @@ def item_readable(item: PreviewItem, step: int) -> str:
 
 def printable(text: str, keep: str = "") -> str:
     r"""Return ``text`` with every non-printable character (except those in ``keep``) written as
-    a Python escape (``\x1b``, ``\u2028``), so shown text never acts on a terminal or reads
-    as a second line."""
+    a Python escape (``\x1b``, ``\u2028``, ``\U000e0041``), so shown text never acts on a
+    terminal or reads as a second line."""
     return "".join(ch if ch.isprintable() or ch in keep else
-                   (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+                   f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else
+                   f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}"
                    for ch in text)
 
 

@@ -176,3 +176,9 @@ def test_the_terminal_preview_is_readable_and_inert(db_url, settings):
     assert "=C3=A9" not in text and "Content-Transfer-Encoding" not in text
     assert "\n--- HTML part: " in text
     assert b"Content-Transfer-Encoding" in item_text(item, 1)  # --raw: the wire form
+    # An address written into the database by hand, past the import's check: escaped too.
+    from outreach.preview import PreviewItem
+
+    odd = PreviewItem("a\x1b]0;x\x07@b.example", "suppressed (manual)", None, None)
+    assert item_readable(odd, 1) == item_text(odd, 1).decode() == (
+        "=== step 1 to a\\x1b]0;x\\x07@b.example: SKIPPED: suppressed (manual)\n")
