@@ -196,3 +196,39 @@ def test_inbox_without_its_connections_says_each_failure_once_a_stream(db_url, t
     verbose = outreach(db_url, "-v", "inbox", tmp_path=tmp_path)
     both = verbose.stdout + verbose.stderr  # printed, and logged (Airflow's log format)
     assert both.count(" FAILED no Airflow connection ") == 6, both
+
+
+def test_two_launchers_stop_the_embedded_server_when_the_last_one_exits(tmp_path):
+    """Launcher A starts the embedded server, B reuses it; A exits first: the server stays for
+    B, and B's exit stops it (the stop belongs to the server A started, not to A)."""
+    state = tmp_path / "state"
+    env = dict(os.environ, OUTREACH_HOME=str(ROOT), OUTREACH_STATE_DIR=str(state),
+               AIRFLOW_HOME=str(tmp_path / "airflow-home"))
+    env.pop("OUTREACH_DATABASE_URL", None)
+    hold = LAUNCHER + "; import sys; print('up', flush=True); sys.stdin.readline()"
+
+    def launch() -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, "-c", hold], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = p.stdout.readline()
+        assert line.startswith("stops at exit:"), line + p.stderr.read()
+        assert p.stdout.readline() == "up\n"
+        return p
+
+    pgdata = (state / "pgdata").resolve()
+    first = launch()
+    second = None
+    try:
+        second = launch()
+        first.communicate("\n", timeout=120)
+        assert first.returncode == 0
+        assert (pgdata / "postmaster.pid").exists()  # B still uses it
+        second.communicate("\n", timeout=120)
+        assert second.returncode == 0
+        assert not (pgdata / "postmaster.pid").exists()
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+        subprocess.run([sys.executable, "-m", "outreach.cli", "db", "stop"], env=env,
+                       capture_output=True, timeout=120)

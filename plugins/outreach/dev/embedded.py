@@ -26,35 +26,74 @@ NO_DATABASE = settings.NO_DATABASE
 def start(data_dir: Path | None = None, *, stop_at_exit: bool = False) -> str:
     """Start (or reuse) the embedded server and return the admin URL (database ``postgres``).
 
+    Who stops it: pgserver stops a server when the last process using it exits, if that process
+    asked for the stop. The ask belongs to the server, not to the process: a process that starts
+    it with ``stop_at_exit`` writes the server's start time to :data:`STOP_WHEN_IDLE`, and every
+    process that then uses that same server asks too, so it stops when its last user is gone
+    (two launchers, whichever exits last). One started without it (``outreach report``) is left
+    running for the next command, whoever uses it after.
+
     :param data_dir: where the cluster lives (default ``.outreach/pgdata``).
-    :param stop_at_exit: stop the server when this process exits, if this process started it
-        (one already running, started by ``outreach report`` say, is left running: pgserver
-        alone would stop it when its last live handle exits).
+    :param stop_at_exit: stop the server when its users are gone, if this process starts it.
     """
     import warnings
 
     with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
         warnings.simplefilter("ignore")
         import pgserver  # heavy; only when the embedded server is really wanted
-        from pgserver.utils import PostmasterInfo
 
     data_dir = data_dir or state_dir() / "pgdata"
     data_dir.mkdir(parents=True, exist_ok=True)
-    info = PostmasterInfo.read_from_pgdata(data_dir)
-    ours = stop_at_exit and (info is None or not info.is_running())
+    marker = data_dir / STOP_WHEN_IDLE
+    before = _running_since(data_dir)
+    if before is None:
+        stop = stop_at_exit
+    else:
+        stop = marker.is_file() and marker.read_text().strip() == before
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        server = pgserver.get_server(str(data_dir), cleanup_mode="stop" if ours else None)
-    _STOPS_AT_EXIT[data_dir.resolve()] = ours or _STOPS_AT_EXIT.get(data_dir.resolve(), False)
+        server = pgserver.get_server(str(data_dir), cleanup_mode="stop" if stop else None)
+    if before is None and stop_at_exit:
+        since = _running_since(data_dir)
+        if since is not None:
+            marker.write_text(since + "\n")
+    _STOPS_AT_EXIT[data_dir.resolve()] = stop or _STOPS_AT_EXIT.get(data_dir.resolve(), False)
     return server.get_uri()
+
+
+STOP_WHEN_IDLE = ".outreach-stop-when-idle"
+"""In the data directory: the start time of the server a ``stop_at_exit`` process started
+(:func:`start`); a file naming another start time is stale and ignored."""
 
 
 _STOPS_AT_EXIT: dict[Path, bool] = {}
 
 
+def _running_since(data_dir: Path) -> str | None:
+    """The start time (Unix seconds, as text) of the server running in ``data_dir``, else
+    ``None``; ``"?"`` for one whose ``postmaster.pid`` cannot be read (started outside pgserver).
+    Read under pgserver's own lock, which it holds while it starts a server: the file is
+    written line by line as the server starts."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from pgserver.postgres_server import PostgresServer
+        from pgserver.utils import PostmasterInfo
+
+    with PostgresServer._lock:
+        try:
+            info = PostmasterInfo.read_from_pgdata(data_dir)
+        except (AssertionError, ValueError, KeyError, IndexError):
+            return "?"
+        if info is None or not info.is_running():
+            return None
+        return str(int(info.start_time.timestamp()))
+
+
 def stops_at_exit(data_dir: Path | None = None) -> bool | None:
-    """Whether the embedded server of ``data_dir`` (default ``.outreach/pgdata``) stops when this
-    process exits (:func:`start` started it with ``stop_at_exit``); ``None``: this process did
+    """Whether the embedded server of ``data_dir`` (default ``.outreach/pgdata``) stops when its
+    users are gone and this process is the last (:func:`start`); ``None``: this process did
     not use it."""
     return _STOPS_AT_EXIT.get((data_dir or state_dir() / "pgdata").resolve())
 
