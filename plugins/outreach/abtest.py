@@ -70,7 +70,8 @@ def compare_variants(step: list[dict[str, Any]]) -> dict[str, Any]:
     """Add ``reply_rate`` and ``reply_rate_low``/``_high`` (the Wilson interval; ``None`` before
     the first send) to each variant of one step (dicts with ``variant``, ``sent``, ``replied``),
     and return the step's verdict: ``{"best", "worst", "z", "p", "significant", "verdict"}``,
-    ``verdict`` a plain sentence (best and worst by reply rate; ties by name).
+    ``verdict`` a plain sentence (best and worst by reply rate, ``None`` until two variants were
+    sent and their rates differ).
     """
     for v in step:
         iv = wilson_interval(v["replied"], v["sent"])
@@ -80,7 +81,13 @@ def compare_variants(step: list[dict[str, Any]]) -> dict[str, Any]:
     best, worst = ranked[0], ranked[-1]
     test = (two_proportion_z_test(best["replied"], best["sent"], worst["replied"], worst["sent"])
             if len(ranked) > 1 else None)
-    if test is None:
+    # A best and a worst only once two variants were sent and their rates differ (before, the
+    # names' order picked them: "best: late" with nothing sent).
+    sent = [v for v in step if v["sent"]]
+    ranks = len(sent) > 1 and len({v["reply_rate"] for v in sent}) > 1
+    if not sent:
+        verdict = "no sends yet: nothing to compare"
+    elif test is None:
         verdict = "not yet significant: too few sends or replies to compare the variants"
     elif test.significant:
         verdict = (f"significant: {best['variant']} gets more replies than {worst['variant']} "
@@ -88,6 +95,7 @@ def compare_variants(step: list[dict[str, Any]]) -> dict[str, Any]:
     else:
         verdict = (f"not yet significant: the difference between {best['variant']} and "
                    f"{worst['variant']} may be chance (p = {test.p:.3f}, needs < {ALPHA})")
-    return {"best": best["variant"], "worst": worst["variant"],
+    return {"best": best["variant"] if ranks else None,
+            "worst": worst["variant"] if ranks else None,
             "z": test.z if test else None, "p": test.p if test else None,
             "significant": bool(test and test.significant), "verdict": verdict}

@@ -178,6 +178,7 @@ def test_the_report_shows_each_variant_and_says_when_it_is_not_yet_significant(
     assert got["alpha"]["reply_rate"] == pytest.approx(2 / per_variant["alpha"])
     assert got["alpha"]["reply_rate_low"] < got["alpha"]["reply_rate"] < got["alpha"]["reply_rate_high"]
     assert not step["significant"]
+    assert (step["best"], step["worst"]) == ("alpha", "beta")
     assert step["verdict"].startswith("not yet significant")
     text = render_text(collect(db_url))
     assert "A/B variants: ab-test step 1" in text

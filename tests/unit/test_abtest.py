@@ -45,3 +45,16 @@ def test_the_verdict_is_plain_about_significance():
     assert not verdict["significant"]
     assert verdict["verdict"].startswith("not yet significant")
     assert step[0]["reply_rate"] == 0.12
+
+
+def test_no_best_or_worst_before_two_variants_differ():
+    fresh = [{"variant": "late", "sent": 0, "replied": 0}, {"variant": "question", "sent": 0, "replied": 0}]
+    verdict = compare_variants(fresh)
+    assert (verdict["best"], verdict["worst"], verdict["verdict"]) == (
+        None, None, "no sends yet: nothing to compare")
+    even = [{"variant": "a", "sent": 40, "replied": 0}, {"variant": "b", "sent": 40, "replied": 0}]
+    assert (compare_variants(even)["best"], compare_variants(even)["worst"]) == (None, None)
+    one = [{"variant": "a", "sent": 40, "replied": 3}, {"variant": "b", "sent": 0, "replied": 0}]
+    assert compare_variants(one)["best"] is None
+    apart = [{"variant": "a", "sent": 40, "replied": 3}, {"variant": "b", "sent": 40, "replied": 1}]
+    assert (compare_variants(apart)["best"], compare_variants(apart)["worst"]) == ("a", "b")
