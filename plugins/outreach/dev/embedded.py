@@ -49,13 +49,13 @@ def start(data_dir: Path | None = None, *, stop_at_exit: bool = False) -> str:
     if before is None:
         stop = stop_at_exit
     else:
-        stop = marker.is_file() and marker.read_text().strip() == before
+        stop = before != "?" and marker.is_file() and marker.read_text().strip() == before
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         server = pgserver.get_server(str(data_dir), cleanup_mode="stop" if stop else None)
     if before is None and stop_at_exit:
         since = _running_since(data_dir)
-        if since is not None:
+        if since is not None and since != "?":  # "?" would match any other unreadable start
             marker.write_text(since + "\n")
     _STOPS_AT_EXIT[data_dir.resolve()] = stop or _STOPS_AT_EXIT.get(data_dir.resolve(), False)
     return server.get_uri()
