@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import psycopg
 import pytest
@@ -99,3 +100,38 @@ def test_doctor_reads_the_mailboxes_of_the_embedded_server_on_opt_in(tmp_path):
         assert p.returncode in (0, 1) and "mailbox" in p.stdout, p.stdout + p.stderr
     finally:
         subprocess.run(outreach_cmd("db", "stop"), env=env, capture_output=True, timeout=120)
+
+
+def test_cli_asks_a_configured_secrets_backend_before_the_environment(db_url, tmp_path):
+    # The CLI skips importing Airflow only where Airflow could find no `outreach_db` anyway. A
+    # secrets backend named in airflow.cfg (here the local-file one, a real Airflow backend) can
+    # hold it: the command must then use that connection, not OUTREACH_DATABASE_URL.
+    wrong = psycopg.conninfo.make_conninfo(db_url, dbname="outreach_no_such_database")
+    conns = tmp_path / "connections.json"
+    conns.write_text(json.dumps({"outreach_db": json.loads(connection_json(db_url))}))
+    home = tmp_path / "airflow-home"
+    home.mkdir()
+    (home / "airflow.cfg").write_text(
+        "[secrets]\nbackend = airflow.secrets.local_filesystem.LocalFilesystemBackend\n"
+        f"backend_kwargs = {json.dumps({'connections_file_path': str(conns)})}\n")
+    p = subprocess.run(outreach_cmd("db", "upgrade"), env=bare_env(tmp_path, OUTREACH_DATABASE_URL=wrong),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "database is up to date" in p.stdout
+
+
+def test_cli_on_outreach_database_url_alone_imports_no_airflow(db_url, tmp_path):
+    # Nothing could define `outreach_db` here (no task, no AIRFLOW_CONN_OUTREACH_DB, no secrets
+    # backend): the URL comes straight from OUTREACH_DATABASE_URL, without ~1 s of Airflow import.
+    code = ("import sys; from outreach.cli.common import database_url; "
+            "print(database_url()); print(sorted(m for m in sys.modules if m.split('.')[0] == 'airflow'))")
+    p = subprocess.run([sys.executable, "-c", code], env=bare_env(tmp_path, OUTREACH_DATABASE_URL=db_url),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == [db_url, "[]"]
+    with_backend = bare_env(tmp_path, OUTREACH_DATABASE_URL=db_url,
+                            AIRFLOW__SECRETS__BACKEND="airflow.secrets.local_filesystem.LocalFilesystemBackend")
+    p = subprocess.run([sys.executable, "-c", code], env=with_backend, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == db_url and p.stdout.splitlines()[1] != "[]"

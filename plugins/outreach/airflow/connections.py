@@ -36,7 +36,14 @@ def database_url(conn_id: str = DB_CONN_ID) -> str:
 
 
 def _connection(conn_id: str):
-    """Return the Airflow connection ``conn_id``, or ``None`` when it does not exist."""
+    """Return the Airflow connection ``conn_id``, or ``None`` when it does not exist.
+
+    Outside a task and an Airflow server, Airflow looks a connection up only in a configured
+    secrets backend and in ``AIRFLOW_CONN_<ID>`` (``ensure_secrets_backend_loaded``'s fallback
+    chain, never the metadata database): when :func:`_nowhere_to_look` says neither can hold it,
+    the answer is ``None`` without importing ``airflow.sdk`` (about a second of every CLI call)."""
+    if _nowhere_to_look(conn_id):
+        return None
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
 
@@ -44,6 +51,43 @@ def _connection(conn_id: str):
         return BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
         return None
+
+
+SECRETS_BACKEND_VARS = ("AIRFLOW__SECRETS__BACKEND", "AIRFLOW__SECRETS__BACKEND_CMD",
+                        "AIRFLOW__SECRETS__BACKEND_SECRET")
+"""Environment variables that configure an Airflow secrets backend (Airflow's ``[secrets]
+backend``, also as a command or a secret)."""
+
+
+def _nowhere_to_look(conn_id: str) -> bool:
+    """True when Airflow itself would find no connection ``conn_id`` here: this process is no
+    task (no supervisor channel) and no Airflow server (``_AIRFLOW_PROCESS_CONTEXT`` unset),
+    ``AIRFLOW_CONN_<ID>`` is not set, and no secrets backend is configured, neither in the
+    environment (:data:`SECRETS_BACKEND_VARS`) nor in the ``[secrets]`` section of the
+    configuration file (``AIRFLOW_CONFIG``, else ``$AIRFLOW_HOME/airflow.cfg``, else
+    ``~/airflow/airflow.cfg``). Any doubt (an unreadable file) is False: Airflow decides."""
+    import configparser
+    import sys
+    from pathlib import Path
+
+    runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
+    if runner is not None and getattr(runner, "SUPERVISOR_COMMS", None) is not None:
+        return False
+    if os.environ.get("_AIRFLOW_PROCESS_CONTEXT") or os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}"):
+        return False
+    if any(os.environ.get(name, "").strip() for name in SECRETS_BACKEND_VARS):
+        return False
+    home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow").expanduser()
+    cfg = Path(os.environ.get("AIRFLOW_CONFIG") or home / "airflow.cfg").expanduser()
+    if not cfg.exists():
+        return True
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        parser.read(cfg, encoding="utf-8")
+    except (OSError, configparser.Error, UnicodeDecodeError):
+        return False
+    return not any(parser.get("secrets", key, fallback="").strip()
+                   for key in ("backend", "backend_cmd", "backend_secret"))
 
 
 def unsubscribe_secret(conn_id: str = UNSUBSCRIBE_CONN_ID) -> str:
