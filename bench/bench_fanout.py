@@ -1,8 +1,10 @@
-"""Airflow fan-out: the wall time of one ``outreach_send`` run with N mapped ``send_batch``
-tasks (``airflow dags test``, SQLite metadata, as :mod:`outreach.dev.localairflow` runs it) against
-the same plan run by the CLI (``outreach send``: the same batches, one after the other, in one
-process). Both start from a clone of the same queued database, with the same settings and SMTP
-server; both times include interpreter start-up. Target (issue 29): Airflow ≤ 1.5× the CLI.
+"""Airflow fan-out: the wall time of one ``outreach_send`` run of N planned batches (``airflow
+dags test``, SQLite metadata, as :mod:`outreach.dev.localairflow` runs it), sized as ``make
+airflow`` sizes one worker (one ``send_batch`` task running the N sessions at once:
+:func:`outreach.sizing.sessions_per_task`), against the same plan run by the CLI (``outreach
+send``: the same batches, one after the other, in one process). Both start from a clone of the
+same queued database, with the same settings and SMTP server; both times include interpreter
+start-up. Target (issue 29): Airflow ≤ 1.5× the CLI.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from common import Row, Server, Stopwatch, median_of, run
 from data import queued_database, smtp_conn_ids
 from outreach import db
 from outreach.dev.localairflow import airflow_env, ensure_metadata, run_dag
+from outreach.sizing import sessions_per_task
 
 
 def bench(server: Server, workdir: Path, *, tasks: int, batch: int, repeats: int,
@@ -33,7 +36,10 @@ def bench(server: Server, workdir: Path, *, tasks: int, batch: int, repeats: int
                     "OUTREACH_UNSUBSCRIBE_SECRET": "bench-secret-0123456789",
                     "OUTREACH_SEND_INTERVAL_MINUTES": "0", "OUTREACH_SEND_GAP_SECONDS": "0",
                     "OUTREACH_PREFLIGHT": "off",
-                    "OUTREACH_SEND_PARALLELISM": str(tasks), "OUTREACH_BATCH_SIZE": str(batch)}
+                    "OUTREACH_SEND_PARALLELISM": str(tasks), "OUTREACH_BATCH_SIZE": str(batch),
+                    # The sizing rule's shape for one worker (make airflow): every batch's
+                    # session in one send task (outreach.sizing.sessions_per_task).
+                    "OUTREACH_SEND_SESSIONS_PER_TASK": str(sessions_per_task(tasks, 1))}
         conns = {c: sink.connection_json() for c in smtp_conn_ids(mailboxes)}
         env = airflow_env(workdir / "airflow-home", "unset", conns, settings)
         with Stopwatch() as setup:
@@ -65,13 +71,14 @@ def bench(server: Server, workdir: Path, *, tasks: int, batch: int, repeats: int
         t_cli, _ = median_of(repeats, lambda: once("cli"))
     os.environ.pop("OUTREACH_DATABASE_URL", None)
     ratio = t_airflow / t_cli
-    return [Row(f"Airflow fan-out ({tasks} mapped tasks)",
+    return [Row(f"Airflow fan-out ({tasks} batches)",
                 f"`outreach_send` run {t_airflow:.1f} s for {emails} emails ({tasks} × {batch})",
                 f"CLI, same batches in one process {t_cli:.1f} s → Airflow "
                 f"**{ratio:.1f}×** the time", "≤ 1.5× the CLI (issue 29)", ratio <= 1.5,
                 f"Airflow took {t_airflow - t_cli:.1f} s more than the CLI for the same sends: "
                 "`airflow dags test` parses the whole DAG folder and starts an in-process "
                 "execution API before its first task, and runs its tasks (plan with the "
-                f"preflight, {tasks} mapped sends, summary, after_send) one "
+                f"preflight, one send task with {sessions_per_task(tasks, 1)} sessions at once "
+                "(the sizing rule for one worker), summary, after_send) one "
                 "after the other, each with its own API round trips and XCom; its log (fanout-airflow.log in the "
                 "work folder) times each step")], details

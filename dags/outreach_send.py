@@ -26,7 +26,11 @@ process start and a DAG parse.
   right before the handoff, sends over one SMTP session per mailbox and commits each row's
   outcome right after its handoff. It logs one summary line per mailbox. Paused mailboxes are
   never claimed. Each runs in the Airflow pool `outreach_smtp` (one slot = one SMTP session at a
-  time), whose size bounds concurrent SMTP sessions across every worker. Its label says what it
+  time), whose size bounds concurrent SMTP sessions across every worker. With
+  `OUTREACH_SEND_SESSIONS_PER_TASK` N above 1 (the sizing rule sets it: one send task per worker
+  a run), each task carries N of the plan's batches and sends them at once, one SMTP session and
+  one thread each, holding N pool slots; a session that fails stops the task's others before
+  their next row, what they had not handed over back in the queue. Its label says what it
   did, per mailbox by name (`anna — sales: sent 12, unconfirmed 1`). It **fails** when rows were
   left unconfirmed (they need a person) or a mailbox could not be reached: a red `send_batch`
   whose log says `MailboxUnreachable` is a mailbox whose SMTP connection, login or DKIM key
@@ -70,7 +74,8 @@ def outreach_send():
     def plan() -> list[dict]:
         return tasks_send.preflight_and_plan_task()
 
-    @task(map_index_template="{{ batch_label }}", pool=defaults.SMTP_POOL)
+    @task(map_index_template="{{ batch_label }}", pool=defaults.SMTP_POOL,
+          pool_slots=defaults.send_sessions_per_task())
     def send_batch(batch: dict) -> dict:
         # The task's own context (not a copy): the label set in it is what the UI shows.
         return tasks_send.send_task(batch, get_current_context())

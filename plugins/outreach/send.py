@@ -8,7 +8,8 @@ docs/explanation/promise.md#what-happens-when-a-step-runs-twice. The steps of on
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,10 +73,93 @@ class BatchAborted(RuntimeError):
         self.stage, self.released, self.stuck = stage, list(released), list(stuck)
 
 
+class SendStopped(RuntimeError):
+    """A session of :func:`send_sessions` stopped before its next row because its ``stop`` event
+    was set; the rows it had not handed over were released (back in the queue, no attempt)."""
+
+
+def send_sessions(url: str, lanes: Sequence[dict[str, Any]], connector: SmtpConnector,
+                  settings: Settings, *, worker: str | None = None,
+                  dkim_keys: DkimKeyLoader | None = None,
+                  clock_for: Callable[[threading.Event], Clock] | None = None,
+                  ) -> list[PlannedSummary]:
+    """Send several planned batches at once, each over its own SMTP sessions in its own thread
+    (:func:`send_planned`): one send task carrying as many sessions as it holds pool slots
+    (``OUTREACH_SEND_SESSIONS_PER_TASK``, docs/reference/sizing.md), so a run pays one task
+    start-up per task, not per session.
+
+    Every session claims, checks and records its own rows exactly as alone: each claim is its
+    own ``claim_emails_v4`` call with the shared ``worker`` as ``claimed_by``, and each row's
+    outcome its own guarded UPDATE, so the threads share nothing in the database but the rows'
+    locks. When one session raises (the database went away, a bug), or this thread is
+    interrupted (Airflow stopping the task), the others stop before their next row, releasing
+    what they had not handed over; a mailbox that cannot send at all does not stop the others.
+
+    :param lanes: the planned batches, ``{"label", "quotas": [(mailbox_id, n), …]}`` each.
+    :param clock_for: the :class:`Clock` of a session from the shared stop event (default: the
+        real clock, whose waits end as soon as the event is set).
+    :returns: one :class:`PlannedSummary` per lane, in ``lanes`` order.
+    :raises MailboxUnreachable: after every session ended, when a mailbox of any could not send
+        (all of them in one exception).
+    :raises BaseException: the first other error of a session (or the interruption), after every
+        session ended; what the others did is logged.
+    """
+    from concurrent.futures import ThreadPoolExecutor, wait
+
+    worker = worker or worker_name()
+    stop = threading.Event()
+    def stoppable(event: threading.Event) -> Clock:
+        def sleep(seconds: float) -> None:
+            event.wait(seconds)  # a gap's wait ends as soon as the task stops
+
+        return Clock(sleep=sleep)
+
+    make_clock = clock_for or stoppable
+    lanes = list(lanes)
+    results: list[PlannedSummary | None] = [None] * len(lanes)
+    errors: list[BaseException] = []
+    failures: list[dict[str, Any]] = []
+
+    def lane(i: int) -> None:
+        b = lanes[i]
+        try:
+            results[i] = send_planned(url, b["quotas"], connector, settings, label=b["label"],
+                                      worker=worker, dkim_keys=dkim_keys,
+                                      clock=make_clock(stop), stop=stop)
+        except MailboxUnreachable as exc:
+            results[i] = PlannedSummary(label=b["label"], batches=list(exc.summaries))
+            failures.extend(exc.failures)
+        except BaseException as exc:
+            if not isinstance(exc, SendStopped):
+                errors.append(exc)
+            stop.set()
+            raise
+
+    pool = ThreadPoolExecutor(max_workers=max(1, len(lanes)), thread_name_prefix="smtp-session")
+    futures = [pool.submit(lane, i) for i in range(len(lanes))]
+    try:
+        wait(futures)
+    except BaseException as exc:  # noqa: BLE001 - this thread interrupted: the task is being stopped
+        stop.set()
+        errors.insert(0, exc)
+        wait(futures)
+    finally:
+        pool.shutdown(wait=True)
+    done = [r for r in results if r is not None]
+    log.info("%s session(s) at once: %s", len(lanes),
+             " | ".join(r.line() for r in done) or "nothing sent")
+    if errors:
+        raise errors[0]
+    if failures:
+        raise MailboxUnreachable(failures, [s for r in done for s in r.batches])
+    return done
+
+
 def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
                settings: Settings, *, worker: str | None = None, now: dt.datetime | None = None,
                dkim_keys: DkimKeyLoader | None = None,
-               message_class: str = "marketing", clock: Clock | None = None) -> BatchSummary:
+               message_class: str = "marketing", clock: Clock | None = None,
+               stop: threading.Event | None = None) -> BatchSummary:
     """Claim one batch of a mailbox and send it over one SMTP session, committing each row's outcome.
 
     :param limit: rows at most (further cut by the daily quota and the run's share: :func:`claim`).
@@ -84,7 +168,11 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
     :param dkim_keys: loads a mailbox's DKIM private key by connection id, once per batch.
     :param message_class: ``marketing`` or ``transactional`` (see :func:`claim`).
     :param clock: waits for each row's reserved handoff moment (default the real clock).
+    :param stop: once set, no further row is handed over: :class:`SendStopped` is raised after
+        the rows not handed over were released (another session of the task failed, or the task
+        is being stopped: :func:`send_sessions`).
     :raises BatchAborted: the database went away mid-batch (unrecorded rows stay for the reaper).
+    :raises SendStopped: ``stop`` was set.
     :raises outreach.db.OutreachDBError: the database is unreachable before the claim.
     :returns: the summary; ``summary.unreachable`` is set (rows released) when the mailbox could not
         connect, log in or load its DKIM key: callers raise :class:`MailboxUnreachable` later."""
@@ -129,6 +217,9 @@ def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
                         # The gap: wait for this row's reserved moment, then the pre-send
                         # checks (suppression, our claim) run right before its handoff.
                         clock.wait_until(row.get("not_before"), longest_wait)
+                        if stop is not None and stop.is_set():
+                            raise SendStopped(f"mailbox {mailbox_id}: stopped after {progress.done} "
+                                              f"of {len(rows)} row(s)")
                         _send_one(conn, session, row, settings, summary, now, keys, progress)
                         progress.done += 1
                 except _SessionFailed as exc:
@@ -196,7 +287,8 @@ class PlannedSummary:
 def send_planned(url: str, quotas: Sequence[Sequence[int]], connector: SmtpConnector,
                  settings: Settings, *, label: str = "", worker: str | None = None,
                  now: dt.datetime | None = None, dkim_keys: DkimKeyLoader | None = None,
-                 clock: Clock | None = None, limit: int | None = None) -> PlannedSummary:
+                 clock: Clock | None = None, limit: int | None = None,
+                 stop: threading.Event | None = None) -> PlannedSummary:
     """Send one planned batch: for each ``(mailbox_id, n)`` of ``quotas``, :func:`send_batch` up to n.
 
     Mailboxes are claimed one after the other, each under its own lock and quota.
@@ -204,7 +296,9 @@ def send_planned(url: str, quotas: Sequence[Sequence[int]], connector: SmtpConne
     :param quotas: ``[(mailbox_id, rows at most), …]`` in claim order (JSON lists are fine).
     :param label: the batch's name in logs.
     :param limit: rows claimed at most, all mailboxes together (``None``: only the quotas).
+    :param stop: see :func:`send_batch`; once set, no further mailbox is claimed.
     :raises outreach.db.OutreachDBError: see :func:`send_batch`; later mailboxes stay queued.
+    :raises SendStopped: ``stop`` was set.
     :raises MailboxUnreachable: after every mailbox was processed, if one could not send at all."""
     worker = worker or worker_name()
     summary = PlannedSummary(label=label)
@@ -212,10 +306,12 @@ def send_planned(url: str, quotas: Sequence[Sequence[int]], connector: SmtpConne
         left = None if limit is None else limit - summary.claimed
         if left is not None and left <= 0:
             break
+        if stop is not None and stop.is_set():
+            raise SendStopped(f"{label or 'batch'}: stopped before mailbox {mailbox_id}")
         summary.batches.append(send_batch(url, int(mailbox_id),
                                           int(n) if left is None else min(int(n), left),
                                           connector, settings, worker=worker, now=now,
-                                          dkim_keys=dkim_keys, clock=clock))
+                                          dkim_keys=dkim_keys, clock=clock, stop=stop))
     log.info(summary.line())
     raise_if_unreachable(summary.batches)
     return summary

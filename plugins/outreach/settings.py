@@ -232,7 +232,11 @@ class Settings(OutreachSettings):
     send_interval_minutes: int = Field(10, ge=0, le=1440, description=(
         "minutes between outreach_send runs, 0 (no pacing) to 1440"))
     send_parallelism: int = Field(4, ge=1, le=1024, description=(
-        "mapped send tasks per run, 1 to 1024 (Airflow's [core] max_map_length)"))
+        "planned send batches per run, one SMTP session each, 1 to 1024 (Airflow's [core] "
+        "max_map_length)"))
+    send_sessions_per_task: int = Field(1, ge=1, le=64, description=(
+        "SMTP sessions one send task runs at once, each in its own thread and holding one slot of "
+        "the outreach_smtp pool, 1 to 64 (docs/reference/sizing.md sets it)"))
     send_gap_seconds: float = Field(60.0, ge=0, le=3600, description=(
         "least seconds between two handoffs of one mailbox, 0 (no gap) to 3600"))
     send_gap_jitter: float = Field(0.5, ge=0, le=1, description=(

@@ -2,8 +2,9 @@
 from its mailboxes, sessions per mailbox and workers; the one place it lives (applied by
 ``make airflow``, ``docker-compose.yaml`` and ``outreach doctor``).
 
-Pool P = min(mailboxes × sessions, workers × send slots), batches a run = P, worker concurrency
-ceil(P / workers) + 1, parallelism workers × C. A value set in the environment wins; :func:`caps`
+Pool P = min(mailboxes × sessions, workers × send slots), batches a run = P, sessions per send
+task T = ceil(P / workers) (one send task per worker a run), worker concurrency ceil(P / workers)
++ 1, parallelism workers × C. A value set in the environment wins; :func:`caps`
 says which one holds the workers back. Inputs and examples: docs/reference/sizing.md."""
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ EXTRA_SLOTS_PER_WORKER = 1
 DEFAULT_MAILBOXES = 4
 DEFAULT_SESSIONS_PER_MAILBOX = 1
 DEFAULT_WORKER_SEND_SLOTS = 4
+
+
+def sessions_per_task(pool_slots: int, workers: int) -> int:
+    """SMTP sessions one send task runs at once for a pool of ``pool_slots`` shared by
+    ``workers`` workers: ceil(pool / workers), at least 1 (one send task per worker a run)."""
+    return max(1, math.ceil(pool_slots / max(1, workers)))
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,13 @@ class Sizing:
         return self.pool_slots
 
     @property
+    def sessions_per_task(self) -> int:
+        """SMTP sessions one send task runs at once (holding as many pool slots): ceil(pool /
+        workers), so a run has one send task per worker and pays one task start-up per worker,
+        not per session (issue 29's measurements: docs/reference/benchmarks.md)."""
+        return sessions_per_task(self.pool_slots, self.workers)
+
+    @property
     def worker_concurrency(self) -> int:
         """Task slots per worker: its share of the pool plus :data:`EXTRA_SLOTS_PER_WORKER`."""
         return math.ceil(self.pool_slots / self.workers) + EXTRA_SLOTS_PER_WORKER
@@ -74,6 +88,7 @@ class Sizing:
         """Return the settings the rule gives (``CeleryExecutor`` adds the worker concurrency)."""
         out = {"OUTREACH_SMTP_POOL_SLOTS": str(self.pool_slots),
                "OUTREACH_SEND_PARALLELISM": str(self.send_parallelism),
+               "OUTREACH_SEND_SESSIONS_PER_TASK": str(self.sessions_per_task),
                "AIRFLOW__CORE__PARALLELISM": str(self.parallelism)}
         if executor == "CeleryExecutor":
             out["AIRFLOW__CELERY__WORKER_CONCURRENCY"] = str(self.worker_concurrency)
@@ -84,7 +99,8 @@ class Sizing:
         return (f"sizing: {self.mailboxes} mailbox(es) × {self.sessions_per_mailbox} session(s) = "
                 f"{self.session_limit} SMTP sessions; {self.workers} worker(s) × "
                 f"{self.worker_send_slots} send slots; pool outreach_smtp {self.pool_slots}, "
-                f"{self.send_parallelism} batches a run, worker concurrency "
+                f"{self.send_parallelism} batches a run, {self.sessions_per_task} session(s) a "
+                f"send task, worker concurrency "
                 f"{self.worker_concurrency}, parallelism {self.parallelism} (bound: {self.bound()})")
 
 
@@ -126,13 +142,19 @@ def from_environment(workers: int, url: str | None = None) -> Sizing:
 
 
 def caps(sizing: Sizing, *, pool_slots: int, send_parallelism: int, parallelism: int,
-         worker_concurrency: int | None) -> list[str]:
+         worker_concurrency: int | None, sessions_per_task: int = 1) -> list[str]:
     """Say which configured value holds the workers back below what the rule allows: one line
     each, naming the setting, its value and the rule's (nothing when none does).
 
     :param worker_concurrency: ``None`` for the LocalExecutor.
+    :param sessions_per_task: ``OUTREACH_SEND_SESSIONS_PER_TASK``; more than the pool's slots
+        would never be scheduled (Airflow queues no task that needs more slots than its pool has).
     """
     out = []
+    if sessions_per_task > pool_slots:
+        out.append(f"OUTREACH_SEND_SESSIONS_PER_TASK={sessions_per_task} exceeds the pool's "
+                   f"{pool_slots} slots: no send task would ever start; set it to at most "
+                   f"{pool_slots} (the rule's {sizing.sessions_per_task})")
     if pool_slots < sizing.pool_slots:
         out.append(f"OUTREACH_SMTP_POOL_SLOTS={pool_slots} caps the SMTP sessions below the "
                    f"rule's {sizing.pool_slots} ({sizing.bound()} allow that many)")

@@ -15,7 +15,7 @@ BENCH_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
 ROWS = ("claim ×1", "claim ×2", "claim ×8", "claim with contact policy ×8", "send path",
         "DKIM signature",
         "send at 10 ms a command ×1", "send at 10 ms a command ×2", "import", "queue due",
-        "Airflow fan-out (2 mapped tasks)")
+        "Airflow fan-out (2 batches)")
 
 
 def test_every_benchmark_runs_at_a_tiny_size(tmp_path):

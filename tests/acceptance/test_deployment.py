@@ -48,7 +48,12 @@ MEND_LEDGER = "DROP TRIGGER test_break_ledger ON outreach.send_log; DROP FUNCTIO
 def deployment(pg_admin_url, airflow_meta_template, db_url, sink, tmp_path):
     conn_json = sink.connection_json()
     with running_deployment(pg_admin_url, airflow_meta_template, db_url, tmp_path, {
-            **BASE_ENV, "AIRFLOW_CONN_OUTREACH_SMTP_ANNA": conn_json,
+            **BASE_ENV,
+            # One session a send task: this test counts the tasks and their tries (one
+            # handed-off, unrecorded row per failed try); several sessions a task:
+            # tests/dags/test_send_sessions_dag.py and the Celery tests.
+            "OUTREACH_SEND_SESSIONS_PER_TASK": "1",
+            "AIRFLOW_CONN_OUTREACH_SMTP_ANNA": conn_json,
             "AIRFLOW_CONN_OUTREACH_SMTP_BEN": conn_json,
             "AIRFLOW_CONN_OUTREACH_SMTP_HELLO": conn_json}) as dep:
         yield dep

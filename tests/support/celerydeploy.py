@@ -42,7 +42,8 @@ from support.flow import rows, scalar
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 MAILBOXES = 4
-POOL_SLOTS = 3  # below the workers' 2 × 2 task slots, so the pool is what bounds the sessions
+POOL_SLOTS = 4  # 2 send tasks of 2 sessions (the rule: ceil(4 / 2 workers)) at once, below the
+# 8 sessions the workers' 2 × 2 task slots could run: the pool is what bounds the sessions
 LONG = 1500  # seconds: a shared, loaded machine schedules slowly
 
 

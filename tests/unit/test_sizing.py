@@ -9,19 +9,23 @@ import pytest
 from outreach.sizing import Sizing, caps
 
 
-@pytest.mark.parametrize(("mailboxes", "sessions", "workers", "slots", "pool", "conc", "par", "bound"), [
-    (4, 1, 1, 4, 4, 5, 5, "mailboxes"),      # the LocalExecutor default: 4 sessions, +1 slot
-    (4, 1, 2, 4, 4, 3, 6, "mailboxes"),      # compose and make airflow EXECUTOR=celery
-    (8, 2, 2, 4, 8, 5, 10, "workers"),       # 16 sessions allowed, 2 workers run 8
-    (8, 2, 4, 4, 16, 5, 20, "mailboxes"),    # 4 workers fill the 16 sessions
-    (1, 1, 3, 4, 1, 2, 6, "mailboxes"),      # one mailbox: one session, whatever the workers
+@pytest.mark.parametrize(("mailboxes", "sessions", "workers", "slots", "pool", "per_task", "conc", "par",
+                          "bound"), [
+    (4, 1, 1, 4, 4, 4, 5, 5, "mailboxes"),    # the LocalExecutor default: 4 sessions, +1 slot
+    (4, 1, 2, 4, 4, 2, 3, 6, "mailboxes"),    # compose and make airflow EXECUTOR=celery
+    (8, 2, 2, 4, 8, 4, 5, 10, "workers"),     # 16 sessions allowed, 2 workers run 8
+    (8, 2, 4, 4, 16, 4, 5, 20, "mailboxes"),  # 4 workers fill the 16 sessions
+    (1, 1, 3, 4, 1, 1, 2, 6, "mailboxes"),    # one mailbox: one session, whatever the workers
 ])
-def test_the_rule(mailboxes, sessions, workers, slots, pool, conc, par, bound):
+def test_the_rule(mailboxes, sessions, workers, slots, pool, per_task, conc, par, bound):
     s = Sizing(mailboxes, sessions, workers, slots)
     assert (s.pool_slots, s.worker_concurrency, s.parallelism, s.bound()) == (pool, conc, par, bound)
     assert s.send_parallelism == pool
+    # One send task per worker a run, holding its share of the pool (never more than the pool).
+    assert s.sessions_per_task == per_task <= pool
     assert s.environment("CeleryExecutor") == {
         "OUTREACH_SMTP_POOL_SLOTS": str(pool), "OUTREACH_SEND_PARALLELISM": str(pool),
+        "OUTREACH_SEND_SESSIONS_PER_TASK": str(per_task),
         "AIRFLOW__CORE__PARALLELISM": str(par), "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(conc)}
     assert "AIRFLOW__CELERY__WORKER_CONCURRENCY" not in s.environment("LocalExecutor")
 
@@ -49,6 +53,17 @@ def test_caps_name_the_setting_that_holds_the_workers_back():
     local = Sizing(4, 1, 1)
     assert caps(local, pool_slots=4, send_parallelism=4, parallelism=4, worker_concurrency=None) == [
         "AIRFLOW__CORE__PARALLELISM=4 caps the tasks below what the worker(s) could run (5): set it to 5"]
+
+
+def test_caps_refuse_more_sessions_a_task_than_the_pool_has():
+    # Airflow never queues a task that needs more slots than its pool has: the run would wait forever.
+    s = Sizing(4, 1, 2, 4)
+    assert caps(s, pool_slots=4, send_parallelism=4, parallelism=6, worker_concurrency=3,
+                sessions_per_task=2) == []
+    found = caps(s, pool_slots=4, send_parallelism=4, parallelism=6, worker_concurrency=3,
+                 sessions_per_task=5)
+    assert found == ["OUTREACH_SEND_SESSIONS_PER_TASK=5 exceeds the pool's 4 slots: no send task "
+                     "would ever start; set it to at most 4 (the rule's 2)"]
 
 
 def test_an_input_below_one_is_refused():

@@ -18,6 +18,7 @@ from outreach.airflow.connections import (
     settings,
     smtp_connector,
 )
+from outreach.airflow.defaults import send_sessions_per_task
 from outreach.airflow.tasks_common import config_check_task
 from outreach.logutil import log, mask
 
@@ -169,6 +170,8 @@ def plan_task(checked: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     for i, b in enumerate(batches):
         b["label"] = f"batch {i + 1}/{len(batches)}: " + ", ".join(
             f"{names.get(m, m)} {n}" for m, n in b["quotas"])
+    # The DAG's pool_slots of send_batch: the same number (its range checked by run_settings).
+    batches = pack_sessions(batches, send_sessions_per_task())
     for mailbox_id, n in sorted(held.items()):
         why = blocked[mailbox_id]
         log.error("plan: %s left out of this run (%s rows due): %s (domain %s; "
@@ -185,6 +188,27 @@ def plan_task(checked: dict[str, Any] | None = None) -> list[dict[str, Any]]:
                  "mailbox paused); send_batch is skipped")
     log.info("plan: %s batch(es): %s", len(batches), [b["label"] for b in batches])
     return batches
+
+
+def pack_sessions(batches: list[dict[str, Any]], per_task: int) -> list[dict[str, Any]]:
+    """Put every ``per_task`` consecutive planned batches into one send task (``OUTREACH_SEND_SESSIONS_PER_TASK``):
+    ``{"label", "limit", "quotas": [], "sessions": [batch, …]}``, whose batches run at once, one
+    SMTP session each (:func:`outreach.send.send_sessions`). ``per_task`` 1 leaves the batches as
+    they are (one task, one session each).
+
+    :param batches: the plan's batches, each with its ``label``.
+    :returns: the send tasks' inputs, in plan order."""
+    if per_task <= 1 or len(batches) <= 1:
+        return batches
+    tasks = []
+    for first in range(0, len(batches), per_task):
+        group = batches[first:first + per_task]
+        names = ", ".join(b["label"].split(": ", 1)[-1] for b in group)
+        span = (f"batch {first + 1}" if len(group) == 1
+                else f"batches {first + 1}–{first + len(group)}")
+        tasks.append({"label": f"{span}/{len(batches)} at once: {names}",
+                      "limit": sum(b["limit"] for b in group), "quotas": [], "sessions": group})
+    return tasks
 
 
 def worker_for(dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> str:
@@ -234,7 +258,7 @@ def send_task(batch: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
         left unconfirmed (a person decides); no retry."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from outreach.send import MailboxUnreachable, send_planned
+    from outreach.send import MailboxUnreachable, PlannedSummary, send_planned, send_sessions
 
     context["batch_label"] = batch["label"]
     if batch.get("blocked"):
@@ -247,8 +271,15 @@ def send_task(batch: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     worker = worker_for(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number)
     url = database_url()
     try:
-        summary = send_planned(url, batch["quotas"], smtp_connector, settings(),
-                               label=batch["label"], worker=worker, dkim_keys=dkim_private_key)
+        if batch.get("sessions"):
+            # Several SMTP sessions at once, one thread each; the task holds as many pool slots.
+            summary = PlannedSummary(label=batch["label"], batches=[
+                s for lane in send_sessions(url, batch["sessions"], smtp_connector, settings(),
+                                            worker=worker, dkim_keys=dkim_private_key)
+                for s in lane.batches])
+        else:
+            summary = send_planned(url, batch["quotas"], smtp_connector, settings(),
+                                   label=batch["label"], worker=worker, dkim_keys=dkim_private_key)
     except MailboxUnreachable as exc:
         refused_logins([f["conn_id"] for f in exc.failures], exc)
         raise

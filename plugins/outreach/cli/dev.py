@@ -78,7 +78,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     found = caps(sizing, pool_slots=given["OUTREACH_SMTP_POOL_SLOTS"],
                  send_parallelism=given["OUTREACH_SEND_PARALLELISM"],
                  parallelism=given["AIRFLOW__CORE__PARALLELISM"],
-                 worker_concurrency=given.get("AIRFLOW__CELERY__WORKER_CONCURRENCY") if celery else None)
+                 worker_concurrency=given.get("AIRFLOW__CELERY__WORKER_CONCURRENCY") if celery else None,
+                 sessions_per_task=given["OUTREACH_SEND_SESSIONS_PER_TASK"])
     for line in found:
         print(f"cap: {line}")
     if not found:

@@ -25,6 +25,7 @@ from outreach.airflow.roles import ADMIN_PASSWORD_VAR, ADMIN_USER
 from outreach.dev.devsmtp import free_port
 from outreach.paths import project_root
 from outreach.settings import DatabaseSettings
+from outreach.sizing import sessions_per_task
 
 SERVICES: dict[str, tuple[str, ...]] = {
     "airflow-apiserver": ("api-server",),
@@ -38,6 +39,7 @@ WORKER: tuple[str, tuple[str, ...]] = ("airflow-worker", ("celery", "worker"))
 EXECUTORS = {"local": "LocalExecutor", "celery": "CeleryExecutor"}
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 POOL_SLOTS_VAR = "OUTREACH_SMTP_POOL_SLOTS"
+SESSIONS_VAR = "OUTREACH_SEND_SESSIONS_PER_TASK"
 DEFAULT_POOL_SLOTS = 4
 CELERY_OPERATION_TIMEOUT = "10"
 """Seconds the scheduler gives one publish of a task to the Celery broker
@@ -205,7 +207,10 @@ class Deployment:
             POOL_SLOTS_VAR: str(self.pool_slots),
             # The sizing rule (outreach.sizing) where the environment says nothing.
             **{k: env.get(k) or v for k, v in self.sizing.environment(self.executor).items()
-               if k != POOL_SLOTS_VAR},
+               if k not in (POOL_SLOTS_VAR, SESSIONS_VAR)},
+            # A send task's sessions follow the pool this deployment really has.
+            SESSIONS_VAR: env.get(SESSIONS_VAR) or str(sessions_per_task(
+                self.pool_slots, self.workers if self.executor == "CeleryExecutor" else 1)),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(root / "plugins"), env.get("PYTHONPATH")])),
         })
         if self.executor == "CeleryExecutor":
@@ -507,7 +512,8 @@ def capacity(executor: str, workers: int, outreach_url: str) -> Any:
                      send_parallelism=int(given["OUTREACH_SEND_PARALLELISM"]),
                      parallelism=int(given["AIRFLOW__CORE__PARALLELISM"]),
                      worker_concurrency=int(given["AIRFLOW__CELERY__WORKER_CONCURRENCY"])
-                     if executor == "celery" else None):
+                     if executor == "celery" else None,
+                     sessions_per_task=int(given["OUTREACH_SEND_SESSIONS_PER_TASK"])):
         print(f"outreach airflow: warning: {line}", file=sys.stderr, flush=True)
     return sizing
 

@@ -1,0 +1,125 @@
+"""Several SMTP sessions of one send task at once (:func:`outreach.send.send_sessions`, issue 29),
+on a real PostgreSQL and a real SMTP server on loopback that answers each message 0.1 s late:
+a session that fails stops the others before their next row and nothing they had not handed over
+stays claimed; a mailbox that cannot send at all stops nobody; an interrupted task (Airflow's
+SIGTERM raises in the task's main thread) stops every session the same way. The DAG's side
+(the plan packing the batches, real Airflow running them): tests/dags/test_send_sessions_dag.py."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import psycopg
+import pytest
+
+from outreach.airflow.connections import smtp_connector
+from outreach.dev.devsmtp import free_port
+from outreach.leads import import_leads
+from outreach.queue import queue_due
+from outreach.send import MailboxUnreachable, send_sessions
+from support import invariants
+from support.celerydeploy import CountingSink
+from support.flow import leads_csv, rows
+from support.paths import CAMPAIGN, MAILBOXES, SMTP_CONN_IDS
+
+PER_MAILBOX = 20
+LANES = [{"label": "lane anna", "quotas": [[1, PER_MAILBOX]]},
+         {"label": "lane ben", "quotas": [[2, PER_MAILBOX]]}]
+
+
+@pytest.fixture
+def slow_sink(tmp_path, monkeypatch):
+    """Every demo mailbox on one SMTP server answering each message 0.1 s late: a session of 20
+    rows takes at least 2 s."""
+    server = CountingSink(tmp_path / "maildir").start()
+    server.reset(delay=0.1)
+    for conn_id in SMTP_CONN_IDS:
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", server.connection_json())
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def queued(db_url, tmp_path):
+    """20 queued emails on mailbox 1 (anna) and 20 on mailbox 2 (ben), no cap in the way."""
+    import_leads(db_url, CAMPAIGN, MAILBOXES,
+                 leads_csv(tmp_path, [f"s{i}@sessions{i}.example" for i in range(2 * PER_MAILBOX)]))
+    with psycopg.connect(db_url) as c:
+        c.execute("UPDATE outreach.enrollments SET mailbox_id = 1 + (id % 2)")
+        c.execute("UPDATE outreach.mailboxes SET daily_cap = 100000, warmup_start = NULL")
+    assert queue_due(db_url)["queued"] == 2 * PER_MAILBOX
+    return db_url
+
+
+def by_mailbox(url: str) -> dict[tuple[int, str], int]:
+    return {(r["mailbox_id"], r["status"]): r["n"] for r in rows(url, """
+        SELECT mailbox_id, status::text AS status, count(*) AS n FROM outreach.emails
+        GROUP BY 1, 2""")}
+
+
+def test_two_sessions_run_at_once_and_send_everything_once(queued, slow_sink, settings):
+    lanes = send_sessions(queued, LANES, smtp_connector, settings, worker="sessions-test")
+    assert [lane.sent for lane in lanes] == [PER_MAILBOX, PER_MAILBOX]
+    assert slow_sink.peak >= 2
+    totals = invariants.assert_ok(queued, slow_sink.messages())
+    assert totals.sent_rows == len(slow_sink.messages()) == 2 * PER_MAILBOX
+
+
+def test_a_failing_session_stops_the_other_and_leaves_nothing_claimed(queued, slow_sink, settings):
+    # Mailbox 2's send log cannot be written: its session hands one message over, cannot record
+    # it and raises. Mailbox 1's session, 2 s of work, stops before its next row.
+    with psycopg.connect(queued) as c:
+        c.execute("""CREATE FUNCTION outreach.test_break_ledger() RETURNS trigger LANGUAGE plpgsql
+                     AS $$ BEGIN RAISE EXCEPTION 'injected: send log unavailable'; END $$;
+                     CREATE TRIGGER test_break_ledger BEFORE INSERT ON outreach.send_log
+                     FOR EACH ROW WHEN (NEW.mailbox_id = 2) EXECUTE FUNCTION outreach.test_break_ledger()""")
+    with pytest.raises(psycopg.Error, match="injected: send log unavailable"):
+        send_sessions(queued, LANES, smtp_connector, settings, worker="sessions-test")
+    counts = by_mailbox(queued)
+    assert 1 <= counts.get((1, "sent"), 0) < PER_MAILBOX, counts
+    assert counts.get((1, "sent"), 0) + counts.get((1, "queued"), 0) == PER_MAILBOX, counts
+    assert counts.get((1, "sending"), 0) == 0, counts
+    # Mailbox 2: the one message handed over but unrecorded stays 'sending' for the reaper
+    # (unconfirmed: never resent); its other rows are back in the queue.
+    assert counts.get((2, "sending"), 0) == 1 and counts.get((2, "queued"), 0) == PER_MAILBOX - 1, counts
+    released = rows(queued, "SELECT attempts FROM outreach.emails WHERE status = 'queued'")
+    assert {r["attempts"] for r in released} == {0}
+    assert len(slow_sink.messages()) == counts.get((1, "sent"), 0) + 1
+
+
+def test_a_mailbox_that_cannot_send_stops_no_other_session(queued, slow_sink, settings, monkeypatch):
+    closed = json.dumps({"conn_type": "smtp", "host": "127.0.0.1", "port": free_port(),
+                         "extra": {"disable_ssl": True, "disable_tls": True, "timeout": 1,
+                                   "retry_limit": 0}})
+    monkeypatch.setenv("AIRFLOW_CONN_OUTREACH_SMTP_BEN", closed)
+    with pytest.raises(MailboxUnreachable) as exc:
+        send_sessions(queued, LANES, smtp_connector, settings, worker="sessions-test")
+    assert [f["conn_id"] for f in exc.value.failures] == ["outreach_smtp_ben"]
+    counts = by_mailbox(queued)
+    assert counts == {(1, "sent"): PER_MAILBOX, (2, "queued"): PER_MAILBOX}, counts
+    assert sum(s.sent for s in exc.value.summaries) == PER_MAILBOX
+
+
+class Terminated(BaseException):
+    """What Airflow's SIGTERM handler raises in a task's main thread (``AirflowTaskTerminated``)."""
+
+
+def test_an_interrupted_task_stops_every_session_and_releases_their_rows(queued, slow_sink, settings):
+    def terminate(signum, frame):
+        raise Terminated("SIGTERM")
+
+    previous = signal.signal(signal.SIGALRM, terminate)
+    signal.setitimer(signal.ITIMER_REAL, 0.8)  # both sessions are mid-way (2 s of work each)
+    try:
+        with pytest.raises(Terminated):
+            send_sessions(queued, LANES, smtp_connector, settings, worker="sessions-test")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    counts = by_mailbox(queued)
+    for mailbox in (1, 2):
+        assert counts.get((mailbox, "sending"), 0) == 0, counts
+        assert 1 <= counts.get((mailbox, "sent"), 0) < PER_MAILBOX, counts
+    totals = invariants.assert_ok(queued, slow_sink.messages())
+    assert totals.sent_rows == len(slow_sink.messages()) < 2 * PER_MAILBOX
