@@ -1,7 +1,7 @@
 """Airflow fan-out: the wall time of one ``outreach_send`` run of N planned batches (``airflow
 dags test``, SQLite metadata, as :mod:`outreach.dev.localairflow` runs it), sized as ``make
-airflow`` sizes one worker (one ``send_batch`` task running the N sessions at once:
-:func:`outreach.sizing.sessions_per_task`), against the same plan run by the CLI (``outreach
+airflow`` sizes one worker (``send_batch`` tasks running a worker's send slots of sessions at
+once: :func:`outreach.sizing.sessions_per_task`), against the same plan run by the CLI (``outreach
 send``: the same batches, one after the other, in one process). Both start from a clone of the
 same queued database, with the same settings and SMTP server; both times include interpreter
 start-up. Target (issue 29): Airflow ≤ 1.5× the CLI.
@@ -37,9 +37,9 @@ def bench(server: Server, workdir: Path, *, tasks: int, batch: int, repeats: int
                     "OUTREACH_SEND_INTERVAL_MINUTES": "0", "OUTREACH_SEND_GAP_SECONDS": "0",
                     "OUTREACH_PREFLIGHT": "off",
                     "OUTREACH_SEND_PARALLELISM": str(tasks), "OUTREACH_BATCH_SIZE": str(batch),
-                    # The sizing rule's shape for one worker (make airflow): every batch's
-                    # session in one send task (outreach.sizing.sessions_per_task).
-                    "OUTREACH_SEND_SESSIONS_PER_TASK": str(sessions_per_task(tasks, 1))}
+                    # The sizing rule's shape for one worker (make airflow): a worker's send
+                    # slots of sessions in one send task (outreach.sizing.sessions_per_task).
+                    "OUTREACH_SEND_SESSIONS_PER_TASK": str(sessions_per_task(tasks))}
         conns = {c: sink.connection_json() for c in smtp_conn_ids(mailboxes)}
         env = airflow_env(workdir / "airflow-home", "unset", conns, settings)
         with Stopwatch() as setup:
@@ -78,7 +78,7 @@ def bench(server: Server, workdir: Path, *, tasks: int, batch: int, repeats: int
                 f"Airflow took {t_airflow - t_cli:.1f} s more than the CLI for the same sends: "
                 "`airflow dags test` parses the whole DAG folder and starts an in-process "
                 "execution API before its first task, and runs its tasks (plan with the "
-                f"preflight, one send task with {sessions_per_task(tasks, 1)} sessions at once "
+                f"preflight, send tasks of {sessions_per_task(tasks)} sessions at once "
                 "(the sizing rule for one worker), summary, after_send) one "
                 "after the other, each with its own API round trips and XCom; its log (fanout-airflow.log in the "
                 "work folder) times each step")], details

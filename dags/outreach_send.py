@@ -27,8 +27,8 @@ process start and a DAG parse.
   outcome right after its handoff. It logs one summary line per mailbox. Paused mailboxes are
   never claimed. Each runs in the Airflow pool `outreach_smtp` (one slot = one SMTP session at a
   time), whose size bounds concurrent SMTP sessions across every worker. With
-  `OUTREACH_SEND_SESSIONS_PER_TASK` N above 1 (the sizing rule sets it: one send task per worker
-  a run), each task carries N of the plan's batches and sends them at once, one SMTP session and
+  `OUTREACH_SEND_SESSIONS_PER_TASK` N above 1 (the sizing rule sets it: about one send task per
+  worker a run), each task carries N of the plan's batches and sends them at once, one SMTP session and
   one thread each, holding N pool slots; a session that fails stops the task's others before
   their next row, what they had not handed over back in the queue. Its label says what it
   did, per mailbox by name (`anna — sales: sent 12, unconfirmed 1`). It **fails** when rows were

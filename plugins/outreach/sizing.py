@@ -3,8 +3,8 @@ from its mailboxes, sessions per mailbox and workers; the one place it lives (ap
 ``make airflow``, ``docker-compose.yaml`` and ``outreach doctor``).
 
 Pool P = min(mailboxes × sessions, workers × send slots), batches a run = P, sessions per send
-task T = ceil(P / workers) (one send task per worker a run), worker concurrency ceil(P / workers)
-+ 1, parallelism workers × C. A value set in the environment wins; :func:`caps`
+task T = min(send slots, P) (about one send task per worker a run), worker concurrency
+ceil(P / workers) + 1, parallelism workers × C. A value set in the environment wins; :func:`caps`
 says which one holds the workers back. Inputs and examples: docs/reference/sizing.md."""
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ DEFAULT_SESSIONS_PER_MAILBOX = 1
 DEFAULT_WORKER_SEND_SLOTS = 4
 
 
-def sessions_per_task(pool_slots: int, workers: int) -> int:
-    """SMTP sessions one send task runs at once for a pool of ``pool_slots`` shared by
-    ``workers`` workers: ceil(pool / workers), at least 1 (one send task per worker a run)."""
-    return max(1, math.ceil(pool_slots / max(1, workers)))
+def sessions_per_task(pool_slots: int, worker_send_slots: int = DEFAULT_WORKER_SEND_SLOTS) -> int:
+    """SMTP sessions one send task runs at once: a worker's send slots, never more than the pool
+    (Airflow starts no task that needs more slots than its pool has), at least 1. It depends on
+    no count of workers, so a worker started later or on another machine with the same
+    ``OUTREACH_WORKER_SEND_SLOTS`` plans the same tasks as the rest of the deployment."""
+    return max(1, min(pool_slots, worker_send_slots))
 
 
 @dataclass(frozen=True)
@@ -64,10 +66,10 @@ class Sizing:
 
     @property
     def sessions_per_task(self) -> int:
-        """SMTP sessions one send task runs at once (holding as many pool slots): ceil(pool /
-        workers), so a run has one send task per worker and pays one task start-up per worker,
-        not per session (issue 29's measurements: docs/reference/benchmarks.md)."""
-        return sessions_per_task(self.pool_slots, self.workers)
+        """SMTP sessions one send task runs at once (holding as many pool slots): a worker's send
+        slots, at most the pool (:func:`sessions_per_task`), so a run has about one send task per
+        worker and pays one task start-up per worker, not per session."""
+        return sessions_per_task(self.pool_slots, self.worker_send_slots)
 
     @property
     def worker_concurrency(self) -> int:

@@ -42,8 +42,9 @@ from support.flow import rows, scalar
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 MAILBOXES = 4
-POOL_SLOTS = 4  # 2 send tasks of 2 sessions (the rule: ceil(4 / 2 workers)) at once, below the
-# 8 sessions the workers' 2 × 2 task slots could run: the pool is what bounds the sessions
+POOL_SLOTS = 4  # 2 send tasks of 2 sessions (SESSIONS_PER_TASK) at once, below the 8 sessions
+# the workers' 2 × 2 task slots could run: the pool is what bounds the sessions
+SESSIONS_PER_TASK = 2  # several sessions a task, and two tasks at once: one on each worker
 LONG = 1500  # seconds: a shared, loaded machine schedules slowly
 
 
@@ -135,8 +136,9 @@ def celery_deployment(admin_url: str, tmp: Path, metadata: Path):
                    # A dead worker's rows never handed over are requeued after 30 s without its
                    # claim's heartbeat instead of 120 s (the least OUTREACH_RELEASE_SECONDS takes).
                    "OUTREACH_RELEASE_SECONDS": "30",
-                   # 2,000 leads in one run of 20 batches; 600 leads in 6 (two waves of the pool).
+                   # 2,000 leads in one run of 20 batches (10 tasks); 600 leads in 6 (3 tasks, two waves).
                    "OUTREACH_BATCH_SIZE": "100", "OUTREACH_SEND_PARALLELISM": "20",
+                   "OUTREACH_SEND_SESSIONS_PER_TASK": str(SESSIONS_PER_TASK),
                    "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2", "AIRFLOW__CORE__PARALLELISM": "8",
                    "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
                    "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",

@@ -12,7 +12,7 @@ from outreach.sizing import Sizing, caps
 @pytest.mark.parametrize(("mailboxes", "sessions", "workers", "slots", "pool", "per_task", "conc", "par",
                           "bound"), [
     (4, 1, 1, 4, 4, 4, 5, 5, "mailboxes"),    # the LocalExecutor default: 4 sessions, +1 slot
-    (4, 1, 2, 4, 4, 2, 3, 6, "mailboxes"),    # compose and make airflow EXECUTOR=celery
+    (4, 1, 2, 4, 4, 4, 3, 6, "mailboxes"),    # compose and make airflow EXECUTOR=celery
     (8, 2, 2, 4, 8, 4, 5, 10, "workers"),     # 16 sessions allowed, 2 workers run 8
     (8, 2, 4, 4, 16, 4, 5, 20, "mailboxes"),  # 4 workers fill the 16 sessions
     (1, 1, 3, 4, 1, 1, 2, 6, "mailboxes"),    # one mailbox: one session, whatever the workers
@@ -21,8 +21,8 @@ def test_the_rule(mailboxes, sessions, workers, slots, pool, per_task, conc, par
     s = Sizing(mailboxes, sessions, workers, slots)
     assert (s.pool_slots, s.worker_concurrency, s.parallelism, s.bound()) == (pool, conc, par, bound)
     assert s.send_parallelism == pool
-    # One send task per worker a run, holding its share of the pool (never more than the pool).
-    assert s.sessions_per_task == per_task <= pool
+    # A send task runs a worker's send slots of sessions, never more than the pool.
+    assert s.sessions_per_task == per_task == min(slots, pool)
     assert s.environment("CeleryExecutor") == {
         "OUTREACH_SMTP_POOL_SLOTS": str(pool), "OUTREACH_SEND_PARALLELISM": str(pool),
         "OUTREACH_SEND_SESSIONS_PER_TASK": str(per_task),
@@ -63,7 +63,7 @@ def test_caps_refuse_more_sessions_a_task_than_the_pool_has():
     found = caps(s, pool_slots=4, send_parallelism=4, parallelism=6, worker_concurrency=3,
                  sessions_per_task=5)
     assert found == ["OUTREACH_SEND_SESSIONS_PER_TASK=5 exceeds the pool's 4 slots: no send task "
-                     "would ever start; set it to at most 4 (the rule's 2)"]
+                     "would ever start; set it to at most 4 (the rule's 4)"]
 
 
 def test_an_input_below_one_is_refused():

@@ -1,6 +1,7 @@
 """Task bodies of the send pipeline: ``outreach_queue_due`` (queue the due steps, cache MX
-providers) and ``outreach_send`` (preflight and plan, one mapped send per planned batch, summary,
-after_send; see :mod:`outreach.airflow.tasks_common` for what a task body may do).
+providers) and ``outreach_send`` (preflight and plan, one mapped send per planned batch or group
+of batches sent at once, summary, after_send; see :mod:`outreach.airflow.tasks_common` for what a
+task body may do).
 """
 
 from __future__ import annotations
@@ -147,7 +148,8 @@ def preflight_and_plan_task() -> list[dict[str, Any]]:
 
 
 def plan_task(checked: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Reap stale rows, then plan this run's batches (one mapped send task each).
+    """Reap stale rows, then plan this run's batches (one mapped send task each, or per
+    ``OUTREACH_SEND_SESSIONS_PER_TASK`` of them: :func:`pack_sessions`).
 
     A mailbox the preflight blocked gets a batch of its own that fails (:func:`send_task`), so it
     never shows green; nothing due leaves ``send_batch`` skipped, with the reason logged."""

@@ -210,7 +210,7 @@ class Deployment:
                if k not in (POOL_SLOTS_VAR, SESSIONS_VAR)},
             # A send task's sessions follow the pool this deployment really has.
             SESSIONS_VAR: env.get(SESSIONS_VAR) or str(sessions_per_task(
-                self.pool_slots, self.workers if self.executor == "CeleryExecutor" else 1)),
+                self.pool_slots, self.sizing.worker_send_slots)),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(root / "plugins"), env.get("PYTHONPATH")])),
         })
         if self.executor == "CeleryExecutor":
