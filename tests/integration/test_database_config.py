@@ -102,20 +102,38 @@ def test_doctor_reads_the_mailboxes_of_the_embedded_server_on_opt_in(tmp_path):
         subprocess.run(outreach_cmd("db", "stop"), env=env, capture_output=True, timeout=120)
 
 
-def test_cli_asks_a_configured_secrets_backend_before_the_environment(db_url, tmp_path):
+LOCAL_BACKEND = "airflow.secrets.local_filesystem.LocalFilesystemBackend"
+
+
+@pytest.mark.parametrize("where", ["secrets section", "workers section", "workers env",
+                                   "empty AIRFLOW_HOME", "AIRFLOW_CONFIG with $VAR"])
+def test_cli_asks_a_configured_secrets_backend_before_the_environment(db_url, tmp_path, where):
     # The CLI skips importing Airflow only where Airflow could find no `outreach_db` anyway. A
-    # secrets backend named in airflow.cfg (here the local-file one, a real Airflow backend) can
-    # hold it: the command must then use that connection, not OUTREACH_DATABASE_URL.
+    # secrets backend (here the local-file one, a real Airflow backend) named wherever Airflow
+    # reads it can hold it: the command must then use that connection, not OUTREACH_DATABASE_URL.
     wrong = psycopg.conninfo.make_conninfo(db_url, dbname="outreach_no_such_database")
     conns = tmp_path / "connections.json"
     conns.write_text(json.dumps({"outreach_db": json.loads(connection_json(db_url))}))
-    home = tmp_path / "airflow-home"
+    kwargs = json.dumps({"connections_file_path": str(conns)})
+    section, key = ("workers", "secrets_backend") if where == "workers section" else ("secrets", "backend")
+    cfg = f"[{section}]\n{key} = {LOCAL_BACKEND}\n{key}_kwargs = {kwargs}\n"
+    home, cwd = tmp_path / "airflow-home", tmp_path / "cwd"
     home.mkdir()
-    (home / "airflow.cfg").write_text(
-        "[secrets]\nbackend = airflow.secrets.local_filesystem.LocalFilesystemBackend\n"
-        f"backend_kwargs = {json.dumps({'connections_file_path': str(conns)})}\n")
-    p = subprocess.run(outreach_cmd("db", "upgrade"), env=bare_env(tmp_path, OUTREACH_DATABASE_URL=wrong),
-                       capture_output=True, text=True, timeout=300)
+    cwd.mkdir()
+    env = bare_env(tmp_path, OUTREACH_DATABASE_URL=wrong)
+    if where == "workers env":
+        env.update(AIRFLOW__WORKERS__SECRETS_BACKEND=LOCAL_BACKEND,
+                   AIRFLOW__WORKERS__SECRETS_BACKEND_KWARGS=kwargs)
+    elif where == "empty AIRFLOW_HOME":  # Airflow reads ./airflow.cfg
+        (cwd / "airflow.cfg").write_text(cfg)
+        env["AIRFLOW_HOME"] = ""
+    elif where == "AIRFLOW_CONFIG with $VAR":
+        (cwd / "my.cfg").write_text(cfg)
+        env.update(MY_CFG_DIR=str(cwd), AIRFLOW_CONFIG="$MY_CFG_DIR/my.cfg")
+    else:
+        (home / "airflow.cfg").write_text(cfg)
+    p = subprocess.run(outreach_cmd("db", "upgrade"), env=env, cwd=cwd, capture_output=True,
+                       text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "database is up to date" in p.stdout
 

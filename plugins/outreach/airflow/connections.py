@@ -53,41 +53,59 @@ def _connection(conn_id: str):
         return None
 
 
-SECRETS_BACKEND_VARS = ("AIRFLOW__SECRETS__BACKEND", "AIRFLOW__SECRETS__BACKEND_CMD",
-                        "AIRFLOW__SECRETS__BACKEND_SECRET")
-"""Environment variables that configure an Airflow secrets backend (Airflow's ``[secrets]
-backend``, also as a command or a secret)."""
+SECRETS_BACKEND_KEYS = (("secrets", "backend"), ("workers", "secrets_backend"))
+"""Where Airflow's configuration names a secrets backend (``[secrets] backend``; outside a server
+``[workers] secrets_backend`` comes first: ``_get_custom_secret_backend``), each also read from
+``AIRFLOW__<SECTION>__<KEY>`` and its ``_CMD`` and ``_SECRET`` forms."""
+
+
+def _expand(path: str) -> str:
+    """Expand ``$VARS`` and ``~`` until nothing changes, as Airflow's ``expand_env_var`` does."""
+    while True:
+        expanded = os.path.expanduser(os.path.expandvars(path))
+        if expanded == path:
+            return expanded
+        path = expanded
+
+
+def airflow_config_path() -> str:
+    """The configuration file Airflow reads (``airflow.sdk.configuration.get_airflow_config``):
+    ``AIRFLOW_CONFIG`` when set, else ``airflow.cfg`` in ``AIRFLOW_HOME`` (default ``~/airflow``;
+    set but empty: the current directory)."""
+    if "AIRFLOW_CONFIG" in os.environ:
+        return _expand(os.environ["AIRFLOW_CONFIG"])
+    return os.path.join(_expand(os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))),
+                        "airflow.cfg")
 
 
 def _nowhere_to_look(conn_id: str) -> bool:
     """True when Airflow itself would find no connection ``conn_id`` here: this process is no
     task (no supervisor channel) and no Airflow server (``_AIRFLOW_PROCESS_CONTEXT`` unset),
-    ``AIRFLOW_CONN_<ID>`` is not set, and no secrets backend is configured, neither in the
-    environment (:data:`SECRETS_BACKEND_VARS`) nor in the ``[secrets]`` section of the
-    configuration file (``AIRFLOW_CONFIG``, else ``$AIRFLOW_HOME/airflow.cfg``, else
-    ``~/airflow/airflow.cfg``). Any doubt (an unreadable file) is False: Airflow decides."""
+    ``AIRFLOW_CONN_<ID>`` is not set, and no secrets backend is configured
+    (:data:`SECRETS_BACKEND_KEYS`), neither in the environment nor in the configuration file
+    (:func:`airflow_config_path`). Any doubt (an unreadable file) is False: Airflow decides."""
     import configparser
     import sys
-    from pathlib import Path
 
     runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
     if runner is not None and getattr(runner, "SUPERVISOR_COMMS", None) is not None:
         return False
     if os.environ.get("_AIRFLOW_PROCESS_CONTEXT") or os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}"):
         return False
-    if any(os.environ.get(name, "").strip() for name in SECRETS_BACKEND_VARS):
-        return False
-    home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow").expanduser()
-    cfg = Path(os.environ.get("AIRFLOW_CONFIG") or home / "airflow.cfg").expanduser()
-    if not cfg.exists():
+    for section, key in SECRETS_BACKEND_KEYS:
+        name = f"AIRFLOW__{section.upper()}__{key.upper()}"
+        if any(os.environ.get(name + suffix, "").strip() for suffix in ("", "_CMD", "_SECRET")):
+            return False
+    cfg = airflow_config_path()
+    if not os.path.exists(cfg):
         return True
     parser = configparser.ConfigParser(interpolation=None, strict=False)
     try:
         parser.read(cfg, encoding="utf-8")
     except (OSError, configparser.Error, UnicodeDecodeError):
         return False
-    return not any(parser.get("secrets", key, fallback="").strip()
-                   for key in ("backend", "backend_cmd", "backend_secret"))
+    return not any(parser.get(section, key + suffix, fallback="").strip()
+                   for section, key in SECRETS_BACKEND_KEYS for suffix in ("", "_cmd", "_secret"))
 
 
 def unsubscribe_secret(conn_id: str = UNSUBSCRIBE_CONN_ID) -> str:
