@@ -82,6 +82,7 @@ def send_sessions(url: str, lanes: Sequence[dict[str, Any]], connector: SmtpConn
                   settings: Settings, *, worker: str | None = None,
                   dkim_keys: DkimKeyLoader | None = None,
                   clock_for: Callable[[threading.Event], Clock] | None = None,
+                  stop: threading.Event | None = None, at_once: int | None = None,
                   ) -> list[PlannedSummary]:
     """Send several planned batches at once, each over its own SMTP sessions in its own thread
     (:func:`send_planned`): one send task carrying as many sessions as it holds pool slots
@@ -91,23 +92,28 @@ def send_sessions(url: str, lanes: Sequence[dict[str, Any]], connector: SmtpConn
     Every session claims, checks and records its own rows exactly as alone: each claim is its
     own ``claim_emails_v4`` call with the shared ``worker`` as ``claimed_by``, and each row's
     outcome its own guarded UPDATE, so the threads share nothing in the database but the rows'
-    locks. When one session raises (the database went away, a bug), or this thread is
-    interrupted (Airflow stopping the task), the others stop before their next row, releasing
-    what they had not handed over; a mailbox that cannot send at all does not stop the others.
+    locks. When one session raises (the database went away, a bug), ``stop`` is set (Airflow
+    stopping the task: :func:`outreach.airflow.tasks_send.send_task`) or this thread is
+    interrupted, the others stop before their next row, releasing what they had not handed
+    over; a mailbox that cannot send at all does not stop the others.
 
     :param lanes: the planned batches, ``{"label", "quotas": [(mailbox_id, n), …]}`` each.
     :param clock_for: the :class:`Clock` of a session from the shared stop event (default: the
         real clock, whose waits end as soon as the event is set).
+    :param stop: the event that stops every session (default: one of its own).
+    :param at_once: sessions at most at the same time (default: every lane); the rest wait.
     :returns: one :class:`PlannedSummary` per lane, in ``lanes`` order.
     :raises MailboxUnreachable: after every session ended, when a mailbox of any could not send
         (all of them in one exception).
+    :raises SendStopped: ``stop`` was set from outside and a session stopped early.
     :raises BaseException: the first other error of a session (or the interruption), after every
         session ended; what the others did is logged.
     """
     from concurrent.futures import ThreadPoolExecutor, wait
 
     worker = worker or worker_name()
-    stop = threading.Event()
+    stop = stop or threading.Event()
+
     def stoppable(event: threading.Event) -> Clock:
         def sleep(seconds: float) -> None:
             event.wait(seconds)  # a gap's wait ends as soon as the task stops
@@ -118,38 +124,44 @@ def send_sessions(url: str, lanes: Sequence[dict[str, Any]], connector: SmtpConn
     lanes = list(lanes)
     results: list[PlannedSummary | None] = [None] * len(lanes)
     errors: list[BaseException] = []
+    stopped: list[SendStopped] = []
     failures: list[dict[str, Any]] = []
 
     def lane(i: int) -> None:
         b = lanes[i]
         try:
+            if stop.is_set():
+                raise SendStopped(f"{b['label']}: stopped before it started")
             results[i] = send_planned(url, b["quotas"], connector, settings, label=b["label"],
                                       worker=worker, dkim_keys=dkim_keys,
                                       clock=make_clock(stop), stop=stop)
         except MailboxUnreachable as exc:
             results[i] = PlannedSummary(label=b["label"], batches=list(exc.summaries))
             failures.extend(exc.failures)
-        except BaseException as exc:
-            if not isinstance(exc, SendStopped):
-                errors.append(exc)
+        except SendStopped as exc:
+            stopped.append(exc)
+        except BaseException as exc:  # noqa: BLE001 - raised again below, after every session
+            errors.append(exc)
             stop.set()
-            raise
 
-    pool = ThreadPoolExecutor(max_workers=max(1, len(lanes)), thread_name_prefix="smtp-session")
-    futures = [pool.submit(lane, i) for i in range(len(lanes))]
+    width = max(1, min(at_once or len(lanes), len(lanes)))
+    pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="smtp-session")
     try:
-        wait(futures)
+        wait([pool.submit(lane, i) for i in range(len(lanes))])
     except BaseException as exc:  # noqa: BLE001 - this thread interrupted: the task is being stopped
         stop.set()
         errors.insert(0, exc)
-        wait(futures)
     finally:
-        pool.shutdown(wait=True)
+        pool.shutdown(wait=True)  # every session ends (stopped ones before their next row)
     done = [r for r in results if r is not None]
-    log.info("%s session(s) at once: %s", len(lanes),
-             " | ".join(r.line() for r in done) or "nothing sent")
+    log.info("%s session(s), %s at once: %s%s", len(lanes), width,
+             " | ".join(r.line() for r in done) or "nothing sent",
+             f"; {len(stopped)} stopped early" if stopped else "")
     if errors:
         raise errors[0]
+    if stopped:
+        raise SendStopped(f"the task was stopped: {len(stopped)} of {len(lanes)} session(s) "
+                          "stopped before their next row, their rows back in the queue")
     if failures:
         raise MailboxUnreachable(failures, [s for r in done for s in r.batches])
     return done

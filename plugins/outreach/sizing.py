@@ -3,7 +3,7 @@ from its mailboxes, sessions per mailbox and workers; the one place it lives (ap
 ``make airflow``, ``docker-compose.yaml`` and ``outreach doctor``).
 
 Pool P = min(mailboxes × sessions, workers × send slots), batches a run = P, sessions per send
-task T = min(send slots, P) (about one send task per worker a run), worker concurrency
+task T = the largest divisor of P ≤ send slots (about one send task per worker a run), worker concurrency
 ceil(P / workers) + 1, parallelism workers × C. A value set in the environment wins; :func:`caps`
 says which one holds the workers back. Inputs and examples: docs/reference/sizing.md."""
 
@@ -21,11 +21,15 @@ DEFAULT_WORKER_SEND_SLOTS = 4
 
 
 def sessions_per_task(pool_slots: int, worker_send_slots: int = DEFAULT_WORKER_SEND_SLOTS) -> int:
-    """SMTP sessions one send task runs at once: a worker's send slots, never more than the pool
-    (Airflow starts no task that needs more slots than its pool has), at least 1. It depends on
-    no count of workers, so a worker started later or on another machine with the same
-    ``OUTREACH_WORKER_SEND_SLOTS`` plans the same tasks as the rest of the deployment."""
-    return max(1, min(pool_slots, worker_send_slots))
+    """SMTP sessions one send task runs at once: the largest number that is at most a worker's
+    send slots and divides the pool, at least 1. At most the pool: Airflow starts no task that
+    needs more slots than its pool has. Dividing it: every task holds that many slots, so with
+    pool 6 and tasks of 4 the second task (4 slots for 2 batches) would wait for the first;
+    tasks of 3 run at once. It depends on no count of workers, so a worker started later or on
+    another machine with the same ``OUTREACH_WORKER_SEND_SLOTS`` plans the same tasks as the
+    rest of the deployment."""
+    pool = max(1, pool_slots)
+    return next(n for n in range(min(pool, max(1, worker_send_slots)), 0, -1) if pool % n == 0)
 
 
 @dataclass(frozen=True)
@@ -144,19 +148,26 @@ def from_environment(workers: int, url: str | None = None) -> Sizing:
 
 
 def caps(sizing: Sizing, *, pool_slots: int, send_parallelism: int, parallelism: int,
-         worker_concurrency: int | None, sessions_per_task: int = 1) -> list[str]:
+         worker_concurrency: int | None, per_task: int = 1) -> list[str]:
     """Say which configured value holds the workers back below what the rule allows: one line
     each, naming the setting, its value and the rule's (nothing when none does).
 
     :param worker_concurrency: ``None`` for the LocalExecutor.
-    :param sessions_per_task: ``OUTREACH_SEND_SESSIONS_PER_TASK``; more than the pool's slots
-        would never be scheduled (Airflow queues no task that needs more slots than its pool has).
+    :param per_task: ``OUTREACH_SEND_SESSIONS_PER_TASK``: one that exceeds or does not
+        divide the pool is cut to :func:`sessions_per_task` where the pool's size is set too
+        (:func:`outreach.airflow.defaults.send_sessions_per_task`); where it is not, a task of more
+        slots than the pool never starts, and one that does not divide it waits for a round.
     """
     out = []
-    if sessions_per_task > pool_slots:
-        out.append(f"OUTREACH_SEND_SESSIONS_PER_TASK={sessions_per_task} exceeds the pool's "
-                   f"{pool_slots} slots: no send task would ever start; set it to at most "
-                   f"{pool_slots} (the rule's {sizing.sessions_per_task})")
+    taken = sessions_per_task(pool_slots, per_task)
+    if per_task != taken:
+        without = ("no send task would ever start" if per_task > pool_slots
+                   else "a run's tasks would not all start at once")
+        out.append(f"OUTREACH_SEND_SESSIONS_PER_TASK={per_task} "
+                   f"{'exceeds' if per_task > pool_slots else 'does not divide'} the "
+                   f"pool's {pool_slots} slots: send tasks take {taken} where "
+                   f"OUTREACH_SMTP_POOL_SLOTS={pool_slots} is set for every Airflow process "
+                   f"(without it, {without}); set it to {taken}")
     if pool_slots < sizing.pool_slots:
         out.append(f"OUTREACH_SMTP_POOL_SLOTS={pool_slots} caps the SMTP sessions below the "
                    f"rule's {sizing.pool_slots} ({sizing.bound()} allow that many)")

@@ -40,7 +40,7 @@ def test_a_send_task_runs_its_sessions_at_once(db_url, counting_sink, migrated_a
     tasks = rows(db_url, "SELECT substring(claimed_by from '/send_batch\\[(\\d+)\\]#') AS task, "
                          "count(*) AS n FROM outreach.emails WHERE status = 'sent' GROUP BY 1 ORDER BY 1")
     assert [(r["task"], r["n"]) for r in tasks] == [("0", 50), ("1", 50)], tasks
-    assert "2 session(s) at once" in log
+    assert "2 session(s), 2 at once" in log
     assert counting_sink.peak >= 2, "the sessions of one task ran one after the other"
 
     messages = counting_sink.messages()

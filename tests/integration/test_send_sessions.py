@@ -8,7 +8,10 @@ SIGTERM raises in the task's main thread) stops every session the same way. The 
 from __future__ import annotations
 
 import json
+import os
 import signal
+import threading
+from types import SimpleNamespace
 
 import psycopg
 import pytest
@@ -17,7 +20,7 @@ from outreach.airflow.connections import smtp_connector
 from outreach.dev.devsmtp import free_port
 from outreach.leads import import_leads
 from outreach.queue import queue_due
-from outreach.send import MailboxUnreachable, send_sessions
+from outreach.send import MailboxUnreachable, SendStopped, send_sessions
 from support import invariants
 from support.celerydeploy import CountingSink
 from support.flow import leads_csv, rows
@@ -123,3 +126,60 @@ def test_an_interrupted_task_stops_every_session_and_releases_their_rows(queued,
         assert 1 <= counts.get((mailbox, "sent"), 0) < PER_MAILBOX, counts
     totals = invariants.assert_ok(queued, slow_sink.messages())
     assert totals.sent_rows == len(slow_sink.messages()) < 2 * PER_MAILBOX
+
+
+def task_env(monkeypatch, url: str) -> None:
+    """What an Airflow worker gives the send task here: this database, the test settings."""
+    for k, v in {"OUTREACH_DATABASE_URL": url, "OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
+                 "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
+                 "OUTREACH_SEND_INTERVAL_MINUTES": "0", "OUTREACH_SEND_GAP_SECONDS": "0",
+                 "OUTREACH_SMTP_TIMEOUT": "5"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AIRFLOW_CONN_OUTREACH_DB", raising=False)
+
+
+def task_context(pool_slots: int | None = None) -> dict:
+    ti = SimpleNamespace(dag_id="outreach_send", run_id="manual__sessions", task_id="send_batch",
+                         map_index=0, try_number=1)
+    if pool_slots is not None:
+        ti.task = SimpleNamespace(pool_slots=pool_slots)
+    return {"ti": ti}
+
+
+def test_airflow_stopping_the_send_task_stops_its_sessions(queued, slow_sink, monkeypatch):
+    # Airflow stops a task with SIGTERM, whose handler in the task runner raises nothing (it
+    # calls the operator's on_kill), then SIGKILL 5 s later: the sessions must stop at the
+    # SIGTERM and give their rows back, not run on until the SIGKILL.
+    from outreach.airflow import tasks_send
+
+    task_env(monkeypatch, queued)
+    airflows_handler = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    timer = threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGTERM))
+    try:
+        timer.start()
+        with pytest.raises(SendStopped, match="the task was stopped: 2 of 2 session"):
+            tasks_send.send_task({"label": "two at once", "limit": 40, "quotas": [], "sessions": LANES},
+                                 task_context())
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGTERM, airflows_handler)
+    counts = by_mailbox(queued)
+    for mailbox in (1, 2):
+        assert counts.get((mailbox, "sending"), 0) == 0, counts
+        assert 1 <= counts.get((mailbox, "sent"), 0) < PER_MAILBOX, counts
+    assert signal.getsignal(signal.SIGTERM) is airflows_handler
+    totals = invariants.assert_ok(queued, slow_sink.messages())
+    assert totals.sent_rows == len(slow_sink.messages())
+
+
+def test_a_send_task_runs_no_more_sessions_at_once_than_its_pool_slots(queued, slow_sink, monkeypatch,
+                                                                       caplog):
+    # The plan may have packed more batches than the task's own pool_slots (another process's
+    # setting): the task runs them, but never more at once than the slots it holds.
+    from outreach.airflow import tasks_send
+
+    task_env(monkeypatch, queued)
+    result = tasks_send.send_task({"label": "two, one slot", "limit": 40, "quotas": [],
+                                   "sessions": LANES}, task_context(pool_slots=1))
+    assert result["sent"] == 2 * PER_MAILBOX
+    assert "2 session(s), 1 at once" in caplog.text

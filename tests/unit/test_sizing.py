@@ -55,15 +55,30 @@ def test_caps_name_the_setting_that_holds_the_workers_back():
         "AIRFLOW__CORE__PARALLELISM=4 caps the tasks below what the worker(s) could run (5): set it to 5"]
 
 
-def test_caps_refuse_more_sessions_a_task_than_the_pool_has():
-    # Airflow never queues a task that needs more slots than its pool has: the run would wait forever.
+def test_caps_name_sessions_a_task_that_the_pool_cannot_hold_at_once():
+    # Airflow never queues a task that needs more slots than its pool has, and every task of a
+    # run holds the same slots: tasks of 4 on a pool of 6 would run one after the other.
     s = Sizing(4, 1, 2, 4)
     assert caps(s, pool_slots=4, send_parallelism=4, parallelism=6, worker_concurrency=3,
-                sessions_per_task=2) == []
-    found = caps(s, pool_slots=4, send_parallelism=4, parallelism=6, worker_concurrency=3,
-                 sessions_per_task=5)
-    assert found == ["OUTREACH_SEND_SESSIONS_PER_TASK=5 exceeds the pool's 4 slots: no send task "
-                     "would ever start; set it to at most 4 (the rule's 4)"]
+                per_task=2) == []
+    assert caps(s, pool_slots=4, send_parallelism=4, parallelism=6, worker_concurrency=3,
+                per_task=5) == [
+        "OUTREACH_SEND_SESSIONS_PER_TASK=5 exceeds the pool's 4 slots: send tasks take 4 where "
+        "OUTREACH_SMTP_POOL_SLOTS=4 is set for every Airflow process (without it, no send task "
+        "would ever start); set it to 4"]
+    [line] = caps(Sizing(6, 1, 2, 4), pool_slots=6, send_parallelism=6, parallelism=8,
+                  worker_concurrency=4, per_task=4)
+    assert line.startswith("OUTREACH_SEND_SESSIONS_PER_TASK=4 does not divide the pool's 6 slots: "
+                           "send tasks take 3 ")
+
+
+@pytest.mark.parametrize(("pool", "slots", "per_task"), [
+    (4, 4, 4), (8, 4, 4), (16, 4, 4), (6, 4, 3), (5, 4, 1), (2, 4, 2), (1, 4, 1), (12, 8, 6)])
+def test_a_task_takes_the_largest_share_of_its_slots_that_divides_the_pool(pool, slots, per_task):
+    from outreach.sizing import sessions_per_task
+
+    assert sessions_per_task(pool, slots) == per_task
+    assert pool % per_task == 0 and per_task <= min(pool, slots)
 
 
 def test_an_input_below_one_is_refused():
@@ -96,3 +111,8 @@ def test_outreach_doctor_says_what_caps_the_workers(tmp_path):
     assert capped.returncode == 1, capped.stdout + capped.stderr
     assert "cap: OUTREACH_SMTP_POOL_SLOTS=4 caps the SMTP sessions below the rule's 8" in capped.stdout
     assert "cap: AIRFLOW__CORE__PARALLELISM=4 caps the tasks" in capped.stdout
+    # A value that is no whole number ≥ 1 is named, never a crash.
+    bad = doctor(OUTREACH_SMTP_POOL_SLOTS="abc", OUTREACH_SEND_SESSIONS_PER_TASK="0")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "cap: OUTREACH_SMTP_POOL_SLOTS='abc' is not a whole number ≥ 1" in bad.stdout
+    assert "cap: OUTREACH_SEND_SESSIONS_PER_TASK='0' is not a whole number ≥ 1" in bad.stdout

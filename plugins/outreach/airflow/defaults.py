@@ -21,16 +21,26 @@ SMTP_POOL_DESCRIPTION = "outreach: concurrent SMTP sessions of the send tasks"
 def send_sessions_per_task() -> int:
     """The ``outreach_smtp`` pool slots one ``send_batch`` task holds: the SMTP sessions it runs
     at once, ``OUTREACH_SEND_SESSIONS_PER_TASK`` (1 to 64, default 1; the sizing rule sets it:
-    docs/reference/sizing.md), never more than ``OUTREACH_SMTP_POOL_SLOTS`` when that is set
-    (Airflow never starts a task that needs more slots than its pool has). Read at parse time
-    for the DAG and at run time for the plan, so every Airflow process must have the same
-    values; a bad value reads as 1 here and fails the run's plan with the settings error."""
+    docs/reference/sizing.md); when ``OUTREACH_SMTP_POOL_SLOTS`` is set, the largest number up
+    to that which divides the pool (:func:`outreach.sizing.sessions_per_task`: Airflow never
+    starts a task that needs more slots than its pool has, nor all of a run's tasks at once
+    otherwise). Read at parse time for the DAG and at run time for the plan, so every Airflow
+    process must have the same values; a value out of range or not a whole number reads as 1
+    here and fails the run's plan with the settings error."""
     import os
 
-    raw = os.environ.get("OUTREACH_SEND_SESSIONS_PER_TASK", "").strip()
-    wanted = int(raw) if raw.isdigit() and 1 <= int(raw) <= 64 else 1
-    pool = os.environ.get("OUTREACH_SMTP_POOL_SLOTS", "").strip()
-    return min(wanted, int(pool)) if pool.isdigit() and int(pool) >= 1 else wanted
+    from outreach.sizing import sessions_per_task
+
+    def whole(name: str, top: int) -> int | None:
+        try:
+            value = int(os.environ.get(name, "").strip())
+        except ValueError:
+            return None
+        return value if 1 <= value <= top else None
+
+    wanted = whole("OUTREACH_SEND_SESSIONS_PER_TASK", 64) or 1
+    pool = whole("OUTREACH_SMTP_POOL_SLOTS", 100_000)
+    return sessions_per_task(pool, wanted) if pool else wanted
 
 
 ACCESS_CONTROL_WARNING = r"The airflow\.security\.permissions module is deprecated"

@@ -6,6 +6,9 @@ task body may do).
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from outreach.airflow.alerts import (
@@ -248,6 +251,36 @@ def _outcome_label(outcomes: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
+@contextlib.contextmanager
+def _stop_on_sigterm(stop: threading.Event) -> Iterator[None]:
+    """While the block runs, SIGTERM also sets ``stop``, then calls the handler it replaced.
+
+    Airflow stops a task with SIGTERM, then SIGKILL 5 s later (the supervisor); its task
+    runner's handler only calls the operator's ``on_kill`` and raises nothing, so the SMTP
+    sessions of :func:`outreach.send.send_sessions` would go on until the SIGKILL. With ``stop``
+    set they stop before their next row and give their rows back at once. Outside the main
+    thread (no signal handler can be set there) the block runs unchanged."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: Any) -> None:
+        stop.set()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def send_task(batch: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     """Claim and send one planned batch across its mailboxes; return its summary.
 
@@ -256,6 +289,8 @@ def send_task(batch: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
 
     :raises outreach.send.MailboxUnreachable: a mailbox could not send at all (rows requeued,
         attempts uncounted; the others were sent), retried.
+    :raises outreach.send.SendStopped: Airflow stopped the task (SIGTERM) while its sessions ran:
+        they stopped before their next row, their rows back in the queue.
     :raises airflow.sdk.exceptions.AirflowFailException: a mailbox the preflight blocked, or rows
         left unconfirmed (a person decides); no retry."""
     from airflow.sdk.exceptions import AirflowFailException
@@ -274,11 +309,15 @@ def send_task(batch: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     url = database_url()
     try:
         if batch.get("sessions"):
-            # Several SMTP sessions at once, one thread each; the task holds as many pool slots.
-            summary = PlannedSummary(label=batch["label"], batches=[
-                s for lane in send_sessions(url, batch["sessions"], smtp_connector, settings(),
-                                            worker=worker, dkim_keys=dkim_private_key)
-                for s in lane.batches])
+            # Several SMTP sessions at once, one thread each; the task holds as many pool slots
+            # (never more sessions at once than this task's pool_slots, whatever the plan packed).
+            stop = threading.Event()
+            with _stop_on_sigterm(stop):
+                lanes = send_sessions(url, batch["sessions"], smtp_connector, settings(),
+                                      worker=worker, dkim_keys=dkim_private_key, stop=stop,
+                                      at_once=getattr(getattr(ti, "task", None), "pool_slots", None))
+            summary = PlannedSummary(label=batch["label"],
+                                     batches=[s for lane in lanes for s in lane.batches])
         else:
             summary = send_planned(url, batch["quotas"], smtp_connector, settings(),
                                    label=batch["label"], worker=worker, dkim_keys=dkim_private_key)

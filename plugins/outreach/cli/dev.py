@@ -69,17 +69,26 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     celery = args.executor == "celery"
     sizing = from_environment(args.workers if celery else 1, url)
     rule = sizing.environment("CeleryExecutor" if celery else "LocalExecutor")
-    given = {k: int(v) for k in rule
-             if (v := os.environ.get(k, "").strip() or rule[k]).isdigit()}
+    given: dict[str, int] = {}
+    bad: list[str] = []
+    for k, v in rule.items():
+        raw = os.environ.get(k, "").strip() or v
+        try:
+            given[k] = int(raw)
+        except ValueError:
+            given[k] = 0
+        if given[k] < 1:
+            bad.append(f"{k}={raw!r} is not a whole number ≥ 1 (the rule's {v} is used below)")
+            given[k] = int(v)
     print(sizing.line() + ("" if url else " (no outreach database: mailboxes from "
                            "OUTREACH_MAILBOXES or the default)"))
     for k, v in rule.items():
         print(f"  {k}={given.get(k, v)}" + ("" if str(given.get(k, v)) == v else f" (rule: {v})"))
-    found = caps(sizing, pool_slots=given["OUTREACH_SMTP_POOL_SLOTS"],
-                 send_parallelism=given["OUTREACH_SEND_PARALLELISM"],
-                 parallelism=given["AIRFLOW__CORE__PARALLELISM"],
-                 worker_concurrency=given.get("AIRFLOW__CELERY__WORKER_CONCURRENCY") if celery else None,
-                 sessions_per_task=given["OUTREACH_SEND_SESSIONS_PER_TASK"])
+    found = bad + caps(sizing, pool_slots=given["OUTREACH_SMTP_POOL_SLOTS"],
+                       send_parallelism=given["OUTREACH_SEND_PARALLELISM"],
+                       parallelism=given["AIRFLOW__CORE__PARALLELISM"],
+                       worker_concurrency=given.get("AIRFLOW__CELERY__WORKER_CONCURRENCY") if celery else None,
+                       per_task=given["OUTREACH_SEND_SESSIONS_PER_TASK"])
     for line in found:
         print(f"cap: {line}")
     if not found:

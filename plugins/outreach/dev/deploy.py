@@ -513,7 +513,7 @@ def capacity(executor: str, workers: int, outreach_url: str) -> Any:
                      parallelism=int(given["AIRFLOW__CORE__PARALLELISM"]),
                      worker_concurrency=int(given["AIRFLOW__CELERY__WORKER_CONCURRENCY"])
                      if executor == "celery" else None,
-                     sessions_per_task=int(given["OUTREACH_SEND_SESSIONS_PER_TASK"])):
+                     per_task=int(given["OUTREACH_SEND_SESSIONS_PER_TASK"])):
         print(f"outreach airflow: warning: {line}", file=sys.stderr, flush=True)
     return sizing
 
