@@ -181,14 +181,15 @@ def _measure(server: Server, workdir: Path, sink: SinkProcess, *, executor: str,
         server.drop("scaleout_run")
 
 
-def bounds(b: dict[str, Any], emails: int, limit: float, slots: int) -> str:
+def bounds(b: dict[str, Any], emails: int, limit: float, slots: int, per_task: int = 1) -> str:
     """What bounds one run, from its :func:`breakdown`: the send tasks' span against the relay's
     time at the limit, and the run's seconds outside the sends (before the first send task
     starts: plan with the preflight, scheduler round trips, task start-up; after the last ends: the
     summary tasks)."""
     sends = b.get("send_batch", 0.0)
     outside = b["run"] - sends
-    per_message = b.get("send_busy", 0.0) / emails if emails else 0.0
+    # A send task holds per_task slots (one session each) for its duration.
+    per_message = b.get("send_busy", 0.0) * per_task / emails if emails else 0.0
     return (f"the run's {b['run']:.1f} s: send tasks {sends:.1f} s (at the limit the relay's "
             f"replies take {emails / limit:.1f} s; a message took {per_message * 1000:.0f} ms of "
             f"a send slot against {slots and 1000 * slots / limit:.0f} ms of replies: the rest is "
@@ -265,5 +266,5 @@ def bench(server: Server, workdir: Path, *, emails: int, batch: int, slots: int,
                 f"**{rate / first[1]:.2f}×**; LocalExecutor {local:.1f}/s → **{rate / local:.2f}×**",
                 target, met,
                 f"sized by the rule: {sizing.line()}; bound by "
-                f"{bounds(median_run, emails, limit, sizing.pool_slots)}"))
+                f"{bounds(median_run, emails, limit, sizing.pool_slots, sizing.sessions_per_task)}"))
     return rows, details
