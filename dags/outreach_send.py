@@ -16,7 +16,7 @@ process start and a DAG parse.
   today (daily cap, warm-up), the day spread evenly over today's full send window and never more
   than its steady rate a run (pacing, `OUTREACH_SEND_INTERVAL_MINUTES`, 10 like this schedule;
   the rule: `mailbox_remaining_today` in sql/queries/mailboxes.sql) — and splits it over at most
-  `OUTREACH_SEND_PARALLELISM` (4) batches
+  `OUTREACH_SEND_PARALLELISM` (4 by default; `make airflow` sets the sizing rule's) batches
   of at most `OUTREACH_BATCH_SIZE` rows, each across mailboxes. A mailbox blocked by the
   preflight that had rows due gets a batch of its own that **fails** with what to fix. Nothing
   due: `send_batch` is skipped (the plan's log says why).

@@ -159,15 +159,19 @@ def caps(sizing: Sizing, *, pool_slots: int, send_parallelism: int, parallelism:
         slots than the pool never starts, and one that does not divide it waits for a round.
     """
     out = []
+    if not 1 <= per_task <= 64:
+        out.append(f"OUTREACH_SEND_SESSIONS_PER_TASK={per_task} is outside 1 to 64: the DAG reads "
+                   "it as 1 and the send run's plan fails with the settings error")
     taken = sessions_per_task(pool_slots, per_task)
-    if per_task != taken:
+    if 1 <= per_task <= 64 and per_task != taken:
         without = ("no send task would ever start" if per_task > pool_slots
                    else "a run's tasks would not all start at once")
         out.append(f"OUTREACH_SEND_SESSIONS_PER_TASK={per_task} "
                    f"{'exceeds' if per_task > pool_slots else 'does not divide'} the "
                    f"pool's {pool_slots} slots: send tasks take {taken} where "
                    f"OUTREACH_SMTP_POOL_SLOTS={pool_slots} is set for every Airflow process "
-                   f"(without it, {without}); set it to {taken}")
+                   f"(without it, {without}); set it to the rule's {sizing.sessions_per_task} "
+                   f"or another divisor of {pool_slots}")
     if pool_slots < sizing.pool_slots:
         out.append(f"OUTREACH_SMTP_POOL_SLOTS={pool_slots} caps the SMTP sessions below the "
                    f"rule's {sizing.pool_slots} ({sizing.bound()} allow that many)")

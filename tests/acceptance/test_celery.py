@@ -20,6 +20,7 @@ import os
 
 import pytest
 
+from outreach.dev.deploy import running_pool_slots
 from support import invariants
 from support.celerydeploy import (
     LONG,
@@ -69,6 +70,8 @@ def test_two_workers_send_a_2000_lead_campaign_once(fresh, tmp_path):
     hosts = {t["hostname"] for t in send_tis(dep, token, run_id) if t["state"] == "success"}
     assert hosts == {dep.worker_name(1), dep.worker_name(2)}, hosts
     assert sink.peak <= POOL_SLOTS, f"{sink.peak} SMTP sessions at once with a pool of {POOL_SLOTS}"
+    # A worker started later (outreach airflow worker) reads this pool from the metadata database.
+    assert running_pool_slots(dep.metadata_url) == POOL_SLOTS
 
 
 def test_a_worker_killed_mid_send_loses_and_repeats_nothing(fresh, tmp_path):

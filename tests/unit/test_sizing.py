@@ -65,7 +65,10 @@ def test_caps_name_sessions_a_task_that_the_pool_cannot_hold_at_once():
                 per_task=5) == [
         "OUTREACH_SEND_SESSIONS_PER_TASK=5 exceeds the pool's 4 slots: send tasks take 4 where "
         "OUTREACH_SMTP_POOL_SLOTS=4 is set for every Airflow process (without it, no send task "
-        "would ever start); set it to 4"]
+        "would ever start); set it to the rule's 4 or another divisor of 4"]
+    assert caps(s, pool_slots=4, send_parallelism=4, parallelism=6, worker_concurrency=3,
+                per_task=65) == ["OUTREACH_SEND_SESSIONS_PER_TASK=65 is outside 1 to 64: the DAG "
+                                 "reads it as 1 and the send run's plan fails with the settings error"]
     [line] = caps(Sizing(6, 1, 2, 4), pool_slots=6, send_parallelism=6, parallelism=8,
                   worker_concurrency=4, per_task=4)
     assert line.startswith("OUTREACH_SEND_SESSIONS_PER_TASK=4 does not divide the pool's 6 slots: "

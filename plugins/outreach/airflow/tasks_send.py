@@ -176,7 +176,7 @@ def plan_task(checked: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         b["label"] = f"batch {i + 1}/{len(batches)}: " + ", ".join(
             f"{names.get(m, m)} {n}" for m, n in b["quotas"])
     # The DAG's pool_slots of send_batch: the same number (its range checked by run_settings).
-    batches = pack_sessions(batches, send_sessions_per_task())
+    batches = pack_sessions(batches, send_sessions_per_task(), names)
     for mailbox_id, n in sorted(held.items()):
         why = blocked[mailbox_id]
         log.error("plan: %s left out of this run (%s rows due): %s (domain %s; "
@@ -191,24 +191,33 @@ def plan_task(checked: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     if not batches:
         log.info("plan: nothing to send this run (nothing due within today's limits, or every "
                  "mailbox paused); send_batch is skipped")
-    log.info("plan: %s batch(es): %s", len(batches), [b["label"] for b in batches])
+    planned = sum(len(b.get("sessions") or [b]) for b in batches)
+    log.info("plan: %s batch(es) in %s send task(s): %s", planned, len(batches),
+             [b["label"] for b in batches])
     return batches
 
 
-def pack_sessions(batches: list[dict[str, Any]], per_task: int) -> list[dict[str, Any]]:
+def pack_sessions(batches: list[dict[str, Any]], per_task: int,
+                  labels: dict[Any, str] | None = None) -> list[dict[str, Any]]:
     """Put every ``per_task`` consecutive planned batches into one send task (``OUTREACH_SEND_SESSIONS_PER_TASK``):
     ``{"label", "limit", "quotas": [], "sessions": [batch, …]}``, whose batches run at once, one
     SMTP session each (:func:`outreach.send.send_sessions`). ``per_task`` 1 leaves the batches as
     they are (one task, one session each).
 
     :param batches: the plan's batches, each with its ``label``.
+    :param labels: mailbox id → name for the task's label (rows per mailbox over its batches).
     :returns: the send tasks' inputs, in plan order."""
+    labels = labels or {}
     if per_task <= 1 or len(batches) <= 1:
         return batches
     tasks = []
     for first in range(0, len(batches), per_task):
         group = batches[first:first + per_task]
-        names = ", ".join(b["label"].split(": ", 1)[-1] for b in group)
+        rows: dict[Any, int] = {}  # per mailbox over the group, in first-seen order
+        for b in group:
+            for mailbox_id, n in b["quotas"]:
+                rows[mailbox_id] = rows.get(mailbox_id, 0) + int(n)
+        names = ", ".join(f"{labels.get(m, m)} {n}" for m, n in rows.items())
         span = (f"batch {first + 1}" if len(group) == 1
                 else f"batches {first + 1}–{first + len(group)}")
         tasks.append({"label": f"{span}/{len(batches)} at once: {names}",

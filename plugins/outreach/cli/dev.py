@@ -78,7 +78,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         except ValueError:
             given[k] = 0
         if given[k] < 1:
-            bad.append(f"{k}={raw!r} is not a whole number ≥ 1 (the rule's {v} is used below)")
+            bad.append(f"{k}={raw!r} is not a whole number ≥ 1: set it (the rule gives {v}; "
+                       "the lines below assume that)")
             given[k] = int(v)
     print(sizing.line() + ("" if url else " (no outreach database: mailboxes from "
                            "OUTREACH_MAILBOXES or the default)"))

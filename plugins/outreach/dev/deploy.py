@@ -477,6 +477,23 @@ def celery_databases() -> tuple[str, str]:
     return outreach_url, metadata
 
 
+def running_pool_slots(metadata_url: str) -> int | None:
+    """The slots of the pool ``outreach_smtp`` in a running deployment's metadata database (a
+    SQLAlchemy URL), or ``None`` when it cannot be read. A worker started later or on another
+    machine takes the pool from there, not from the sizing rule for the workers it starts itself,
+    so it groups a run's sessions into tasks as the deployment's DAG processor does
+    (:func:`outreach.sizing.sessions_per_task` of the same pool)."""
+    from outreach.airflow.defaults import SMTP_POOL
+
+    url = "postgresql://" + metadata_url.split("://", 1)[1] if "://" in metadata_url else metadata_url
+    try:
+        with psycopg.connect(url, connect_timeout=5) as conn:
+            row = conn.execute("SELECT slots FROM slot_pool WHERE pool = %s", (SMTP_POOL,)).fetchone()
+    except psycopg.Error:
+        return None
+    return int(row[0]) if row and row[0] and row[0] > 0 else None
+
+
 def config_gate(env: dict[str, str], who: str) -> None:
     """Run ``outreach config check --skip connections`` with the environment ``env`` a component gets,
     so a bad setting stops it before it starts (connections are often added in the UI later).
@@ -606,11 +623,17 @@ def run_worker_foreground(workers: int = 1, name: str | None = None) -> int:
     broker = os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
     check_redis(broker)
     sizing = capacity("celery", workers, outreach_url)
+    # The running deployment's pool, not the rule's for these workers alone: the DAG's pool slots
+    # a send task and the plan's grouping must agree with the DAG processor's.
+    running = None if os.environ.get(POOL_SLOTS_VAR, "").strip() else running_pool_slots(metadata)
+    if running:
+        print(f"outreach airflow worker: pool outreach_smtp has {running} slots in the running "
+              f"deployment: {SESSIONS_VAR} follows it", flush=True)
     dep = Deployment(home=root / ".airflow-deploy", metadata_url=metadata, outreach_url=outreach_url,
                      port=int(os.environ.get("OUTREACH_AIRFLOW_PORT", "8080")),
                      executor="CeleryExecutor", workers=workers, broker_url=broker, role="worker",
                      name=name or f"{socket.gethostname().split('.')[0]}-{os.getpid()}",
-                     pool_slots=pool_slots(sizing.pool_slots), sizing=sizing)
+                     pool_slots=running or pool_slots(sizing.pool_slots), sizing=sizing)
     stop = {"now": False}
 
     def _handler(signum, frame):
