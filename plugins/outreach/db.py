@@ -125,6 +125,13 @@ def session_options(url: str, erasure_key: str | None = None) -> str | None:
                                   f"-c outreach.erasure_key_check={erasure_key_check(key)}"]))
 
 
+def libpq_url(url: str) -> str:
+    """Return a PostgreSQL URL of any scheme (an Airflow connection's ``postgres://``, a SQLAlchemy
+    ``postgresql+psycopg2://``) as the libpq ``postgresql://`` URL psycopg takes; a URL without a
+    scheme (a conninfo string) unchanged."""
+    return "postgresql://" + url.split("://", 1)[1] if "://" in url else url
+
+
 def connect(url: str, *, autocommit: bool = False, erasure_key: str | None = None,
             ) -> psycopg.Connection[dict[str, Any]]:
     """Open a psycopg 3 connection returning rows as dicts.

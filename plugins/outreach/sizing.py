@@ -3,8 +3,8 @@ from its mailboxes, sessions per mailbox and workers; the one place it lives (ap
 ``make airflow``, ``docker-compose.yaml`` and ``outreach doctor``).
 
 Pool P = min(mailboxes × sessions, workers × send slots), batches a run = P, sessions per send
-task T = the largest divisor of P ≤ send slots (about one send task per worker a run), worker concurrency
-ceil(P / workers) + 1, parallelism workers × C. A value set in the environment wins; :func:`caps`
+task T = the largest divisor of P ≤ send slots (about one send task per worker a run), worker
+concurrency ceil(P / workers) + 1, parallelism workers × C. A value set in the environment wins; :func:`caps`
 says which one holds the workers back. Inputs and examples: docs/reference/sizing.md."""
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ def sessions_per_task(pool_slots: int, worker_send_slots: int = DEFAULT_WORKER_S
     send slots and divides the pool, at least 1. At most the pool: Airflow starts no task that
     needs more slots than its pool has. Dividing it: every task holds that many slots, so with
     pool 6 and tasks of 4 the second task (4 slots for 2 batches) would wait for the first;
-    tasks of 3 run at once. It depends on no count of workers, so a worker started later or on
-    another machine with the same ``OUTREACH_WORKER_SEND_SLOTS`` plans the same tasks as the
-    rest of the deployment."""
+    tasks of 3 run at once. It depends on no count of workers but through the pool, which a
+    worker started later reads from the running deployment
+    (:func:`outreach.dev.deploy.running_pool_slots`)."""
     pool = max(1, pool_slots)
     return next(n for n in range(min(pool, max(1, worker_send_slots)), 0, -1) if pool % n == 0)
 
@@ -70,9 +70,9 @@ class Sizing:
 
     @property
     def sessions_per_task(self) -> int:
-        """SMTP sessions one send task runs at once (holding as many pool slots): a worker's send
-        slots, at most the pool (:func:`sessions_per_task`), so a run has about one send task per
-        worker and pays one task start-up per worker, not per session."""
+        """SMTP sessions one send task runs at once (holding as many pool slots): the largest
+        divisor of the pool up to a worker's send slots (:func:`sessions_per_task`), so a run has
+        about one send task per worker and pays one task start-up per worker, not per session."""
         return sessions_per_task(self.pool_slots, self.worker_send_slots)
 
     @property

@@ -31,8 +31,9 @@ def database_url(conn_id: str = DB_CONN_ID) -> str:
         if not url:
             raise SettingsError(NO_DATABASE)
         return url
-    uri = conn.get_uri()
-    return "postgresql://" + uri.split("://", 1)[1] if "://" in uri else uri
+    from outreach.db import libpq_url
+
+    return libpq_url(conn.get_uri())
 
 
 def _connection(conn_id: str):

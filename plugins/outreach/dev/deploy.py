@@ -484,10 +484,10 @@ def running_pool_slots(metadata_url: str) -> int | None:
     so it groups a run's sessions into tasks as the deployment's DAG processor does
     (:func:`outreach.sizing.sessions_per_task` of the same pool)."""
     from outreach.airflow.defaults import SMTP_POOL
+    from outreach.db import libpq_url
 
-    url = "postgresql://" + metadata_url.split("://", 1)[1] if "://" in metadata_url else metadata_url
     try:
-        with psycopg.connect(url, connect_timeout=5) as conn:
+        with psycopg.connect(libpq_url(metadata_url), connect_timeout=5) as conn:
             row = conn.execute("SELECT slots FROM slot_pool WHERE pool = %s", (SMTP_POOL,)).fetchone()
     except psycopg.Error:
         return None
