@@ -103,6 +103,15 @@ def pg_admin_url() -> str:
         # session that starts takes group/other access away from /tmp/pytest-of-<user>, which
         # made the server of a concurrent session PANIC ("pg_control: Permission denied").
         pgdata = Path(tempfile.mkdtemp(prefix="outreach-test-pg-"))
+        if os.geteuid() == 0:
+            # As root pgserver runs the server as a `pgserver` user it creates when missing; on a
+            # new machine every xdist worker's useradd raced, and one worker's server got a uid
+            # that no longer existed ("initdb: could not look up effective user ID 1001").
+            from filelock import FileLock
+            from pgserver.utils import ensure_user_exists
+
+            with FileLock(str(Path(tempfile.gettempdir()) / "outreach-pgserver-user.lock")):
+                ensure_user_exists("pgserver")
         server = pgserver.get_server(str(pgdata), cleanup_mode="stop")
     # A throw-away server: nothing it holds must outlive an operating-system crash, so it skips
     # the flushes that make data survive one (a killed or restarted PostgreSQL still keeps every
