@@ -15,9 +15,9 @@ import subprocess
 
 import pytest
 
-from outreach.dev.localairflow import airflow_cmd, run_dag
+from outreach.dev.localairflow import airflow_cmd
 from outreach.queue import queue_due
-from support.airflowhome import env_for, fresh_home
+from support.airflowhome import env_for, fresh_home, run_asset_events
 from support.flow import import_demo, leave_unconfirmed, outreach, rows
 from support.inboxflow import replied_campaign
 
@@ -32,22 +32,22 @@ def asset_events(home) -> list[tuple]:
 
 
 def test_a_reply_updates_the_replies_asset_with_its_event_id(
-        db_url, sink, settings, tmp_path, imap_accounts, migrated_airflow_home):
+        db_url, sink, settings, tmp_path, imap_accounts, shared_airflow):
     replied_campaign(db_url, tmp_path, settings, imap_accounts, "rita@reply.example", "Yes, let's talk on Tuesday.")
-    home = fresh_home(migrated_airflow_home, tmp_path, "home")
-    env = env_for(home, db_url, sink)
+    env = env_for(tmp_path / "home", db_url, sink)
     env.update(imap_accounts.env())
 
-    first = run_dag(env, "outreach_inbox", tmp_path / "first.log")
+    first = shared_airflow.run_dag(env, "outreach_inbox", tmp_path / "first.log")
     assert first.ok, first.log.read_text()[-4000:]
     [reply] = rows(db_url, "SELECT id FROM outreach.events WHERE kind = 'replied'")
-    assert asset_events(home) == [
-        ("outreach://events/replies", "outreach_inbox", "announce",
+    assert run_asset_events(first) == [
+        ("outreach://events/replies", "announce",
          {"first_id": reply["id"], "last_id": reply["id"], "count": 1, "kinds": ["replied"]})]
 
-    second = run_dag(env, "outreach_inbox", tmp_path / "second.log")
+    second = shared_airflow.run_dag(env, "outreach_inbox", tmp_path / "second.log")
     assert second.ok, second.log.read_text()[-4000:]
-    assert len(asset_events(home)) == 1  # nothing new: no asset event
+    assert second.run_id != first.run_id
+    assert run_asset_events(second) == []  # nothing new: no asset event
     assert "rita@reply.example" not in first.log.read_text()
 
 
@@ -69,7 +69,7 @@ def task_states(home, dag_id: str) -> dict[str, set[str]]:
 
 
 def test_unconfirmed_emails_queue_the_review_through_the_alias_and_only_then(
-        db_url, sink, tmp_path, migrated_airflow_home):
+        db_url, sink, tmp_path, migrated_airflow_home, dag_session):
     import_demo(db_url)
     queue_due(db_url)
     held = leave_unconfirmed(db_url, 2)  # a sender lost during the handoffs
@@ -81,7 +81,9 @@ def test_unconfirmed_emails_queue_the_review_through_the_alias_and_only_then(
                             text=True, timeout=600)
     assert stored.returncode == 0, stored.stdout[-3000:] + stored.stderr[-3000:]
 
-    first = run_dag(env, "outreach_send", tmp_path / "first.log")
+    # Both runs in one Airflow process of this home (the review DAG's queue is read here).
+    airflow = dag_session(env)
+    first = airflow.run_dag("outreach_send", tmp_path / "first.log")
     log = first.log.read_text()
     assert first.ok, log[-4000:]
     assert task_states(home, "outreach_send") == {
@@ -99,7 +101,7 @@ def test_unconfirmed_emails_queue_the_review_through_the_alias_and_only_then(
     resolved = outreach(db_url, "resolve", "--ids", ",".join(map(str, held)),
                         "--decision", "was-sent", "--by", "test", tmp_path=tmp_path)
     assert resolved.returncode == 0, resolved.stdout + resolved.stderr
-    second = run_dag(env, "outreach_send", tmp_path / "second.log")
+    second = airflow.run_dag("outreach_send", tmp_path / "second.log")
     assert second.ok, second.log.read_text()[-4000:]
     assert [e for e in asset_events(home) if e[0] == "outreach://unconfirmed/"] == unconfirmed
     assert "Asset outreach_unconfirmed not updated" in second.log.read_text()

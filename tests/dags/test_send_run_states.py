@@ -12,9 +12,9 @@ import subprocess
 
 import pytest
 
-from outreach.dev.localairflow import airflow_cmd, run_dag
+from outreach.dev.localairflow import airflow_cmd
 from outreach.queue import queue_due
-from support.airflowhome import env_for, fresh_home
+from support.airflowhome import env_for, fresh_home, run_task_states
 from support.dnszone import dns_server, good_zone, rsa_key
 from support.faultsmtp import FaultSMTPServer
 from support.flow import EXPECTED_LEADS, import_demo, rows, scalar
@@ -46,17 +46,16 @@ def queued_dags(home) -> list[tuple]:
                                  " JOIN asset a ON a.id = q.asset_id ORDER BY a.uri"))
 
 
-def test_a_plan_that_fails_turns_the_run_red(db_url, sink, migrated_airflow_home, tmp_path):
+def test_a_plan_that_fails_turns_the_run_red(db_url, sink, tmp_path, shared_airflow):
     """The first task, plan, fails without retrying when its config check fails ("clear it once
     fixed", docs/reference/limits-and-config-check.md); the run must not come out green."""
     import_demo(db_url)
     queue_due(db_url)
-    home = fresh_home(migrated_airflow_home, tmp_path, "home")
-    env = env_for(home, db_url, sink)
+    env = env_for(tmp_path / "home", db_url, sink)
     env["OUTREACH_PREFLIGHT"] = "sometimes"  # a settings problem the config check names
-    result = run_dag(env, "outreach_send", tmp_path / "send.log")
+    result = shared_airflow.run_dag(env, "outreach_send", tmp_path / "send.log")
     log = result.log.read_text()
-    states = task_states(home)
+    states = run_task_states(result)
     assert states.get("plan") == {"failed"}, (states, log[-3000:])
     assert "OUTREACH_PREFLIGHT" in log
     assert sink.messages() == []
@@ -65,19 +64,18 @@ def test_a_plan_that_fails_turns_the_run_red(db_url, sink, migrated_airflow_home
 
 
 def test_block_mode_fails_the_blocked_mailboxes_batches_with_what_to_fix(
-        db_url, sink, migrated_airflow_home, tmp_path):
+        db_url, sink, tmp_path, shared_airflow):
     import_demo(db_url)
     queue_due(db_url)
     no_dmarc = [r for r in good_zone(DEMO_DOMAIN, "s2026", rsa_key(), IP)
                 if "_dmarc" not in str(r.rname)]
-    home = fresh_home(migrated_airflow_home, tmp_path, "home")
-    env = env_for(home, db_url, sink)
+    env = env_for(tmp_path / "home", db_url, sink)
     with dns_server(no_dmarc) as ns:
         env.update(OUTREACH_PREFLIGHT="block", OUTREACH_DNS_NAMESERVER=ns, OUTREACH_SENDING_IP=IP)
-        result = run_dag(env, "outreach_send", tmp_path / "send.log")
+        result = shared_airflow.run_dag(env, "outreach_send", tmp_path / "send.log")
     log = result.log.read_text()
     assert result.state == "failed", log[-4000:]
-    assert task_states(home) == {"plan": {"success"}, "send_batch": {"failed"},
+    assert run_task_states(result) == {"plan": {"success"}, "send_batch": {"failed"},
                                  "summary": {"failed"}, "after_send": {"success"}}
     assert log.index("preflight: ") < log.index("plan: ")
     assert "due email(s) not sent, preflight FAIL: " in log and "DMARC" in log, log[-4000:]
@@ -88,7 +86,7 @@ def test_block_mode_fails_the_blocked_mailboxes_batches_with_what_to_fix(
 
 
 def test_a_send_that_leaves_a_row_unconfirmed_queues_the_review_and_alerts_once(
-        db_url, migrated_airflow_home, tmp_path):
+        db_url, migrated_airflow_home, tmp_path, dag_session):
     import_demo(db_url)
     queue_due(db_url)
     victim = rows(db_url, "SELECT e.id, l.email FROM outreach.emails e JOIN outreach.leads l"
@@ -101,10 +99,12 @@ def test_a_send_that_leaves_a_row_unconfirmed_queues_the_review_and_alerts_once(
         stored = subprocess.run(airflow_cmd("dags", "reserialize"), env=env, capture_output=True,
                                 text=True, timeout=600)
         assert stored.returncode == 0, stored.stdout[-3000:] + stored.stderr[-3000:]
-        first = run_dag(env, "outreach_send", tmp_path / "first.log")
+        # Both runs in one Airflow process of this home (the review DAG's queue is read here).
+        airflow = dag_session(env)
+        first = airflow.run_dag("outreach_send", tmp_path / "first.log")
         after_first = asset_events(home)
         queued_first = queued_dags(home)
-        second = run_dag(env, "outreach_send", tmp_path / "second.log")  # nothing left to send
+        second = airflow.run_dag("outreach_send", tmp_path / "second.log")  # nothing left to send
         messages = smtp.messages()
     log = first.log.read_text()
     assert first.state == "failed", log[-4000:]  # the unconfirmed row fails its send task

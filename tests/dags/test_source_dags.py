@@ -5,15 +5,14 @@ folder, run twice against the warehouse, each run updating the leads Asset that
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
 
 import psycopg
 import pytest
 
-from outreach.dev.localairflow import airflow_env, run_dag
-from support.airflowhome import SETTINGS_ENV, fresh_home
+from outreach.dev.localairflow import airflow_env
+from support.airflowhome import SETTINGS_ENV, fresh_home, run_asset_events
 from support.flow import rows, scalar
 from support.paths import ROOT
 from support.sources import WAREHOUSE_ROWS, sql_campaign
@@ -36,7 +35,7 @@ print("RESULT " + json.dumps(out))
 
 @pytest.mark.airflow
 def test_the_import_dag_under_airflow_reads_the_warehouse_and_updates_the_leads_asset(
-        db_url, warehouse, tmp_path, migrated_airflow_home):
+        db_url, warehouse, tmp_path, migrated_airflow_home, shared_airflow):
     wh_url, conn_json = warehouse
     folder = tmp_path / "campaigns"
     sql_campaign(folder)
@@ -58,28 +57,26 @@ def test_the_import_dag_under_airflow_reads_the_warehouse_and_updates_the_leads_
     assert queue["timetable"] == "AssetOrTimeSchedule" and "*/15 * * * *" in queue["cron"]
     assert "outreach://leads/warehouse-q4" in queue["repr"] and "outreach://leads/dbt-fed" in queue["repr"]
 
-    first = run_dag(env, "outreach_import_sources", tmp_path / "logs" / "first.log")
+    first = shared_airflow.run_dag(env, "outreach_import_sources", tmp_path / "logs" / "first.log")
     assert first.state == "success", first.log.read_text()[-3000:]
     assert scalar(db_url, "SELECT count(*) FROM outreach.leads") == WAREHOUSE_ROWS
     with psycopg.connect(wh_url) as c:
         c.execute("UPDATE crm_leads SET account = 'Renamed' WHERE crm_id BETWEEN 100 AND 109")
-    second = run_dag(env, "outreach_import_sources", tmp_path / "logs" / "second.log")
+    second = shared_airflow.run_dag(env, "outreach_import_sources", tmp_path / "logs" / "second.log")
     assert second.state == "success", second.log.read_text()[-3000:]
     latest = rows(db_url, "SELECT imported, updated, unchanged FROM outreach.import_runs ORDER BY id DESC LIMIT 1")
     assert latest == [{"imported": 0, "updated": 10, "unchanged": WAREHOUSE_ROWS - 10}]
     assert scalar(db_url, "SELECT count(*) FROM outreach.leads WHERE company = 'Renamed'") == 10
 
     # Each run's import task updated the leads Asset that outreach_queue_due is scheduled on.
-    with sqlite3.connect(home / "airflow.db") as meta:
-        events = meta.execute("SELECT a.uri, e.source_dag_id, e.source_task_id FROM asset_event e "
-                              "JOIN asset a ON a.id = e.asset_id ORDER BY e.id").fetchall()
-    assert events == [("outreach://leads/warehouse-q4", "outreach_import_sources",
-                       "import_warehouse_q4")] * 2
+    for run in (first, second):
+        assert [e[:2] for e in run_asset_events(run)] == [
+            ("outreach://leads/warehouse-q4", "import_warehouse_q4")]
 
 
 @pytest.mark.airflow
 def test_the_suppression_sources_dag_under_airflow_imports_a_dnc_table_once(
-        db_url, warehouse, tmp_path, migrated_airflow_home):
+        db_url, warehouse, tmp_path, shared_airflow):
     wh_url, conn_json = warehouse
     with psycopg.connect(wh_url) as c:
         c.execute("CREATE TABLE dnc (email text)")
@@ -90,16 +87,15 @@ def test_the_suppression_sources_dag_under_airflow_imports_a_dnc_table_once(
     sources = tmp_path / "suppression_sources.yaml"
     sources.write_text(f"suppressions:\n  - name: crm-dnc\n"
                        f"    sql: {{conn_id: warehouse, query_file: {query}}}\n")
-    home = fresh_home(migrated_airflow_home, tmp_path, "home")
-    env = airflow_env(home, db_url, {"warehouse": conn_json},
+    env = airflow_env(tmp_path / "home", db_url, {"warehouse": conn_json},
                       {**SETTINGS_ENV, "OUTREACH_SUPPRESSION_SOURCES": str(sources)})
     dag_id = "outreach_import_suppression_sources"
-    first = run_dag(env, dag_id, tmp_path / "logs" / "dnc-first.log")
+    first = shared_airflow.run_dag(env, dag_id, tmp_path / "logs" / "dnc-first.log")
     log = first.log.read_text()
     assert first.state == "success", log[-3000:]
     assert "suppression source crm-dnc, row 2, field email: " in log
     assert "lead7@corp7.example" not in log.lower()  # the log masks addresses
-    second = run_dag(env, dag_id, tmp_path / "logs" / "dnc-second.log")
+    second = shared_airflow.run_dag(env, dag_id, tmp_path / "logs" / "dnc-second.log")
     assert second.state == "success", second.log.read_text()[-3000:]
     assert rows(db_url, "SELECT kind, value, source FROM outreach.suppression_events ORDER BY id") == [
         {"kind": "address", "value": "lead7@corp7.example", "source": "suppressions:crm-dnc"},

@@ -7,8 +7,10 @@ one Airflow process per pytest worker that runs the DAG tests' runs one after th
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -82,9 +84,11 @@ class SharedAirflow:
     ``OUTREACH_TEST_SHARED_AIRFLOW=off``: every run in a process of its own, as before (to
     compare, or to rule the sharing out).
 
-    Not for a test that reads the metadata database of its home, or proves something of a
-    separate process (two runs at once, a second process): those call ``run_dag`` or open a
-    :func:`dag_session`."""
+    A test reads what its own run recorded with :func:`run_task_states` and
+    :func:`run_asset_events` (filtered by the run's id). Not for a test that reads what no run id
+    names (the asset-triggered DAG queue, ``dags reserialize``), or proves something of a separate
+    process (two runs at once, a second process): those call ``run_dag`` or open a
+    :func:`dag_session` on a home of their own."""
 
     def __init__(self, migrated: Path, folder: Path) -> None:
         self._migrated, self._folder = migrated, folder
@@ -136,3 +140,32 @@ def shared_airflow(migrated_airflow_home: Path, tmp_path_factory) -> SharedAirfl
     shared = SharedAirflow(migrated_airflow_home, tmp_path_factory.mktemp("shared-airflow"))
     yield shared
     shared.close()
+
+
+def _recorded(result: DagRunResult) -> tuple[Path, str]:
+    assert result.metadata and result.run_id, (
+        f"{result.dag_id}: no run recorded in a SQLite metadata database, see {result.log}")
+    return result.metadata, result.run_id
+
+
+def run_task_states(result: DagRunResult) -> dict[str, set[str]]:
+    """``{task_id: {state, …}}`` of the DAG run ``result``, as its metadata database has them
+    (a process of its own or the worker's shared one: only that run's task instances)."""
+    metadata, run_id = _recorded(result)
+    with sqlite3.connect(metadata) as meta:
+        out: dict[str, set[str]] = {}
+        for task_id, state in meta.execute("SELECT task_id, state FROM task_instance"
+                                           " WHERE dag_id = ? AND run_id = ?", (result.dag_id, run_id)):
+            out.setdefault(task_id, set()).add(state)
+        return out
+
+
+def run_asset_events(result: DagRunResult) -> list[tuple[str, str, dict]]:
+    """The asset events the DAG run ``result`` recorded, in order: ``(asset URI as Airflow
+    stores it, source task id, extra)``."""
+    metadata, run_id = _recorded(result)
+    with sqlite3.connect(metadata) as meta:
+        return [(uri, task, json.loads(extra)) for uri, task, extra in meta.execute(
+            "SELECT a.uri, e.source_task_id, e.extra FROM asset_event e JOIN asset a"
+            " ON a.id = e.asset_id WHERE e.source_dag_id = ? AND e.source_run_id = ?"
+            " ORDER BY e.id", (result.dag_id, run_id))]

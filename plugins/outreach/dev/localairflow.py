@@ -24,12 +24,15 @@ from outreach.paths import project_root
 @dataclass(frozen=True)
 class DagRunResult:
     """``dag_id``, final ``state`` (``success``/``failed``/``unknown``), exit ``returncode``,
-    and the path of the full ``log``."""
+    the path of the full ``log``, the run's ``run_id`` (``None``: the run was never created) and
+    the SQLite ``metadata`` database it was recorded in (``None``: not SQLite)."""
 
     dag_id: str
     state: str
     returncode: int
     log: Path
+    run_id: str | None = None
+    metadata: Path | None = None
 
     @property
     def ok(self) -> bool:
@@ -99,6 +102,8 @@ def dags_test_args(env: dict[str, str], dag_id: str, conf: dict | None = None) -
     return args
 
 
+# Airflow's own line as dag.test() creates the run: "creating dag run … run_id=<id>".
+_RUN_ID = re.compile(r"creating dag run .*?\brun_id=(\S+)")
 _STATE = re.compile(r"DagRun Finished: .*?state=(\w+)|dag_run_state=['\"]?(\w+)|"
                     r"Dag run .*? (?:finished|ended) .*?state[=:] ?['\"]?(\w+)", re.IGNORECASE)
 
@@ -116,12 +121,18 @@ def run_dag(env: dict[str, str], dag_id: str, log_path: Path, conf: dict | None 
     output = proc.stdout + "\n" + proc.stderr
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_text(output)
-    return DagRunResult(dag_id, _final_state(output), proc.returncode, log_path)
+    return _result(dag_id, output, proc.returncode, log_path, env)
 
 
-def _final_state(output: str) -> str:
+def _result(dag_id: str, output: str, returncode: int, log_path: Path,
+            env: dict[str, str]) -> DagRunResult:
     states = [next(g for g in m.groups() if g) for m in _STATE.finditer(output)]
-    return states[-1].lower() if states else "unknown"
+    run_id = _RUN_ID.search(output)
+    conn = env.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "")
+    return DagRunResult(dag_id, states[-1].lower() if states else "unknown", returncode, log_path,
+                        run_id=run_id.group(1) if run_id else None,
+                        metadata=Path(conn.removeprefix("sqlite:///"))
+                        if conn.startswith("sqlite:///") else None)
 
 
 _REPLY = "OUTREACH-DAG-TEST-SESSION "
@@ -236,7 +247,8 @@ class DagTestSession:
                 raise RuntimeError(f"the Airflow session exited:\n{''.join(seen)[-3000:]}")
             if line.startswith(_REPLY):
                 code = int(json.loads(line[len(_REPLY):])["returncode"])
-                return DagRunResult(dag_id, _final_state(log_path.read_text()), code, log_path)
+                # The metadata database is the session's own, whatever the run's env says.
+                return _result(dag_id, log_path.read_text(), code, log_path, self.env)
             seen.append(line)  # Airflow's output between runs (start-up warnings)
 
     @property
