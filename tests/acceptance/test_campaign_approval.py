@@ -20,6 +20,7 @@ from outreach.leads import import_leads
 from outreach.suppression import import_suppressions
 from support.deployment import (
     BASE_ENV,
+    only_dags,
     running_deployment,
     task_instances,
     trigger,
@@ -61,7 +62,8 @@ def test_a_campaign_is_rejected_then_approved_in_a_required_action_and_queued(
     import_suppressions(db_url, DNC)
     import_leads(db_url, draft, MAILBOXES, LEADS)
     change_status(db_url, KEY, "submit", "alice", "ready for launch")
-    env = {**BASE_ENV, "OUTREACH_PREFLIGHT": "off"}
+    env = {**BASE_ENV, "OUTREACH_PREFLIGHT": "off",
+           **only_dags(tmp_path / "dags", DAG, "outreach_queue_due")}
     with running_deployment(pg_admin_url, airflow_meta_template, db_url, tmp_path, env) as dep:
         token = dep.token()
         dags = wait_for(lambda: (d := {x["dag_id"]: x for x in dep.api("GET", "/dags?limit=100", token)["dags"]})

@@ -18,6 +18,7 @@ from support.deployment import (
     FINAL,
     accepted_once,
     clear_and_wait,
+    only_dags,
     run_and_wait,
     running_deployment,
     send_tis,
@@ -55,7 +56,8 @@ def deployment(pg_admin_url, airflow_meta_template, db_url, sink, tmp_path):
             "OUTREACH_SEND_SESSIONS_PER_TASK": "1",
             "AIRFLOW_CONN_OUTREACH_SMTP_ANNA": conn_json,
             "AIRFLOW_CONN_OUTREACH_SMTP_BEN": conn_json,
-            "AIRFLOW_CONN_OUTREACH_SMTP_HELLO": conn_json}) as dep:
+            "AIRFLOW_CONN_OUTREACH_SMTP_HELLO": conn_json,
+            **only_dags(tmp_path / "dags", *DAGS)}) as dep:
         yield dep
 
 
@@ -139,7 +141,8 @@ def test_an_import_run_triggers_queue_due_through_the_leads_asset(pg_admin_url, 
     importer = "outreach_import_source_files_q4"
     env = {k: v for k, v in BASE_ENV.items() if k != "OUTREACH_SCHEDULES"}
     with running_deployment(pg_admin_url, airflow_meta_template, db_url, tmp_path, {
-            **env, "OUTREACH_CAMPAIGNS": str(folder), "OUTREACH_QUEUE_DUE_SCHEDULE": "0 0 1 1 *"}) as dep:
+            **env, "OUTREACH_CAMPAIGNS": str(folder), "OUTREACH_QUEUE_DUE_SCHEDULE": "0 0 1 1 *",
+            **only_dags(tmp_path / "dags", "outreach_import_sources", "outreach_queue_due")}) as dep:
         token = dep.token()
         wait_for(lambda: {d["dag_id"] for d in dep.api("GET", "/dags", token)["dags"]} >=
                  {importer, "outreach_queue_due"}, 180, "the dag-processor to parse the DAGs")

@@ -22,6 +22,7 @@ from support.deployment import (
     BASE_ENV,
     accepted_once,
     clear_and_wait,
+    only_dags,
     run_and_wait,
     running_deployment,
     send_tis,
@@ -100,7 +101,8 @@ def test_required_actions_resolve_listed_rows_and_failures_turn_red_and_alert_on
            **{f"AIRFLOW_CONN_OUTREACH_SMTP_{n}": relay.connection_json(timeout=10)
               for n in ("ANNA", "BEN", "HELLO")},
            "AIRFLOW_CONN_OUTREACH_ALERTS": alerts.connection_json(),
-           "OUTREACH_ALERT_TO": OPS, "OUTREACH_ALERT_FROM": "outreach@outreach-test.example"}
+           "OUTREACH_ALERT_TO": OPS, "OUTREACH_ALERT_FROM": "outreach@outreach-test.example",
+           **only_dags(tmp_path / "dags", "outreach_send", "outreach_unconfirmed_review")}
     try:
         with running_deployment(pg_admin_url, airflow_meta_template, db_url, tmp_path, env) as dep:
             token = dep.token()

@@ -16,6 +16,7 @@ from outreach.queue import queue_due
 from support.deployment import (
     BASE_ENV,
     add_user,
+    only_dags,
     run_and_wait,
     running_deployment,
     send_tis,
@@ -50,7 +51,8 @@ def test_analyst_is_refused_operator_clears_and_admin_unsuppresses(
     relay = MaildirServer(tmp_path / "relay").start()
     env = {**BASE_ENV, "OUTREACH_PREFLIGHT": "off",
            **{f"AIRFLOW_CONN_OUTREACH_SMTP_{n}": relay.connection_json(timeout=10)
-              for n in ("ANNA", "BEN", "HELLO")}}
+              for n in ("ANNA", "BEN", "HELLO")},
+           **only_dags(tmp_path / "dags", "outreach_send", UNSUPPRESS)}
     try:
         with running_deployment(pg_admin_url, airflow_meta_template, db_url, tmp_path, env) as dep:
             admin = dep.token()

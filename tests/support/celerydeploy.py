@@ -33,6 +33,7 @@ from support.deployment import (
     ADMIN_PASSWORD,
     DAG_FILES_PARSED_ONCE,
     admin_execute,
+    only_dags,
     restore_metadata,
     send_tis,
     trigger,
@@ -150,7 +151,7 @@ def celery_deployment(admin_url: str, tmp: Path, metadata: Path):
                    # scheduler's running tasks (and so fails the killed worker's) within ~20 s
                    # instead of Airflow's 300 s (seen: 5 min of the restart test's 6.5 waiting).
                    "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "20",
-                   **DAG_FILES_PARSED_ONCE})
+                   **DAG_FILES_PARSED_ONCE, **only_dags(tmp / "dags", "outreach_send")})
     try:
         token = dep.up(("outreach_send",), timeout=LONG, migrate=False)
         # Airflow validates the whole pool (name, slots, include_deferred); the mask applies slots.
