@@ -97,6 +97,7 @@ def test_a_killed_worker_and_a_database_restart_leave_the_deployment_up(celery, 
     own_server[1]()
     assert scalar(admin, "SELECT pg_postmaster_start_time()") > started_before
     assert not before & {(r["pid"], r["backend_start"]) for r in rows(admin, sessions)}
+    sink.answer_at_once()  # the kill and the restart landed mid-batch; the rest need not wait
 
     # The deployment stays up: the dead worker comes back, every component runs.
     wait_for(lambda: dep.procs["worker-1"] is not dead and dep.procs["worker-1"].poll() is None,

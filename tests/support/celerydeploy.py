@@ -90,6 +90,10 @@ class CountingSink(LoopbackSMTPServer):
     def messages(self):
         return read_maildir(self.maildir)
 
+    def answer_at_once(self) -> None:
+        """From now on answer without delay (what was received stays)."""
+        self.handler.delay = 0.0
+
     def reset(self, delay: float) -> None:
         for sub in ("new", "cur", "tmp"):
             for f in (self.maildir / sub).glob("*"):
