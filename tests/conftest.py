@@ -4,6 +4,7 @@ from it, and real aiosmtpd servers on loopback."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -22,6 +23,7 @@ if os.environ.get(_OWN_HOME) and os.environ.get(_OWN_HOME) == os.environ.get("AI
         os.environ.pop(_inherited, None)
 if "AIRFLOW_HOME" not in os.environ:
     os.environ["AIRFLOW_HOME"] = os.environ[_OWN_HOME] = tempfile.mkdtemp(prefix="outreach-test-airflow-")
+    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)  # its own only
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(ROOT / "dags"))
 os.environ.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(ROOT / "plugins"))
@@ -92,7 +94,6 @@ def pg_admin_url() -> str:
     if url:
         yield url
         return
-    import atexit
     import warnings
 
     with warnings.catch_warnings():
