@@ -32,9 +32,9 @@ def asset_events(home) -> list[tuple]:
 
 
 def test_a_reply_updates_the_replies_asset_with_its_event_id(
-        db_url, sink, settings, tmp_path, imap_accounts, shared_airflow):
+        db_url, sink, settings, tmp_path, imap_accounts, migrated_airflow_home, shared_airflow):
     replied_campaign(db_url, tmp_path, settings, imap_accounts, "rita@reply.example", "Yes, let's talk on Tuesday.")
-    env = env_for(tmp_path / "home", db_url, sink)
+    env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
     env.update(imap_accounts.env())
 
     first = shared_airflow.run_dag(env, "outreach_inbox", tmp_path / "first.log")

@@ -46,12 +46,14 @@ def queued_dags(home) -> list[tuple]:
                                  " JOIN asset a ON a.id = q.asset_id ORDER BY a.uri"))
 
 
-def test_a_plan_that_fails_turns_the_run_red(db_url, sink, tmp_path, shared_airflow):
+def test_a_plan_that_fails_turns_the_run_red(db_url, sink, migrated_airflow_home, tmp_path,
+                                            shared_airflow):
     """The first task, plan, fails without retrying when its config check fails ("clear it once
     fixed", docs/reference/limits-and-config-check.md); the run must not come out green."""
     import_demo(db_url)
     queue_due(db_url)
-    env = env_for(tmp_path / "home", db_url, sink)
+    # A migrated home of its own: where the run goes if it cannot share the worker's process.
+    env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
     env["OUTREACH_PREFLIGHT"] = "sometimes"  # a settings problem the config check names
     result = shared_airflow.run_dag(env, "outreach_send", tmp_path / "send.log")
     log = result.log.read_text()
@@ -64,12 +66,12 @@ def test_a_plan_that_fails_turns_the_run_red(db_url, sink, tmp_path, shared_airf
 
 
 def test_block_mode_fails_the_blocked_mailboxes_batches_with_what_to_fix(
-        db_url, sink, tmp_path, shared_airflow):
+        db_url, sink, migrated_airflow_home, tmp_path, shared_airflow):
     import_demo(db_url)
     queue_due(db_url)
     no_dmarc = [r for r in good_zone(DEMO_DOMAIN, "s2026", rsa_key(), IP)
                 if "_dmarc" not in str(r.rname)]
-    env = env_for(tmp_path / "home", db_url, sink)
+    env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
     with dns_server(no_dmarc) as ns:
         env.update(OUTREACH_PREFLIGHT="block", OUTREACH_DNS_NAMESERVER=ns, OUTREACH_SENDING_IP=IP)
         result = shared_airflow.run_dag(env, "outreach_send", tmp_path / "send.log")

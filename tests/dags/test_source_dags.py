@@ -76,7 +76,7 @@ def test_the_import_dag_under_airflow_reads_the_warehouse_and_updates_the_leads_
 
 @pytest.mark.airflow
 def test_the_suppression_sources_dag_under_airflow_imports_a_dnc_table_once(
-        db_url, warehouse, tmp_path, shared_airflow):
+        db_url, warehouse, tmp_path, migrated_airflow_home, shared_airflow):
     wh_url, conn_json = warehouse
     with psycopg.connect(wh_url) as c:
         c.execute("CREATE TABLE dnc (email text)")
@@ -87,7 +87,7 @@ def test_the_suppression_sources_dag_under_airflow_imports_a_dnc_table_once(
     sources = tmp_path / "suppression_sources.yaml"
     sources.write_text(f"suppressions:\n  - name: crm-dnc\n"
                        f"    sql: {{conn_id: warehouse, query_file: {query}}}\n")
-    env = airflow_env(tmp_path / "home", db_url, {"warehouse": conn_json},
+    env = airflow_env(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, {"warehouse": conn_json},
                       {**SETTINGS_ENV, "OUTREACH_SUPPRESSION_SOURCES": str(sources)})
     dag_id = "outreach_import_suppression_sources"
     first = shared_airflow.run_dag(env, dag_id, tmp_path / "logs" / "dnc-first.log")

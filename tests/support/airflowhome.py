@@ -7,6 +7,7 @@ one Airflow process per pytest worker that runs the DAG tests' runs one after th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -142,20 +143,29 @@ def shared_airflow(migrated_airflow_home: Path, tmp_path_factory) -> SharedAirfl
     shared.close()
 
 
-def _recorded(result: DagRunResult) -> tuple[Path, str]:
+def _recorded(result: DagRunResult) -> sqlite3.Connection:
+    """A read-only connection to the metadata database of ``result``, once its run is found
+    there (a run id parsed wrong would otherwise read as a run that recorded nothing)."""
     assert result.metadata and result.run_id, (
         f"{result.dag_id}: no run recorded in a SQLite metadata database, see {result.log}")
-    return result.metadata, result.run_id
+    meta = sqlite3.connect(f"file:{result.metadata}?mode=ro", uri=True)
+    found = meta.execute("SELECT 1 FROM dag_run WHERE dag_id = ? AND run_id = ?",
+                         (result.dag_id, result.run_id)).fetchone()
+    if not found:
+        meta.close()
+        raise AssertionError(f"{result.dag_id}: no run {result.run_id!r} in {result.metadata}, "
+                             f"see {result.log}")
+    return meta
 
 
 def run_task_states(result: DagRunResult) -> dict[str, set[str]]:
     """``{task_id: {state, …}}`` of the DAG run ``result``, as its metadata database has them
     (a process of its own or the worker's shared one: only that run's task instances)."""
-    metadata, run_id = _recorded(result)
-    with sqlite3.connect(metadata) as meta:
+    with contextlib.closing(_recorded(result)) as meta:
         out: dict[str, set[str]] = {}
         for task_id, state in meta.execute("SELECT task_id, state FROM task_instance"
-                                           " WHERE dag_id = ? AND run_id = ?", (result.dag_id, run_id)):
+                                           " WHERE dag_id = ? AND run_id = ?",
+                                           (result.dag_id, result.run_id)):
             out.setdefault(task_id, set()).add(state)
         return out
 
@@ -163,9 +173,8 @@ def run_task_states(result: DagRunResult) -> dict[str, set[str]]:
 def run_asset_events(result: DagRunResult) -> list[tuple[str, str, dict]]:
     """The asset events the DAG run ``result`` recorded, in order: ``(asset URI as Airflow
     stores it, source task id, extra)``."""
-    metadata, run_id = _recorded(result)
-    with sqlite3.connect(metadata) as meta:
+    with contextlib.closing(_recorded(result)) as meta:
         return [(uri, task, json.loads(extra)) for uri, task, extra in meta.execute(
             "SELECT a.uri, e.source_task_id, e.extra FROM asset_event e JOIN asset a"
             " ON a.id = e.asset_id WHERE e.source_dag_id = ? AND e.source_run_id = ?"
-            " ORDER BY e.id", (result.dag_id, run_id))]
+            " ORDER BY e.id", (result.dag_id, result.run_id))]
