@@ -23,7 +23,7 @@ if os.environ.get(_OWN_HOME) and os.environ.get(_OWN_HOME) == os.environ.get("AI
         os.environ.pop(_inherited, None)
 if "AIRFLOW_HOME" not in os.environ:
     os.environ["AIRFLOW_HOME"] = os.environ[_OWN_HOME] = tempfile.mkdtemp(prefix="outreach-test-airflow-")
-    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)  # its own only
+_MADE_HOME = os.environ.get(_OWN_HOME) == os.environ["AIRFLOW_HOME"]  # removed in pytest_unconfigure
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(ROOT / "dags"))
 os.environ.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(ROOT / "plugins"))
@@ -80,7 +80,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """The controller (not an xdist worker) removes what the run built once (support.once)."""
+    """Each process removes the Airflow home it made (not atexit: an xdist worker ends with
+    os._exit); the controller (not an xdist worker) also removes what the run built once
+    (support.once)."""
+    if _MADE_HOME:
+        shutil.rmtree(os.environ["AIRFLOW_HOME"], ignore_errors=True)
     if not hasattr(config, "workerinput"):
         from support.once import run_folder
 
