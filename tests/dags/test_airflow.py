@@ -279,14 +279,13 @@ def test_lead_erase_dag_with_its_params(db_url, sink, migrated_airflow_home, tmp
 
 
 def test_campaign_test_send_dag_with_its_params(db_url, sink, migrated_airflow_home, tmp_path,
-                                                dag_session):
+                                                shared_airflow):
     import_demo(db_url)
     before = rows(db_url, "SELECT id, xmin::text AS x FROM outreach.enrollments ORDER BY id")
     env = env_for(fresh_home(migrated_airflow_home, tmp_path, "home"), db_url, sink)
-    airflow = dag_session(env)
-    run = airflow.run_dag("outreach_campaign_test_send", tmp_path / "test-send.log",
-                          conf={"campaign": "q4-ops-intro", "to": ["seed@seeds.example"],
-                                "operator": "erin"})
+    run = shared_airflow.run_dag(env, "outreach_campaign_test_send", tmp_path / "test-send.log",
+                                 conf={"campaign": "q4-ops-intro", "to": ["seed@seeds.example"],
+                                       "operator": "erin"})
     assert run.ok, run.log.read_text()[-4000:]
     assert [m["X-RcptTo"] for m in sink.messages()] == ["seed@seeds.example"]
     assert rows(db_url, "SELECT recipient, actor FROM outreach.test_sends") == [
