@@ -361,23 +361,30 @@ class Deployment:
             self.api("PATCH", f"/dags/{dag_id}", token, json={"is_paused": False})
         return token
 
-    def stop(self, grace: float = 30) -> None:
-        """SIGTERM every process group, wait up to ``grace`` seconds, then SIGKILL what is left
-        (the supervisor, if any, is stopped first: nothing is started again)."""
+    def stop(self, grace: float = 30, api_grace: float = 10) -> None:
+        """Stop every component: the supervisor first (nothing is started again), then SIGTERM to
+        every process group but the api-server's, waiting up to ``grace`` seconds (the executors
+        let their running tasks end, and a task ending reports its state through the
+        api-server), then the api-server, up to ``api_grace`` seconds; SIGKILL to what is left.
+        Stopped all at once, a task that was running could not report and stayed ``running``
+        while the scheduler waited for it until the grace ran out."""
         if self.supervisor is not None:
             self.supervisor.stop()
-        for p in self.procs.values():
-            if p.poll() is None:
+        api = {k: p for k, p in self.procs.items() if k == "api-server"}  # its key: start()
+        rest = {k: p for k, p in self.procs.items() if k not in api}
+        for group, seconds in ((rest, grace), (api, api_grace)):
+            for p in group.values():
+                if p.poll() is None:
+                    try:
+                        os.killpg(p.pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+            deadline = time.monotonic() + seconds
+            for p in group.values():
                 try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
+                    p.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
                     pass
-        deadline = time.monotonic() + grace
-        for p in self.procs.values():
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
         for p in self.procs.values():
             try:
                 os.killpg(p.pid, signal.SIGKILL)  # stragglers and any task processes left behind

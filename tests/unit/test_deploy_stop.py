@@ -1,0 +1,53 @@
+"""Deployment.stop (outreach.dev.deploy): the api-server is stopped last, so that a task still
+running when the scheduler is told to stop can report its state through it. Real child
+processes in process groups of their own, as Deployment.start makes them; no Airflow."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from outreach.dev.deploy import Deployment
+
+# On SIGTERM: wait a moment (a task ending), then record whether the api-server still answers
+# signal 0, and exit.
+_COMPONENT = """
+import os, signal, sys, time
+api_pid, out = int(sys.argv[1]), sys.argv[2]
+def stop(*_):
+    time.sleep(0.5)
+    try:
+        os.kill(api_pid, 0)
+        alive = "alive"
+    except ProcessLookupError:
+        alive = "gone"
+    open(out, "w").write(alive)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def _spawn(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", *args], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def test_the_api_server_outlives_the_components_that_report_through_it(tmp_path: Path):
+    api = _spawn("import time; time.sleep(60)")
+    seen = {name: tmp_path / f"{name}.seen" for name in ("scheduler", "worker-1")}
+    others = {name: _spawn(_COMPONENT, str(api.pid), str(path)) for name, path in seen.items()}
+    for p in others.values():
+        assert p.stdout and p.stdout.readline() == "ready\n"
+    dep = Deployment(home=tmp_path / "home", metadata_url="postgresql:///unused",
+                     outreach_url="postgresql:///unused")
+    dep.procs = {"api-server": api, **others}
+    dep.stop(grace=20, api_grace=5)
+    assert {name: path.read_text() for name, path in seen.items()} == {
+        "scheduler": "alive", "worker-1": "alive"}
+    assert all(p.poll() is not None for p in dep.procs.values())
+    for p in dep.procs.values():
+        assert p.stdout
+        p.stdout.close()
