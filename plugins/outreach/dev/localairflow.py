@@ -112,22 +112,36 @@ def run_dag(env: dict[str, str], dag_id: str, log_path: Path, conf: dict | None 
             timeout: float = 900) -> DagRunResult:
     """Run one DAG as ``airflow dags test`` does, in a process of its own, and return its final
     state. The process is a one-run :class:`DagTestSession`: it ends with ``os._exit`` once the
-    run is recorded, sparing Airflow's exit handlers (~2 s a run on 2 cores).
+    run is recorded, sparing Airflow's exit handlers (~2 s a run on 2 cores). A process that dies
+    before the run ends (it could not start, or was killed) gives a failed result with its exit
+    code; a timeout or an exception here (an interrupt) kills it at once.
 
-    :param log_path: the full Airflow output is written there (its start-up lines first).
+    :param log_path: the run's whole Airflow output is written there: the process's start-up
+        lines, then the run's, then how the process ended if it died first.
     :raises subprocess.TimeoutExpired: the run took longer than ``timeout`` seconds.
     """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text("")  # this run's output only, whatever an earlier run left there
     session = DagTestSession(env)
+
+    def whole_log(ending: str = "") -> str:
+        output = session.startup_output + log_path.read_text() + ending
+        log_path.write_text(output)
+        return output
+
     try:
         result = session.run_dag(dag_id, log_path, conf, timeout)
-    except RuntimeError as exc:  # the process ended before the run did (Airflow failed to start)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_path.write_text(str(exc))
-        return _result(dag_id, str(exc), session.returncode or 1, log_path, env)
-    finally:
+    except RuntimeError:  # the process ended before the run did
         session.close()
-    if session.startup_output:
-        log_path.write_text(session.startup_output + log_path.read_text())
+        code = session.returncode or 1
+        output = whole_log(f"\nthe Airflow process exited ({code}) before the run ended\n")
+        return _result(dag_id, output, code, log_path, env)
+    except BaseException:  # a timeout, an interrupt: the run must not go on sending
+        session.close(kill=True)
+        whole_log()
+        raise
+    session.close()
+    whole_log()
     return result
 
 
@@ -172,6 +186,8 @@ for line in sys.stdin:
         args.func(args)
     except SystemExit as exc:
         code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
+        if not isinstance(exc.code, (int, type(None))):
+            print(exc.code, file=sys.stderr)  # as the interpreter prints it ("DagRun failed")
     except BaseException:
         traceback.print_exc()
         code = 1
@@ -181,7 +197,7 @@ for line in sys.stdin:
         for fd in (*saved, log):
             os.close(fd)
     reply.write(PREFIX + json.dumps({"returncode": code}) + "\n")
-# stdin closed: every run is over and recorded. Airflow's exit handlers took ~7 s here.
+# stdin closed: every run is over and recorded. Airflow's exit handlers took 2-7 s here.
 sys.stdout.flush(); sys.stderr.flush()
 os._exit(0)
 """.replace("PREFIX", repr(_REPLY)).replace("PINNED", repr(("AIRFLOW_HOME", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")))
@@ -241,8 +257,11 @@ class DagTestSession:
             request["env"] = env
         log_path.parent.mkdir(parents=True, exist_ok=True)
         assert self._proc.stdin
-        self._proc.stdin.write(json.dumps(request) + "\n")
-        self._proc.stdin.flush()
+        try:
+            self._proc.stdin.write(json.dumps(request) + "\n")
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the process ended already: the loop below reads its last words, then raises
         deadline = time.monotonic() + timeout
         seen: list[str] = []
         while True:
