@@ -94,7 +94,6 @@ def bench(server: Server, workdir: Path, *, tasks: int, batch: int, repeats: int
                 "the scheduler's round trips instead (the scale-out rows' details). Both Airflow "
                 f"runs go plan (preflight off here), {-(-tasks // sessions_per_task(tasks))} send "
                 f"task(s) of {sessions_per_task(tasks)} sessions at once (the sizing rule for one "
-                "worker), "
-                "summary and after_send one after the other, each with its own API round trips "
+                "worker), summary and after_send one after the other, each with its own API round trips "
                 "and XCom; the CLI sends its batches one after the other. The logs "
                 "(fanout-airflow.log, fanout-warm.log in the work folder) time each step")], details

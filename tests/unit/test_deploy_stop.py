@@ -10,17 +10,18 @@ from pathlib import Path
 
 from outreach.dev.deploy import Deployment
 
-# On SIGTERM: wait a moment (a task ending), then record whether the api-server still answers
-# signal 0, and exit.
+# On SIGTERM: wait a moment (a task ending), then record whether the api-server still runs (a
+# process that exited but was not reaped yet is a zombie, state Z: gone too), and exit.
 _COMPONENT = """
-import os, signal, sys, time
+import signal, sys, time
 api_pid, out = int(sys.argv[1]), sys.argv[2]
 def stop(*_):
     time.sleep(0.5)
     try:
-        os.kill(api_pid, 0)
-        alive = "alive"
-    except ProcessLookupError:
+        with open(f"/proc/{api_pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        alive = "gone" if state in ("Z", "X") else "alive"
+    except FileNotFoundError:
         alive = "gone"
     open(out, "w").write(alive)
     sys.exit(0)
