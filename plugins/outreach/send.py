@@ -351,7 +351,9 @@ def send_run(url: str, connector: SmtpConnector, settings: Settings, *,
     """One send run, in the send DAG's order: reap, plan (:func:`outreach.queue.plan_batches`), send.
 
     The DAG runs the same pieces as tasks (:mod:`outreach.airflow.tasks_send`); ``outreach send``
-    and the tests run them here in one process.
+    and the tests run them here in one process: ``settings.send_sessions_per_task`` planned batches
+    at once (:func:`send_sessions`), as one send task does, unless ``limit``, ``now`` or ``clock``
+    is given (then one batch after the other, so ``limit`` counts exactly).
 
     :param mailbox_id: plan for this mailbox only.
     :param worker: the ``claimed_by`` of every claim (default :func:`worker_name`).
@@ -368,6 +370,11 @@ def send_run(url: str, connector: SmtpConnector, settings: Settings, *,
                            f"or released; ({str(exc).strip().splitlines()[0]})",
                            stage="PLAN") from exc
     run = SendRun(reaped, plan)
+    at_once = settings.send_sessions_per_task
+    if at_once > 1 and len(plan) > 1 and limit is None and now is None and clock is None:
+        run.batches.extend(send_sessions(url, plan, connector, settings, worker=worker,
+                                         dkim_keys=dkim_keys, at_once=at_once))
+        return run
     failures: list[dict[str, Any]] = []
     for b in plan:
         left = None if limit is None else limit - run.claimed

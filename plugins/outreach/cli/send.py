@@ -109,7 +109,9 @@ def add_send(sub: Any) -> None:
         "over at most once): the mailbox's daily cap and warm-up (per local calendar day), "
         "pacing (OUTREACH_SEND_INTERVAL_MINUTES: this run's share of the day), "
         "OUTREACH_BATCH_SIZE (rows one planned batch claims), OUTREACH_SEND_PARALLELISM "
-        "(planned batches per run), and --limit.")
+        "(planned batches per run), and --limit. OUTREACH_SEND_SESSIONS_PER_TASK planned "
+        "batches go at once, one SMTP session each, as in one send task (one after the other "
+        "with --limit).")
     s.add_argument("--mailbox", type=int, help="only this mailbox id")
     s.add_argument("--limit", type=_positive, metavar="N",
                    help="rows (messages) the whole command claims at most: every planned batch "
