@@ -237,7 +237,7 @@ class Row:
     :param compared: the baselines' figures, formatted, with the ratios.
     :param target: the target, in words.
     :param met: whether it is met (``None``: reported only).
-    :param why: for a missed target, why and what would close it.
+    :param why: what bounds the row; for a missed target, what would close it.
     """
 
     path: str
@@ -297,7 +297,7 @@ def write_report(report: Report, path: Path, header: list[str]) -> str:
         lines.append(f"| {r.path} | {r.ours} | {r.compared} | {r.target} | {met} |")
     missed = [r for r in report.rows if r.why]
     if missed:
-        lines += ["", "## Why a target is missed, and what would close it", ""]
+        lines += ["", "## What bounds each row (and what would close a missed target)", ""]
         lines += [f"- **{r.path}**: {r.why}" for r in missed]
     if report.notes:
         lines += ["", "## Notes", "", *[f"- {n}" for n in report.notes]]

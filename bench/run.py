@@ -53,6 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--import-rows", type=int, default=100_000, help="rows of the generated CSV")
     p.add_argument("--fanout-tasks", type=int, default=4, help="mapped send tasks")
     p.add_argument("--fanout-batch", type=int, default=50, help="emails per mapped task")
+    p.add_argument("--fanout-delay", type=float, default=0.1,
+                   help="seconds the fan-out sink waits before each reply to a command (the "
+                   "row is measured at this and at 0)")
     p.add_argument("--scaleout-emails", type=int, default=200,
                    help="emails per scale-out run (real Airflow, LocalExecutor and Celery)")
     p.add_argument("--scaleout-batch", type=int, default=25,
@@ -80,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                                              "claim_mailboxes", "claim_systems", "send_emails", "latency_delay",
                                              "latency_parallelism", "latency_batch",
                                              "latency_mailboxes", "import_rows",
-                                             "fanout_tasks", "fanout_batch", "scaleout_emails",
+                                             "fanout_tasks", "fanout_batch", "fanout_delay",
+                                             "scaleout_emails",
                                              "scaleout_batch", "scaleout_slots", "scaleout_sessions",
                                              "scaleout_delay",
                                              "scaleout_workers", "repeats")}
@@ -109,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             "import": lambda: bench_import.bench(server, workdir, leads=args.import_rows,
                                                  repeats=args.repeats),
             "fanout": lambda: bench_fanout.bench(server, workdir, tasks=args.fanout_tasks,
-                                                 batch=args.fanout_batch, repeats=args.repeats),
+                                                 batch=args.fanout_batch, delay=args.fanout_delay,
+                                                 repeats=args.repeats),
             "scaleout": lambda: bench_scaleout.bench(
                 server, workdir, emails=args.scaleout_emails, batch=args.scaleout_batch,
                 slots=args.scaleout_slots, sessions=args.scaleout_sessions, delay=args.scaleout_delay,

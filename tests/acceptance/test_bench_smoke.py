@@ -15,7 +15,7 @@ BENCH_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
 ROWS = ("claim ×1", "claim ×2", "claim ×8", "claim with contact policy ×8", "send path",
         "DKIM signature",
         "send at 10 ms a command ×1", "send at 10 ms a command ×2", "import", "queue due",
-        "Airflow fan-out (2 batches)")
+        "Airflow fan-out (2 batches, 0 ms a command)")
 
 
 def test_every_benchmark_runs_at_a_tiny_size(tmp_path):
@@ -28,7 +28,8 @@ def test_every_benchmark_runs_at_a_tiny_size(tmp_path):
     proc = subprocess.run(
         [str(BENCH_PYTHON), str(ROOT / "bench" / "run.py"), "--claim-rows", "200",
          "--claimers", "1,2,8", "--send-emails", "10", "--import-rows", "2000",
-         "--fanout-tasks", "2", "--fanout-batch", "5", "--latency-delay", "0.01",
+         "--fanout-tasks", "2", "--fanout-batch", "5", "--fanout-delay", "0",
+         "--latency-delay", "0.01",
          "--latency-parallelism", "1,2", "--latency-batch", "4", "--repeats", "1", "--out", str(out),
          # the scale-out row starts three Airflow deployments: tests/acceptance/test_celery.py runs those
          "--only", "claim,send,latency,import,fanout"],
