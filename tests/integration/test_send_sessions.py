@@ -172,6 +172,32 @@ def test_airflow_stopping_the_send_task_stops_its_sessions(queued, slow_sink, mo
     assert totals.sent_rows == len(slow_sink.messages())
 
 
+@pytest.mark.timeout(60)  # unstopped, the task would wait a 60-90 s gap before each of 19 rows
+def test_airflow_stopping_a_one_session_send_task_in_its_gap_stops_it(queued, slow_sink, monkeypatch):
+    # A plan of one batch (or OUTREACH_SEND_SESSIONS_PER_TASK=1) gives a task of one session; it
+    # must stop at the SIGTERM too, also while it waits out the mailbox's gap between two rows,
+    # not send on after Airflow gave up on it (a deployment stopped with Ctrl-C).
+    from outreach.airflow import tasks_send
+
+    task_env(monkeypatch, queued)
+    monkeypatch.setenv("OUTREACH_SEND_GAP_SECONDS", "60")
+    airflows_handler = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM))
+    try:
+        timer.start()
+        with pytest.raises(SendStopped, match="the task was stopped: 1 of 1 session"):
+            tasks_send.send_task({**LANES[0], "limit": PER_MAILBOX}, task_context())
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGTERM, airflows_handler)
+    counts = by_mailbox(queued)
+    assert counts == {(1, "sent"): 1, (1, "queued"): PER_MAILBOX - 1,
+                      (2, "queued"): PER_MAILBOX}, counts
+    assert signal.getsignal(signal.SIGTERM) is airflows_handler
+    totals = invariants.assert_ok(queued, slow_sink.messages())
+    assert totals.sent_rows == len(slow_sink.messages()) == 1
+
+
 def test_a_send_task_runs_no_more_sessions_at_once_than_its_pool_slots(queued, slow_sink, monkeypatch,
                                                                        caplog):
     # The plan may have packed more batches than the task's own pool_slots (another process's

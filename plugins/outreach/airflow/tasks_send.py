@@ -298,13 +298,13 @@ def send_task(batch: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
 
     :raises outreach.send.MailboxUnreachable: a mailbox could not send at all (rows requeued,
         attempts uncounted; the others were sent), retried.
-    :raises outreach.send.SendStopped: Airflow stopped the task (SIGTERM) while its sessions ran:
-        they stopped before their next row, their rows back in the queue.
+    :raises outreach.send.SendStopped: Airflow stopped the task (SIGTERM) while its session(s)
+        ran: they stopped before their next row, their rows back in the queue.
     :raises airflow.sdk.exceptions.AirflowFailException: a mailbox the preflight blocked, or rows
         left unconfirmed (a person decides); no retry."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from outreach.send import MailboxUnreachable, PlannedSummary, send_planned, send_sessions
+    from outreach.send import MailboxUnreachable, PlannedSummary, send_sessions
 
     context["batch_label"] = batch["label"]
     if batch.get("blocked"):
@@ -317,19 +317,16 @@ def send_task(batch: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     worker = worker_for(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number)
     url = database_url()
     try:
-        if batch.get("sessions"):
-            # Several SMTP sessions at once, one thread each; the task holds as many pool slots
-            # (never more sessions at once than this task's pool_slots, whatever the plan packed).
-            stop = threading.Event()
-            with _stop_on_sigterm(stop):
-                lanes = send_sessions(url, batch["sessions"], smtp_connector, settings(),
-                                      worker=worker, dkim_keys=dkim_private_key, stop=stop,
-                                      at_once=getattr(getattr(ti, "task", None), "pool_slots", None))
-            summary = PlannedSummary(label=batch["label"],
-                                     batches=[s for lane in lanes for s in lane.batches])
-        else:
-            summary = send_planned(url, batch["quotas"], smtp_connector, settings(),
-                                   label=batch["label"], worker=worker, dkim_keys=dkim_private_key)
+        # The batch's sessions at once (one, unless the plan packed several), one thread each;
+        # the task holds as many pool slots (never more sessions at once than its pool_slots,
+        # whatever the plan packed). A SIGTERM stops each before its next row, in a gap's wait too.
+        stop = threading.Event()
+        with _stop_on_sigterm(stop):
+            lanes = send_sessions(url, batch.get("sessions") or [batch], smtp_connector,
+                                  settings(), worker=worker, dkim_keys=dkim_private_key, stop=stop,
+                                  at_once=getattr(getattr(ti, "task", None), "pool_slots", None))
+        summary = PlannedSummary(label=batch["label"],
+                                 batches=[s for lane in lanes for s in lane.batches])
     except MailboxUnreachable as exc:
         refused_logins([f["conn_id"] for f in exc.failures], exc)
         raise
