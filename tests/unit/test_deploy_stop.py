@@ -52,3 +52,44 @@ def test_the_api_server_outlives_the_components_that_report_through_it(tmp_path:
     for p in dep.procs.values():
         assert p.stdout
         p.stdout.close()
+
+
+# A scheduler whose executor ran a task in a session of its own (as Airflow's supervisor does) and
+# dies at once on SIGTERM, leaving the task behind: the task records the SIGTERM it gets.
+_TASK = """
+import signal, sys, time
+out = sys.argv[1]
+def stop(*_):
+    open(out, "w").write("stopped by SIGTERM")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("ready", flush=True)
+time.sleep(60)
+"""
+_SCHEDULER = """
+import subprocess, sys
+task = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], stdout=subprocess.PIPE,
+                        text=True, start_new_session=True)
+assert task.stdout.readline() == "ready\\n"
+print(task.pid, flush=True)
+import time; time.sleep(60)
+"""
+
+
+def test_a_task_left_behind_by_its_executor_is_stopped_too(tmp_path: Path):
+    import psutil
+
+    api = _spawn("import time; time.sleep(60)")
+    out = tmp_path / "task.seen"
+    scheduler = _spawn(_SCHEDULER, _TASK, str(out))
+    assert scheduler.stdout
+    task = psutil.Process(int(scheduler.stdout.readline()))
+    dep = Deployment(home=tmp_path / "home", metadata_url="postgresql:///unused",
+                     outreach_url="postgresql:///unused")
+    dep.procs = {"api-server": api, "scheduler": scheduler}
+    dep.stop(grace=20, api_grace=5, task_grace=5)
+    assert out.read_text() == "stopped by SIGTERM"  # its chance to give its rows back
+    assert not task.is_running() or task.status() == psutil.STATUS_ZOMBIE
+    for p in dep.procs.values():
+        assert p.stdout
+        p.stdout.close()

@@ -361,18 +361,38 @@ class Deployment:
             self.api("PATCH", f"/dags/{dag_id}", token, json={"is_paused": False})
         return token
 
-    def stop(self, grace: float = 30, api_grace: float = 10) -> None:
+    def stop(self, grace: float = 30, api_grace: float = 10, task_grace: float = 10) -> None:
         """Stop every component: the supervisor first (nothing is started again), then SIGTERM to
         every process group but the api-server's, waiting up to ``grace`` seconds (the executors
         let their running tasks end, and a task ending reports its state through the
         api-server), then the api-server, up to ``api_grace`` seconds; SIGKILL to what is left.
         Stopped all at once, a task that was running could not report and stayed ``running``
-        while the scheduler waited for it until the grace ran out."""
+        while the scheduler waited for it until the grace ran out.
+
+        A task process Airflow put in a process group of its own outlives its executor's group:
+        every descendant of a component but the api-server seen while they stop is remembered,
+        and one still running once the components are gone gets SIGTERM (a send task stops
+        before its next row and gives its rows back: :func:`outreach.airflow.tasks_send.send_task`),
+        up to ``task_grace`` seconds while the api-server still runs, then SIGKILL: nothing a
+        deployment started sends on after its stop."""
+        import psutil
+
         if self.supervisor is not None:
             self.supervisor.stop()
         api = {k: p for k, p in self.procs.items() if k == "api-server"}  # its key: start()
         rest = {k: p for k, p in self.procs.items() if k not in api}
+        seen: dict[int, psutil.Process] = {}
+
+        def remember() -> None:  # the tasks' side only: the api-server's workers serve them
+            for p in rest.values():
+                try:
+                    for child in psutil.Process(p.pid).children(recursive=True):
+                        seen.setdefault(child.pid, child)
+                except psutil.NoSuchProcess:
+                    pass
+
         for group, seconds in ((rest, grace), (api, api_grace)):
+            remember()
             for p in group.values():
                 if p.poll() is None:
                     try:
@@ -380,11 +400,11 @@ class Deployment:
                     except ProcessLookupError:
                         pass
             deadline = time.monotonic() + seconds
-            for p in group.values():
-                try:
-                    p.wait(max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    pass
+            while any(p.poll() is None for p in group.values()) and time.monotonic() < deadline:
+                remember()
+                time.sleep(0.2)
+            if group is rest:
+                _end_processes(list(seen.values()), task_grace)
         for p in self.procs.values():
             try:
                 os.killpg(p.pid, signal.SIGKILL)  # stragglers and any task processes left behind
@@ -662,3 +682,30 @@ def run_worker_foreground(workers: int = 1, name: str | None = None) -> int:
         print("stopping the workers …", flush=True)
         dep.stop()
         print("stopped.")
+
+
+def _end_processes(procs: list[Any], grace: float) -> None:
+    """SIGTERM each of ``procs`` (``psutil.Process``) still running and not a zombie, wait up to
+    ``grace`` seconds, then SIGKILL what is left (a zombie only waits for its parent to reap it)."""
+    import psutil
+
+    def live(q: Any) -> bool:
+        try:
+            return bool(q.is_running()) and q.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    left = [q for q in procs if live(q)]
+    for q in left:
+        try:
+            q.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    deadline = time.monotonic() + grace
+    while (left := [q for q in left if live(q)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for q in left:
+        try:
+            q.kill()
+        except psutil.NoSuchProcess:
+            pass
