@@ -347,17 +347,21 @@ class SendRun:
 def send_run(url: str, connector: SmtpConnector, settings: Settings, *,
              mailbox_id: int | None = None, worker: str | None = None,
              now: dt.datetime | None = None, dkim_keys: DkimKeyLoader | None = None,
-             clock: Clock | None = None, limit: int | None = None) -> SendRun:
+             clock: Clock | None = None, limit: int | None = None,
+             sessions: int | None = None) -> SendRun:
     """One send run, in the send DAG's order: reap, plan (:func:`outreach.queue.plan_batches`), send.
 
     The DAG runs the same pieces as tasks (:mod:`outreach.airflow.tasks_send`); ``outreach send``
-    and the tests run them here in one process: ``settings.send_sessions_per_task`` planned batches
-    at once (:func:`send_sessions`), as one send task does, unless ``limit``, ``now`` or ``clock``
-    is given (then one batch after the other, so ``limit`` counts exactly).
+    and the tests run them here in one process: ``sessions`` planned batches at once
+    (:func:`send_sessions`), as one send task does, unless ``limit``, ``now`` or ``clock`` is given
+    (then one batch after the other, so ``limit`` counts exactly).
 
     :param mailbox_id: plan for this mailbox only.
     :param worker: the ``claimed_by`` of every claim (default :func:`worker_name`).
     :param limit: rows the whole run claims at most (``outreach send --limit``; ``None``: the plan's).
+    :param sessions: planned batches at once (default ``settings.send_sessions_per_task``; ``outreach
+        send`` passes what a send task of the DAG takes:
+        :func:`outreach.airflow.defaults.send_sessions_per_task`).
     :raises BatchAborted: the database connection was lost while planning (nothing claimed).
     :raises outreach.db.OutreachDBError: see :func:`send_batch`.
     :raises MailboxUnreachable: after every planned batch was sent, if a mailbox could not send."""
@@ -370,7 +374,7 @@ def send_run(url: str, connector: SmtpConnector, settings: Settings, *,
                            f"or released; ({str(exc).strip().splitlines()[0]})",
                            stage="PLAN") from exc
     run = SendRun(reaped, plan)
-    at_once = settings.send_sessions_per_task
+    at_once = sessions or settings.send_sessions_per_task
     if at_once > 1 and len(plan) > 1 and limit is None and now is None and clock is None:
         run.batches.extend(send_sessions(url, plan, connector, settings, worker=worker,
                                          dkim_keys=dkim_keys, at_once=at_once))

@@ -235,9 +235,9 @@ class Settings(OutreachSettings):
         "planned send batches per run, one SMTP session each, 1 to 1024 (Airflow's [core] "
         "max_map_length)"))
     send_sessions_per_task: int = Field(1, ge=1, le=64, description=(
-        "SMTP sessions one send task (or one outreach send) runs at once, each in its own thread "
-        "and holding one slot of the outreach_smtp pool, 1 to 64 (docs/reference/sizing.md sets "
-        "it)"))
+        "SMTP sessions one send task runs at once, each in its own thread and holding one slot "
+        "of the outreach_smtp pool (outreach send: as many at once), 1 to 64 "
+        "(docs/reference/sizing.md sets it)"))
     send_gap_seconds: float = Field(60.0, ge=0, le=3600, description=(
         "least seconds between two handoffs of one mailbox, 0 (no gap) to 3600"))
     send_gap_jitter: float = Field(0.5, ge=0, le=1, description=(

@@ -25,9 +25,11 @@ def cmd_send(args: argparse.Namespace) -> int:
     """Run ``outreach send``; return the exit code."""
     from outreach.airflow.connections import dkim_private_key, smtp_connector
     from outreach.airflow.connections import settings as load_settings
+    from outreach.airflow.defaults import send_sessions_per_task
     from outreach.send import MailboxUnreachable, send_run
 
     settings = load_settings()
+    sessions = send_sessions_per_task()  # as a send task of the DAG: cut to the pool when set
     url = database_url()
     claimed = 0  # --limit counts the rows of the whole command, every run of --until-empty too
     while True:
@@ -37,7 +39,7 @@ def cmd_send(args: argparse.Namespace) -> int:
             return 0
         try:
             run = send_run(url, smtp_connector, settings, mailbox_id=args.mailbox,
-                           dkim_keys=dkim_private_key, limit=left)
+                           dkim_keys=dkim_private_key, limit=left, sessions=sessions)
         except MailboxUnreachable as exc:  # its rows were released: --until-empty would only claim them again
             for part in exc.summaries:
                 print(part.line(), flush=True)
@@ -109,9 +111,10 @@ def add_send(sub: Any) -> None:
         "over at most once): the mailbox's daily cap and warm-up (per local calendar day), "
         "pacing (OUTREACH_SEND_INTERVAL_MINUTES: this run's share of the day), "
         "OUTREACH_BATCH_SIZE (rows one planned batch claims), OUTREACH_SEND_PARALLELISM "
-        "(planned batches per run), and --limit. OUTREACH_SEND_SESSIONS_PER_TASK planned "
-        "batches go at once, one SMTP session each, as in one send task (one after the other "
-        "with --limit).")
+        "(planned batches per run), and --limit. OUTREACH_SEND_SESSIONS_PER_TASK (default 1) "
+        "planned batches go at once, one SMTP session each, as in one send task of the DAG (cut "
+        "to divide OUTREACH_SMTP_POOL_SLOTS when that is set; one after the other with --limit). "
+        "Between two handoffs of one mailbox: OUTREACH_SEND_GAP_SECONDS (default 60, with jitter).")
     s.add_argument("--mailbox", type=int, help="only this mailbox id")
     s.add_argument("--limit", type=_positive, metavar="N",
                    help="rows (messages) the whole command claims at most: every planned batch "
