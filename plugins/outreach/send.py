@@ -7,6 +7,7 @@ docs/explanation/promise.md#what-happens-when-a-step-runs-twice. The steps of on
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import threading
 from collections.abc import Callable, Sequence
@@ -95,7 +96,8 @@ def send_sessions(url: str, lanes: Sequence[dict[str, Any]], connector: SmtpConn
     locks. When one session raises (the database went away, a bug), ``stop`` is set (Airflow
     stopping the task: :func:`outreach.airflow.tasks_send.send_task`) or this thread is
     interrupted, the others stop before their next row, releasing what they had not handed
-    over; a mailbox that cannot send at all does not stop the others.
+    over; a mailbox that cannot send at all does not stop the others. Further interrupts while
+    they end (a second Ctrl-C) are logged, not raised: a session cannot be cut off mid-reply.
 
     :param lanes: the planned batches, ``{"label", "quotas": [(mailbox_id, n), …]}`` each.
     :param clock_for: the :class:`Clock` of a session from the shared stop event (default: the
@@ -146,13 +148,28 @@ def send_sessions(url: str, lanes: Sequence[dict[str, Any]], connector: SmtpConn
 
     width = max(1, min(at_once or len(lanes), len(lanes)))
     pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="smtp-session")
+    futures: list[Any] = []
     try:
-        wait([pool.submit(lane, i) for i in range(len(lanes))])
+        for i in range(len(lanes)):
+            futures.append(pool.submit(lane, i))
+        wait(futures)
     except BaseException as exc:  # noqa: BLE001 - this thread interrupted: the task is being stopped
         stop.set()
         errors.insert(0, exc)
     finally:
-        pool.shutdown(wait=True)  # every session ends (stopped ones before their next row)
+        # Every session ends (stopped ones before their next row). Waited on through the futures,
+        # not Thread.join: an interrupted join marks a running thread stopped (Python 3.11).
+        while True:
+            try:
+                wait(futures)
+                break
+            except (KeyboardInterrupt, SystemExit):  # a second Ctrl-C must not orphan their rows
+                stop.set()
+                with contextlib.suppress(KeyboardInterrupt, SystemExit):
+                    log.warning("still stopping: each SMTP session ends its current row (a reply "
+                                "waits up to OUTREACH_SMTP_TIMEOUT seconds), then gives its other "
+                                "rows back; SIGKILL would leave them to the reaper")
+        pool.shutdown(wait=True)  # idle threads only now
     done = [r for r in results if r is not None]
     log.info("%s session(s), %s at once: %s%s", len(lanes), width,
              " | ".join(r.line() for r in done) or "nothing sent",

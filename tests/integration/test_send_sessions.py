@@ -128,6 +128,36 @@ def test_an_interrupted_task_stops_every_session_and_releases_their_rows(queued,
     assert totals.sent_rows == len(slow_sink.messages()) < 2 * PER_MAILBOX
 
 
+def test_a_second_interrupt_waits_for_the_sessions_to_give_their_rows_back(queued, slow_sink, settings):
+    # Ctrl-C, then Ctrl-C twice more 0.3 s apart while the sessions end their current rows (the
+    # relay takes 1 s a message): each session still stops before its next row and gives the
+    # rest back; nothing stays 'sending'.
+    slow_sink.reset(delay=1.0)
+    interrupts = []
+
+    def interrupt(signum, frame):
+        interrupts.append(1)
+        if len(interrupts) >= 3:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.5, 0.3)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            send_sessions(queued, LANES, smtp_connector, settings, worker="sessions-test")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert len(interrupts) == 3
+    assert not [t for t in threading.enumerate() if t.name.startswith("smtp-session") and t.is_alive()]
+    counts = by_mailbox(queued)
+    for mailbox in (1, 2):
+        assert counts.get((mailbox, "sending"), 0) == 0, counts
+    totals = invariants.assert_ok(queued, slow_sink.messages())
+    assert totals.sent_rows == len(slow_sink.messages()) < 2 * PER_MAILBOX
+
+
 def task_env(monkeypatch, url: str) -> None:
     """What an Airflow worker gives the send task here: this database, the test settings."""
     for k, v in {"OUTREACH_DATABASE_URL": url, "OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
