@@ -109,7 +109,8 @@ def send_sessions(url: str, lanes: Sequence[dict[str, Any]], connector: SmtpConn
         (all of them in one exception).
     :raises SendStopped: ``stop`` was set from outside and a session stopped early.
     :raises BaseException: the first other error of a session (or the interruption), after every
-        session ended; what the others did is logged.
+        session ended; what the others did is logged. Several sessions that lost the database
+        give one :class:`BatchAborted` naming every one's rows (:func:`merged_aborts`).
     """
     from concurrent.futures import ThreadPoolExecutor, wait
 
@@ -175,13 +176,29 @@ def send_sessions(url: str, lanes: Sequence[dict[str, Any]], connector: SmtpConn
              " | ".join(r.line() for r in done) or "nothing sent",
              f"; {len(stopped)} stopped early" if stopped else "")
     if errors:
-        raise errors[0]
+        raise merged_aborts(errors, len(lanes))
     if stopped:
         raise SendStopped(f"the task was stopped: {len(stopped)} of {len(lanes)} session(s) "
                           "stopped before their next row, their rows back in the queue")
     if failures:
         raise MailboxUnreachable(failures, [s for r in done for s in r.batches])
     return done
+
+
+def merged_aborts(errors: Sequence[BaseException], sessions: int) -> BaseException:
+    """The error :func:`send_sessions` raises for its sessions' ``errors`` (first first): the first,
+    unless it is a :class:`BatchAborted` and others are too (the database went away under several
+    sessions): then one :class:`BatchAborted` whose line has every one of them and whose
+    ``released`` and ``stuck`` ids are all of theirs, so the task's one line names every row."""
+    aborted = [e for e in errors if isinstance(e, BatchAborted)]
+    if not isinstance(errors[0], BatchAborted) or len(aborted) < 2:
+        return errors[0]
+    merged = BatchAborted(f"{len(aborted)} of {sessions} SMTP sessions lost the database: "
+                          + " | ".join(str(e) for e in aborted), stage=aborted[0].stage,
+                          released=[i for e in aborted for i in e.released],
+                          stuck=[i for e in aborted for i in e.stuck])
+    merged.__cause__ = aborted[0]
+    return merged
 
 
 def send_batch(url: str, mailbox_id: int, limit: int, connector: SmtpConnector,
