@@ -101,9 +101,10 @@ def running_deployment(pg_admin_url: str, template: str, db_url: str, tmp_path, 
     admin_execute(pg_admin_url, f'CREATE DATABASE "{meta}" TEMPLATE "{template}"')
     dep = Deployment(home=tmp_path / "airflow", metadata_url=sqlalchemy_url(embedded.with_database(pg_admin_url, meta)),
                      outreach_url=db_url, env_extra={"OUTREACH_ADMIN_PASSWORD": ADMIN_PASSWORD, **env})
-    dep.start()
     try:
-        dep.wait_ready()
+        dep.start()  # returns once the api-server answers
+        # What runs tasks starts after that, or its first tasks fail their try (a newcomer's restart).
+        assert dep.ready_at and psutil.Process(dep.procs["scheduler"].pid).create_time() > dep.ready_at - 0.05
         yield dep
     finally:
         pids = [p.pid for p in dep.procs.values()]

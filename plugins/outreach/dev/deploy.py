@@ -145,6 +145,8 @@ class Deployment:
     sizing: Any = None
     specs: dict[str, tuple[list[str], dict[str, str]]] = field(default_factory=dict)
     supervisor: Any = None
+    ready_at: float | None = None
+    """When the api-server first answered (:meth:`wait_ready`; seconds since the epoch, UTC)."""
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS.values():
@@ -244,14 +246,26 @@ class Deployment:
 
     def start(self) -> None:
         """Start every component in its own process group, logs in ``log_dir``: the services
-        of :data:`SERVICES`, then (CeleryExecutor) ``workers`` Celery workers."""
+        of :data:`SERVICES`, then (CeleryExecutor) ``workers`` Celery workers. What runs tasks
+        (the scheduler, whose LocalExecutor runs them, and the workers) starts once the
+        api-server answers (:meth:`wait_ready`): a task started before it could not report
+        through it and failed its first try (seen on a restart of ``make airflow`` with tasks
+        due).
+
+        :raises RuntimeError: see :meth:`wait_ready`."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = self.env()
-        for cmd in SERVICES.values() if self.role == "all" else ():
+        services = list(SERVICES.values()) if self.role == "all" else []
+        runs_tasks = [cmd for cmd in services if cmd == ("scheduler",)]
+        for cmd in [c for c in services if c not in runs_tasks]:
             args = list(cmd)
             if cmd == ("api-server",):
                 args += ["--host", self.host, "--port", str(self.port)]
             self._spawn(cmd[0], args, env)
+        if services:
+            self.wait_ready()
+        for cmd in runs_tasks:
+            self._spawn(cmd[0], list(cmd), env)
         if self.executor == "CeleryExecutor":
             # issue 31: the workers' settings are checked before they start (config_gate)
             config_gate({**env, "OUTREACH_WORKER_HOSTNAME": self.worker_name(1)}, "Celery workers")
@@ -334,6 +348,7 @@ class Deployment:
                     raise RuntimeError(f"airflow {name} exited with {p.returncode}; see {log_file}")
             try:
                 if httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=2).status_code == 200:
+                    self.ready_at = self.ready_at or time.time()
                     return
             except httpx.HTTPError:
                 pass
@@ -612,9 +627,8 @@ def run_foreground(executor: str = "local", workers: int = 2) -> int:
 
     signal.signal(signal.SIGINT, _handler)
     signal.signal(signal.SIGTERM, _handler)
-    dep.start()
     try:
-        dep.wait_ready()
+        dep.start()  # returns once the api-server answers
         where = (ADMIN_PASSWORD_VAR if os.environ.get(ADMIN_PASSWORD_VAR)
                  else dep.home / "admin_password")
         print(f"\nAirflow is up: {dep.base_url}  (user {ADMIN_USER}, first password in {where}; "
