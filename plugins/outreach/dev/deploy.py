@@ -146,7 +146,8 @@ class Deployment:
     specs: dict[str, tuple[list[str], dict[str, str]]] = field(default_factory=dict)
     supervisor: Any = None
     ready_at: float | None = None
-    """When the api-server first answered (:meth:`wait_ready`; seconds since the epoch, UTC)."""
+    """When the api-server first answered (:meth:`wait_ready`): seconds since boot
+    (``CLOCK_BOOTTIME``, the clock of a process's start time in ``/proc/<pid>/stat``)."""
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS.values():
@@ -348,7 +349,7 @@ class Deployment:
                     raise RuntimeError(f"airflow {name} exited with {p.returncode}; see {log_file}")
             try:
                 if httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=2).status_code == 200:
-                    self.ready_at = self.ready_at or time.time()
+                    self.ready_at = self.ready_at or time.clock_gettime(time.CLOCK_BOOTTIME)
                     return
             except httpx.HTTPError:
                 pass
