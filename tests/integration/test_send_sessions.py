@@ -108,18 +108,25 @@ class Terminated(BaseException):
     """What Airflow's SIGTERM handler raises in a task's main thread (``AirflowTaskTerminated``)."""
 
 
+def interrupted_sessions(url: str, settings, raising, first: float, every: float = 0.0) -> None:
+    """Run :data:`LANES` in ``send_sessions`` while SIGALRM calls ``raising`` (which raises in
+    this, the main thread) after ``first`` seconds, then every ``every`` (0: once); the handler
+    and the timer are restored after."""
+    previous = signal.signal(signal.SIGALRM, raising)
+    signal.setitimer(signal.ITIMER_REAL, first, every)
+    try:
+        send_sessions(url, LANES, smtp_connector, settings, worker="sessions-test")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_an_interrupted_task_stops_every_session_and_releases_their_rows(queued, slow_sink, settings):
     def terminate(signum, frame):
         raise Terminated("SIGTERM")
 
-    previous = signal.signal(signal.SIGALRM, terminate)
-    signal.setitimer(signal.ITIMER_REAL, 0.8)  # both sessions are mid-way (2 s of work each)
-    try:
-        with pytest.raises(Terminated):
-            send_sessions(queued, LANES, smtp_connector, settings, worker="sessions-test")
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    with pytest.raises(Terminated):  # at 0.8 s both sessions are mid-way (2 s of work each)
+        interrupted_sessions(queued, settings, terminate, 0.8)
     counts = by_mailbox(queued)
     for mailbox in (1, 2):
         assert counts.get((mailbox, "sending"), 0) == 0, counts
@@ -141,14 +148,8 @@ def test_a_second_interrupt_waits_for_the_sessions_to_give_their_rows_back(queue
             signal.setitimer(signal.ITIMER_REAL, 0)
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    signal.setitimer(signal.ITIMER_REAL, 1.5, 0.3)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            send_sessions(queued, LANES, smtp_connector, settings, worker="sessions-test")
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    with pytest.raises(KeyboardInterrupt):
+        interrupted_sessions(queued, settings, interrupt, 1.5, 0.3)
     assert len(interrupts) == 3
     assert not [t for t in threading.enumerate() if t.name.startswith("smtp-session") and t.is_alive()]
     counts = by_mailbox(queued)
