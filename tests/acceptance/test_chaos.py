@@ -48,7 +48,7 @@ def prepare(db_url: str, tmp_path: Path, n: int, tag: str) -> None:
 def test_eight_concurrent_send_processes_over_2000_rows(db_url, tmp_path):
     prepare(db_url, tmp_path, 2000, "c")
     with FaultSMTPServer() as smtp:
-        env = cli_env(db_url, smtp, tmp_path, OUTREACH_BATCH_SIZE="25")
+        env = cli_env(db_url, smtp, OUTREACH_BATCH_SIZE="25")
         procs = [subprocess.Popen(outreach_cmd("send", "--until-empty"), env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                  for _ in range(8)]
@@ -71,7 +71,7 @@ def test_senders_sigkilled_at_failpoints_never_send_twice_or_lose_a_row(db_url, 
         for i in range(ITERATIONS):
             point = POINTS[i % len(POINTS)]
             nth = rng.randint(1, 4 if point.startswith(("claim", "after_claim")) else 8)
-            env = cli_env(db_url, smtp, tmp_path, OUTREACH_FAILPOINTS=f"{point}:{nth}",
+            env = cli_env(db_url, smtp, OUTREACH_FAILPOINTS=f"{point}:{nth}",
                           OUTREACH_BATCH_SIZE="10")
             proc = subprocess.run(outreach_cmd("send", "--until-empty"), env=env,
                                   capture_output=True, text=True, timeout=300)
@@ -82,7 +82,7 @@ def test_senders_sigkilled_at_failpoints_never_send_twice_or_lose_a_row(db_url, 
             assert scalar(db_url, "SELECT count(*) FROM outreach.emails WHERE status = 'sending'") == 0
         # A sender that is not killed finishes the rest.
         proc = subprocess.run(outreach_cmd("send", "--until-empty"),
-                              env=cli_env(db_url, smtp, tmp_path, OUTREACH_BATCH_SIZE="50"),
+                              env=cli_env(db_url, smtp, OUTREACH_BATCH_SIZE="50"),
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         messages = smtp.messages()

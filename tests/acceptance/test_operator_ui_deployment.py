@@ -67,7 +67,7 @@ def check_campaign_page(dep, db_url: str, unconfirmed: list[int], tmp_path) -> N
     assert httpx.get(f"{dep.base_url}/outreach-campaigns/report.json", timeout=30).status_code == 401
     token = make_token("test-secret-0123456789", unconfirmed[0])
     assert httpx.get(f"{dep.base_url}/outreach/unsubscribe/{token}", timeout=30).status_code == 200
-    report = json.loads(outreach(db_url, "report", "--json", tmp_path=tmp_path).stdout)
+    report = json.loads(outreach(db_url, "report", "--json").stdout)
     assert [u["id"] for u in report["unconfirmed"]] == unconfirmed
     driver = browser.chromium(tmp_path / "chromium-profile")
     try:

@@ -99,7 +99,7 @@ def test_unconfirmed_emails_queue_the_review_through_the_alias_and_only_then(
 
     # Resolved: nothing for a Required Action, so no asset event (the task still succeeds).
     resolved = outreach(db_url, "resolve", "--ids", ",".join(map(str, held)),
-                        "--decision", "was-sent", "--by", "test", tmp_path=tmp_path)
+                        "--decision", "was-sent", "--by", "test")
     assert resolved.returncode == 0, resolved.stdout + resolved.stderr
     second = airflow.run_dag("outreach_send", tmp_path / "second.log")
     assert second.ok, second.log.read_text()[-4000:]

@@ -190,26 +190,25 @@ def test_the_required_action_answer_is_audited_as_its_airflow_user(db_url, monke
 
 def test_cli_records_the_os_user_and_outreach_audit_prints_the_rows(db_url, tmp_path):
     import_demo(db_url)
-    p = outreach(db_url, "campaign", "pause", KEY, "--by", "alice", "--reason", "legal review",
-                 tmp_path=tmp_path)
+    p = outreach(db_url, "campaign", "pause", KEY, "--by", "alice", "--reason", "legal review")
     assert p.returncode == 0, p.stdout + p.stderr
-    p = outreach(db_url, "suppress", "jane@acme.example", tmp_path=tmp_path)
+    p = outreach(db_url, "suppress", "jane@acme.example")
     assert p.returncode == 0, p.stdout + p.stderr
     me = f"os:{getpass.getuser()}"
     assert [(r["action"], r["actor"], r["via"]) for r in audit_rows(db_url)] == [
         ("pause", me, "cli"), ("suppress", me, "cli")]
 
-    p = outreach(db_url, "audit", "--campaign", KEY, tmp_path=tmp_path)
+    p = outreach(db_url, "audit", "--campaign", KEY)
     assert p.returncode == 0, p.stdout + p.stderr
     [line] = p.stdout.splitlines()
     assert f"{me} (cli)  pause campaign {KEY}: legal review" in line and "'by': 'alice'" in line
-    p = outreach(db_url, "audit", "--json", "--since", "1h", tmp_path=tmp_path)
+    p = outreach(db_url, "audit", "--json", "--since", "1h")
     assert p.returncode == 0, p.stdout + p.stderr
     listed = json.loads(p.stdout)
     assert [(r["action"], r["target_key"]) for r in listed] == [
         ("suppress", "j***@acme.example"), ("pause", KEY)]
     assert "jane@acme.example" not in p.stdout
-    p = outreach(db_url, "audit", "--since", "2999-01-01", tmp_path=tmp_path)
+    p = outreach(db_url, "audit", "--since", "2999-01-01")
     assert (p.returncode, p.stdout.strip()) == (0, "no audit rows")
 
 
@@ -226,7 +225,7 @@ def test_a_bulk_suppression_import_leaves_one_audit_row_with_its_counts(db_url, 
     one row naming the file and the counts, none when a re-import adds nothing."""
     csv = tmp_path / "dnc.csv"
     csv.write_text("email\njane@acme.example\nnot-an-address\nbad.example\n")
-    p = outreach(db_url, "import-suppressions", str(csv), tmp_path=tmp_path,
+    p = outreach(db_url, "import-suppressions", str(csv),
                  OUTREACH_IMPORT_ROOTS=str(tmp_path))
     assert p.returncode == 0, p.stdout + p.stderr
     [row] = audit_rows(db_url)
@@ -234,7 +233,7 @@ def test_a_bulk_suppression_import_leaves_one_audit_row_with_its_counts(db_url, 
         "suppress", f"os:{getpass.getuser()}", "cli", "suppression", "do-not-contact")
     assert row["target_key"] == str(csv)
     assert row["details"] == {"bulk": True, "added": 2, "known": 0, "invalid": 1, "cancelled": 0}
-    p = outreach(db_url, "import-suppressions", str(csv), tmp_path=tmp_path,
+    p = outreach(db_url, "import-suppressions", str(csv),
                  OUTREACH_IMPORT_ROOTS=str(tmp_path))
     assert p.returncode == 0, p.stdout + p.stderr
     assert len(audit_rows(db_url)) == 1  # nothing added: no decision to record

@@ -325,7 +325,7 @@ def test_the_cli_inbox_runs_the_rate_rules_and_lead_show_tells_why(db_url, tmp_p
     sent = sent_campaign(db_url, tmp_path, settings, leads)
     accounts.append("outreach_imap_anna", dsn(leads[0], sent[leads[0]]["message_id"], "5.1.1",
                                               "550 5.1.1 <r0@rate.example>: user unknown"))
-    env = {**cli_env(db_url, sink, tmp_path), **accounts.env()}
+    env = {**cli_env(db_url, sink), **accounts.env()}
 
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "outreach.cli", *args], env=env,

@@ -80,7 +80,7 @@ def test_a_finished_campaign_takes_no_new_leads_and_the_import_says_so_per_line(
         db_url, tmp_path):
     import_leads(db_url, CAMPAIGN, MAILBOXES, leads_csv(tmp_path, ["old@done.example"]), now=T0)
     _stop(db_url, "old@done.example", "stopped")
-    p = outreach(db_url, "queue-due", tmp_path=tmp_path)  # as an operator runs it
+    p = outreach(db_url, "queue-due")  # as an operator runs it
     assert p.returncode == 0, p.stderr
     assert f"campaign {KEY} finished: every enrolment is done" in p.stdout
     assert queue_due(db_url, now=T0) == {"queued": 0, "per_mailbox": {}, "held": [],

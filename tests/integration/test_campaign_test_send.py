@@ -80,22 +80,21 @@ def test_the_commands_preview_test_send_and_approve(db_url, sink, tmp_path, monk
     draft.write_text(CAMPAIGN.read_text().replace("status: active\n", ""))
     monkeypatch.setattr("support.flow.CAMPAIGN", draft)
     import_demo(db_url)
-    p = outreach(db_url, "campaign", "preview", "q4-ops-intro", "--sample", "2", tmp_path=tmp_path)
+    p = outreach(db_url, "campaign", "preview", "q4-ops-intro", "--sample", "2")
     assert p.returncode == 0, p.stderr
     assert p.stdout.count("List-Unsubscribe-Post: List-Unsubscribe=One-Click") == 2
     assert "Message-ID and unsubscribe token are placeholders" in p.stdout
     assert p.stdout.count("\n--- text part\n") == 2 and "MIME-Version" not in p.stdout
     p = outreach(db_url, "campaign", "preview", "q4-ops-intro", "--lead",
-                 "amelie.dubois@contoso-freight.example", "--raw", tmp_path=tmp_path)
+                 "amelie.dubois@contoso-freight.example", "--raw")
     assert p.returncode == 0 and "\nMIME-Version: 1.0\n" in p.stdout, p.stderr
-    p = outreach(db_url, "campaign", "test-send", "q4-ops-intro", "--to", "seed@seeds.example",
-                 tmp_path=tmp_path)
+    p = outreach(db_url, "campaign", "test-send", "q4-ops-intro", "--to", "seed@seeds.example")
     assert p.returncode == 0 and "sent, Message-ID <" in p.stdout, p.stderr
     assert [m["X-RcptTo"] for m in sink.messages()] == ["seed@seeds.example"]
-    p = outreach(db_url, "campaign", "approve", "q4-ops-intro", tmp_path=tmp_path)
+    p = outreach(db_url, "campaign", "approve", "q4-ops-intro")
     assert p.returncode == 1 and "is 'draft'; approve needs 'awaiting_approval'" in p.stderr
     for verb in ("submit", "approve"):
-        p = outreach(db_url, "campaign", verb, "q4-ops-intro", "--by", "carol", tmp_path=tmp_path)
+        p = outreach(db_url, "campaign", verb, "q4-ops-intro", "--by", "carol")
         assert p.returncode == 0, p.stderr
     assert "approved: active" in p.stdout
     assert scalar(db_url, "SELECT approved_by FROM outreach.campaigns") == "carol"

@@ -20,7 +20,7 @@ def test_import_reports_bad_rows_by_line_and_keeps_the_good(db_url, tmp_path):
     csv = tmp_path / "crm-export.csv"
     csv.write_text("Email Address,First Name,Company Name\nok@acme.example,Ok,Acme\nbroken@,Bad,Acme\n"
                    "ok2@acme.example,Ok2,Acme\n")
-    p = outreach(db_url, "import-leads", "--csv", str(csv), tmp_path=tmp_path)
+    p = outreach(db_url, "import-leads", "--csv", str(csv))
     assert p.returncode == 0, p.stderr
     assert "imported=2" in p.stdout and "invalid=1" in p.stdout
     assert f"{csv}, line 3, field email: invalid address" in p.stdout
@@ -29,13 +29,13 @@ def test_import_reports_bad_rows_by_line_and_keeps_the_good(db_url, tmp_path):
 def test_unusable_files_fail_with_file_line_and_field(db_url, tmp_path):
     csv = tmp_path / "no-email.csv"
     csv.write_text("Name,Company\nAna,Acme\n")
-    p = outreach(db_url, "import-leads", "--csv", str(csv), tmp_path=tmp_path)
+    p = outreach(db_url, "import-leads", "--csv", str(csv))
     assert p.returncode == 1 and f"{csv}, line 1: no email column" in p.stderr
     bad = tmp_path / "bad.yaml"
     demo = (ROOT / "include/campaigns/demo.yaml").read_text()
     line = next(n for n, text in enumerate(demo.splitlines(), 1) if "delay_days: 3" in text)
     bad.write_text(demo.replace("delay_days: 3", "delay_days: -3"))
-    p = outreach(db_url, "import-leads", "--campaign", str(bad), "--csv", str(csv), tmp_path=tmp_path)
+    p = outreach(db_url, "import-leads", "--campaign", str(bad), "--csv", str(csv))
     assert p.returncode == 1
     assert (f"{bad}, line {line}, field steps.1.delay_days: Input should be greater than or "
             f"equal to 0") in p.stderr
@@ -46,17 +46,17 @@ def test_report_text_and_json_after_a_send(db_url, sink, tmp_path):
     conn = sink.connection_json()
     env = {"AIRFLOW_CONN_OUTREACH_SMTP_ANNA": conn, "AIRFLOW_CONN_OUTREACH_SMTP_BEN": conn}
     assert outreach(db_url, "import-leads", "--csv", "include/data/sample_leads.csv", "--suppressions",
-                    "include/data/do_not_contact.csv", tmp_path=tmp_path).returncode == 0
-    assert "queued 196" in outreach(db_url, "queue-due", tmp_path=tmp_path).stdout
-    p = outreach(db_url, "send", "--limit", "30", tmp_path=tmp_path, **env)
+                    "include/data/do_not_contact.csv").returncode == 0
+    assert "queued 196" in outreach(db_url, "queue-due").stdout
+    p = outreach(db_url, "send", "--limit", "30", **env)
     assert p.returncode == 0, p.stderr
     import re
 
     sent = [int(n) for n in re.findall(r" sent=(\d+)", p.stdout)]
     assert sent and sum(sent) == len(sink.messages()) < 196  # one run: batches of at most 30
-    text = outreach(db_url, "report", tmp_path=tmp_path).stdout
+    text = outreach(db_url, "report").stdout
     assert "q4-ops-intro" in text and "sent today" in text and "a***@mail.outreach-demo.example" in text
-    report = json.loads(outreach(db_url, "report", "--json", tmp_path=tmp_path).stdout)
+    report = json.loads(outreach(db_url, "report", "--json").stdout)
     by_mailbox = {r["mailbox_id"]: r for r in report["rows"]}
     assert by_mailbox[1]["sent"] + by_mailbox[1]["queued"] == 98
     assert by_mailbox[1]["sent"] + by_mailbox[2]["sent"] == sum(sent)
@@ -165,9 +165,9 @@ def test_send_says_what_the_contact_policy_held_back(db_url, sink, tmp_path):
         "key: q4-ops-intro", "key: q4-second"))
     for campaign in ("include/campaigns/demo.yaml", str(second)):
         assert outreach(db_url, "import-leads", "--campaign", campaign, "--csv",
-                        "include/data/sample_leads.csv", tmp_path=tmp_path).returncode == 0
-        assert outreach(db_url, "queue-due", tmp_path=tmp_path).returncode == 0
-        p = outreach(db_url, "send", "--until-empty", tmp_path=tmp_path, **env)
+                        "include/data/sample_leads.csv").returncode == 0
+        assert outreach(db_url, "queue-due").returncode == 0
+        p = outreach(db_url, "send", "--until-empty", **env)
         assert p.returncode == 0, p.stderr
         if campaign == str(second):
             break
@@ -185,15 +185,15 @@ def test_send_says_what_the_contact_policy_held_back(db_url, sink, tmp_path):
 def test_inbox_without_its_connections_says_each_failure_once_a_stream(db_url, tmp_path):
     """`outreach inbox` with no IMAP connection set: per mailbox one FAILED line on stdout and
     one line on stderr saying what to set; the log's copy of the line only with -v."""
-    assert outreach(db_url, "mailbox", "sync", tmp_path=tmp_path).returncode == 0
-    p = outreach(db_url, "inbox", tmp_path=tmp_path)
+    assert outreach(db_url, "mailbox", "sync").returncode == 0
+    p = outreach(db_url, "inbox")
     assert p.returncode == 1
     failed = [ln for ln in p.stdout.splitlines() if " FAILED no Airflow connection " in ln]
     errors = [ln for ln in p.stderr.splitlines() if "outreach_imap_" in ln]
     assert len(failed) == len(errors) == 3, p.stdout + p.stderr
     assert all(e.startswith("outreach: error: inbox ") and "AIRFLOW_CONN_OUTREACH_IMAP_" in e
                for e in errors), errors
-    verbose = outreach(db_url, "-v", "inbox", tmp_path=tmp_path)
+    verbose = outreach(db_url, "-v", "inbox")
     both = verbose.stdout + verbose.stderr  # printed, and logged (Airflow's log format)
     assert both.count(" FAILED no Airflow connection ") == 6, both
 
@@ -251,10 +251,9 @@ def test_send_runs_its_sessions_at_once_as_a_send_task_does(db_url, tmp_path):
                "OUTREACH_SEND_PARALLELISM": "4", "OUTREACH_BATCH_SIZE": "25",
                "OUTREACH_SEND_SESSIONS_PER_TASK": "4", "OUTREACH_SMTP_POOL_SLOTS": "3"}
         assert outreach(db_url, "import-leads", "--csv", "include/data/sample_leads.csv",
-                        "--suppressions", "include/data/do_not_contact.csv",
-                        tmp_path=tmp_path).returncode == 0
-        assert f"queued {EXPECTED_LEADS}" in outreach(db_url, "queue-due", tmp_path=tmp_path).stdout
-        p = outreach(db_url, "send", tmp_path=tmp_path, **env)
+                        "--suppressions", "include/data/do_not_contact.csv").returncode == 0
+        assert f"queued {EXPECTED_LEADS}" in outreach(db_url, "queue-due").stdout
+        p = outreach(db_url, "send", **env)
         assert p.returncode == 0, p.stderr
         assert sink.peak == 3, f"{sink.peak} session(s) at once, not the pool's 3"
         messages = sink.messages()

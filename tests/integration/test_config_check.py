@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from support.flow import cli_env, outreach_cmd
+from support import clifork
+from support.flow import cli_env
 
 IMAP = {f"AIRFLOW_CONN_{c.upper()}": json.dumps({"conn_type": "imap", "host": "127.0.0.1",
                                                  "login": c.rsplit("_", 1)[1],
@@ -31,12 +32,11 @@ BROKEN = {
 
 
 def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(outreach_cmd("config", "check", *args), env=env, capture_output=True,
-                          text=True, timeout=300)
+    return clifork.run(("config", "check", *args), env=env, timeout=300)
 
 
 def test_a_broken_environment_names_every_problem_one_line_each(db_url, sink, tmp_path):
-    env = cli_env(db_url, sink, tmp_path, **IMAP, **BROKEN)
+    env = cli_env(db_url, sink, **IMAP, **BROKEN)
     del env["AIRFLOW_CONN_OUTREACH_SMTP_BEN"]   # a connection the mailbox file names
     proc = run(env)
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -54,7 +54,7 @@ def test_a_broken_environment_names_every_problem_one_line_each(db_url, sink, tm
 
 
 def test_an_unreachable_database_and_a_missing_secret_are_named_too(db_url, sink, tmp_path):
-    env = cli_env(db_url, sink, tmp_path, **IMAP,
+    env = cli_env(db_url, sink, **IMAP,
                   OUTREACH_DATABASE_URL="postgresql:///nowhere?host=/nonexistent")
     del env["OUTREACH_UNSUBSCRIBE_SECRET"]
     proc = run(env, "--skip", "connections")
@@ -66,7 +66,7 @@ def test_an_unreachable_database_and_a_missing_secret_are_named_too(db_url, sink
 
 
 def test_a_good_environment_passes_with_one_line(db_url, sink, tmp_path):
-    proc = run(cli_env(db_url, sink, tmp_path, **IMAP))
+    proc = run(cli_env(db_url, sink, **IMAP))
     assert proc.returncode == 0, proc.stderr
     [line] = proc.stdout.strip().splitlines()  # one line: nothing else on stdout
     assert line.startswith("config check: OK (settings, 3 mailbox(es), 1 campaign file(s), "

@@ -19,7 +19,7 @@ from outreach.leads import import_leads
 from outreach.queue import Reaped, queue_due, reap
 from outreach.resolve import resolve
 from outreach.send import MailboxUnreachable, raise_if_unreachable, send_batch
-from support import invariants
+from support import clifork, invariants
 from support.faultsmtp import FaultSMTPServer
 from support.flow import hand_over, leads_csv, point_mailboxes_at, rows, scalar
 from support.paths import CAMPAIGN, MAILBOXES
@@ -228,9 +228,7 @@ def test_operator_requeues_only_not_accepted_failures_and_each_is_sent_once(db_u
     """Issue 12.6c: after a relay was down for an hour every due row was failed/retries_exhausted
     and nothing but SQL could put them back. `outreach requeue --failed-kind retries_exhausted`
     requeues those (recorded with who and why), never unconfirmed or permanent failures."""
-    import subprocess
-
-    from support.flow import cli_env, outreach_cmd
+    from support.flow import cli_env
 
     rules = {"full@faults.example": ["rcpt_452"] * 3 + ["accept"],
              "nouser@faults.example": ["rcpt_550"], "dropped@faults.example": ["drop"]}
@@ -244,19 +242,18 @@ def test_operator_requeues_only_not_accepted_failures_and_each_is_sent_once(db_u
         assert [(s[a]["status"], s[a]["failure_kind"]) for a in rules] == [
             ("failed", "retries_exhausted"), ("failed", "permanent"), ("failed", "unconfirmed")]
         ids = {a: r["id"] for a, r in s.items()}
-        env = cli_env(db_url, smtp, tmp_path)
+        env = cli_env(db_url, smtp)
         asked = ",".join(str(i) for i in ids.values())
-        p = subprocess.run(outreach_cmd("requeue", "--failed-kind", "retries_exhausted", "--ids", asked,
-                                        "--by", "Dana", "--reason", "mailbox emptied, ticket 4711"),
-                           env=env, capture_output=True, text=True, timeout=120)
+        p = clifork.run(("requeue", "--failed-kind", "retries_exhausted", "--ids", asked,
+                        "--by", "Dana", "--reason", "mailbox emptied, ticket 4711"), env=env, timeout=120)
         assert p.returncode == 0, p.stdout + p.stderr
         assert f"requeued=1 [{ids['full@faults.example']}]" in p.stdout, p.stdout
         assert "failed/permanent" in p.stdout and "failed/unconfirmed" in p.stdout, p.stdout
-        again = subprocess.run(outreach_cmd("requeue", "--failed-kind", "retries_exhausted", "--by", "Dana",
-                                            "--reason", "twice"), env=env, capture_output=True, text=True, timeout=120)
+        again = clifork.run(("requeue", "--failed-kind", "retries_exhausted", "--by", "Dana",
+                            "--reason", "twice"), env=env, timeout=120)
         assert again.returncode == 0 and "requeued=0" in again.stdout, again.stdout + again.stderr
-        refused = subprocess.run(outreach_cmd("requeue", "--failed-kind", "unconfirmed", "--by", "Dana",
-                                              "--reason", "x"), env=env, capture_output=True, text=True, timeout=120)
+        refused = clifork.run(("requeue", "--failed-kind", "unconfirmed", "--by", "Dana",
+                              "--reason", "x"), env=env, timeout=120)
         assert refused.returncode == 2  # argparse: only retries_exhausted may be requeued
         s = state(db_url)
         assert (s["full@faults.example"]["status"], s["full@faults.example"]["attempts"]) == ("queued", 0)

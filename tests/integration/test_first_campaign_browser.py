@@ -61,7 +61,7 @@ def run(db_url, tmp_path, *args):
     with its campaign file for this test's); return its output."""
     line = " ".join([".venv/bin/outreach", *args]).replace(str(tmp_path / f"{KEY}.yaml"), MY_FIRST)
     assert line in TUTORIAL.read_text(), f"the tutorial does not show: {line}"
-    p = outreach(db_url, *args, tmp_path=tmp_path)
+    p = outreach(db_url, *args)
     assert p.returncode == 0, (args, p.stdout, p.stderr)
     return p.stdout
 

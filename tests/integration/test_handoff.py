@@ -8,7 +8,6 @@ import asyncio
 import datetime as dt
 import email
 import email.policy
-import subprocess
 from collections import Counter
 
 import pytest
@@ -17,9 +16,9 @@ from outreach.airflow.connections import smtp_connector
 from outreach.leads import import_leads
 from outreach.queue import queue_due, reap
 from outreach.send import send_batch
-from support import invariants
+from support import clifork, invariants
 from support.faultsmtp import FaultSMTPServer
-from support.flow import cli_env, leads_csv, one_mailbox, outreach_cmd, point_mailboxes_at, rows
+from support.flow import cli_env, leads_csv, one_mailbox, point_mailboxes_at, rows
 from support.paths import CAMPAIGN, MAILBOXES
 
 LATER = dt.timedelta(minutes=31)
@@ -47,9 +46,8 @@ def test_sigkilled_sender_leaves_only_the_stamped_row_unconfirmed(db_url, tmp_pa
     count unchanged, and the next run delivers each exactly once."""
     addresses = queued(db_url, tmp_path, 10, "k")
     with FaultSMTPServer() as smtp:
-        env = cli_env(db_url, smtp, tmp_path)
-        killed = subprocess.run(outreach_cmd("send", "--limit", "10"), capture_output=True,
-                                text=True, timeout=120, env={**env, "OUTREACH_FAILPOINTS": f"{point}:3"})
+        env = cli_env(db_url, smtp)
+        killed = clifork.run(("send", "--limit", "10"), timeout=120, env={**env, "OUTREACH_FAILPOINTS": f"{point}:3"})
         assert killed.returncode == -9, killed.stdout + killed.stderr
         before = by_address(db_url)
         assert [before[a]["status"] for a in addresses] == ["sent"] * 2 + ["sending"] * 8
@@ -62,8 +60,7 @@ def test_sigkilled_sender_leaves_only_the_stamped_row_unconfirmed(db_url, tmp_pa
         assert after[addresses[2]]["failure_kind"] == "unconfirmed"
         assert [(after[a]["status"], after[a]["attempts"]) for a in addresses[3:]] == [("queued", 0)] * 7
 
-        again = subprocess.run(outreach_cmd("send", "--until-empty", "--limit", "10"), env=env,
-                               capture_output=True, text=True, timeout=120)
+        again = clifork.run(("send", "--until-empty", "--limit", "10"), env=env, timeout=120)
         assert again.returncode == 0, again.stdout + again.stderr
         messages = smtp.messages()
     at_sink = Counter(m["X-RcptTo"] for m in messages)
@@ -95,15 +92,15 @@ def test_a_late_acceptance_is_recorded_as_evidence_and_resolved_in_one_step(db_u
     assert row["late_accept_message_id"] == messages[0]["Message-ID"].strip("<>")
     invariants.assert_ok(db_url, messages)
 
-    env = cli_env(db_url, smtp, tmp_path)
-    listed = subprocess.run(outreach_cmd("unconfirmed"), env=env, capture_output=True, text=True, timeout=60)
+    env = cli_env(db_url, smtp)
+    listed = clifork.run(("unconfirmed",), env=env, timeout=60)
     assert listed.returncode == 0, listed.stderr
     assert "EVIDENCE: accepted late at" in listed.stdout and "250 2.0.0 OK queued" in listed.stdout
     assert f"Message-ID <{row['late_accept_message_id']}>" in listed.stdout
     assert f"--ids {row['id']} --decision was-sent" in listed.stdout
 
-    done = subprocess.run(outreach_cmd("resolve", "--ids", str(row["id"]), "--decision", "was-sent",
-                                       "--by", "Dana"), env=env, capture_output=True, text=True, timeout=60)
+    done = clifork.run(("resolve", "--ids", str(row["id"]), "--decision", "was-sent",
+                       "--by", "Dana"), env=env, timeout=60)
     assert done.returncode == 0 and "resolved=1" in done.stdout, done.stdout + done.stderr
     [res] = rows(db_url, "SELECT r.decision, r.evidence, s.smtp_reply, s.accepted_at, s.message_id "
                          "FROM outreach.email_resolutions r JOIN outreach.send_log s USING (email_id)")
@@ -129,9 +126,8 @@ def test_database_lost_mid_batch_is_one_error_line_naming_the_stage_and_the_rele
                       " WHERE datname = current_database() AND pid <> pg_backend_pid()")
 
     with FaultSMTPServer(nth={3: "hook"}, on_message=kill_every_backend) as smtp:
-        env = cli_env(db_url, smtp, tmp_path)
-        proc = subprocess.run(outreach_cmd("send", "--limit", "10"), env=env, capture_output=True,
-                              text=True, timeout=120)
+        env = cli_env(db_url, smtp)
+        proc = clifork.run(("send", "--limit", "10"), env=env, timeout=120)
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert "Traceback" not in proc.stderr, proc.stderr
         [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("outreach: error:")]
@@ -142,8 +138,7 @@ def test_database_lost_mid_batch_is_one_error_line_naming_the_stage_and_the_rele
         assert f"released ids {released} back to the queue" in line, line
         assert [state[a]["status"] for a in addresses] == ["sent"] * 3 + ["queued"] * 7
         assert [state[a]["attempts"] for a in addresses[3:]] == [0] * 7
-        again = subprocess.run(outreach_cmd("send", "--until-empty", "--limit", "10"), env=env,
-                               capture_output=True, text=True, timeout=120)
+        again = clifork.run(("send", "--until-empty", "--limit", "10"), env=env, timeout=120)
         assert again.returncode == 0, again.stdout + again.stderr
         messages = smtp.messages()
     assert Counter(m["X-RcptTo"] for m in messages) == Counter(addresses)

@@ -27,7 +27,7 @@ def data(tmp_path):
 
 def test_relative_paths_are_relative_to_the_current_directory(db_url, sink, tmp_path, data):
     (data / "leads.csv").write_text("Email,First Name\nok@acme.example,Ok\n")
-    env = cli_env(db_url, sink, tmp_path, OUTREACH_IMPORT_ROOTS=str(data))
+    env = cli_env(db_url, sink, OUTREACH_IMPORT_ROOTS=str(data))
     p = run(["import-leads", "--csv", "leads.csv"], env, cwd=data)
     assert p.returncode == 0, p.stderr
     assert "imported=1" in p.stdout.splitlines()[-1]
@@ -37,7 +37,7 @@ def test_relative_paths_are_relative_to_the_current_directory(db_url, sink, tmp_
 def test_problems_first_summary_last_and_a_progress_line_every_n_rows(db_url, sink, tmp_path, data):
     lines = [f"ok{i}@acme.example,Ok" for i in range(5)] + ["broken@,Bad"]
     (data / "leads.csv").write_text("Email,First Name\n" + "\n".join(lines) + "\n")
-    env = cli_env(db_url, sink, tmp_path, OUTREACH_IMPORT_ROOTS=str(data))
+    env = cli_env(db_url, sink, OUTREACH_IMPORT_ROOTS=str(data))
     p = run(["import-leads", "--csv", "leads.csv", "--progress-every", "2"], env, cwd=data)
     assert p.returncode == 0, p.stderr
     out = p.stdout.splitlines()
@@ -50,7 +50,7 @@ def test_problems_first_summary_last_and_a_progress_line_every_n_rows(db_url, si
 
 def test_nothing_imported_exits_non_zero_and_the_problems_are_stored(db_url, sink, tmp_path, data):
     (data / "bad.csv").write_text("Email,First Name\nbroken@,A\n,B\nnot-an-address,C\n")
-    env = cli_env(db_url, sink, tmp_path, OUTREACH_IMPORT_ROOTS=str(data))
+    env = cli_env(db_url, sink, OUTREACH_IMPORT_ROOTS=str(data))
     p = run(["import-leads", "--csv", "bad.csv"], env, cwd=data)
     assert p.returncode == 1
     assert "outreach: error: nothing imported: all 3 rows of" in p.stderr
@@ -67,7 +67,7 @@ def test_nothing_imported_exits_non_zero_and_the_problems_are_stored(db_url, sin
 def test_import_show_pages_the_stored_problems(db_url, sink, tmp_path, data):
     bad = [f"bad{i}@,X" for i in range(7)]
     (data / "leads.csv").write_text("Email,First Name\nok@acme.example,Ok\n" + "\n".join(bad) + "\n")
-    env = cli_env(db_url, sink, tmp_path, OUTREACH_IMPORT_ROOTS=str(data))
+    env = cli_env(db_url, sink, OUTREACH_IMPORT_ROOTS=str(data))
     assert run(["import-leads", "--csv", "leads.csv"], env, cwd=data).returncode == 0
     run_id = scalar(db_url, "SELECT max(id) FROM outreach.import_runs")
     p = run(["import", "show", str(run_id)], env, cwd=data)

@@ -88,7 +88,7 @@ def test_the_airflow_task_refuses_a_typed_path_outside_the_roots(db_url, outside
 @pytest.mark.parametrize("command", [["import-leads", "--csv"], ["import-suppressions"]])
 def test_cli_never_reads_or_echoes_a_file_outside_the_roots(db_url, sink, outside, tmp_path, command):
     secret, data = outside
-    env = cli_env(db_url, sink, tmp_path, OUTREACH_IMPORT_ROOTS=str(data))
+    env = cli_env(db_url, sink, OUTREACH_IMPORT_ROOTS=str(data))
     p = subprocess.run(outreach_cmd(*command, str(secret)), env=env, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 1

@@ -4,12 +4,11 @@ RFC 6154) on a real Dovecot: found (with its date) / not found, and ``outreach r
 
 from __future__ import annotations
 
-import subprocess
-
 from outreach.leads import import_leads
 from outreach.queue import queue_due
 from outreach.resolve import list_unconfirmed, row_message_id
-from support.flow import cli_env, leads_csv, leave_unconfirmed, one_mailbox, outreach_cmd, rows
+from support import clifork
+from support.flow import cli_env, leads_csv, leave_unconfirmed, one_mailbox, rows
 from support.inboxflow import ANNA, IMAP_CONN_IDS, mail
 from support.paths import CAMPAIGN, MAILBOXES
 
@@ -29,9 +28,9 @@ def test_unconfirmed_rows_get_sent_folder_evidence_and_auto_found_resolves_found
     found_mid = row_message_id(unconfirmed[held[0]])
     imap_accounts.append("outreach_imap_anna", mail(ANNA, "Acme and late deliveries", "Hi",
                          to="a@ev.example", message_id=f"<{found_mid}>"), folder="Sent")
-    env = cli_env(db_url, sink, tmp_path, **imap_accounts.env())
+    env = cli_env(db_url, sink, **imap_accounts.env())
 
-    p = subprocess.run(outreach_cmd("unconfirmed"), env=env, capture_output=True, text=True, timeout=120)
+    p = clifork.run(("unconfirmed",), env=env, timeout=120)
     assert p.returncode == 0, p.stderr
     assert f"Message-ID <{found_mid}>: checked: found in Sent folder 'Sent', dated " in p.stdout
     for other in held[1:]:
@@ -39,8 +38,7 @@ def test_unconfirmed_rows_get_sent_folder_evidence_and_auto_found_resolves_found
                 "'Sent' (proves nothing") in p.stdout
     assert "3 unconfirmed email(s), 1 found in a Sent folder" in p.stdout
 
-    p = subprocess.run(outreach_cmd("resolve", "--auto-found", "--by", "Dana"), env=env,
-                       capture_output=True, text=True, timeout=120)
+    p = clifork.run(("resolve", "--auto-found", "--by", "Dana"), env=env, timeout=120)
     assert p.returncode == 0, p.stderr
     assert f"resolved=1 [{held[0]}]" in p.stdout
     state = {r["id"]: (r["status"], r["failure_kind"]) for r in rows(

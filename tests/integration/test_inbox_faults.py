@@ -9,7 +9,8 @@ import uuid
 
 import pytest
 
-from support.flow import cli_env, outreach_cmd, rows, scalar
+from support import clifork
+from support.flow import cli_env, rows, scalar
 from support.inboxflow import IMAP_CONN_IDS, bounce_sample, mail, read_all, sent_campaign
 from support.scenario import concurrently
 
@@ -55,9 +56,8 @@ def test_reader_sigkilled_mid_mailbox_applies_every_effect_once(db_url, tmp_path
     deliver(accounts, leads, sent)
 
     def inbox(**failpoint: str) -> subprocess.CompletedProcess:
-        env = cli_env(db_url, sink, tmp_path, **accounts.env(), **failpoint)
-        return subprocess.run(outreach_cmd("inbox"), env=env, capture_output=True, text=True,
-                              timeout=120)
+        env = cli_env(db_url, sink, **accounts.env(), **failpoint)
+        return clifork.run(("inbox",), env=env, timeout=120)
 
     # Killed with the 3rd message recorded and its effect applied, before the commit.
     p = inbox(OUTREACH_FAILPOINTS="inbox_before_commit:3")

@@ -72,7 +72,7 @@ def test_a_300_mb_file_on_one_line_is_refused_in_bounded_memory(db_url, sink, tm
             f.write(block)
     os.mkfifo(folder / "unread.csv")  # the baseline: the same command, nothing read
     try:
-        env = cli_env(db_url, sink, tmp_path, OUTREACH_IMPORT_ROOTS=str(folder))
+        env = cli_env(db_url, sink, OUTREACH_IMPORT_ROOTS=str(folder))
         _, _, baseline, _ = run_measured(["import-leads", "--csv", "unread.csv"], env, cwd=folder)
         code, err, rss, seconds = run_measured(["import-leads", "--csv", "one-line.csv"], env,
                                                cwd=folder)
@@ -109,7 +109,7 @@ def test_a_long_row_after_good_ones_names_its_lines_and_imports_nothing(db_url, 
 
 def test_a_fifo_is_refused_without_being_opened(db_url, sink, tmp_path, folder):
     os.mkfifo(folder / "pipe.csv")  # nobody writes: opening it for reading would block
-    env = cli_env(db_url, sink, tmp_path, OUTREACH_IMPORT_ROOTS=str(folder))
+    env = cli_env(db_url, sink, OUTREACH_IMPORT_ROOTS=str(folder))
     code, err, rss, seconds = run_measured(["import-leads", "--csv", "pipe.csv"], env, cwd=folder)
     assert code != 0
     assert "pipe.csv: a named pipe (FIFO), not a regular file" in err, err

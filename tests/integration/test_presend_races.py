@@ -29,7 +29,7 @@ def _cli(env: dict[str, str], *args: str) -> None:
 
 
 def test_unsubscribe_while_the_first_row_connects_is_not_sent(db_url, sink, settings, tmp_path):
-    env = cli_env(db_url, sink, tmp_path)
+    env = cli_env(db_url, sink)
     import_demo(db_url)
     queue_due(db_url)
     victims: list[str] = []
@@ -49,7 +49,7 @@ def test_unsubscribe_while_the_first_row_connects_is_not_sent(db_url, sink, sett
 
 
 def test_lead_stop_while_the_first_row_connects_is_not_sent(db_url, sink, settings, tmp_path):
-    env = cli_env(db_url, sink, tmp_path)
+    env = cli_env(db_url, sink)
     import_demo(db_url)
     queue_due(db_url)
     victims: list[str] = []

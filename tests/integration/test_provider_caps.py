@@ -192,7 +192,7 @@ def test_a_send_run_hands_over_within_the_cap_at_a_real_smtp_server(db_url, sink
     with dns_server(_zone()) as ns:
         assert mxproviders.refresh(db_url, nameserver=ns)["looked_up"] == 2
     env = {f"AIRFLOW_CONN_{c.upper()}": sink.connection_json() for c in SMTP_CONN_IDS}
-    p = outreach(db_url, "send", "--until-empty", tmp_path=tmp_path,
+    p = outreach(db_url, "send", "--until-empty",
                  OUTREACH_PROVIDER_HOURLY="microsoft=2", **env)
     assert p.returncode == 0, p.stderr
     domains = sorted(str(m["To"]).rsplit("@", 1)[1].strip(">") for m in sink.messages())

@@ -247,9 +247,8 @@ def test_daily_cap_holds_under_concurrent_claims(db_url, tmp_path):
 def test_the_send_command_reaps_before_it_plans_like_a_dag_run(db_url, sink, tmp_path):
     # A sender killed two hours ago left rows 'sending', never handed over: a send run (the
     # DAG's, and the command's: outreach.send.send_run) takes them back first, then sends them.
-    import subprocess
-
-    from support.flow import cli_env, outreach_cmd
+    from support import clifork
+    from support.flow import cli_env
 
     import_demo(db_url)
     queue_due(db_url)
@@ -258,8 +257,7 @@ def test_the_send_command_reaps_before_it_plans_like_a_dag_run(db_url, sink, tmp
         conn.execute("UPDATE outreach.emails SET claimed_at = claimed_at - interval '2 hours'"
                      " WHERE status = 'sending'")
     assert len(claimed) == 3
-    p = subprocess.run(outreach_cmd("send", "--until-empty"), env=cli_env(db_url, sink, tmp_path),
-                       capture_output=True, text=True, timeout=600)
+    p = clifork.run(("send", "--until-empty"), env=cli_env(db_url, sink), timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     assert scalar(db_url, "SELECT count(*) FROM outreach.emails WHERE status = 'sending'") == 0
     assert {r["status"] for r in rows(db_url, "SELECT status::text FROM outreach.emails WHERE id = ANY(%s)",

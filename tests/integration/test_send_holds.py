@@ -74,19 +74,19 @@ def test_send_says_per_mailbox_why_nothing_more_goes(db_url, sink, settings, tmp
                               window=("00:00", "24:00"))
     assert sum(s.sent for s in send_all(db_url, settings)) == 3
     env = {f"AIRFLOW_CONN_{CONN_ID.upper()}": sink.connection_json()}
-    p = outreach(db_url, "send", "--until-empty", tmp_path=tmp_path, **env)
+    p = outreach(db_url, "send", "--until-empty", **env)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == [
         "nothing more allowed in this run:",
         "  p***@mail.outreach-test.example: 2 due, 0 this run: daily cap (3 of today's 3 sent or "
         "sending, 0 left; the rest waits for tomorrow)"]
     pause_mailbox(db_url, str(mb), "DNS", "alice")
-    p = outreach(db_url, "send", tmp_path=tmp_path, **env)
+    p = outreach(db_url, "send", **env)
     assert "  p***@mail.outreach-test.example: 2 due, 0 this run: mailbox paused" in p.stdout
     with db.connect(db_url, autocommit=True) as conn:
         conn.execute("UPDATE outreach.emails SET scheduled_for = now() + interval '1 day' "
                      "WHERE status = 'queued'")
-    p = outreach(db_url, "send", tmp_path=tmp_path, **env)
+    p = outreach(db_url, "send", **env)
     assert p.stdout.splitlines() == [
         "nothing due: no queued email of an active campaign is due yet"]
 

@@ -27,7 +27,7 @@ def queued(db_url, tmp_path):
 
 def _send(db_url, sink, tmp_path, *args):
     env = {f"AIRFLOW_CONN_{c.upper()}": sink.connection_json() for c in SMTP_CONN_IDS}
-    p = outreach(db_url, "send", *args, tmp_path=tmp_path, OUTREACH_BATCH_SIZE=BATCH, **env)
+    p = outreach(db_url, "send", *args, OUTREACH_BATCH_SIZE=BATCH, **env)
     assert p.returncode == 0, p.stderr
     return p.stdout
 
@@ -48,12 +48,12 @@ def test_send_limit_counts_every_run_of_until_empty(db_url, sink, tmp_path, queu
 
 def test_send_limit_must_be_a_positive_number(db_url, tmp_path):
     for bad in ("0", "-1", "1_0", "x"):
-        p = outreach(db_url, "send", "--limit", bad, tmp_path=tmp_path)
+        p = outreach(db_url, "send", "--limit", bad)
         assert p.returncode == 2 and "--limit" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_help_says_what_each_limit_counts(db_url, tmp_path):
-    text = " ".join(outreach(db_url, "send", "--help", tmp_path=tmp_path).stdout.split())
+    text = " ".join(outreach(db_url, "send", "--help").stdout.split())
     assert "rows (messages) the whole command claims at most" in text
     for limit in ("daily cap", "OUTREACH_BATCH_SIZE (rows one planned batch claims)",
                   "OUTREACH_SEND_PARALLELISM (planned batches per run)"):

@@ -16,14 +16,14 @@ from outreach.airflow.connections import smtp_connector
 from outreach.claim import claim
 from outreach.queue import queue_due
 from outreach.send import send_batch
-from support import invariants
-from support.flow import EXPECTED_LEADS, cli_env, import_demo, outreach_cmd, rows, scalar, send_all
+from support import clifork, invariants
+from support.flow import EXPECTED_LEADS, cli_env, import_demo, rows, scalar, send_all
 
 CAMPAIGN_KEY = "q4-ops-intro"
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run(outreach_cmd(*args), env=env, capture_output=True, text=True, timeout=300)
+    proc = clifork.run(args, env=env, timeout=300)
     return proc
 
 
@@ -106,7 +106,7 @@ def test_stop_enrollment_refuses_bad_calls_and_changes_nothing(db_url):
 
 
 def test_lead_stop_through_the_cli_sends_nothing_more_to_that_lead(db_url, sink, settings, tmp_path):
-    env = cli_env(db_url, sink, tmp_path)
+    env = cli_env(db_url, sink)
     import_demo(db_url)
     queue_due(db_url)
     send_all(db_url, settings)
@@ -141,7 +141,7 @@ def test_lead_stop_through_the_cli_sends_nothing_more_to_that_lead(db_url, sink,
 
 
 def test_lead_stop_cli_names_what_is_wrong(db_url, sink, tmp_path):
-    env = cli_env(db_url, sink, tmp_path)
+    env = cli_env(db_url, sink)
     import_demo(db_url)
     p = cli(env, "lead", "stop", "nobody@nowhere.example", "--campaign", CAMPAIGN_KEY, "--by", "a",
             "--reason", "b")
@@ -160,7 +160,7 @@ def test_lead_stopped_after_the_claim_is_cancelled_by_the_pre_send_check(db_url,
     """The stop lands after the batch was claimed (its rows are 'sending', so the stop cancels
     nothing): only the pre-send check, which re-reads the enrolment next to the suppression
     check, can keep the message from going out."""
-    env = cli_env(db_url, sink, tmp_path)
+    env = cli_env(db_url, sink)
     import_demo(db_url)
     queue_due(db_url)
     victims: list[str] = []
@@ -185,7 +185,7 @@ def test_lead_stopped_after_the_claim_is_cancelled_by_the_pre_send_check(db_url,
 
 
 def test_campaign_pause_and_resume_through_the_cli(db_url, sink, tmp_path):
-    env = cli_env(db_url, sink, tmp_path)
+    env = cli_env(db_url, sink)
     import_demo(db_url)
     p = cli(env, "campaign", "pause", CAMPAIGN_KEY, "--by", "alice", "--reason", "legal review")
     assert p.returncode == 0 and f"campaign {CAMPAIGN_KEY} paused" in p.stdout, p.stderr

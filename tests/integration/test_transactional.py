@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
-import subprocess
 import threading
 import time
 import uuid
@@ -21,9 +20,9 @@ from outreach.airflow.connections import smtp_connector
 from outreach.queue import reap
 from outreach.suppression import is_suppressed, suppress
 from outreach.transactional import DeliveryKeyConflict, TransactionalError, enqueue, send_due, watch
-from support import invariants
+from support import clifork, invariants
 from support.faultsmtp import FaultSMTPServer
-from support.flow import cli_env, outreach_cmd, rows, scalar
+from support.flow import cli_env, rows, scalar
 from support.signupapp import welcome_messages
 
 HELLO = "hello@mail.outreach-demo.example"
@@ -271,20 +270,19 @@ def test_sender_dies_during_the_handoff_ends_unconfirmed_never_resent(tx_url, si
     send log was written. The row stays 'sending'; later cycles never resend it; the reaper makes
     it unconfirmed for a person to decide. One message at the server."""
     enqueue_one(tx_url, "handoff")
-    env = cli_env(tx_url, sink, tmp_path)
-    cmd = outreach_cmd("transactional", "send")
-    killed = subprocess.run(cmd, env={**env, "OUTREACH_FAILPOINTS": "after_accept:1"},
-                            capture_output=True, text=True, timeout=120)
+    env = cli_env(tx_url, sink)
+    cmd = ("transactional", "send")
+    killed = clifork.run(cmd, env={**env, "OUTREACH_FAILPOINTS": "after_accept:1"}, timeout=120)
     assert killed.returncode == -9, killed.stdout + killed.stderr
     assert len(welcome_messages(sink)) == 1
     assert scalar(tx_url, "SELECT status::text FROM outreach.emails") == "sending"
-    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    again = clifork.run(cmd, env=env, timeout=120)
     assert again.returncode == 0 and "claimed=0" in again.stdout, again.stdout + again.stderr
     reap(tx_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31))
     [row] = rows(tx_url, "SELECT status::text AS status, failure_kind, last_error FROM outreach.emails")
     assert (row["status"], row["failure_kind"]) == ("failed", "unconfirmed")
     assert "check Sent Items" in row["last_error"]
-    assert subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120).returncode == 0
+    assert clifork.run(cmd, env=env, timeout=120).returncode == 0
     assert len(welcome_messages(sink)) == 1
     invariants.assert_ok(tx_url, sink.messages())
 
@@ -418,11 +416,11 @@ def test_cli_sends_transactional_mail_without_unsubscribe_settings(tx_url, sink,
     unsubscribe URL and secret, which transactional mail never uses; and a missing SMTP
     connection was reported without its id."""
     enqueue_one(tx_url, "cli-1")
-    env = {k: v for k, v in cli_env(tx_url, sink, tmp_path).items()
+    env = {k: v for k, v in cli_env(tx_url, sink).items()
            if k not in ("OUTREACH_PUBLIC_URL", "OUTREACH_UNSUBSCRIBE_SECRET")
            and not k.startswith("AIRFLOW_CONN_")}
-    cmd = outreach_cmd("transactional", "send")
-    missing = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    cmd = ("transactional", "send")
+    missing = clifork.run(cmd, env=env, timeout=120)
     # The mailbox cannot send at all: the run fails with one line naming the connection, and the
     # row goes back to the queue without spending an attempt (issue 12.6b).
     assert missing.returncode == 1 and "released=1" in missing.stdout, missing.stdout + missing.stderr
@@ -432,6 +430,6 @@ def test_cli_sends_transactional_mail_without_unsubscribe_settings(tx_url, sink,
     assert scalar(tx_url, "SELECT attempts FROM outreach.emails") == 0
     enqueue_one(tx_url, "cli-2", "kim@example.com")
     env["AIRFLOW_CONN_OUTREACH_SMTP_HELLO"] = sink.connection_json()
-    sent = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    sent = clifork.run(cmd, env=env, timeout=120)
     assert sent.returncode == 0 and "sent=2" in sent.stdout, sent.stdout + sent.stderr
     assert sorted(m["To"] for m in sink.messages()) == ["jo@example.com", "kim@example.com"]

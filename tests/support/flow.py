@@ -15,6 +15,7 @@ from outreach.airflow.connections import smtp_connector
 from outreach.leads import import_leads
 from outreach.send import send_run as domain_send_run
 from outreach.suppression import import_suppressions
+from support import clifork
 from support.paths import CAMPAIGN, DNC, LEADS, MAILBOXES, ROOT, SMTP_CONN_IDS
 
 EXPECTED_LEADS = 196  # 214 rows − 5 invalid − 2 duplicates − 11 suppressed (see the sample files)
@@ -77,13 +78,13 @@ def one_mailbox(url: str) -> None:
         c.execute("UPDATE outreach.mailboxes SET daily_cap = 100000, warmup_start = NULL")
 
 
-def cli_env(db_url: str, smtp, tmp_path: Path, **extra: str) -> dict[str, str]:
+def cli_env(db_url: str, smtp, **extra: str) -> dict[str, str]:
     """The environment of an ``outreach`` CLI subprocess: this database, the project, a test
     unsubscribe URL and secret, no pacing and no gap (these tests drain the queue), every demo mailbox's SMTP
-    connection at ``smtp`` (5 s timeout), no failpoint unless ``extra`` sets one."""
+    connection at ``smtp`` (5 s timeout), no failpoint unless ``extra`` sets one; the worker's
+    ``AIRFLOW_HOME`` (tests/conftest.py), so :func:`support.clifork.run` can fork it."""
     env = dict(os.environ)
     env.update({"OUTREACH_DATABASE_URL": db_url, "OUTREACH_HOME": str(ROOT),
-                "AIRFLOW_HOME": str(tmp_path / "airflow-home"),
                 "OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
                 "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
                 "OUTREACH_SEND_INTERVAL_MINUTES": "0", "OUTREACH_SEND_GAP_SECONDS": "0"})
@@ -130,15 +131,13 @@ def leave_unconfirmed(url: str, n: int) -> list[int]:
     return held
 
 
-def outreach(db_url: str, *args: str, tmp_path=None, **env: str) -> subprocess.CompletedProcess:
-    """Run ``python -m outreach.cli ARGS`` on DB_URL with the test settings (and AIRFLOW_HOME under
-    TMP_PATH when given); the completed process, output captured as text, 300 s timeout."""
+def outreach(db_url: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """Run ``outreach ARGS`` (:func:`support.clifork.run`: a process forked from a warm
+    interpreter) on DB_URL with the test settings and ``env``; the completed process, output
+    captured as text, 300 s timeout."""
     e = dict(os.environ, OUTREACH_DATABASE_URL=db_url, OUTREACH_HOME=str(ROOT),
              OUTREACH_PUBLIC_URL="https://unsubscribe.test.example",
              OUTREACH_UNSUBSCRIBE_SECRET="test-secret-0123456789", OUTREACH_SEND_INTERVAL_MINUTES="0",
              OUTREACH_SEND_GAP_SECONDS="0",
              **env)
-    if tmp_path is not None:
-        e["AIRFLOW_HOME"] = str(tmp_path / "airflow-home")
-    return subprocess.run([sys.executable, "-m", "outreach.cli", *args], env=e, capture_output=True,
-                          text=True, timeout=300)
+    return clifork.run(args, env=e, timeout=300)
