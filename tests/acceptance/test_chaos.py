@@ -29,7 +29,7 @@ from outreach.leads import import_leads
 from outreach.migrate import upgrade
 from outreach.queue import queue_due, reap
 from outreach.send import BatchAborted, send_batch
-from support import invariants
+from support import clifork, invariants
 from support.faultsmtp import FaultSMTPServer
 from support.flow import cli_env, leads_csv, outreach_cmd, rows, scalar
 from support.paths import CAMPAIGN, MAILBOXES, ROOT, SMTP_CONN_IDS
@@ -73,17 +73,14 @@ def test_senders_sigkilled_at_failpoints_never_send_twice_or_lose_a_row(db_url, 
             nth = rng.randint(1, 4 if point.startswith(("claim", "after_claim")) else 8)
             env = cli_env(db_url, smtp, OUTREACH_FAILPOINTS=f"{point}:{nth}",
                           OUTREACH_BATCH_SIZE="10")
-            proc = subprocess.run(outreach_cmd("send", "--until-empty"), env=env,
-                                  capture_output=True, text=True, timeout=300)
+            proc = clifork.run(("send", "--until-empty"), env=env, timeout=300)
             assert proc.returncode in (0, -9), f"seed {seed}, {point}:{nth}\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
             kills[point] += proc.returncode == -9
             # The reaper, 31 minutes later: whatever the killed sender held becomes unconfirmed.
             reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31))
             assert scalar(db_url, "SELECT count(*) FROM outreach.emails WHERE status = 'sending'") == 0
         # A sender that is not killed finishes the rest.
-        proc = subprocess.run(outreach_cmd("send", "--until-empty"),
-                              env=cli_env(db_url, smtp, OUTREACH_BATCH_SIZE="50"),
-                              capture_output=True, text=True, timeout=300)
+        proc = clifork.run(("send", "--until-empty"), env=cli_env(db_url, smtp, OUTREACH_BATCH_SIZE="50"), timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         messages = smtp.messages()
     totals = invariants.assert_ok(db_url, messages)
