@@ -50,3 +50,58 @@ def test_a_call_past_its_timeout_is_killed(db_url, sink):
     while server_children() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert server_children() == []
+
+
+def test_an_interrupted_wait_kills_the_call(db_url, sink):
+    import signal
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    env = cli_env(db_url, sink)
+    assert clifork.run(("--help",), env=env, timeout=60).returncode == 0  # the server is up
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.alarm(2)
+        with pytest.raises(KeyboardInterrupt):  # as pytest-timeout or Ctrl-C would end the wait
+            clifork.run(("transactional", "worker"), env=env, timeout=60)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    deadline = time.monotonic() + 10
+    while server_children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert server_children() == []
+    assert clifork.run(("--help",), env=dict(os.environ), timeout=60).returncode == 0  # still serving
+
+
+def test_a_request_of_any_size_and_several_calls_at_once():
+    from concurrent.futures import ThreadPoolExecutor
+
+    env = {**os.environ, "OUTREACH_TEST_BIG": "x" * 200_000}
+    with ThreadPoolExecutor(4) as pool:
+        done = list(pool.map(lambda _: clifork.run(("--help",), env=env, timeout=60), range(8)))
+    assert [p.returncode for p in done] == [0] * 8
+
+
+@pytest.mark.parametrize("fork", ["on", "off"])
+def test_the_cli_logs_to_stderr_whether_forked_or_not(db_url, sink, fork, monkeypatch):
+    # `campaign pause` imports no Airflow; `send` does (its SMTP connection): in a process of its
+    # own each puts the outreach log lines on stderr (outreach.cli._configure_logging), never in
+    # Airflow's format on stdout.
+    from outreach.queue import queue_due
+    from support.flow import import_demo
+
+    monkeypatch.setenv("OUTREACH_TEST_CLI_FORK", fork)
+    import_demo(db_url)
+    queue_due(db_url)
+    env = cli_env(db_url, sink)
+    sent = clifork.run(("-v", "send", "--limit", "2"), env=env, timeout=120)
+    assert sent.returncode == 0 and "sent=2" in sent.stdout, sent.stdout + sent.stderr
+    assert "INFO outreach" in sent.stderr
+    assert "[info" not in sent.stdout and "INFO outreach" not in sent.stdout, sent.stdout
+    paused = clifork.run(("campaign", "pause", "q4-ops-intro", "--by", "alice", "--reason", "legal review"),
+                         env=env, timeout=120)
+    assert paused.returncode == 0, paused.stderr
+    assert "WARNING outreach" in paused.stderr and "paused by alice" in paused.stderr
+    assert "paused by alice" not in paused.stdout

@@ -9,15 +9,20 @@ folder, environment and ``sys.argv``, runs ``outreach.cli`` as ``python -m`` doe
 (``runpy``, as ``__main__``) and ends as the interpreter ends (``SystemExit``, atexit
 handlers, death by an uncaught SIGINT), so its exit code, output and signals are a process's.
 
-What a fork cannot give is what the interpreter read at import: the call's ``AIRFLOW_HOME`` and
-``AIRFLOW__*`` options (:func:`_bound`) must equal the server's, or the call runs in a fresh
+What a fork cannot give is what the interpreter read at import: the call's ``AIRFLOW_HOME``,
+``AIRFLOW__*`` options and the like (:func:`_bound`) must equal the server's, or the call runs in a fresh
 interpreter as before; so does every call with ``OUTREACH_TEST_CLI_FORK=off``. The one outreach
 module that reads the environment on import, :mod:`outreach.failpoints`, is imported again in
 the call's process. Tests that signal or time the process itself start it with
-``subprocess`` (:func:`support.flow.outreach_cmd`)."""
+``subprocess`` (:func:`support.flow.outreach_cmd`).
+
+Logging is the one difference left: the CLI puts its own lines on stderr whichever command runs
+(``outreach.cli._configure_logging``), but another library's warning goes to stdout in
+Airflow's format in a fresh process whose command imported Airflow, to stderr in a forked one."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -25,16 +30,15 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
-
-from outreach.dev.localairflow import bound_at_start
 
 _BASE_ENV = dict(os.environ)
 """The environment the server starts with: the worker's at import (collection), before any test
 patched it."""
 
 _SERVER = r"""
-import gc, importlib, json, os, pkgutil, runpy, selectors, signal, socket, sys
+import gc, importlib, json, os, pkgutil, runpy, selectors, shutil, signal, socket, sys
 import outreach
 # Every module a command may import on its way (not outreach.cli.__main__: it runs the CLI), and
 # Airflow's SMTP hook: imported here once, not in each call.
@@ -50,12 +54,22 @@ sel = selectors.DefaultSelector()
 sel.register(listener, selectors.EVENT_READ); sel.register(0, selectors.EVENT_READ)
 sel.register(wake_r, selectors.EVENT_READ)
 waiting = {}  # pid -> the connection that asked for it
+
+def reply(conn, **fields):
+    try:
+        conn.sendall(json.dumps(fields).encode() + b"\n")
+    except OSError:  # the caller is gone (it kills what it started): nobody to tell
+        pass
+
 sys.stdout.flush(); sys.stderr.flush(); gc.collect(); gc.freeze()
 print("ready", flush=True)
 while True:
     for key, _ in sel.select():
         if key.fileobj == 0:
-            if not os.read(0, 1024):  # the pytest worker is gone
+            if not os.read(0, 1024):  # the pytest worker is gone: so are its calls
+                for pid in waiting:
+                    os.kill(pid, signal.SIGKILL)
+                shutil.rmtree(os.path.dirname(sys.argv[1]), ignore_errors=True)
                 os._exit(0)
         elif key.fileobj == wake_r:
             os.read(wake_r, 4096)
@@ -64,16 +78,24 @@ while True:
                 if not pid:
                     break
                 conn = waiting.pop(pid)
-                conn.sendall(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+                reply(conn, returncode=os.waitstatus_to_exitcode(status))
                 conn.close()
         else:
             conn, _ = listener.accept()
-            msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
-            req = json.loads(msg)
+            try:
+                _, fds, _, _ = socket.recv_fds(conn, 16, 4)
+                with os.fdopen(fds.pop(), "rb") as f:  # the request, a file of its own: any size
+                    req = json.load(f)
+            except (OSError, ValueError) as exc:
+                reply(conn, error=repr(exc))
+                conn.close()
+                continue
             pid = os.fork()
             if pid == 0:  # the call's process: it never returns to this loop
                 signal.set_wakeup_fd(-1); signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                sel.close(); listener.close(); conn.close(); os.close(wake_r); os.close(wake_w)
+                sel.close(); listener.close(); os.close(wake_r); os.close(wake_w)
+                for other in (conn, *waiting.values()):
+                    other.close()
                 for target, fd in enumerate(fds):
                     os.dup2(fd, target); os.close(fd)
                 os.chdir(req["cwd"])
@@ -85,7 +107,7 @@ while True:
             for fd in fds:
                 os.close(fd)
             waiting[pid] = conn
-            conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+            reply(conn, pid=pid)
 """
 
 
@@ -93,26 +115,32 @@ class _Server:
     """This worker's fork server, started at its first call."""
 
     def __init__(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="outreach-clifork-"))
-        self.path = str(self.folder / "sock")
-        self.log = open(self.folder / "server.log", "w+b")  # open for the server's life
-        self.proc = subprocess.Popen([sys.executable, "-c", _SERVER, self.path], env=_BASE_ENV,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
-        assert self.proc.stdout
-        if self.proc.stdout.readline() != b"ready\n":
-            self.log.seek(0)
-            raise RuntimeError(f"the CLI fork server did not start: {self.log.read().decode()[-3000:]}")
-        self.proc.stdout.close()
+        folder = Path(tempfile.mkdtemp(prefix="outreach-clifork-"))  # the server removes it
+        self.path = str(folder / "sock")
+        with open(folder / "server.log", "w+b") as log:
+            self.proc = subprocess.Popen([sys.executable, "-c", _SERVER, self.path], env=_BASE_ENV,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+            assert self.proc.stdout
+            with self.proc.stdout:
+                if self.proc.stdout.readline() != b"ready\n":
+                    log.seek(0)
+                    raise RuntimeError(f"the CLI fork server did not start: {log.read().decode()[-3000:]}")
+        self.log = folder / "server.log"
 
 
 _server: _Server | None = None
+_starting = threading.Lock()
+
+_READ_ON_IMPORT = ("AIRFLOW_HOME", "AIRFLOW_CONFIG", "TZ", "LANG")
+_READ_ON_IMPORT_PREFIXES = ("AIRFLOW__", "PYTHON", "LC_")
 
 
-def _bound(env: dict[str, str]) -> dict[str, str | None]:
-    """What of ``env`` an interpreter reads once, on import (:func:`bound_at_start`), but for
+def _bound(env: dict[str, str]) -> dict[str, str]:
+    """What of ``env`` an interpreter may read once, on import: Airflow's home, configuration file
+    and options, the interpreter's own variables, the time zone and locale. Not
     ``OUTREACH_FAILPOINTS``: the call's process imports :mod:`outreach.failpoints` again."""
-    bound = {k: v for k, v in bound_at_start(env).items() if k != "OUTREACH_FAILPOINTS"}
-    return bound | {"AIRFLOW_HOME": env.get("AIRFLOW_HOME")}
+    return {k: v for k, v in env.items()
+            if k in _READ_ON_IMPORT or k.startswith(_READ_ON_IMPORT_PREFIXES)}
 
 
 def _forkable(env: dict[str, str]) -> bool:
@@ -121,8 +149,9 @@ def _forkable(env: dict[str, str]) -> bool:
     global _server
     if os.environ.get("OUTREACH_TEST_CLI_FORK", "on") == "off" or _bound(env) != _bound(_BASE_ENV):
         return False
-    if _server is None or _server.proc.poll() is not None:
-        _server = _Server()
+    with _starting:
+        if _server is None or _server.proc.poll() is not None:
+            _server = _Server()
     return True
 
 
@@ -131,49 +160,69 @@ def run(args: list[str] | tuple[str, ...], *, env: dict[str, str], cwd: str | Pa
     """Run ``outreach ARGS`` as ``subprocess.run([python, "-m", "outreach.cli", *args],
     capture_output=True, text=True)`` would: the completed process (``returncode`` negative for
     death by a signal). Forked from this worker's server when the environment allows
-    (module docstring), else a fresh interpreter.
+    (module docstring), else a fresh interpreter. Like ``subprocess.run``, an exception while it
+    waits (a timeout, an interrupt) kills the process.
 
-    :raises subprocess.TimeoutExpired: the process ran ``timeout`` seconds (it is SIGKILLed)."""
+    :raises subprocess.TimeoutExpired: the process ran ``timeout`` seconds (it is SIGKILLed).
+    :raises FileNotFoundError: ``cwd`` is not a folder."""
     cmd = [sys.executable, "-m", "outreach.cli", *args]
     if not _forkable(env):
         return subprocess.run(cmd, env=env, cwd=cwd, input=input, capture_output=True, text=True,
                               timeout=timeout)
     assert _server is not None
+    folder = str(cwd or os.getcwd())
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(2, "No such file or directory", folder)
     with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as out, \
-            tempfile.TemporaryFile() as err, socket.socket(socket.AF_UNIX) as s:
-        stdin.write((input or "").encode())
-        stdin.flush()
-        stdin.seek(0)
+            tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as request, \
+            socket.socket(socket.AF_UNIX) as s:
+        for f, data in ((stdin, (input or "").encode()),
+                        (request, json.dumps({"args": list(args), "env": env, "cwd": folder}).encode())):
+            f.write(data)
+            f.flush()
+            f.seek(0)
         s.connect(_server.path)
-        req = {"args": list(args), "env": env, "cwd": str(cwd or os.getcwd())}
-        socket.send_fds(s, [json.dumps(req).encode()], [stdin.fileno(), out.fileno(), err.fileno()])
-        pid = _reply(s)["pid"]
-        s.settimeout(timeout)
+        socket.send_fds(s, [b"call"], [stdin.fileno(), out.fileno(), err.fileno(), request.fileno()])
+        replies = _Replies(s)
+        pid = replies.next()["pid"]
         try:
-            code = _reply(s)["returncode"]
-        except TimeoutError:
-            os.kill(pid, signal.SIGKILL)
-            s.settimeout(None)
-            _reply(s)
-            raise subprocess.TimeoutExpired(cmd, timeout, _read(out), _read(err)) from None
+            s.settimeout(timeout)
+            code = replies.next()["returncode"]
+        except BaseException as exc:
+            with contextlib.suppress(ProcessLookupError):  # it ended as the wait did
+                os.kill(pid, signal.SIGKILL)
+            s.settimeout(30)
+            replies.next()  # the server reaped it
+            if isinstance(exc, TimeoutError):
+                raise subprocess.TimeoutExpired(cmd, timeout, _read(out), _read(err)) from None
+            raise
         return subprocess.CompletedProcess(cmd, code, _text(_read(out)), _text(_read(err)))
+
+
+class _Replies:
+    """The server's one-line JSON replies on one call's socket, in order."""
+
+    def __init__(self, s: socket.socket) -> None:
+        self.s, self.data = s, b""
+
+    def next(self) -> dict:
+        """The next reply (TimeoutError past the socket's timeout; RuntimeError when the server
+        ended the connection or refused the request)."""
+        while b"\n" not in self.data:
+            chunk = self.s.recv(4096)
+            if not chunk:
+                raise RuntimeError(f"the CLI fork server ended the call (its log: {_server and _server.log})")
+            self.data += chunk
+        line, self.data = self.data.split(b"\n", 1)
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"the CLI fork server refused the call: {reply['error']}")
+        return reply
 
 
 def _read(f) -> bytes:
     f.seek(0)
     return f.read()
-
-
-def _reply(s: socket.socket) -> dict:
-    """The server's next one-line JSON reply on ``s`` (TimeoutError past the socket's timeout)."""
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = s.recv(4096)
-        if not chunk:
-            raise RuntimeError("the CLI fork server died during the call (its log: "
-                               f"{_server.folder if _server else '?'}/server.log)")
-        data += chunk
-    return json.loads(data)
 
 
 def _text(data: bytes) -> str:

@@ -78,8 +78,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _configure_logging(level: int, *, own_process: bool) -> None:
+    """Log at ``level`` in the CLI's format. In a process of its own (``own_process``: the
+    ``outreach`` script, ``python -m outreach.cli``) the ``outreach`` loggers write to stderr
+    whichever command runs: a command that reads an Airflow connection imports Airflow, whose
+    logging configuration puts a handler writing to stdout on the root logger, so their lines
+    went to stdout in Airflow's format for those commands and to stderr for the others. Called
+    in-process (tests), the root logger is left as it is."""
+    fmt = "%(levelname)s %(name)s: %(message)s"
+    if not own_process:
+        logging.basicConfig(level=level, format=fmt)
+        return
+    logging.basicConfig(level=level, format=fmt, force=True)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(fmt))
+    own = logging.getLogger("outreach")
+    own.handlers[:] = [handler]
+    own.propagate = False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; return the exit code (1 on a user-facing error, with its message on stderr)."""
+    """Run the CLI with ``argv`` (``None``: ``sys.argv``, a process of its own); return the exit
+    code (1 on a user-facing error, with its message on stderr)."""
     import os
 
     import psycopg
@@ -108,8 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _terminate)
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    _configure_logging(logging.INFO if args.verbose else logging.WARNING, own_process=argv is None)
     # The commands print their own summaries; the log repeats them only with -v.
     logging.getLogger("outreach").setLevel(logging.INFO if args.verbose else logging.WARNING)
     # The embedded server's own progress lines ("cleaning last handle …") would land on stdout
