@@ -34,6 +34,11 @@ class CampaignChange:
     verb: str = ""
     was: str = ""
 
+    def attributed(self, by: str, reason: str) -> str:
+        """:meth:`line` with who asked and why, for the log: "… paused by alice: legal review", or
+        for a change that did not happen "… nothing changed (asked by alice: again)"."""
+        return f"{self.line()} by {by}: {reason}" if self.changed else f"{self.line()} (asked by {by}: {reason})"
+
     def line(self) -> str:
         """Return a one-line description for logs and the CLI."""
         what = self.verb or {"paused": "paused", "active": "resumed"}[self.status]
@@ -78,7 +83,7 @@ def pause_campaign(url: str, key: str, reason: str, by: str, *,
         if done:
             _audit(conn, who, by, "pause", row, reason)
     change = CampaignChange(key, bool(done), "paused", done[0].created_at if done else None)
-    log.warning("%s by %s: %s", change.line(), by, reason)
+    log.warning("%s", change.attributed(by, reason))
     return change
 
 
@@ -100,7 +105,7 @@ def resume_campaign(url: str, key: str, by: str, why: str, *,
         if done:
             _audit(conn, who, by, "resume", row, why)
     change = CampaignChange(key, bool(done), "active", done[0].created_at if done else None)
-    log.warning("%s by %s: %s", change.line(), by, why)
+    log.warning("%s", change.attributed(by, why))
     return change
 
 
@@ -164,5 +169,5 @@ def change_status(url: str, key: str, verb: str, by: str, reason: str, *,
         raise CampaignStateError(f"campaign {key} is {row.status!r}; {verb} needs {needs!r} "
                                  "(outreach campaign history KEY shows how it got there)")
     change = CampaignChange(key, True, after, done[0].created_at, past)
-    log.info("%s by %s: %s", change.line(), by, reason)
+    log.info("%s", change.attributed(by, reason))
     return change

@@ -198,6 +198,8 @@ def test_campaign_pause_and_resume_through_the_cli(db_url, sink, tmp_path):
     assert p.returncode == 0, p.stderr
     again = cli(env, "campaign", "pause", CAMPAIGN_KEY, "--by", "dave", "--reason", "again")
     assert "was already paused; nothing changed" in again.stdout
+    assert f"campaign {CAMPAIGN_KEY} was already paused; nothing changed (asked by dave: again)" in again.stderr
+    assert f"campaign {CAMPAIGN_KEY} paused by carol: wrong copy in step 1" in p.stderr
     p = cli(env, "send", "--until-empty")
     assert p.returncode == 0, p.stderr
     assert sink.messages() == []
