@@ -4,7 +4,6 @@ from it, and real aiosmtpd servers on loopback."""
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import tempfile
@@ -98,38 +97,10 @@ def pg_admin_url() -> str:
     if url:
         yield url
         return
-    import warnings
+    from support.embeddedpg import embedded_server
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pgserver
-
-        # Not under pytest's basetemp: the server runs as pgserver's own user, and every pytest
-        # session that starts takes group/other access away from /tmp/pytest-of-<user>, which
-        # made the server of a concurrent session PANIC ("pg_control: Permission denied").
-        pgdata = Path(tempfile.mkdtemp(prefix="outreach-test-pg-"))
-        if os.geteuid() == 0:
-            # As root pgserver runs the server as a `pgserver` user it creates when missing; on a
-            # new machine every xdist worker's useradd raced, and one worker's server got a uid
-            # that no longer existed ("initdb: could not look up effective user ID 1001").
-            from filelock import FileLock
-            from pgserver.utils import ensure_user_exists
-
-            with FileLock(str(Path(tempfile.gettempdir()) / "outreach-pgserver-user.lock")):
-                ensure_user_exists("pgserver")
-        server = pgserver.get_server(str(pgdata), cleanup_mode="stop")
-    # A throw-away server: nothing it holds must outlive an operating-system crash, so it skips
-    # the flushes that make data survive one (a killed or restarted PostgreSQL still keeps every
-    # committed row). Every test clones a database from the template, which fsyncs each file.
-    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
-        for name in ("fsync", "full_page_writes"):  # synchronous_commit stays on: test_ledger_commit
-            conn.execute(f"ALTER SYSTEM SET {name} = off")
-        conn.execute("SELECT pg_reload_conf()")
-    yield server.get_uri()
-    # Stop it now, while pytest's output streams are still open, instead of at interpreter exit.
-    server.cleanup()
-    atexit.unregister(server._cleanup)
-    shutil.rmtree(pgdata, ignore_errors=True)
+    with embedded_server("outreach-test-pg-") as (admin_url, _):
+        yield admin_url
 
 
 @pytest.fixture(scope="session")
