@@ -1,9 +1,9 @@
-"""The CeleryExecutor deployment of the Celery acceptance tests (``tests/acceptance/test_celery*.py``):
+"""The CeleryExecutor deployment of the Celery acceptance tests (``tests/acceptance/test_celery.py``):
 two real Celery workers on the local Redis, the real scheduler and api-server, an SMTP sink that
 counts concurrent sessions, and the campaign and send helpers those tests share.
 
 Each deployment has its own databases (unique names, dropped afterwards), Celery queue and worker
-names, so two of them (the two test modules on two pytest workers) never collide."""
+names, so that two runs of the suite on one machine (one Redis) never collide."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def celery_deployment(admin_url: str, tmp: Path, metadata: Path):
         check_redis(REDIS_URL)
     except Exception as exc:  # noqa: BLE001 - any failure fails the test with this message
         pytest.fail(f"the Celery tests need PostgreSQL at {admin_url} and Redis at {REDIS_URL} "
-                    f"(OUTREACH_CELERY_ADMIN_URL, REDIS_URL): {exc}")
+                    f"(REDIS_URL): {exc}")
     run = uuid.uuid4().hex[:8]
     meta, tpl, data = f"airflow_c_{run}", f"outreach_ctpl_{run}", f"outreach_c_{run}"
     admin_execute(admin_url, f'CREATE DATABASE "{meta}"')
