@@ -8,15 +8,11 @@ CI runs a bounded number of kill iterations (OUTREACH_CHAOS_ITERATIONS, default 
 
 from __future__ import annotations
 
-import atexit
 import datetime as dt
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
-import warnings
 from pathlib import Path
 
 import psycopg
@@ -30,8 +26,9 @@ from outreach.migrate import upgrade
 from outreach.queue import queue_due, reap
 from outreach.send import BatchAborted, send_batch
 from support import clifork, invariants
+from support.embeddedpg import embedded_server
 from support.faultsmtp import FaultSMTPServer
-from support.flow import cli_env, leads_csv, outreach_cmd, rows, scalar
+from support.flow import cli_env, leads_csv, rows, scalar
 from support.paths import CAMPAIGN, MAILBOXES, ROOT, SMTP_CONN_IDS
 
 ITERATIONS = int(os.environ.get("OUTREACH_CHAOS_ITERATIONS", "10"))
@@ -49,9 +46,7 @@ def test_eight_concurrent_send_processes_over_2000_rows(db_url, tmp_path):
     prepare(db_url, tmp_path, 2000, "c")
     with FaultSMTPServer() as smtp:
         env = cli_env(db_url, smtp, OUTREACH_BATCH_SIZE="25")
-        procs = [subprocess.Popen(outreach_cmd("send", "--until-empty"), env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for _ in range(8)]
+        procs = [clifork.start(("send", "--until-empty"), env=env, merge_stderr=True) for _ in range(8)]
         outputs = [p.communicate(timeout=600)[0] for p in procs]
         assert [p.returncode for p in procs] == [0] * 8, "\n".join(o[-2000:] for o in outputs)
         messages = smtp.messages()
@@ -95,23 +90,12 @@ def test_senders_sigkilled_at_failpoints_never_send_twice_or_lose_a_row(db_url, 
 
 
 @pytest.fixture
-def own_server(tmp_path):
+def own_server():
     """A PostgreSQL of this test's own, so that restarting it disturbs no other test."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pgserver
-        from pgserver._commands import pg_ctl
-
-        server = pgserver.get_server(str(tmp_path / "pg-restart"), cleanup_mode="stop")
-    url = embedded.ensure_database(server.get_uri(), "outreach")
-    upgrade(url)
-
-    def restart() -> None:
-        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
-
-    yield url, restart
-    server.cleanup()
-    atexit.unregister(server._cleanup)
+    with embedded_server("outreach-chaos-pg-") as (admin_url, restart):
+        url = embedded.ensure_database(admin_url, "outreach")
+        upgrade(url)
+        yield url, restart
 
 
 def test_postgres_restarted_mid_batch_loses_nothing_and_sends_nothing_twice(own_server, tmp_path, settings,
@@ -153,29 +137,27 @@ def test_random_external_kills_never_duplicate_or_lose(db_url, tmp_path):
     with psycopg.connect(db_url) as c:
         c.execute("UPDATE outreach.mailboxes SET daily_cap = 100000, warmup_start = NULL")
     with FaultSMTPServer() as smtp:
+        # The worker's AIRFLOW_HOME: the calls fork from its warm interpreter (support.clifork).
         env = dict(os.environ, OUTREACH_DATABASE_URL=db_url, OUTREACH_HOME=str(ROOT),
-                   AIRFLOW_HOME=str(tmp_path / "af"), OUTREACH_PUBLIC_URL="https://unsubscribe.test.example",
+                   OUTREACH_PUBLIC_URL="https://unsubscribe.test.example",
                    OUTREACH_UNSUBSCRIBE_SECRET="test-secret-0123456789")
         for conn_id in SMTP_CONN_IDS:
             env[f"AIRFLOW_CONN_{conn_id.upper()}"] = smtp.connection_json(timeout=5)
         env.pop("OUTREACH_FAILPOINTS", None)
-        cmd = [sys.executable, "-m", "outreach.cli"]
         for _ in range(8):  # batches of 5 rows: --limit now bounds the whole command
-            procs = [subprocess.Popen(cmd + ["send", "--until-empty"],
-                                      env={**env, "OUTREACH_BATCH_SIZE": "5"},
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
-            q = subprocess.Popen(cmd + ["queue-due"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs = [clifork.start(("send", "--until-empty"), env={**env, "OUTREACH_BATCH_SIZE": "5"})
+                     for _ in range(2)]
+            q = clifork.start(("queue-due",), env=env)
             time.sleep(rng.uniform(1.5, 4.0))
             procs[0].send_signal(signal.SIGKILL)
             time.sleep(rng.uniform(0, 0.5))
             procs[1].send_signal(signal.SIGTERM)
             for p in procs + [q]:
-                p.wait(timeout=120)
+                with p:
+                    p.wait(timeout=120)
             reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31))
-        subprocess.run(cmd + ["queue-due"], env=env, check=True, capture_output=True)
-        p = subprocess.run(cmd + ["send", "--until-empty"], env={**env, "OUTREACH_BATCH_SIZE": "50"},
-                           capture_output=True, text=True,
-                           timeout=300)
+        assert clifork.run(("queue-due",), env=env).returncode == 0
+        p = clifork.run(("send", "--until-empty"), env={**env, "OUTREACH_BATCH_SIZE": "50"}, timeout=300)
         assert p.returncode == 0, p.stderr[-2000:]
         messages = smtp.messages()
     t = invariants.assert_ok(db_url, messages)

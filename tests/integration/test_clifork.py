@@ -1,5 +1,6 @@
 """The tests' CLI calls forked from a warm interpreter (support.clifork) behave as processes of
-their own: exit codes, separate output streams, the environment read anew, a timeout that kills."""
+their own: exit codes, separate output streams, the environment read anew, a timeout that kills,
+a started call the test can signal."""
 
 from __future__ import annotations
 
@@ -105,3 +106,22 @@ def test_the_cli_logs_to_stderr_whether_forked_or_not(db_url, sink, fork, monkey
     assert paused.returncode == 0, paused.stderr
     assert "WARNING outreach" in paused.stderr and "paused by alice" in paused.stderr
     assert "paused by alice" not in paused.stdout
+
+
+def test_a_started_call_is_a_process_the_test_can_signal(db_url, sink):
+    import signal
+
+    env = cli_env(db_url, sink)
+    with clifork.start(("transactional", "worker"), env=env) as worker:  # LISTENs until stopped
+        assert isinstance(worker, clifork.Call)
+        assert worker.pid in {p.pid for p in server_children()}
+        time.sleep(0.5)
+        assert worker.poll() is None
+        with pytest.raises(subprocess.TimeoutExpired):
+            worker.wait(timeout=0.5)  # still running, not killed by the wait
+        worker.send_signal(signal.SIGKILL)
+        assert worker.wait(timeout=30) == -signal.SIGKILL and worker.poll() == -signal.SIGKILL
+    with clifork.start(("no-such-command",), env=env, merge_stderr=True) as bad:
+        out, err = bad.communicate(timeout=60)
+    assert bad.returncode == 2 and err is None and "invalid choice: 'no-such-command'" in out
+    assert server_children() == []

@@ -13,8 +13,10 @@ What a fork cannot give is what the interpreter read at import: the call's ``AIR
 ``AIRFLOW__*`` options and the like (:func:`_bound`) must equal the server's, or the call runs in a fresh
 interpreter as before; so does every call with ``OUTREACH_TEST_CLI_FORK=off``. The one outreach
 module that reads the environment on import, :mod:`outreach.failpoints`, is imported again in
-the call's process. Tests that signal or time the process itself start it with
-``subprocess`` (:func:`support.flow.outreach_cmd`).
+the call's process. :func:`start` returns at once with the process's pid, for the tests that
+kill or signal senders at moments of their own (the chaos tests); tests that time the process
+itself or read its output while it runs start it with ``subprocess``
+(:func:`support.flow.outreach_cmd`).
 
 Logging is the one difference left: the CLI puts its own lines on stderr whichever command runs
 (``outreach.cli._configure_logging``), but another library's warning goes to stdout in
@@ -165,38 +167,123 @@ def run(args: list[str] | tuple[str, ...], *, env: dict[str, str], cwd: str | Pa
 
     :raises subprocess.TimeoutExpired: the process ran ``timeout`` seconds (it is SIGKILLed).
     :raises FileNotFoundError: ``cwd`` is not a folder."""
+    if not _forkable(env):
+        return subprocess.run([sys.executable, "-m", "outreach.cli", *args], env=env, cwd=cwd,
+                              input=input, capture_output=True, text=True, timeout=timeout)
+    call = start(args, env=env, cwd=cwd, input=input)
+    with call:
+        try:
+            out, err = call.communicate(timeout=timeout)
+        except BaseException:
+            call.kill()
+            call.wait()
+            raise
+        return subprocess.CompletedProcess(call.args, call.returncode, out, err)
+
+
+def start(args: list[str] | tuple[str, ...], *, env: dict[str, str], cwd: str | Path | None = None,
+          input: str | None = None, merge_stderr: bool = False) -> Call | subprocess.Popen:
+    """Start ``outreach ARGS`` and return at once, as ``subprocess.Popen(..., stdout=PIPE,
+    stderr=PIPE or STDOUT, text=True)`` would: a :class:`Call` forked from this worker's server
+    when the environment allows, else that Popen. Both have ``args``, ``pid``, ``returncode``,
+    ``poll()``, ``wait(timeout)``, ``communicate(timeout)`` (text; ``stderr`` None when
+    ``merge_stderr``), ``send_signal(sig)``, ``kill()`` and ``with``; a signal reaches the
+    process itself (for the tests that kill senders at moments of their own).
+
+    :raises FileNotFoundError: ``cwd`` is not a folder."""
     cmd = [sys.executable, "-m", "outreach.cli", *args]
     if not _forkable(env):
-        return subprocess.run(cmd, env=env, cwd=cwd, input=input, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.PIPE if input is not None else None,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, text=True)
     assert _server is not None
     folder = str(cwd or os.getcwd())
     if not os.path.isdir(folder):
         raise FileNotFoundError(2, "No such file or directory", folder)
-    with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as out, \
-            tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as request, \
-            socket.socket(socket.AF_UNIX) as s:
-        for f, data in ((stdin, (input or "").encode()),
-                        (request, json.dumps({"args": list(args), "env": env, "cwd": folder}).encode())):
-            f.write(data)
-            f.flush()
-            f.seek(0)
-        s.connect(_server.path)
-        socket.send_fds(s, [b"call"], [stdin.fileno(), out.fileno(), err.fileno(), request.fileno()])
-        replies = _Replies(s)
-        pid = replies.next()["pid"]
+    return Call(cmd, args, env, folder, input, merge_stderr)
+
+
+class Call:
+    """One forked ``outreach`` process (:func:`start`), seen as a ``subprocess.Popen``."""
+
+    def __init__(self, cmd: list[str], args, env: dict[str, str], folder: str, input: str | None,
+                 merge_stderr: bool) -> None:
+        self.args, self.returncode, self.merged = cmd, None, merge_stderr
+        self.out = tempfile.TemporaryFile()
+        self.err = self.out if merge_stderr else tempfile.TemporaryFile()
+        self.s = socket.socket(socket.AF_UNIX)
+        with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as request:
+            for f, data in ((stdin, (input or "").encode()),
+                            (request, json.dumps({"args": list(args), "env": env, "cwd": folder}).encode())):
+                f.write(data)
+                f.flush()
+                f.seek(0)
+            self.s.connect(_server.path)
+            socket.send_fds(self.s, [b"call"], [stdin.fileno(), self.out.fileno(), self.err.fileno(),
+                                                request.fileno()])
+        self._replies = _Replies(self.s)
+        self.pid: int = self._replies.next()["pid"]
+
+    def poll(self) -> int | None:
+        """The exit code when the process has ended (the server reaped it), else None."""
+        if self.returncode is None:
+            self.s.setblocking(False)
+            try:
+                self.returncode = self._replies.next()["returncode"]
+            except (BlockingIOError, InterruptedError):
+                pass
+            finally:
+                self.s.setblocking(True)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the end; return the exit code (negative: the signal that ended it).
+
+        :raises subprocess.TimeoutExpired: still running after ``timeout`` seconds (not killed)."""
+        if self.returncode is None:
+            self.s.settimeout(timeout)
+            try:
+                self.returncode = self._replies.next()["returncode"]
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(self.args, timeout) from None
+            finally:
+                self.s.settimeout(None)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str | None]:
+        """Wait for the end (:meth:`wait`); return its stdout and stderr as text (and close the
+        call's socket and files, as ``communicate`` closes a Popen's pipes)."""
         try:
-            s.settimeout(timeout)
-            code = replies.next()["returncode"]
-        except BaseException as exc:
-            with contextlib.suppress(ProcessLookupError):  # it ended as the wait did
-                os.kill(pid, signal.SIGKILL)
-            s.settimeout(30)
-            replies.next()  # the server reaped it
-            if isinstance(exc, TimeoutError):
-                raise subprocess.TimeoutExpired(cmd, timeout, _read(out), _read(err)) from None
+            self.wait(timeout)
+        except subprocess.TimeoutExpired as exc:
+            exc.output, exc.stderr = _read(self.out), None if self.merged else _read(self.err)
             raise
-        return subprocess.CompletedProcess(cmd, code, _text(_read(out)), _text(_read(err)))
+        out, err = _text(_read(self.out)), None if self.merged else _text(_read(self.err))
+        self._close()
+        return out, err
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):  # it ended as the signal went
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def __enter__(self) -> Call:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """As Popen's: wait for the end (a caller that leaves early killed it first)."""
+        try:
+            self.wait(30 if exc[0] is not None else None)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        self.s.close()
+        self.out.close()
+        self.err.close()
 
 
 class _Replies:
