@@ -170,19 +170,18 @@ def run(args: list[str] | tuple[str, ...], *, env: dict[str, str], cwd: str | Pa
     if not _forkable(env):
         return subprocess.run([sys.executable, "-m", "outreach.cli", *args], env=env, cwd=cwd,
                               input=input, capture_output=True, text=True, timeout=timeout)
-    call = start(args, env=env, cwd=cwd, input=input)
-    with call:
+    with _call(args, env, cwd, input, merge_stderr=False) as call:
         try:
             out, err = call.communicate(timeout=timeout)
         except BaseException:
             call.kill()
-            call.wait()
+            call.wait(30)  # the server reaps it
             raise
         return subprocess.CompletedProcess(call.args, call.returncode, out, err)
 
 
 def start(args: list[str] | tuple[str, ...], *, env: dict[str, str], cwd: str | Path | None = None,
-          input: str | None = None, merge_stderr: bool = False) -> Call | subprocess.Popen:
+          merge_stderr: bool = False) -> Call | subprocess.Popen:
     """Start ``outreach ARGS`` and return at once, as ``subprocess.Popen(..., stdout=PIPE,
     stderr=PIPE or STDOUT, text=True)`` would: a :class:`Call` forked from this worker's server
     when the environment allows, else that Popen. Both have ``args``, ``pid``, ``returncode``,
@@ -191,16 +190,21 @@ def start(args: list[str] | tuple[str, ...], *, env: dict[str, str], cwd: str | 
     process itself (for the tests that kill senders at moments of their own).
 
     :raises FileNotFoundError: ``cwd`` is not a folder."""
-    cmd = [sys.executable, "-m", "outreach.cli", *args]
     if not _forkable(env):
-        return subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.PIPE if input is not None else None,
+        return subprocess.Popen([sys.executable, "-m", "outreach.cli", *args], env=env, cwd=cwd,
                                 stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, text=True)
+    return _call(args, env, cwd, None, merge_stderr)
+
+
+def _call(args, env: dict[str, str], cwd: str | Path | None, input: str | None,
+          merge_stderr: bool) -> Call:
+    """Fork the call from the server (:func:`_forkable` said yes and started it)."""
     assert _server is not None
     folder = str(cwd or os.getcwd())
     if not os.path.isdir(folder):
         raise FileNotFoundError(2, "No such file or directory", folder)
-    return Call(cmd, args, env, folder, input, merge_stderr)
+    return Call([sys.executable, "-m", "outreach.cli", *args], args, env, folder, input, merge_stderr)
 
 
 class Call:
