@@ -119,9 +119,10 @@ def template_db(pg_admin_url: str) -> str:
 @pytest.fixture
 def db_url(pg_admin_url: str, template_db: str) -> str:
     """URL of a fresh database cloned from the migrated template, dropped after the test."""
+    from support.embeddedpg import clone_database
+
     name = f"outreach_t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    clone_database(pg_admin_url, name, template_db)
     yield embedded.with_database(pg_admin_url, name)
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

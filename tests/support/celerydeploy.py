@@ -39,6 +39,7 @@ from support.deployment import (
     trigger,
     wait_run,
 )
+from support.embeddedpg import clone_database
 from support.flow import rows, scalar
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -123,7 +124,7 @@ def celery_deployment(admin_url: str, tmp: Path, metadata: Path):
     restore_metadata(metadata, embedded.with_database(admin_url, meta))
     admin_execute(admin_url, f'CREATE DATABASE "{tpl}"')
     upgrade(embedded.with_database(admin_url, tpl))
-    admin_execute(admin_url, f'CREATE DATABASE "{data}" TEMPLATE "{tpl}"')
+    clone_database(admin_url, data, tpl)
     url = embedded.with_database(admin_url, data)
     sink = CountingSink(tmp / "maildir").start()
     conn = sink.connection_json(timeout=10)
@@ -181,7 +182,7 @@ def fresh_state(admin_url: str, celery) -> tuple:
     dep, token, sink, url, tpl = celery
     name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
     admin_execute(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin_execute(admin_url, f'CREATE DATABASE "{name}" TEMPLATE "{tpl}"')
+    clone_database(admin_url, name, tpl)
     sink.reset(delay=0.0)
     return dep, token, sink, url
 

@@ -22,6 +22,7 @@ import pytest
 
 from outreach.dev import embedded
 from outreach.dev.deploy import Deployment, sqlalchemy_url
+from support.embeddedpg import clone_database
 from support.once import once
 
 FINAL = {"success", "failed"}
@@ -98,7 +99,7 @@ def running_deployment(pg_admin_url: str, template: str, db_url: str, tmp_path, 
     """Start the real deployment with ``env``, its metadata database a clone of ``template``
     (:func:`airflow_meta_template`); stop it after, and check that no process is left behind."""
     meta = f"airflow_meta_{uuid.uuid4().hex[:8]}"
-    admin_execute(pg_admin_url, f'CREATE DATABASE "{meta}" TEMPLATE "{template}"')
+    clone_database(pg_admin_url, meta, template)
     dep = Deployment(home=tmp_path / "airflow", metadata_url=sqlalchemy_url(embedded.with_database(pg_admin_url, meta)),
                      outreach_url=db_url, env_extra={"OUTREACH_ADMIN_PASSWORD": ADMIN_PASSWORD, **env})
     try:

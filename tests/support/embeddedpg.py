@@ -60,3 +60,14 @@ def embedded_server(prefix: str) -> Iterator[tuple[str, Callable[[], None]]]:
         server.cleanup()
         atexit.unregister(server._cleanup)
         shutil.rmtree(pgdata, ignore_errors=True)
+
+
+def clone_database(admin_url: str, name: str, template: str) -> None:
+    """``CREATE DATABASE name TEMPLATE template`` on the server of ``admin_url``, by copying the
+    template's files (``STRATEGY FILE_COPY``, PostgreSQL ≥ 15; what 14 always does). PostgreSQL
+    15's default writes the whole copy to the WAL: 0.07 CPU-seconds a clone of the outreach
+    template against 0.03, ~50 CPU-seconds over the suite's ~950 clones (the checkpoint a file
+    copy needs is cheap on a test server: ``fsync`` is off)."""
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        strategy = " STRATEGY FILE_COPY" if conn.info.server_version >= 150000 else ""
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"{strategy}')
