@@ -66,8 +66,9 @@ FOLDER_MARKERS = ("unit", "integration", "dags", "acceptance", "migration")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test with its folder under tests/ (one of FOLDER_MARKERS). A test using a
     module-scoped fixture (the Celery deployment, the OAuth IdP) joins its module's
-    ``xdist_group``: under ``--dist loadgroup`` (``make test``) one worker runs the module and
-    builds the fixture once, instead of once per worker."""
+    ``xdist_group``, so that ``--dist loadgroup`` too keeps the module on one worker, which builds
+    the fixture once (``make test`` runs by file, ``--dist loadfile``: every module on one worker
+    whatever its marks)."""
     tests = Path(__file__).parent
     for item in items:
         folder = item.path.relative_to(tests).parts[0]
