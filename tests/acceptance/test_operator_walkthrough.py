@@ -4,7 +4,8 @@ metadata) and a real browser: a file import starts queue-due through the campaig
 → the campaign page shows progress and an expected finish → the relay dies: a red send task and
 an alert within a minute → an unconfirmed email opens a Required Action without any trigger
 → "not sent, requeue" asks for a confirmation that shows the evidence → the Clear sends each
-message once (counted at the relay). Screenshots go to docs/img/ (the how-to shows them).
+message once (counted at the relay). Its screenshots are the how-to's pictures
+(``support.paths.doc_images``: docs/img/ with ``OUTREACH_TEST_SCREENSHOTS=docs``).
 
 Slow (a deployment and several runs): run it alone, ``nice .venv/bin/python -m pytest
 tests/acceptance/test_operator_walkthrough.py``.
@@ -36,9 +37,8 @@ from support.deployment import (
     wait_run,
 )
 from support.flow import leave_unconfirmed, rows
-from support.paths import ROOT
+from support.paths import doc_images
 
-IMG = ROOT / "docs" / "img"
 REVIEW = "outreach_unconfirmed_review"
 
 pytestmark = pytest.mark.airflow
@@ -76,7 +76,7 @@ def _click_answer(driver, dep, run_id: str, task_id: str, answer: str, shot: str
         By.XPATH, "//td[starts-with(normalize-space(), 'not checked:')]") if e.is_displayed()), None))
     assert evidence.rect["x"] + 40 < 1440, evidence.rect  # the column is on screen
     assert not driver.find_elements(By.CSS_SELECTOR, "a[href^='mailto:']")  # Message-IDs
-    driver.save_screenshot(str(IMG / shot))
+    driver.save_screenshot(str(doc_images() / shot))
     button.click()
 
 
@@ -100,7 +100,6 @@ def test_a_newcomer_follows_the_docs_from_import_to_a_safe_clear(
               for n in ("ANNA", "BEN", "HELLO")},
            "AIRFLOW_CONN_OUTREACH_ALERTS": alerts.connection_json(),
            "OUTREACH_ALERT_TO": OPS, "OUTREACH_ALERT_FROM": "outreach@outreach-test.example"}
-    IMG.mkdir(parents=True, exist_ok=True)
     try:
         with running_deployment(pg_admin_url, airflow_meta_template, db_url, tmp_path, env) as dep:
             token = dep.token()
@@ -141,7 +140,7 @@ def test_a_newcomer_follows_the_docs_from_import_to_a_safe_clear(
                 assert shown["progress.q4-ops-intro.name"] == "Q4 operations leaders — intro"
                 assert shown["progress.q4-ops-intro.queued"] == str(queued)
                 assert dt.datetime.fromisoformat(shown["progress.q4-ops-intro.expected_finish"])
-                driver.save_screenshot(str(IMG / "walkthrough-campaign-progress.png"))
+                driver.save_screenshot(str(doc_images() / "walkthrough-campaign-progress.png"))
 
                 # A first send run with the relay up; then a sender vanishes mid-handoff
                 # (two rows it claimed are reaped as unconfirmed).

@@ -4,7 +4,8 @@ name is a script and the template itself carries a script and a remote image: in
 iframe no script runs and nothing is fetched. The page's real FastAPI app served by uvicorn on
 loopback, real PostgreSQL (behind Airflow's login in the deployment:
 tests/acceptance/test_operator_ui_deployment.py). Screenshots: the tutorial's
-docs/img/first-campaign-preview.png (shipped templates), .test-artifacts/ (the hostile one)."""
+first-campaign-preview.png (shipped templates; support.paths.doc_images), .test-artifacts/
+(the hostile one)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pytest
 
 from support import browser
 from support.flow import import_demo
-from support.paths import ROOT
+from support.paths import ROOT, doc_images
 
 ARTIFACTS = ROOT / ".test-artifacts"
 HOSTILE = "<script>document.title='ran'</script>"
@@ -66,7 +67,7 @@ def test_a_browser_picks_a_lead_and_sees_its_preview_with_no_script_run(
                                  "en ON en.lead_id = l.id ORDER BY l.id LIMIT 1").fetchone()[0]
         driver.get(f"{page_url}/preview?campaign=q4-ops-intro&step=1&lead={first}")
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "iframe.html-part")))
-        driver.save_screenshot(str(ROOT / "docs" / "img" / "first-campaign-preview.png"))
+        driver.save_screenshot(str(doc_images() / "first-campaign-preview.png"))
 
         # A template with a script and a remote image, a lead whose name is a script.
         templates = tmp_path / "templates"

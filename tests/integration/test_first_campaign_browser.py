@@ -5,7 +5,7 @@ sink, replies read from a real IMAP server (Dovecot) by `outreach inbox`; then t
 per-variant table, read in a real browser (headless chromium), equals `outreach report --json`'s
 ``variants`` figure for figure. Every command is the tutorial's, run through the CLI entry point
 (tests/support/flow.py ``outreach``) on a real PostgreSQL. Screenshots: the tutorial's
-docs/img/first-campaign-draft.png and docs/img/first-campaign-variants.png."""
+first-campaign-draft.png and first-campaign-variants.png (``support.paths.doc_images``)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,9 @@ import pytest
 from support import browser
 from support.flow import outreach, rows, scalar
 from support.inboxflow import IMAP_CONN_IDS, mail
-from support.paths import CAMPAIGN, ROOT
+from support.paths import CAMPAIGN, ROOT, doc_images
 
 KEY = "my-first"
-IMG = ROOT / "docs" / "img"
 TUTORIAL = ROOT / "docs" / "tutorial" / "first-campaign.md"
 MY_FIRST = "include/campaigns/my-first.yaml"  # the tutorial's file; the test's is in tmp_path
 # The lines the tutorial adds under step 1 of the copied demo campaign (keep them identical).
@@ -87,7 +86,7 @@ def test_the_first_campaign_walk_and_the_page_per_variant_equals_the_report(
         driver.get(f"{page_url}/")
         wait.until(ec.presence_of_element_located((By.ID, "progress")))
         assert browser.figures(driver)[f"progress.{KEY}.status"] == "draft"
-        driver.save_screenshot(str(IMG / "first-campaign-draft.png"))
+        driver.save_screenshot(str(doc_images() / "first-campaign-draft.png"))
 
         # 3. Submit and approve, as two people; the history says who.
         assert (f"campaign {KEY} submitted for approval\n"
@@ -151,6 +150,6 @@ def test_the_first_campaign_walk_and_the_page_per_variant_equals_the_report(
         assert browser.figures(driver)[f"progress.{KEY}.status"] == "active"
         driver.execute_script("arguments[0].scrollIntoView()", table.find_element(
             By.XPATH, "preceding::h2[1]"))
-        driver.save_screenshot(str(IMG / "first-campaign-variants.png"))
+        driver.save_screenshot(str(doc_images() / "first-campaign-variants.png"))
     finally:
         driver.quit()
