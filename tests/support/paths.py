@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,8 +19,6 @@ def doc_images() -> Path:
     ``OUTREACH_TEST_SCREENSHOTS=docs`` (to refresh them, then commit them), else
     ``.test-artifacts/docs-img/`` (ignored by git), so that a test run leaves the committed
     pictures, and the working tree, as they were. Created when missing."""
-    import os
-
     folder = ROOT / "docs" / "img" if os.environ.get("OUTREACH_TEST_SCREENSHOTS") == "docs" \
         else ROOT / ".test-artifacts" / "docs-img"
     folder.mkdir(parents=True, exist_ok=True)
