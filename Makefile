@@ -107,14 +107,15 @@ compose-tool:
 		else echo "docker-compose is missing: sudo apt-get install docker-compose" >&2; exit 1; fi; }
 
 ## Run the test suite (real PostgreSQL, real aiosmtpd, real Airflow, real Dovecot, real chromium)
-## on every core: one pytest-xdist worker per core and one more (TEST_WORKERS=0: all in one
-## process; the acceptance tests spend much of their time waiting on a deployment, and a third
-## worker on 2 cores fills that: 20:46 against 22:45 for -n 2 in one afternoon's runs), tests
+## on every core: one pytest-xdist worker per core and two more (TEST_WORKERS=0: all in one
+## process; the acceptance tests spend much of their time waiting on a deployment, and the extra
+## workers fill that: on 2 cores 20:46 for -n 3 against 22:45 for -n 2 in one afternoon's runs,
+## then 11:24 for -n 4 against 12:11 for -n 3, idle CPU 3 % against 9 %), tests
 ## sharing a module on one worker (loadfile); files go out in collection order (--no-loadscope-reorder:
 ## tests/acceptance and tests/dags, the longest, first; the short unit tests fill the end; xdist's
 ## default, most tests first, left the one-test deployments for last); prints the 15 slowest tests.
 ## docs/howto/run-the-tests.md: how long it takes, and how to run a part.
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 2 )))
 test: venv bytecode bench-venv imap-server browser compose-tool
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
