@@ -79,6 +79,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(item.path.relative_to(tests).as_posix()))
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile`` (``make test``) with the modules of
+    ``support.deployment.LOCAL_DEPLOYMENT_FILES`` as one unit, sent to one worker: their tests
+    share one deployment, started once. Any other mode: pytest-xdist's own scheduler."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    from support.deployment import LOCAL_DEPLOYMENT_FILES
+
+    class OneUnitForTheSharedDeployment(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return LOCAL_DEPLOYMENT_FILES[0] if path in LOCAL_DEPLOYMENT_FILES else path
+
+    return OneUnitForTheSharedDeployment(config, log)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Each process removes the Airflow home it made (not atexit: an xdist worker ends with
     os._exit); the controller (not an xdist worker) also removes what the run built once

@@ -19,9 +19,6 @@ from outreach.campaign_pause import change_status
 from outreach.leads import import_leads
 from outreach.suppression import import_suppressions
 from support.deployment import (
-    BASE_ENV,
-    only_dags,
-    running_deployment,
     task_instances,
     trigger,
     wait_answerable,
@@ -55,51 +52,48 @@ def _answer(dep, token, run_id: str, chosen: str, reason: str) -> dict:
                                                "params_input": {"reason": reason}})
 
 
-def test_a_campaign_is_rejected_then_approved_in_a_required_action_and_queued(
-        pg_admin_url, airflow_meta_template, db_url, tmp_path):
+def test_a_campaign_is_rejected_then_approved_in_a_required_action_and_queued(local_deployment, tmp_path):
+    dep, db_url = local_deployment.dep, local_deployment.url
     draft = tmp_path / "draft.yaml"
     draft.write_text(CAMPAIGN.read_text().replace("status: active\n", ""))
     import_suppressions(db_url, DNC)
     import_leads(db_url, draft, MAILBOXES, LEADS)
     change_status(db_url, KEY, "submit", "alice", "ready for launch")
-    env = {**BASE_ENV, "OUTREACH_PREFLIGHT": "off",
-           **only_dags(tmp_path / "dags", DAG, "outreach_queue_due")}
-    with running_deployment(pg_admin_url, airflow_meta_template, db_url, tmp_path, env) as dep:
-        token = dep.token()
-        dags = wait_for(lambda: (d := {x["dag_id"]: x for x in dep.api("GET", "/dags?limit=100", token)["dags"]})
-                        .keys() >= {DAG, "outreach_queue_due"} and d, 180, "the DAGs to be parsed")
-        assert dags[DAG]["is_paused"] is False  # nobody has to find and unpause it
-        dep.api("PATCH", "/dags/outreach_queue_due", token, json={"is_paused": False})
+    token = dep.token()
+    dags = wait_for(lambda: (d := {x["dag_id"]: x for x in dep.api("GET", "/dags?limit=100", token)["dags"]})
+                    .keys() >= {DAG, "outreach_queue_due"} and d, 180, "the DAGs to be parsed")
+    assert dags[DAG]["is_paused"] is False  # nobody has to find and unpause it
+    dep.api("PATCH", "/dags/outreach_queue_due", token, json={"is_paused": False})
 
-        # A run as the schedule starts it (no campaign named): it finds the submitted campaign.
-        run_id = trigger(dep, token, DAG)
-        _answer(dep, token, run_id, "reject", "subject too pushy")
-        assert wait_run(dep, token, DAG, run_id)["state"] == "success"
-        assert scalar(db_url, "SELECT status FROM outreach.campaigns") == "draft"
-        assert rows(db_url, "SELECT event, actor, reason FROM outreach.campaign_events "
-                            "ORDER BY id DESC LIMIT 1") == [
-            {"event": "rejected", "actor": "admin", "reason": "subject too pushy"}]
-        # The same submission is not listed twice: a second run finds nothing to ask.
-        again = trigger(dep, token, DAG)
-        assert wait_run(dep, token, DAG, again)["state"] == "success"
-        assert {t["task_id"]: t["state"] for t in task_instances(dep, token, DAG, again)}["decide"] \
-            == "skipped"
+    # A run as the schedule starts it (no campaign named): it finds the submitted campaign.
+    run_id = trigger(dep, token, DAG)
+    _answer(dep, token, run_id, "reject", "subject too pushy")
+    assert wait_run(dep, token, DAG, run_id)["state"] == "success"
+    assert scalar(db_url, "SELECT status FROM outreach.campaigns") == "draft"
+    assert rows(db_url, "SELECT event, actor, reason FROM outreach.campaign_events "
+                        "ORDER BY id DESC LIMIT 1") == [
+        {"event": "rejected", "actor": "admin", "reason": "subject too pushy"}]
+    # The same submission is not listed twice: a second run finds nothing to ask.
+    again = trigger(dep, token, DAG)
+    assert wait_run(dep, token, DAG, again)["state"] == "success"
+    assert {t["task_id"]: t["state"] for t in task_instances(dep, token, DAG, again)}["decide"] \
+        == "skipped"
 
-        change_status(db_url, KEY, "submit", "alice", "subject fixed")
-        run_id = trigger(dep, token, DAG)
-        answer = _answer(dep, token, run_id, "approve", "looks right")
-        assert answer["responded_by"]["name"] == "admin"
-        assert wait_run(dep, token, DAG, run_id)["state"] == "success"
-        [campaign] = rows(db_url, "SELECT status, approved_by, approved_at, content_version, "
-                                  "approved_content_version FROM outreach.campaigns")
-        assert (campaign["status"], campaign["approved_by"]) == ("active", "admin")
-        assert campaign["approved_content_version"] == campaign["content_version"]
-        answered = dt.datetime.fromisoformat(answer["responded_at"])
-        assert abs(campaign["approved_at"] - answered) < dt.timedelta(seconds=1)
+    change_status(db_url, KEY, "submit", "alice", "subject fixed")
+    run_id = trigger(dep, token, DAG)
+    answer = _answer(dep, token, run_id, "approve", "looks right")
+    assert answer["responded_by"]["name"] == "admin"
+    assert wait_run(dep, token, DAG, run_id)["state"] == "success"
+    [campaign] = rows(db_url, "SELECT status, approved_by, approved_at, content_version, "
+                              "approved_content_version FROM outreach.campaigns")
+    assert (campaign["status"], campaign["approved_by"]) == ("active", "admin")
+    assert campaign["approved_content_version"] == campaign["content_version"]
+    answered = dt.datetime.fromisoformat(answer["responded_at"])
+    assert abs(campaign["approved_at"] - answered) < dt.timedelta(seconds=1)
 
-        # The next queue-due queues the campaign's steps (rows in PostgreSQL).
-        assert scalar(db_url, "SELECT count(*) FROM outreach.emails") == 0
-        queue_run = trigger(dep, token, "outreach_queue_due")
-        assert wait_run(dep, token, "outreach_queue_due", queue_run)["state"] == "success"
-        assert scalar(db_url, "SELECT count(*) FROM outreach.emails WHERE status = 'queued'") \
-            == EXPECTED_LEADS
+    # The next queue-due queues the campaign's steps (rows in PostgreSQL).
+    assert scalar(db_url, "SELECT count(*) FROM outreach.emails") == 0
+    queue_run = trigger(dep, token, "outreach_queue_due")
+    assert wait_run(dep, token, "outreach_queue_due", queue_run)["state"] == "success"
+    assert scalar(db_url, "SELECT count(*) FROM outreach.emails WHERE status = 'queued'") \
+        == EXPECTED_LEADS

@@ -1,7 +1,8 @@
 """The real scheduler: api-server, scheduler, dag-processor and triggerer (LocalExecutor,
 PostgreSQL metadata) run import → queue → send on the sample data; then a successful and a failed
 send task instance are cleared through the REST API and re-run. Nothing is sent twice, nothing is
-lost, and no process is left behind."""
+lost, and no process is left behind. The first test runs in the deployment it shares with the
+other operator tests (``local_deployment``); the second needs the schedules on, in one of its own."""
 
 from __future__ import annotations
 
@@ -45,25 +46,9 @@ FOR EACH ROW WHEN (NEW.mailbox_id = 2) EXECUTE FUNCTION outreach.test_break_ledg
 MEND_LEDGER = "DROP TRIGGER test_break_ledger ON outreach.send_log; DROP FUNCTION outreach.test_break_ledger();"
 
 
-@pytest.fixture
-def deployment(pg_admin_url, airflow_meta_template, db_url, sink, tmp_path):
-    conn_json = sink.connection_json()
-    with running_deployment(pg_admin_url, airflow_meta_template, db_url, tmp_path, {
-            **BASE_ENV,
-            # One session a send task: this test counts the tasks and their tries (one
-            # handed-off, unrecorded row per failed try); several sessions a task:
-            # tests/dags/test_send_sessions_dag.py and the Celery tests.
-            "OUTREACH_SEND_SESSIONS_PER_TASK": "1",
-            "AIRFLOW_CONN_OUTREACH_SMTP_ANNA": conn_json,
-            "AIRFLOW_CONN_OUTREACH_SMTP_BEN": conn_json,
-            "AIRFLOW_CONN_OUTREACH_SMTP_HELLO": conn_json,
-            **only_dags(tmp_path / "dags", *DAGS)}) as dep:
-        yield dep
-
-
-def test_scheduler_runs_the_main_job_and_clearing_sends_nothing_twice(deployment, db_url, sink, tmp_path):
-    dep = deployment
-    token = dep.token()
+def test_scheduler_runs_the_main_job_and_clearing_sends_nothing_twice(local_deployment):
+    dep, token, db_url, relay = (local_deployment.dep, local_deployment.token, local_deployment.url,
+                                 local_deployment.relay)
     wait_for(lambda: {d["dag_id"] for d in dep.api("GET", "/dags", token)["dags"]} >= set(DAGS), 180,
              "the dag-processor to parse the DAGs")
     for dag_id in DAGS:
@@ -77,15 +62,15 @@ def test_scheduler_runs_the_main_job_and_clearing_sends_nothing_twice(deployment
     assert run_a["state"] == "success"
     tis_a = send_tis(dep, token, run_a["dag_run_id"])
     assert len(tis_a) == 4 and {t["state"] for t in tis_a} == {"success"}
-    after_a = len(sink.messages())
+    after_a = len(relay.messages())
     assert after_a == 100
 
     # Clear a successful send task: its re-run claims fresh rows or none, never its old ones.
     rerun = clear_and_wait(dep, token, run_a["dag_run_id"], tis_a[:1], only_failed=False)
     assert rerun["state"] == "success"
-    accepted_once(sink.messages())
-    assert after_a <= len(sink.messages()) <= after_a + 25
-    invariants.assert_ok(db_url, sink.messages())
+    accepted_once(relay.messages())
+    assert after_a <= len(relay.messages()) <= after_a + 25
+    invariants.assert_ok(db_url, relay.messages())
 
     # Run B with a broken send log for mailbox 2: each try hands one message of mailbox 2 to the
     # server, cannot record it, and fails; after its retries every batch has failed.
@@ -97,7 +82,7 @@ def test_scheduler_runs_the_main_job_and_clearing_sends_nothing_twice(deployment
     assert failed and all(t["try_number"] == 3 for t in failed)  # retried twice, failed each time
     stuck = rows(db_url, "SELECT id FROM outreach.emails WHERE status = 'sending'")
     assert len(stuck) == 3 * len(failed)  # one handed-off, unrecorded row per failed try
-    accepted_once(sink.messages())
+    accepted_once(relay.messages())
 
     # Mend the ledger and clear the failed tasks: they send fresh rows and succeed.
     with psycopg.connect(db_url) as c:
@@ -111,7 +96,7 @@ def test_scheduler_runs_the_main_job_and_clearing_sends_nothing_twice(deployment
     # The messages taken while the ledger was broken are still 'sending'; the reaper makes them
     # unconfirmed for a person to decide. Everything else was sent exactly once; nothing is lost.
     reap(db_url, dt.timedelta(minutes=30), now=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=31))
-    messages = sink.messages()
+    messages = relay.messages()
     totals = invariants.assert_ok(db_url, messages)
     assert totals.unconfirmed == len(stuck)
     assert totals.sent_rows + totals.unconfirmed == len(messages) == 196
@@ -122,9 +107,9 @@ def test_scheduler_runs_the_main_job_and_clearing_sends_nothing_twice(deployment
             "context": {"user": {"name": "Kim"}, "verify_url": "https://app.example/v?t=7"}}
     runs = [trigger(dep, token, "outreach_transactional", conf) for _ in range(2)]
     assert [wait_run(dep, token, "outreach_transactional", r)["state"] for r in runs] == ["success"] * 2
-    welcome = [m for m in sink.messages() if m["X-Outreach-Step"] == "transactional/welcome"]
+    welcome = [m for m in relay.messages() if m["X-Outreach-Step"] == "transactional/welcome"]
     assert len(welcome) == 1 and welcome[0]["To"] == "new.user@example.com"
-    assert invariants.assert_ok(db_url, sink.messages()).unconfirmed == len(stuck)
+    assert invariants.assert_ok(db_url, relay.messages()).unconfirmed == len(stuck)
 
 
 def test_an_import_run_triggers_queue_due_through_the_leads_asset(pg_admin_url, airflow_meta_template, db_url,

@@ -6,25 +6,20 @@ email once; new unconfirmed emails open a Required Action that, answered through
 
 from __future__ import annotations
 
-import contextlib
 import json
 
 import httpx
 import pytest
 
 from outreach.airflow.tasks_unconfirmed import REQUEUE_CONFIRM
-from outreach.dev.devsmtp import MaildirServer
 from outreach.queue import queue_due
 from outreach.tokens import make_token
 from support import browser
 from support.alerts import OPS, subject_of
 from support.deployment import (
-    BASE_ENV,
     accepted_once,
     clear_and_wait,
-    only_dags,
     run_and_wait,
-    running_deployment,
     send_tis,
     task_instances,
     wait_answerable,
@@ -91,99 +86,86 @@ def check_campaign_page(dep, db_url: str, unconfirmed: list[int], tmp_path) -> N
     assert int(shown["funnel.q4-ops-intro.1.sent"]) > 0
 
 
-def test_required_actions_resolve_listed_rows_and_failures_turn_red_and_alert_once(
-        pg_admin_url, airflow_meta_template, db_url, tmp_path):
+def test_required_actions_resolve_listed_rows_and_failures_turn_red_and_alert_once(local_deployment, tmp_path):
+    dep, db_url = local_deployment.dep, local_deployment.url
+    relay, alerts = local_deployment.relay, local_deployment.alerts
     import_demo(db_url)
     assert queue_due(db_url)["queued"] == 196
-    relay = MaildirServer(tmp_path / "relay").start()  # the mailboxes' SMTP server
-    alerts = MaildirServer(tmp_path / "alerts").start()
-    env = {**BASE_ENV, "OUTREACH_PREFLIGHT": "off",
-           **{f"AIRFLOW_CONN_OUTREACH_SMTP_{n}": relay.connection_json(timeout=10)
-              for n in ("ANNA", "BEN", "HELLO")},
-           "AIRFLOW_CONN_OUTREACH_ALERTS": alerts.connection_json(),
-           "OUTREACH_ALERT_TO": OPS, "OUTREACH_ALERT_FROM": "outreach@outreach-test.example",
-           **only_dags(tmp_path / "dags", "outreach_send", "outreach_unconfirmed_review")}
-    try:
-        with running_deployment(pg_admin_url, airflow_meta_template, db_url, tmp_path, env) as dep:
-            token = dep.token()
-            wanted = {"outreach_send", "outreach_unconfirmed_review"}
-            wait_for(lambda: {d["dag_id"] for d in dep.api("GET", "/dags", token)["dags"]} >= wanted,
-                     180, "the dag-processor to parse the DAGs")
-            for dag_id in wanted:
-                dep.api("PATCH", f"/dags/{dag_id}", token, json={"is_paused": False})
+    token = dep.token()
+    wanted = {"outreach_send", "outreach_unconfirmed_review"}
+    wait_for(lambda: {d["dag_id"] for d in dep.api("GET", "/dags", token)["dags"]} >= wanted,
+             180, "the dag-processor to parse the DAGs")
+    for dag_id in wanted:
+        dep.api("PATCH", f"/dags/{dag_id}", token, json={"is_paused": False})
 
-            # Two emails left unconfirmed by a vanished sender; the next send run sends, labels
-            # its tasks by mailbox name, and flags them; the review DAG (scheduled by the asset)
-            # opens a Required Action listing exactly them.
-            held = leave_unconfirmed(db_url, 2)  # a sender lost during the handoffs
-            run = run_and_wait(dep, token, "outreach_send")
-            assert run["state"] == "success"
-            tis = send_tis(dep, token, run["dag_run_id"])
-            assert all(t["rendered_map_index"].startswith(("anna — sales: sent ", "ben — partnerships: sent "))
-                       and "@" not in t["rendered_map_index"] for t in tis), [t["rendered_map_index"] for t in tis]
+    # Two emails left unconfirmed by a vanished sender; the next send run sends, labels
+    # its tasks by mailbox name, and flags them; the review DAG (scheduled by the asset)
+    # opens a Required Action listing exactly them.
+    held = leave_unconfirmed(db_url, 2)  # a sender lost during the handoffs
+    run = run_and_wait(dep, token, "outreach_send")
+    assert run["state"] == "success"
+    tis = send_tis(dep, token, run["dag_run_id"])
+    assert all(t["rendered_map_index"].startswith(("anna — sales: sent ", "ben — partnerships: sent "))
+               and "@" not in t["rendered_map_index"] for t in tis), [t["rendered_map_index"] for t in tis]
 
-            check_campaign_page(dep, db_url, held, tmp_path)
+    check_campaign_page(dep, db_url, held, tmp_path)
 
-            def awaiting():
-                for r in dep.api("GET", "/dags/outreach_unconfirmed_review/dagRuns", token)["dag_runs"]:
-                    for t in task_instances(dep, token, "outreach_unconfirmed_review", r["dag_run_id"]):
-                        if t["task_id"] == "decide" and t["state"] == "awaiting_input":
-                            return r["dag_run_id"]
-                return None
+    def awaiting():
+        for r in dep.api("GET", "/dags/outreach_unconfirmed_review/dagRuns", token)["dag_runs"]:
+            for t in task_instances(dep, token, "outreach_unconfirmed_review", r["dag_run_id"]):
+                if t["task_id"] == "decide" and t["state"] == "awaiting_input":
+                    return r["dag_run_id"]
+        return None
 
-            review_run = wait_for(awaiting, 240, "the Required Action to open")
-            path = (f"/dags/outreach_unconfirmed_review/dagRuns/{review_run}/taskInstances/decide/-1"
-                    "/hitlDetails")
-            detail = dep.api("GET", path, token)
-            assert detail["options"] == ["was sent", "not sent, requeue", "leave for later"]
-            assert not detail["defaults"]
-            for i in held:
-                assert f"| {i} | not checked: " in detail["body"], detail["body"]
-                assert "| q4-ops-intro | 1 |" in detail["body"], detail["body"]
-            assert "anna.schmidt@" not in detail["body"]
-            wait_answerable(dep, token, "outreach_unconfirmed_review", review_run, "decide")
-            answer = dep.api("PATCH", path, token, json={"chosen_options": ["not sent, requeue"]})
-            assert answer["responded_by"]["name"] == "admin"
-            # A requeue is confirmed in a second step before anything changes.
-            confirm = path.replace("/decide/", "/confirm_requeue/")
-            wait_answerable(dep, token, "outreach_unconfirmed_review", review_run, "confirm_requeue", 180)
-            dep.api("PATCH", confirm, token, json={"chosen_options": [REQUEUE_CONFIRM]})
-            done = wait_for(lambda: (r := dep.api("GET", f"/dags/outreach_unconfirmed_review/dagRuns/"
-                                                  f"{review_run}", token))["state"] in {"success", "failed"} and r,
-                            180, "the review run to finish")
-            assert done["state"] == "success"
-            assert rows(db_url, "SELECT email_id, decision, resolved_by FROM outreach.email_resolutions"
-                                " ORDER BY email_id") == [
-                {"email_id": i, "decision": "not_sent", "resolved_by": "admin"} for i in held]
-            assert rows(db_url, "SELECT count(*) AS n FROM outreach.emails WHERE failure_kind = "
-                                "'unconfirmed'")[0]["n"] == 0
-            assert len([m for m in alerts.messages() if "unconfirmed" in subject_of(m)]) == 1
+    review_run = wait_for(awaiting, 240, "the Required Action to open")
+    path = (f"/dags/outreach_unconfirmed_review/dagRuns/{review_run}/taskInstances/decide/-1"
+            "/hitlDetails")
+    detail = dep.api("GET", path, token)
+    assert detail["options"] == ["was sent", "not sent, requeue", "leave for later"]
+    assert not detail["defaults"]
+    for i in held:
+        assert f"| {i} | not checked: " in detail["body"], detail["body"]
+        assert "| q4-ops-intro | 1 |" in detail["body"], detail["body"]
+    assert "anna.schmidt@" not in detail["body"]
+    wait_answerable(dep, token, "outreach_unconfirmed_review", review_run, "decide")
+    answer = dep.api("PATCH", path, token, json={"chosen_options": ["not sent, requeue"]})
+    assert answer["responded_by"]["name"] == "admin"
+    # A requeue is confirmed in a second step before anything changes.
+    confirm = path.replace("/decide/", "/confirm_requeue/")
+    wait_answerable(dep, token, "outreach_unconfirmed_review", review_run, "confirm_requeue", 180)
+    dep.api("PATCH", confirm, token, json={"chosen_options": [REQUEUE_CONFIRM]})
+    done = wait_for(lambda: (r := dep.api("GET", f"/dags/outreach_unconfirmed_review/dagRuns/"
+                                          f"{review_run}", token))["state"] in {"success", "failed"} and r,
+                    180, "the review run to finish")
+    assert done["state"] == "success"
+    assert rows(db_url, "SELECT email_id, decision, resolved_by FROM outreach.email_resolutions"
+                        " ORDER BY email_id") == [
+        {"email_id": i, "decision": "not_sent", "resolved_by": "admin"} for i in held]
+    assert rows(db_url, "SELECT count(*) AS n FROM outreach.emails WHERE failure_kind = "
+                        "'unconfirmed'")[0]["n"] == 0
+    assert len([m for m in alerts.messages() if "unconfirmed" in subject_of(m)]) == 1
 
-            # SMTP down: the send tasks fail (red), the run fails, one alert for the run.
-            import outreach.send
+    # SMTP down: the send tasks fail (red), the run fails, one alert for the run.
+    import outreach.send
 
-            if not hasattr(outreach.send, "MailboxUnreachable"):
-                pytest.skip("an unreachable mailbox fails the send task only with "
-                            "outreach.send.MailboxUnreachable (issue 12, branch i12-send)")
-            relay.stop()
-            sent_before = len(relay.messages())
-            run = run_and_wait(dep, token, "outreach_send")
-            assert run["state"] == "failed"
-            failed = [t for t in send_tis(dep, token, run["dag_run_id"]) if t["state"] == "failed"]
-            assert failed and all("@" not in (t["rendered_map_index"] or "") for t in failed)
-            run_alerts = [m for m in alerts.messages() if " failed" in subject_of(m)]
-            assert len(run_alerts) == 1 and run_alerts[0]["To"] == OPS
+    if not hasattr(outreach.send, "MailboxUnreachable"):
+        pytest.skip("an unreachable mailbox fails the send task only with "
+                    "outreach.send.MailboxUnreachable (issue 12, branch i12-send)")
+    relay.stop()
+    sent_before = len(relay.messages())
+    run = run_and_wait(dep, token, "outreach_send")
+    assert run["state"] == "failed"
+    failed = [t for t in send_tis(dep, token, run["dag_run_id"]) if t["state"] == "failed"]
+    assert failed and all("@" not in (t["rendered_map_index"] or "") for t in failed)
+    run_alerts = [m for m in alerts.messages() if " failed" in subject_of(m)]
+    assert len(run_alerts) == 1 and run_alerts[0]["To"] == OPS
 
-            # The server is back: clearing the failed tasks sends each email once.
-            relay = MaildirServer(tmp_path / "relay", port=relay.port).start()
-            rerun = clear_and_wait(dep, token, run["dag_run_id"], failed, only_failed=True)
-            assert rerun["state"] == "success"
-            messages = relay.messages()
-            accepted_once(messages)
-            assert len(messages) > sent_before
-            assert len(messages) == rows(db_url, "SELECT count(*) AS n FROM outreach.send_log")[0]["n"]
-            assert len([m for m in alerts.messages() if " failed" in subject_of(m)]) == 1
-    finally:
-        alerts.stop()
-        with contextlib.suppress(Exception):  # already stopped when the test ended in between
-            relay.stop()
+    # The server is back: clearing the failed tasks sends each email once.
+    relay = local_deployment.restart_relay()
+    rerun = clear_and_wait(dep, token, run["dag_run_id"], failed, only_failed=True)
+    assert rerun["state"] == "success"
+    messages = relay.messages()
+    accepted_once(messages)
+    assert len(messages) > sent_before
+    assert len(messages) == rows(db_url, "SELECT count(*) AS n FROM outreach.send_log")[0]["n"]
+    assert len([m for m in alerts.messages() if " failed" in subject_of(m)]) == 1

@@ -11,14 +11,10 @@ import httpx
 import pytest
 
 from outreach.airflow.roles import ANALYST, OPERATOR
-from outreach.dev.devsmtp import MaildirServer
 from outreach.queue import queue_due
 from support.deployment import (
-    BASE_ENV,
     add_user,
-    only_dags,
     run_and_wait,
-    running_deployment,
     send_tis,
     task_instances,
     wait_for,
@@ -42,88 +38,79 @@ def clear_body(run_id: str, tis: list[dict]) -> dict:
             "include_downstream": True}
 
 
-def test_analyst_is_refused_operator_clears_and_admin_unsuppresses(
-        pg_admin_url, airflow_meta_template, db_url, tmp_path):
+def test_analyst_is_refused_operator_clears_and_admin_unsuppresses(local_deployment):
+    dep, db_url = local_deployment.dep, local_deployment.url
     import_demo(db_url)
     assert queue_due(db_url)["queued"] > 0
     suppressed = rows(db_url, "SELECT value FROM outreach.suppressions WHERE kind = 'address' "
                               "ORDER BY id LIMIT 1")[0]["value"]
-    relay = MaildirServer(tmp_path / "relay").start()
-    env = {**BASE_ENV, "OUTREACH_PREFLIGHT": "off",
-           **{f"AIRFLOW_CONN_OUTREACH_SMTP_{n}": relay.connection_json(timeout=10)
-              for n in ("ANNA", "BEN", "HELLO")},
-           **only_dags(tmp_path / "dags", "outreach_send", UNSUPPRESS)}
-    try:
-        with running_deployment(pg_admin_url, airflow_meta_template, db_url, tmp_path, env) as dep:
-            admin = dep.token()
-            wanted = {"outreach_send", UNSUPPRESS}
-            wait_for(lambda: {d["dag_id"] for d in dep.api("GET", "/dags", admin)["dags"]} >= wanted,
-                     180, "the dag-processor to parse the DAGs")
-            for dag_id in wanted:
-                dep.api("PATCH", f"/dags/{dag_id}", admin, json={"is_paused": False})
-            analyst = dep.token("ann", add_user(dep, admin, "ann", ANALYST))
-            operator = dep.token("otto", add_user(dep, admin, "otto", OPERATOR))
+    admin = dep.token()
+    wanted = {"outreach_send", UNSUPPRESS}
+    wait_for(lambda: {d["dag_id"] for d in dep.api("GET", "/dags", admin)["dags"]} >= wanted,
+             180, "the dag-processor to parse the DAGs")
+    for dag_id in wanted:
+        dep.api("PATCH", f"/dags/{dag_id}", admin, json={"is_paused": False})
+    analyst = dep.token("ann", add_user(dep, admin, "ann", ANALYST))
+    operator = dep.token("otto", add_user(dep, admin, "otto", OPERATOR))
 
-            run = run_and_wait(dep, admin, "outreach_send")
-            assert run["state"] == "success"
-            run_id = run["dag_run_id"]
-            tis = send_tis(dep, admin, run_id)
-            assert tis
-            tries = {t["map_index"]: t["try_number"] for t in tis}
-            conf = {"conf": {"value": suppressed, "why": "asked to be contacted again (ticket 4711)",
-                             "requested_by": "test"}, "logical_date": None}
+    run = run_and_wait(dep, admin, "outreach_send")
+    assert run["state"] == "success"
+    run_id = run["dag_run_id"]
+    tis = send_tis(dep, admin, run_id)
+    assert tis
+    tries = {t["map_index"]: t["try_number"] for t in tis}
+    conf = {"conf": {"value": suppressed, "why": "asked to be contacted again (ticket 4711)",
+                     "requested_by": "test"}, "logical_date": None}
 
-            # The analyst reads the DAGs, the run, its task instances and the campaign page …
-            assert call(dep, "GET", f"/dags/outreach_send/dagRuns/{run_id}", analyst).status_code == 200
-            assert call(dep, "GET", f"/dags/outreach_send/dagRuns/{run_id}/taskInstances",
-                        analyst).status_code == 200
-            page = httpx.get(f"{dep.base_url}/outreach-campaigns/report.json", timeout=60,
-                             headers={"Authorization": f"Bearer {analyst}"})
-            assert page.status_code == 200, page.text
-            # … and may trigger, clear and pause nothing.
-            assert call(dep, "POST", f"/dags/{UNSUPPRESS}/dagRuns", analyst, json=conf).status_code == 403
-            assert call(dep, "POST", "/dags/outreach_send/clearTaskInstances", analyst,
-                        json=clear_body(run_id, tis)).status_code == 403
-            assert call(dep, "PATCH", "/dags/outreach_send", analyst,
-                        json={"is_paused": True}).status_code == 403
-            # The operator runs the sender but may not unsuppress.
-            assert call(dep, "POST", f"/dags/{UNSUPPRESS}/dagRuns", operator, json=conf).status_code == 403
-            # Nothing changed: no unsuppress run, the same tries, the suppression still there.
-            assert dep.api("GET", f"/dags/{UNSUPPRESS}/dagRuns", admin)["total_entries"] == 0
-            assert {t["map_index"]: t["try_number"] for t in send_tis(dep, admin, run_id)} == tries
-            assert not dep.api("GET", "/dags/outreach_send", admin)["is_paused"]
-            assert rows(db_url, "SELECT count(*) AS n FROM outreach.suppressions WHERE value = %s",
-                        (suppressed,))[0]["n"] == 1
+    # The analyst reads the DAGs, the run, its task instances and the campaign page …
+    assert call(dep, "GET", f"/dags/outreach_send/dagRuns/{run_id}", analyst).status_code == 200
+    assert call(dep, "GET", f"/dags/outreach_send/dagRuns/{run_id}/taskInstances",
+                analyst).status_code == 200
+    page = httpx.get(f"{dep.base_url}/outreach-campaigns/report.json", timeout=60,
+                     headers={"Authorization": f"Bearer {analyst}"})
+    assert page.status_code == 200, page.text
+    # … and may trigger, clear and pause nothing.
+    assert call(dep, "POST", f"/dags/{UNSUPPRESS}/dagRuns", analyst, json=conf).status_code == 403
+    assert call(dep, "POST", "/dags/outreach_send/clearTaskInstances", analyst,
+                json=clear_body(run_id, tis)).status_code == 403
+    assert call(dep, "PATCH", "/dags/outreach_send", analyst,
+                json={"is_paused": True}).status_code == 403
+    # The operator runs the sender but may not unsuppress.
+    assert call(dep, "POST", f"/dags/{UNSUPPRESS}/dagRuns", operator, json=conf).status_code == 403
+    # Nothing changed: no unsuppress run, the same tries, the suppression still there.
+    assert dep.api("GET", f"/dags/{UNSUPPRESS}/dagRuns", admin)["total_entries"] == 0
+    assert {t["map_index"]: t["try_number"] for t in send_tis(dep, admin, run_id)} == tries
+    assert not dep.api("GET", "/dags/outreach_send", admin)["is_paused"]
+    assert rows(db_url, "SELECT count(*) AS n FROM outreach.suppressions WHERE value = %s",
+                (suppressed,))[0]["n"] == 1
 
-            # The operator's clear runs the send tasks again.
-            cleared = call(dep, "POST", "/dags/outreach_send/clearTaskInstances", operator,
-                           json=clear_body(run_id, tis))
-            assert cleared.status_code == 200, cleared.text
-            wait_for(lambda: all(t["try_number"] > tries[t["map_index"]] and t["state"] in
-                                 {"success", "failed"}
-                                 for t in send_tis(dep, admin, run_id)), 300,
-                     "the cleared send tasks to run again")
+    # The operator's clear runs the send tasks again.
+    cleared = call(dep, "POST", "/dags/outreach_send/clearTaskInstances", operator,
+                   json=clear_body(run_id, tis))
+    assert cleared.status_code == 200, cleared.text
+    wait_for(lambda: all(t["try_number"] > tries[t["map_index"]] and t["state"] in
+                         {"success", "failed"}
+                         for t in send_tis(dep, admin, run_id)), 300,
+             "the cleared send tasks to run again")
 
-            # An admin's unsuppress runs, removes the suppression and leaves an audit row with
-            # the admin's Airflow user name (not the name typed in the form).
-            ada = dep.token("ada", add_user(dep, admin, "ada", "Admin"))
-            r = call(dep, "POST", f"/dags/{UNSUPPRESS}/dagRuns", ada, json=conf)
-            assert r.status_code == 200, r.text
-            unsuppress_run = r.json()["dag_run_id"]
-            done = wait_for(lambda: (x := dep.api("GET", f"/dags/{UNSUPPRESS}/dagRuns/{unsuppress_run}",
-                                                  admin))["state"] in {"success", "failed"} and x,
-                            180, "the unsuppress run")
-            assert done["state"] == "success", task_instances(dep, admin, UNSUPPRESS, unsuppress_run)
-            assert rows(db_url, "SELECT count(*) AS n FROM outreach.suppressions WHERE value = %s",
-                        (suppressed,))[0]["n"] == 0
-            audit = rows(db_url, "SELECT actor, via, action, dag_id, run_id FROM outreach.audit_log"
-                                 " WHERE action = 'unsuppress'")
-            assert audit == [{"actor": "ada", "via": "airflow", "action": "unsuppress",
-                              "dag_id": UNSUPPRESS, "run_id": unsuppress_run}], audit
+    # An admin's unsuppress runs, removes the suppression and leaves an audit row with
+    # the admin's Airflow user name (not the name typed in the form).
+    ada = dep.token("ada", add_user(dep, admin, "ada", "Admin"))
+    r = call(dep, "POST", f"/dags/{UNSUPPRESS}/dagRuns", ada, json=conf)
+    assert r.status_code == 200, r.text
+    unsuppress_run = r.json()["dag_run_id"]
+    done = wait_for(lambda: (x := dep.api("GET", f"/dags/{UNSUPPRESS}/dagRuns/{unsuppress_run}",
+                                          admin))["state"] in {"success", "failed"} and x,
+                    180, "the unsuppress run")
+    assert done["state"] == "success", task_instances(dep, admin, UNSUPPRESS, unsuppress_run)
+    assert rows(db_url, "SELECT count(*) AS n FROM outreach.suppressions WHERE value = %s",
+                (suppressed,))[0]["n"] == 0
+    audit = rows(db_url, "SELECT actor, via, action, dag_id, run_id FROM outreach.audit_log"
+                         " WHERE action = 'unsuppress'")
+    assert audit == [{"actor": "ada", "via": "airflow", "action": "unsuppress",
+                      "dag_id": UNSUPPRESS, "run_id": unsuppress_run}], audit
 
-            # An anonymous browser is sent to the login page, not given a bare 401.
-            anon = httpx.get(f"{dep.base_url}/outreach-campaigns/", timeout=60,
-                             headers={"Accept": "text/html"}, follow_redirects=True)
-            assert anon.status_code == 200 and "/auth/login/" in str(anon.url), anon.url
-    finally:
-        relay.stop()
+    # An anonymous browser is sent to the login page, not given a bare 401.
+    anon = httpx.get(f"{dep.base_url}/outreach-campaigns/", timeout=60,
+                     headers={"Accept": "text/html"}, follow_redirects=True)
+    assert anon.status_code == 200 and "/auth/login/" in str(anon.url), anon.url

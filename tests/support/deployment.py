@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -22,8 +23,11 @@ import pytest
 
 from outreach.dev import embedded
 from outreach.dev.deploy import Deployment, sqlalchemy_url
+from outreach.dev.devsmtp import MaildirServer
+from support.alerts import OPS
 from support.embeddedpg import clone_database
 from support.once import once
+from support.paths import SMTP_CONN_IDS
 
 FINAL = {"success", "failed"}
 ADMIN_PASSWORD = "admin-test-password-0123"
@@ -174,6 +178,157 @@ BASE_ENV = {"OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
             "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
             **DAG_FILES_PARSED_ONCE}
+
+
+LOCAL_DEPLOYMENT_FILES = ("tests/acceptance/test_campaign_approval.py",
+                          "tests/acceptance/test_deployment.py",
+                          "tests/acceptance/test_operator_ui_deployment.py",
+                          "tests/acceptance/test_roles_deployment.py")
+"""The modules whose tests share one deployment (:func:`local_deployment`): ``make test`` sends
+them to one pytest-xdist worker as one unit (``pytest_xdist_make_scheduler`` in
+tests/conftest.py), so the deployment starts once for them (~26 CPU-seconds a start: api-server
+~12, scheduler ~5, dag-processor and triggerer ~4.5 each)."""
+
+LOCAL_DEPLOYMENT_DAGS = ("outreach_campaign_approval", "outreach_import_leads", "outreach_queue_due",
+                         "outreach_send", "outreach_transactional", "outreach_unconfirmed_review",
+                         "outreach_unsuppress")
+
+
+@dataclass
+class LocalDeployment:
+    """The shared deployment as a test gets it: ``dep`` (its token: ``token``), the outreach
+    database ``url`` (empty, migrated), the mailboxes' SMTP server ``relay`` and the alerts'
+    ``alerts`` (every demo mailbox's and ``outreach_alerts``' connection; both empty)."""
+
+    dep: Deployment
+    token: str
+    url: str
+    relay: MaildirServer
+    alerts: MaildirServer
+
+    def restart_relay(self) -> MaildirServer:
+        """Start the relay again on its port (after a test stopped it), keeping what it holds."""
+        self.relay = MaildirServer(self.relay.maildir, port=self.relay.port).start()
+        return self.relay
+
+
+class _SharedLocalDeployment:
+    """Starts the shared deployment at its first test and resets it before each test: every DAG
+    run deleted (through the REST API: a test reads its own runs, and none of another test's is
+    left running), each DAG paused or not as the deployment first parsed it, the outreach
+    database dropped and cloned again from the migrated template under the same name (the
+    deployment's ``OUTREACH_DATABASE_URL``), both SMTP servers started afresh on their ports
+    with empty Maildirs. Stopped after the last test of :data:`LOCAL_DEPLOYMENT_FILES` on this
+    worker (``pytest_runtest_teardown`` below), or at the end of the session."""
+
+    def __init__(self, pg_admin_url: str, meta_template: str, outreach_template: str, folder: Path) -> None:
+        self._admin, self._meta, self._template, self._folder = (
+            pg_admin_url, meta_template, outreach_template, folder)
+        self._stack: contextlib.ExitStack | None = None
+        self._paused: dict[str, bool] = {}
+        self.current: LocalDeployment | None = None
+
+    def get(self) -> LocalDeployment:
+        if self.current is None:
+            self._start()
+        else:
+            self._reset()
+        assert self.current
+        return self.current
+
+    def _start(self) -> None:
+        run = uuid.uuid4().hex[:8]  # started again (other tests ran between): all new
+        folder, name = self._folder / run, f"outreach_shared_{run}"
+        clone_database(self._admin, name, self._template)
+        url = embedded.with_database(self._admin, name)
+        relay = MaildirServer(folder / "relay").start()
+        alerts = MaildirServer(folder / "alerts").start()
+        env = {**BASE_ENV, "OUTREACH_PREFLIGHT": "off",
+               # One session a send task: the main-job test counts the tasks and their tries (one
+               # handed-off, unrecorded row per failed try); several sessions a task:
+               # tests/dags/test_send_sessions_dag.py and the Celery tests.
+               "OUTREACH_SEND_SESSIONS_PER_TASK": "1",
+               **{f"AIRFLOW_CONN_{c.upper()}": relay.connection_json(timeout=10) for c in SMTP_CONN_IDS},
+               "AIRFLOW_CONN_OUTREACH_ALERTS": alerts.connection_json(),
+               "OUTREACH_ALERT_TO": OPS, "OUTREACH_ALERT_FROM": "outreach@outreach-test.example",
+               **only_dags(folder / "dags", *LOCAL_DEPLOYMENT_DAGS)}
+        self._stack = contextlib.ExitStack()
+        self._stack.callback(admin_execute, self._admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self._stack.callback(_stop_quietly, alerts)
+        self._stack.callback(lambda: _stop_quietly(self.current.relay if self.current else relay))
+        dep = self._stack.enter_context(running_deployment(self._admin, self._meta, url, folder, env))
+        token = dep.token()
+        dags = wait_for(lambda: (d := {x["dag_id"]: x for x in dep.api("GET", "/dags?limit=100", token)["dags"]})
+                        .keys() >= set(LOCAL_DEPLOYMENT_DAGS) and d, 180, "the dag-processor to parse the DAGs")
+        self._paused = {d: dags[d]["is_paused"] for d in LOCAL_DEPLOYMENT_DAGS}
+        self.current = LocalDeployment(dep, token, url, relay, alerts)
+
+    def _reset(self) -> None:
+        assert self.current
+        dep = self.current.dep
+        token = self.current.token = dep.token()
+        for dag_id, paused in self._paused.items():
+            for run in dep.api("GET", f"/dags/{dag_id}/dagRuns", token, params={"limit": 100})["dag_runs"]:
+                dep.api("DELETE", f"/dags/{dag_id}/dagRuns/{run['dag_run_id']}", token)
+            if dep.api("GET", f"/dags/{dag_id}", token)["is_paused"] != paused:
+                dep.api("PATCH", f"/dags/{dag_id}", token, json={"is_paused": paused})
+        name = psycopg.conninfo.conninfo_to_dict(self.current.url)["dbname"]
+        admin_execute(self._admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        clone_database(self._admin, name, self._template)
+        for attr in ("relay", "alerts"):
+            server = getattr(self.current, attr)
+            _stop_quietly(server)
+            for sub in ("new", "cur", "tmp"):
+                for f in (server.maildir / sub).glob("*"):
+                    f.unlink()
+            setattr(self.current, attr, MaildirServer(server.maildir, port=server.port).start())
+
+    def stop(self) -> None:
+        if self._stack is not None:
+            stack, self._stack, self.current = self._stack, None, None
+            stack.close()
+
+
+def _stop_quietly(server: MaildirServer) -> None:
+    with contextlib.suppress(AssertionError):  # aiosmtpd: "SMTP daemon not running"
+        server.stop()
+
+
+_SHARED = pytest.StashKey[_SharedLocalDeployment]()
+
+
+@pytest.fixture(scope="session")
+def _shared_local_deployment(request, pg_admin_url: str, airflow_meta_template: str, template_db: str,
+                             tmp_path_factory):
+    shared = _SharedLocalDeployment(pg_admin_url, airflow_meta_template, template_db,
+                                    tmp_path_factory.mktemp("local-deployment"))
+    request.config.stash[_SHARED] = shared
+    yield shared
+    shared.stop()
+
+
+@pytest.fixture
+def local_deployment(_shared_local_deployment: _SharedLocalDeployment) -> LocalDeployment:
+    """The deployment the tests of :data:`LOCAL_DEPLOYMENT_FILES` share (LocalExecutor,
+    PostgreSQL metadata; api-server, scheduler, dag-processor, triggerer), reset for this test
+    (:class:`_SharedLocalDeployment`). Its settings: :data:`BASE_ENV`, ``OUTREACH_PREFLIGHT=off``,
+    one SMTP session a send task, the DAGs of :data:`LOCAL_DEPLOYMENT_DAGS`, alerts to
+    ``support.alerts.OPS``."""
+    return _shared_local_deployment.get()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the shared deployment once no test of :data:`LOCAL_DEPLOYMENT_FILES` comes next on
+    this worker: left running, its daemons' loops cost CPU the rest of the session."""
+    shared = item.config.stash.get(_SHARED, None)
+    if shared is not None and shared.current is not None and (
+            nextitem is None or _relative(nextitem) not in LOCAL_DEPLOYMENT_FILES):
+        shared.stop()
+
+
+def _relative(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
 def wait_for(predicate, timeout: float, what: str):
