@@ -2,20 +2,18 @@
 ``outreach_inbox`` records it and updates ``outreach://events/replies`` (the event's id range in
 the extra) → a team's own DAG scheduled on that Asset runs, asset-triggered, and sees the range.
 
-The DAG folder holds ``outreach_inbox`` (a copy of the shipped file) and the team's DAG only, so
-the dag-processor parses two files. ``OUTREACH_SCHEDULES=off`` (BASE_ENV) leaves the inbox's cron
-off; the team's DAG has its own Asset schedule."""
+In the deployment the operator tests share (``local_deployment``): the team drops its DAG file
+into the DAG folder beside the shipped ones and waits for the dag-processor to find it.
+``OUTREACH_SCHEDULES=off`` (BASE_ENV) leaves the inbox's cron off; the team's DAG has its own
+Asset schedule."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
-from support.deployment import BASE_ENV, FINAL, run_and_wait, running_deployment, wait_for
+from support.deployment import FINAL, run_and_wait, wait_for
 from support.flow import rows
 from support.inboxflow import replied_campaign
-from support.paths import ROOT
 
 pytestmark = pytest.mark.airflow
 
@@ -38,32 +36,28 @@ crm_sync_replies()
 '''
 
 
-def test_a_reply_runs_a_dag_scheduled_on_the_replies_asset(
-        pg_admin_url, airflow_meta_template, db_url, sink, settings, tmp_path, imap_accounts):
+def test_a_reply_runs_a_dag_scheduled_on_the_replies_asset(local_deployment, sink, settings, tmp_path,
+                                                            imap_accounts):
+    dep, token, db_url = local_deployment.dep, local_deployment.token, local_deployment.url
+    imap_accounts.adopt(local_deployment.imap_logins)
     replied_campaign(db_url, tmp_path, settings, imap_accounts, "rita@reply.example", "Yes, let's talk.")
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    shutil.copy(ROOT / "dags" / "outreach_inbox.py", dags)
-    (dags / "crm_sync_replies.py").write_text(TEAM_DAG)
-    with running_deployment(pg_admin_url, airflow_meta_template, db_url, tmp_path, {
-            **BASE_ENV, **imap_accounts.env(), "AIRFLOW__CORE__DAGS_FOLDER": str(dags)}) as dep:
-        token = dep.token()
-        wait_for(lambda: {d["dag_id"] for d in dep.api("GET", "/dags", token)["dags"]} >=
-                 {"outreach_inbox", "crm_sync_replies"}, 180, "the dag-processor to parse the DAGs")
-        for dag_id in ("outreach_inbox", "crm_sync_replies"):
-            dep.api("PATCH", f"/dags/{dag_id}", token, json={"is_paused": False})
-        inbox = run_and_wait(dep, token, "outreach_inbox")
-        assert inbox["state"] == "success"
-        [reply] = rows(db_url, "SELECT id FROM outreach.events WHERE kind = 'replied'")
+    (local_deployment.dags_folder / "crm_sync_replies.py").write_text(TEAM_DAG)
+    wait_for(lambda: {d["dag_id"] for d in dep.api("GET", "/dags", token)["dags"]} >=
+             {"outreach_inbox", "crm_sync_replies"}, 180, "the dag-processor to parse the DAGs")
+    for dag_id in ("outreach_inbox", "crm_sync_replies"):
+        dep.api("PATCH", f"/dags/{dag_id}", token, json={"is_paused": False})
+    inbox = run_and_wait(dep, token, "outreach_inbox")
+    assert inbox["state"] == "success"
+    [reply] = rows(db_url, "SELECT id FROM outreach.events WHERE kind = 'replied'")
 
-        def team_runs() -> list[dict]:
-            return [r for r in dep.api("GET", "/dags/crm_sync_replies/dagRuns", token)["dag_runs"]
-                    if r["state"] in FINAL]
+    def team_runs() -> list[dict]:
+        return [r for r in dep.api("GET", "/dags/crm_sync_replies/dagRuns", token)["dag_runs"]
+                if r["state"] in FINAL]
 
-        [run] = wait_for(team_runs, 180, "the team's DAG run started by the replies Asset")
-        assert run["run_type"] == "asset_triggered" and run["state"] == "success"
-        events = dep.api("GET", f"/dags/crm_sync_replies/dagRuns/{run['dag_run_id']}"
-                         "/upstreamAssetEvents", token)["asset_events"]
-        assert [(e["uri"], e["source_dag_id"], e["source_run_id"], e["extra"]) for e in events] == [
-            ("outreach://events/replies", "outreach_inbox", inbox["dag_run_id"],
-             {"first_id": reply["id"], "last_id": reply["id"], "count": 1, "kinds": ["replied"]})]
+    [run] = wait_for(team_runs, 180, "the team's DAG run started by the replies Asset")
+    assert run["run_type"] == "asset_triggered" and run["state"] == "success"
+    events = dep.api("GET", f"/dags/crm_sync_replies/dagRuns/{run['dag_run_id']}"
+                     "/upstreamAssetEvents", token)["asset_events"]
+    assert [(e["uri"], e["source_dag_id"], e["source_run_id"], e["extra"]) for e in events] == [
+        ("outreach://events/replies", "outreach_inbox", inbox["dag_run_id"],
+         {"first_id": reply["id"], "last_id": reply["id"], "count": 1, "kinds": ["replied"]})]

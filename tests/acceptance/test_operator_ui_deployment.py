@@ -123,8 +123,9 @@ def test_required_actions_resolve_listed_rows_and_failures_turn_red_and_alert_on
     detail = dep.api("GET", path, token)
     assert detail["options"] == ["was sent", "not sent, requeue", "leave for later"]
     assert not detail["defaults"]
-    for i in held:
-        assert f"| {i} | not checked: " in detail["body"], detail["body"]
+    for i in held:  # the mailboxes' IMAP accounts are the shared deployment's: their Sent folders
+        # are searched (the walkthrough, without IMAP, shows "not checked")
+        assert f"| {i} | checked: not found in Sent folder " in detail["body"], detail["body"]
         assert "| q4-ops-intro | 1 |" in detail["body"], detail["body"]
     assert "anna.schmidt@" not in detail["body"]
     wait_answerable(dep, token, "outreach_unconfirmed_review", review_run, "decide")

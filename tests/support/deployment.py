@@ -26,6 +26,7 @@ from outreach.dev.deploy import Deployment, sqlalchemy_url
 from outreach.dev.devsmtp import MaildirServer
 from support.alerts import OPS
 from support.embeddedpg import clone_database
+from support.inboxflow import IMAP_CONN_IDS
 from support.once import once
 from support.paths import SMTP_CONN_IDS
 
@@ -182,6 +183,7 @@ BASE_ENV = {"OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
 
 LOCAL_DEPLOYMENT_FILES = ("tests/acceptance/test_campaign_approval.py",
                           "tests/acceptance/test_deployment.py",
+                          "tests/acceptance/test_event_assets_deployment.py",
                           "tests/acceptance/test_operator_ui_deployment.py",
                           "tests/acceptance/test_roles_deployment.py")
 """The modules whose tests share one deployment (:func:`local_deployment`): ``make test`` sends
@@ -189,22 +191,26 @@ them to one pytest-xdist worker as one unit (``pytest_xdist_make_scheduler`` in
 tests/conftest.py), so the deployment starts once for them (~26 CPU-seconds a start: api-server
 ~12, scheduler ~5, dag-processor and triggerer ~4.5 each)."""
 
-LOCAL_DEPLOYMENT_DAGS = ("outreach_campaign_approval", "outreach_import_leads", "outreach_queue_due",
-                         "outreach_send", "outreach_transactional", "outreach_unconfirmed_review",
-                         "outreach_unsuppress")
+LOCAL_DEPLOYMENT_DAGS = ("outreach_campaign_approval", "outreach_import_leads", "outreach_inbox",
+                         "outreach_queue_due", "outreach_send", "outreach_transactional",
+                         "outreach_unconfirmed_review", "outreach_unsuppress")
 
 
 @dataclass
 class LocalDeployment:
     """The shared deployment as a test gets it: ``dep`` (its token: ``token``), the outreach
     database ``url`` (empty, migrated), the mailboxes' SMTP server ``relay`` and the alerts'
-    ``alerts`` (every demo mailbox's and ``outreach_alerts``' connection; both empty)."""
+    ``alerts`` (every demo mailbox's and ``outreach_alerts``' connection; both empty), the
+    demo inboxes' accounts on the session's Dovecot ``imap_logins`` (``{conn_id: login}``, for
+    ``ImapAccounts.adopt``; made at the deployment's start) and its ``dags_folder``."""
 
     dep: Deployment
     token: str
     url: str
     relay: MaildirServer
     alerts: MaildirServer
+    imap_logins: dict[str, str]
+    dags_folder: Path
 
     def restart_relay(self) -> MaildirServer:
         """Start the relay again on its port (after a test stopped it), keeping what it holds."""
@@ -221,9 +227,10 @@ class _SharedLocalDeployment:
     with empty Maildirs. Stopped after the last test of :data:`LOCAL_DEPLOYMENT_FILES` on this
     worker (``pytest_runtest_teardown`` below), or at the end of the session."""
 
-    def __init__(self, pg_admin_url: str, meta_template: str, outreach_template: str, folder: Path) -> None:
-        self._admin, self._meta, self._template, self._folder = (
-            pg_admin_url, meta_template, outreach_template, folder)
+    def __init__(self, pg_admin_url: str, meta_template: str, outreach_template: str, folder: Path,
+                 dovecot) -> None:
+        self._admin, self._meta, self._template, self._folder, self._dovecot = (
+            pg_admin_url, meta_template, outreach_template, folder, dovecot)
         self._stack: contextlib.ExitStack | None = None
         self._paused: dict[str, bool] = {}
         self.current: LocalDeployment | None = None
@@ -243,6 +250,7 @@ class _SharedLocalDeployment:
         url = embedded.with_database(self._admin, name)
         relay = MaildirServer(folder / "relay").start()
         alerts = MaildirServer(folder / "alerts").start()
+        imap = {c: self._dovecot.add_user(f"{c}-{run}@imap.test") for c in IMAP_CONN_IDS}
         env = {**BASE_ENV, "OUTREACH_PREFLIGHT": "off",
                # One session a send task: the main-job test counts the tasks and their tries (one
                # handed-off, unrecorded row per failed try); several sessions a task:
@@ -251,6 +259,7 @@ class _SharedLocalDeployment:
                **{f"AIRFLOW_CONN_{c.upper()}": relay.connection_json(timeout=10) for c in SMTP_CONN_IDS},
                "AIRFLOW_CONN_OUTREACH_ALERTS": alerts.connection_json(),
                "OUTREACH_ALERT_TO": OPS, "OUTREACH_ALERT_FROM": "outreach@outreach-test.example",
+               **{f"AIRFLOW_CONN_{c.upper()}": self._dovecot.connection_json(login) for c, login in imap.items()},
                **only_dags(folder / "dags", *LOCAL_DEPLOYMENT_DAGS)}
         self._stack = contextlib.ExitStack()
         self._stack.callback(admin_execute, self._admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -261,7 +270,7 @@ class _SharedLocalDeployment:
         dags = wait_for(lambda: (d := {x["dag_id"]: x for x in dep.api("GET", "/dags?limit=100", token)["dags"]})
                         .keys() >= set(LOCAL_DEPLOYMENT_DAGS) and d, 180, "the dag-processor to parse the DAGs")
         self._paused = {d: dags[d]["is_paused"] for d in LOCAL_DEPLOYMENT_DAGS}
-        self.current = LocalDeployment(dep, token, url, relay, alerts)
+        self.current = LocalDeployment(dep, token, url, relay, alerts, imap, folder / "dags")
 
     def _reset(self) -> None:
         assert self.current
@@ -299,9 +308,9 @@ _SHARED = pytest.StashKey[_SharedLocalDeployment]()
 
 @pytest.fixture(scope="session")
 def _shared_local_deployment(request, pg_admin_url: str, airflow_meta_template: str, template_db: str,
-                             tmp_path_factory):
+                             tmp_path_factory, dovecot):
     shared = _SharedLocalDeployment(pg_admin_url, airflow_meta_template, template_db,
-                                    tmp_path_factory.mktemp("local-deployment"))
+                                    tmp_path_factory.mktemp("local-deployment"), dovecot)
     request.config.stash[_SHARED] = shared
     yield shared
     shared.stop()
@@ -313,7 +322,8 @@ def local_deployment(_shared_local_deployment: _SharedLocalDeployment) -> LocalD
     PostgreSQL metadata; api-server, scheduler, dag-processor, triggerer), reset for this test
     (:class:`_SharedLocalDeployment`). Its settings: :data:`BASE_ENV`, ``OUTREACH_PREFLIGHT=off``,
     one SMTP session a send task, the DAGs of :data:`LOCAL_DEPLOYMENT_DAGS`, alerts to
-    ``support.alerts.OPS``."""
+    ``support.alerts.OPS``, the demo inboxes on the session's Dovecot. A DAG file a test adds to
+    ``dags_folder`` is parsed within ~10 s (the dag-processor's refresh) and stays."""
     return _shared_local_deployment.get()
 
 

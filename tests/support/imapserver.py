@@ -45,6 +45,13 @@ class ImapAccounts:
         self._monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", self.server.connection_json(login))
         return login
 
+    def adopt(self, logins: dict[str, str]) -> None:
+        """Use accounts made elsewhere (``{conn_id: login}``, on this server) as if :meth:`add`
+        had made them: a deployment's, whose environment names them."""
+        for conn_id, login in logins.items():
+            self.logins[conn_id] = login
+            self._monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", self.server.connection_json(login))
+
     def append(self, conn_id: str, raw: bytes | str, folder: str = "INBOX") -> None:
         """APPEND one message to the account of ``conn_id``."""
         self.server.append(self.logins[conn_id], raw, folder)

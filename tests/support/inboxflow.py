@@ -147,11 +147,12 @@ def next_step_recipients(db_url: str, settings, sink) -> set[str]:
 
 def replied_campaign(db_url: str, tmp_path: Path, settings, imap_accounts, lead: str,
                      body: str, others: tuple[str, ...] = ("quiet@reply.example",)) -> dict[str, dict]:
-    """Every inbox account created (:data:`IMAP_CONN_IDS`), step 1 sent to ``lead`` and
+    """Every inbox account created (:data:`IMAP_CONN_IDS`; those adopted kept), step 1 sent to ``lead`` and
     ``others`` (:func:`sent_campaign`), and the lead's reply (``Re: hello``, ``body``, threaded by
     In-Reply-To) appended to Anna's INBOX; return :func:`sent_campaign`'s result."""
     for conn_id in IMAP_CONN_IDS:
-        imap_accounts.add(conn_id)
+        if conn_id not in imap_accounts.logins:  # not adopted (ImapAccounts.adopt)
+            imap_accounts.add(conn_id)
     sent = sent_campaign(db_url, tmp_path, settings, [lead, *others])
     imap_accounts.append("outreach_imap_anna", mail(
         f"Rita <{lead}>", "Re: hello", body,
