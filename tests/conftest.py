@@ -68,7 +68,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     module-scoped fixture (the Celery deployment, the OAuth IdP) joins its module's
     ``xdist_group``, so that ``--dist loadgroup`` too keeps the module on one worker, which builds
     the fixture once (``make test`` runs by file, ``--dist loadfile``: every module on one worker
-    whatever its marks)."""
+    whatever its marks). The tests of ``support.deployment.LOCAL_DEPLOYMENT_FILES`` move next
+    to each other, where the first of them was."""
     tests = Path(__file__).parent
     for item in items:
         folder = item.path.relative_to(tests).parts[0]
@@ -77,8 +78,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         info = getattr(item, "_fixtureinfo", None)
         if info and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs):
             item.add_marker(pytest.mark.xdist_group(item.path.relative_to(tests).as_posix()))
+    # The modules sharing a deployment one after the other (in one process, or on one worker:
+    # pytest_xdist_make_scheduler), where the first of them is: it starts once.
+    from support.deployment import LOCAL_DEPLOYMENT_FILES
+
+    shared = [i for i in items if i.nodeid.split("::", 1)[0] in LOCAL_DEPLOYMENT_FILES]
+    if shared:
+        first = items.index(shared[0])
+        rest = [i for i in items if i not in shared]
+        items[:] = rest[:first] + shared + rest[first:]
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest -p no:xdist: no such hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """``--dist loadfile`` (``make test``) with the modules of
     ``support.deployment.LOCAL_DEPLOYMENT_FILES`` as one unit, sent to one worker: their tests

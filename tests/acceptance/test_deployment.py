@@ -1,8 +1,8 @@
 """The real scheduler: api-server, scheduler, dag-processor and triggerer (LocalExecutor,
 PostgreSQL metadata) run import → queue → send on the sample data; then a successful and a failed
-send task instance are cleared through the REST API and re-run. Nothing is sent twice, nothing is
-lost, and no process is left behind. In the deployment the operator tests share
-(``local_deployment``)."""
+send task instance are cleared through the REST API and re-run. Nothing is sent twice and
+nothing is lost. In the deployment the operator tests share (``local_deployment``), which checks
+when it stops that no process is left behind."""
 
 from __future__ import annotations
 

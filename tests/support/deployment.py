@@ -219,13 +219,17 @@ class LocalDeployment:
 
 
 class _SharedLocalDeployment:
-    """Starts the shared deployment at its first test and resets it before each test: every DAG
+    """Starts the shared deployment at its first test and resets it before each test: each DAG
+    paused or not as the deployment first parsed it (one a test added: paused), then every DAG
     run deleted (through the REST API: a test reads its own runs, and none of another test's is
-    left running), each DAG paused or not as the deployment first parsed it, the outreach
-    database dropped and cloned again from the migrated template under the same name (the
-    deployment's ``OUTREACH_DATABASE_URL``), both SMTP servers started afresh on their ports
-    with empty Maildirs. Stopped after the last test of :data:`LOCAL_DEPLOYMENT_FILES` on this
-    worker (``pytest_runtest_teardown`` below), or at the end of the session."""
+    left running), the outreach database dropped and cloned again from the migrated template
+    under the same name (the deployment's ``OUTREACH_DATABASE_URL``), both SMTP servers started
+    afresh on their ports with empty Maildirs. Not reset: the IMAP accounts (one test reads
+    them), the users a test added, the DAG files a test dropped. Stopped after the last test of
+    :data:`LOCAL_DEPLOYMENT_FILES` (``pytest_runtest_teardown`` below), or at the end of the
+    session. A task still running when a test ends is not waited for: deleting its run makes
+    Airflow stop it at its next heartbeat (seconds), so a test that fails mid-run may leave one
+    briefly beside the next test's reset."""
 
     def __init__(self, pg_admin_url: str, meta_template: str, outreach_template: str, folder: Path,
                  dovecot) -> None:
@@ -246,41 +250,56 @@ class _SharedLocalDeployment:
     def _start(self) -> None:
         run = uuid.uuid4().hex[:8]  # started again (other tests ran between): all new
         folder, name = self._folder / run, f"outreach_shared_{run}"
-        clone_database(self._admin, name, self._template)
-        url = embedded.with_database(self._admin, name)
-        relay = MaildirServer(folder / "relay").start()
-        alerts = MaildirServer(folder / "alerts").start()
-        imap = {c: self._dovecot.add_user(f"{c}-{run}@imap.test") for c in IMAP_CONN_IDS}
-        env = {**BASE_ENV, "OUTREACH_PREFLIGHT": "off",
-               # One session a send task: the main-job test counts the tasks and their tries (one
-               # handed-off, unrecorded row per failed try); several sessions a task:
-               # tests/dags/test_send_sessions_dag.py and the Celery tests.
-               "OUTREACH_SEND_SESSIONS_PER_TASK": "1",
-               **{f"AIRFLOW_CONN_{c.upper()}": relay.connection_json(timeout=10) for c in SMTP_CONN_IDS},
-               "AIRFLOW_CONN_OUTREACH_ALERTS": alerts.connection_json(),
-               "OUTREACH_ALERT_TO": OPS, "OUTREACH_ALERT_FROM": "outreach@outreach-test.example",
-               **{f"AIRFLOW_CONN_{c.upper()}": self._dovecot.connection_json(login) for c, login in imap.items()},
-               **only_dags(folder / "dags", *LOCAL_DEPLOYMENT_DAGS)}
-        self._stack = contextlib.ExitStack()
-        self._stack.callback(admin_execute, self._admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        self._stack.callback(_stop_quietly, alerts)
-        self._stack.callback(lambda: _stop_quietly(self.current.relay if self.current else relay))
-        dep = self._stack.enter_context(running_deployment(self._admin, self._meta, url, folder, env))
-        token = dep.token()
-        dags = wait_for(lambda: (d := {x["dag_id"]: x for x in dep.api("GET", "/dags?limit=100", token)["dags"]})
-                        .keys() >= set(LOCAL_DEPLOYMENT_DAGS) and d, 180, "the dag-processor to parse the DAGs")
+        stack = contextlib.ExitStack()
+        try:
+            clone_database(self._admin, name, self._template)
+            stack.callback(admin_execute, self._admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            url = embedded.with_database(self._admin, name)
+            servers = {"relay": MaildirServer(folder / "relay").start()}
+            servers["alerts"] = MaildirServer(folder / "alerts").start()
+            # The servers running when it stops: a reset or a test starts them again.
+            stack.callback(lambda: [_stop_quietly(self._live(k, v)) for k, v in servers.items()])
+            relay, alerts = servers["relay"], servers["alerts"]
+            imap = {c: self._dovecot.add_user(f"{c}-{run}@imap.test") for c in IMAP_CONN_IDS}
+            env = {**BASE_ENV, "OUTREACH_PREFLIGHT": "off",
+                   # One session a send task: the main-job test counts the tasks and their tries
+                   # (one handed-off, unrecorded row per failed try); several sessions a task:
+                   # tests/dags/test_send_sessions_dag.py and the Celery tests.
+                   "OUTREACH_SEND_SESSIONS_PER_TASK": "1",
+                   **{f"AIRFLOW_CONN_{c.upper()}": relay.connection_json(timeout=10) for c in SMTP_CONN_IDS},
+                   "AIRFLOW_CONN_OUTREACH_ALERTS": alerts.connection_json(),
+                   "OUTREACH_ALERT_TO": OPS, "OUTREACH_ALERT_FROM": "outreach@outreach-test.example",
+                   **{f"AIRFLOW_CONN_{c.upper()}": self._dovecot.connection_json(login)
+                      for c, login in imap.items()},
+                   **only_dags(folder / "dags", *LOCAL_DEPLOYMENT_DAGS)}
+            dep = stack.enter_context(running_deployment(self._admin, self._meta, url, folder, env))
+            token = dep.token()
+            dags = wait_for(lambda: (d := {x["dag_id"]: x for x in dep.api("GET", "/dags?limit=100", token)["dags"]})
+                            .keys() >= set(LOCAL_DEPLOYMENT_DAGS) and d, 180, "the dag-processor to parse the DAGs")
+        except BaseException:
+            stack.close()  # a failed start leaves nothing running; the next test starts again
+            raise
         self._paused = {d: dags[d]["is_paused"] for d in LOCAL_DEPLOYMENT_DAGS}
+        self._stack = stack
         self.current = LocalDeployment(dep, token, url, relay, alerts, imap, folder / "dags")
+
+    def _live(self, attr: str, first: MaildirServer) -> MaildirServer:
+        return getattr(self.current, attr) if self.current else first
 
     def _reset(self) -> None:
         assert self.current
         dep = self.current.dep
         token = self.current.token = dep.token()
-        for dag_id, paused in self._paused.items():
-            for run in dep.api("GET", f"/dags/{dag_id}/dagRuns", token, params={"limit": 100})["dag_runs"]:
-                dep.api("DELETE", f"/dags/{dag_id}/dagRuns/{run['dag_run_id']}", token)
+        dags = [d["dag_id"] for d in dep.api("GET", "/dags", token, params={"limit": 100})["dags"]]
+        # Paused first (a DAG a test added, its team's, stays paused), so that no asset-triggered
+        # run starts between the deletions; then every run deleted.
+        for dag_id in dags:
+            paused = self._paused.get(dag_id, True)
             if dep.api("GET", f"/dags/{dag_id}", token)["is_paused"] != paused:
                 dep.api("PATCH", f"/dags/{dag_id}", token, json={"is_paused": paused})
+        for dag_id in dags:
+            for run in dep.api("GET", f"/dags/{dag_id}/dagRuns", token, params={"limit": 100})["dag_runs"]:
+                dep.api("DELETE", f"/dags/{dag_id}/dagRuns/{run['dag_run_id']}", token)
         name = psycopg.conninfo.conninfo_to_dict(self.current.url)["dbname"]
         admin_execute(self._admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         clone_database(self._admin, name, self._template)
@@ -293,9 +312,13 @@ class _SharedLocalDeployment:
             setattr(self.current, attr, MaildirServer(server.maildir, port=server.port).start())
 
     def stop(self) -> None:
+        """Stop the deployment and the SMTP servers running then (checking that no process is
+        left behind: :func:`running_deployment`), drop its outreach database."""
         if self._stack is not None:
-            stack, self._stack, self.current = self._stack, None, None
-            stack.close()
+            try:
+                self._stack.close()
+            finally:
+                self._stack = self.current = None
 
 
 def _stop_quietly(server: MaildirServer) -> None:

@@ -4,7 +4,9 @@ own config, password file and maildir in a temp dir, run unprivileged
 (``from imapserver import dovecot, imap_accounts``) or use :class:`ImapAccounts` directly.
 
 One Dovecot serves the whole session; each test gets its own accounts (unique logins), so tests
-never see each other's mail. Messages are delivered by IMAP APPEND only.
+never see each other's mail, but for the accounts of the deployment the acceptance tests share
+(``ImapAccounts.adopt``: made once per deployment, never emptied). Messages are delivered by IMAP
+APPEND only.
 """
 
 from __future__ import annotations
