@@ -80,9 +80,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(item.path.relative_to(tests).as_posix()))
     # The modules sharing a deployment one after the other (in one process, or on one worker:
     # pytest_xdist_make_scheduler), where the first of them is: it starts once.
-    from support.deployment import LOCAL_DEPLOYMENT_FILES
+    from support.deployment import shares_local_deployment
 
-    shared = [i for i in items if i.nodeid.split("::", 1)[0] in LOCAL_DEPLOYMENT_FILES]
+    shared = [i for i in items if shares_local_deployment(i.nodeid)]
     if shared:
         first = items.index(shared[0])
         rest = [i for i in items if i not in shared]
@@ -98,12 +98,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    from support.deployment import LOCAL_DEPLOYMENT_FILES
+    from support.deployment import LOCAL_DEPLOYMENT_FILES, shares_local_deployment
 
     class OneUnitForTheSharedDeployment(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = super()._split_scope(nodeid)
-            return LOCAL_DEPLOYMENT_FILES[0] if path in LOCAL_DEPLOYMENT_FILES else path
+            return LOCAL_DEPLOYMENT_FILES[0] if shares_local_deployment(nodeid) else super()._split_scope(nodeid)
 
     return OneUnitForTheSharedDeployment(config, log)
 

@@ -25,7 +25,7 @@ from aiosmtpd.smtp import SMTP
 from outreach.airflow.defaults import SMTP_POOL
 from outreach.dev import embedded
 from outreach.dev.deploy import Deployment, check_redis, sqlalchemy_url
-from outreach.dev.devsmtp import LoopbackSMTPServer, read_maildir
+from outreach.dev.devsmtp import LoopbackSMTPServer, empty_maildir, read_maildir
 from outreach.leads import import_leads
 from outreach.migrate import upgrade
 from outreach.queue import queue_due, reap
@@ -96,9 +96,7 @@ class CountingSink(LoopbackSMTPServer):
         self.handler.delay = 0.0
 
     def reset(self, delay: float) -> None:
-        for sub in ("new", "cur", "tmp"):
-            for f in (self.maildir / sub).glob("*"):
-                f.unlink()
+        empty_maildir(self.maildir)
         self.handler.delay = delay
         with self._lock:
             self.peak = self.open

@@ -23,7 +23,7 @@ import pytest
 
 from outreach.dev import embedded
 from outreach.dev.deploy import Deployment, sqlalchemy_url
-from outreach.dev.devsmtp import MaildirServer
+from outreach.dev.devsmtp import MaildirServer, empty_maildir
 from support.alerts import OPS
 from support.embeddedpg import clone_database
 from support.inboxflow import IMAP_CONN_IDS
@@ -214,7 +214,7 @@ class LocalDeployment:
 
     def restart_relay(self) -> MaildirServer:
         """Start the relay again on its port (after a test stopped it), keeping what it holds."""
-        self.relay = MaildirServer(self.relay.maildir, port=self.relay.port).start()
+        self.relay = _restarted(self.relay)
         return self.relay
 
 
@@ -306,10 +306,8 @@ class _SharedLocalDeployment:
         for attr in ("relay", "alerts"):
             server = getattr(self.current, attr)
             _stop_quietly(server)
-            for sub in ("new", "cur", "tmp"):
-                for f in (server.maildir / sub).glob("*"):
-                    f.unlink()
-            setattr(self.current, attr, MaildirServer(server.maildir, port=server.port).start())
+            empty_maildir(server.maildir)
+            setattr(self.current, attr, _restarted(server))
 
     def stop(self) -> None:
         """Stop the deployment and the SMTP servers running then (checking that no process is
@@ -324,6 +322,16 @@ class _SharedLocalDeployment:
 def _stop_quietly(server: MaildirServer) -> None:
     with contextlib.suppress(AssertionError):  # aiosmtpd: "SMTP daemon not running"
         server.stop()
+
+
+def _restarted(server: MaildirServer) -> MaildirServer:
+    """A server like ``server`` (stopped), started on its port and Maildir."""
+    return MaildirServer(server.maildir, port=server.port).start()
+
+
+def shares_local_deployment(nodeid: str) -> bool:
+    """Whether the test ``nodeid`` is in one of :data:`LOCAL_DEPLOYMENT_FILES`."""
+    return nodeid.split("::", 1)[0] in LOCAL_DEPLOYMENT_FILES
 
 
 _SHARED = pytest.StashKey[_SharedLocalDeployment]()
@@ -356,12 +364,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     this worker: left running, its daemons' loops cost CPU the rest of the session."""
     shared = item.config.stash.get(_SHARED, None)
     if shared is not None and shared.current is not None and (
-            nextitem is None or _relative(nextitem) not in LOCAL_DEPLOYMENT_FILES):
+            nextitem is None or not shares_local_deployment(nextitem.nodeid)):
         shared.stop()
-
-
-def _relative(item: pytest.Item) -> str:
-    return item.nodeid.split("::", 1)[0]
 
 
 def wait_for(predicate, timeout: float, what: str):

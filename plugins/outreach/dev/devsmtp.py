@@ -81,3 +81,10 @@ def read_maildir(path: Path) -> list[Message]:
     if not Path(path).exists():
         return []
     return [m for m in mailbox.Maildir(str(path), create=False)]
+
+
+def empty_maildir(path: Path) -> None:
+    """Remove every message stored in the Maildir at ``path`` (its folders stay)."""
+    for sub in ("new", "cur", "tmp"):
+        for f in (Path(path) / sub).glob("*"):
+            f.unlink()
