@@ -39,15 +39,8 @@ _BASE_ENV = dict(os.environ)
 """The environment the server starts with: the worker's at import (collection), before any test
 patched it."""
 
-_SERVER = r"""
-import gc, importlib, json, os, pkgutil, runpy, selectors, shutil, signal, socket, sys
-import outreach
-# Every module a command may import on its way (not outreach.cli.__main__: it runs the CLI), and
-# Airflow's SMTP hook: imported here once, not in each call.
-for module in pkgutil.walk_packages(outreach.__path__, "outreach."):
-    if not module.name.endswith(".__main__"):
-        importlib.import_module(module.name)
-import airflow.providers.smtp.hooks.smtp  # noqa: F401
+_LOOP = r"""
+import gc, importlib, json, os, selectors, shutil, signal, socket, sys
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind(sys.argv[1]); listener.listen(64)
 wake_r, wake_w = os.pipe(); os.set_blocking(wake_w, False)
@@ -103,34 +96,72 @@ while True:
                 os.chdir(req["cwd"])
                 os.environ.clear(); os.environ.update(req["env"])
                 importlib.reload(sys.modules["outreach.failpoints"])  # it reads OUTREACH_FAILPOINTS on import
-                sys.argv = ["outreach", *req["args"]]
-                runpy.run_module("outreach.cli", run_name="__main__", alter_sys=True)
+                child_main(req)
                 sys.exit(0)
             for fd in fds:
                 os.close(fd)
             waiting[pid] = conn
             reply(conn, pid=pid)
 """
+"""A fork server's loop, after its prelude (which defines ``child_main(req)``): one child per
+connection, given the fds sent with it as 0, 1, 2 (a last one holds the JSON request: ``cwd``,
+``env`` and what ``child_main`` reads), its pid and then its exit code sent back on the
+connection; every child SIGKILLed and the server gone once its stdin (the pytest worker) closes."""
+
+_CLI_PRELUDE = r"""
+import importlib, pkgutil, runpy, sys
+import outreach
+# Every module a command may import on its way (not outreach.cli.__main__: it runs the CLI), and
+# Airflow's SMTP hook: imported here once, not in each call.
+for module in pkgutil.walk_packages(outreach.__path__, "outreach."):
+    if not module.name.endswith(".__main__"):
+        importlib.import_module(module.name)
+import airflow.providers.smtp.hooks.smtp  # noqa: F401
+
+def child_main(req):
+    sys.argv = ["outreach", *req["args"]]
+    runpy.run_module("outreach.cli", run_name="__main__", alter_sys=True)
+"""
 
 
-class _Server:
-    """This worker's fork server, started at its first call."""
+class ForkServer:
+    """A warm interpreter that forks a child per call: ``prelude`` (Python source: the imports to
+    do once, and ``child_main(req)``, what a child runs) then :data:`_LOOP`, started with ``env``.
+    ``what`` names it in errors. Ends with the pytest worker.
 
-    def __init__(self) -> None:
-        folder = Path(tempfile.mkdtemp(prefix="outreach-clifork-"))  # the server removes it
-        self.path = str(folder / "sock")
+    :raises RuntimeError: it did not start (its log's last lines are included)."""
+
+    def __init__(self, prelude: str, env: dict[str, str], what: str) -> None:
+        folder = Path(tempfile.mkdtemp(prefix="outreach-fork-"))  # the server removes it
+        self.path, self.what = str(folder / "sock"), what
         with open(folder / "server.log", "w+b") as log:
-            self.proc = subprocess.Popen([sys.executable, "-c", _SERVER, self.path], env=_BASE_ENV,
+            self.proc = subprocess.Popen([sys.executable, "-c", prelude + _LOOP, self.path], env=env,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
             assert self.proc.stdout
             with self.proc.stdout:
-                if self.proc.stdout.readline() != b"ready\n":
+                # What the prelude printed (Airflow logs to stdout) goes to the log.
+                while (line := self.proc.stdout.readline()) not in (b"ready\n", b""):
+                    log.write(line)
+                if not line:
                     log.seek(0)
-                    raise RuntimeError(f"the CLI fork server did not start: {log.read().decode()[-3000:]}")
+                    raise RuntimeError(f"the {what} did not start: {log.read().decode()[-3000:]}")
         self.log = folder / "server.log"
 
+    def connect(self, fds: list[int], request: dict) -> tuple[socket.socket, _Replies, int]:
+        """Ask for a child with ``fds`` as its 0, 1, 2 and ``request`` (``cwd``, ``env``…);
+        return the call's socket, its replies and the child's pid."""
+        s = socket.socket(socket.AF_UNIX)
+        with tempfile.TemporaryFile() as f:
+            f.write(json.dumps(request).encode())
+            f.flush()
+            f.seek(0)
+            s.connect(self.path)
+            socket.send_fds(s, [b"call"], [*fds, f.fileno()])
+        replies = _Replies(s, self)
+        return s, replies, replies.next()["pid"]
 
-_server: _Server | None = None
+
+_server: ForkServer | None = None
 _starting = threading.Lock()
 
 _READ_ON_IMPORT = ("AIRFLOW_HOME", "AIRFLOW_CONFIG", "TZ", "LANG")
@@ -153,7 +184,7 @@ def _forkable(env: dict[str, str]) -> bool:
         return False
     with _starting:
         if _server is None or _server.proc.poll() is not None:
-            _server = _Server()
+            _server = ForkServer(_CLI_PRELUDE, _BASE_ENV, "CLI fork server")
     return True
 
 
@@ -207,26 +238,14 @@ def _call(args, env: dict[str, str], cwd: str | Path | None, input: str | None,
     return Call([sys.executable, "-m", "outreach.cli", *args], args, env, folder, input, merge_stderr)
 
 
-class Call:
-    """One forked ``outreach`` process (:func:`start`), seen as a ``subprocess.Popen``."""
+class Forked:
+    """A process forked by a :class:`ForkServer` (``fds``: its 0, 1, 2; ``request``: ``cwd``,
+    ``env``…), seen as a ``subprocess.Popen`` of ``cmd``: ``pid``, ``returncode``, ``poll``,
+    ``wait``, ``send_signal``, ``kill``."""
 
-    def __init__(self, cmd: list[str], args, env: dict[str, str], folder: str, input: str | None,
-                 merge_stderr: bool) -> None:
-        self.args, self.returncode, self.merged = cmd, None, merge_stderr
-        self.out = tempfile.TemporaryFile()
-        self.err = self.out if merge_stderr else tempfile.TemporaryFile()
-        self.s = socket.socket(socket.AF_UNIX)
-        with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as request:
-            for f, data in ((stdin, (input or "").encode()),
-                            (request, json.dumps({"args": list(args), "env": env, "cwd": folder}).encode())):
-                f.write(data)
-                f.flush()
-                f.seek(0)
-            self.s.connect(_server.path)
-            socket.send_fds(self.s, [b"call"], [stdin.fileno(), self.out.fileno(), self.err.fileno(),
-                                                request.fileno()])
-        self._replies = _Replies(self.s)
-        self.pid: int = self._replies.next()["pid"]
+    def __init__(self, server: ForkServer, cmd: list[str], fds: list[int], request: dict) -> None:
+        self.args, self.returncode = cmd, None
+        self.s, self._replies, self.pid = server.connect(fds, request)
 
     def poll(self) -> int | None:
         """The exit code when the process has ended (the server reaped it), else None."""
@@ -254,6 +273,31 @@ class Call:
                 self.s.settimeout(None)
         return self.returncode
 
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):  # it ended as the signal went
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class Call(Forked):
+    """One forked ``outreach`` process (:func:`start`), seen as a ``subprocess.Popen``."""
+
+    def __init__(self, cmd: list[str], args, env: dict[str, str], folder: str, input: str | None,
+                 merge_stderr: bool) -> None:
+        self.merged = merge_stderr
+        self.out = tempfile.TemporaryFile()
+        self.err = self.out if merge_stderr else tempfile.TemporaryFile()
+        assert _server is not None
+        with tempfile.TemporaryFile() as stdin:
+            stdin.write((input or "").encode())
+            stdin.flush()
+            stdin.seek(0)
+            super().__init__(_server, cmd, [stdin.fileno(), self.out.fileno(), self.err.fileno()],
+                             {"args": list(args), "env": env, "cwd": folder})
+
     def communicate(self, timeout: float | None = None) -> tuple[str, str | None]:
         """Wait for the end (:meth:`wait`); return its stdout and stderr as text (and close the
         call's socket and files, as ``communicate`` closes a Popen's pipes)."""
@@ -265,14 +309,6 @@ class Call:
         out, err = _text(_read(self.out)), None if self.merged else _text(_read(self.err))
         self._close()
         return out, err
-
-    def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
-            with contextlib.suppress(ProcessLookupError):  # it ended as the signal went
-                os.kill(self.pid, sig)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
 
     def __enter__(self) -> Call:
         return self
@@ -293,8 +329,8 @@ class Call:
 class _Replies:
     """The server's one-line JSON replies on one call's socket, in order."""
 
-    def __init__(self, s: socket.socket) -> None:
-        self.s, self.data = s, b""
+    def __init__(self, s: socket.socket, server: ForkServer) -> None:
+        self.s, self.data, self.server = s, b"", server
 
     def next(self) -> dict:
         """The next reply (TimeoutError past the socket's timeout; RuntimeError when the server
@@ -302,12 +338,12 @@ class _Replies:
         while b"\n" not in self.data:
             chunk = self.s.recv(4096)
             if not chunk:
-                raise RuntimeError(f"the CLI fork server ended the call (its log: {_server and _server.log})")
+                raise RuntimeError(f"the {self.server.what} ended the call (its log: {self.server.log})")
             self.data += chunk
         line, self.data = self.data.split(b"\n", 1)
         reply = json.loads(line)
         if "error" in reply:
-            raise RuntimeError(f"the CLI fork server refused the call: {reply['error']}")
+            raise RuntimeError(f"the {self.server.what} refused the call: {reply['error']}")
         return reply
 
 
