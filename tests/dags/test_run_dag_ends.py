@@ -34,7 +34,7 @@ napper()
 
 
 def _sessions() -> list[int]:
-    """Pids of this process's Airflow session processes (outreach.dev.localairflow._SESSION)."""
+    """Pids of this process's Airflow session processes (outreach.dev.localairflow.SESSION_SCRIPT)."""
     found = []
     for child in psutil.Process().children(recursive=True):
         try:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from outreach.dev import localairflow
 from outreach.dev.localairflow import (
     DagRunResult,
     DagTestSession,
@@ -24,14 +25,23 @@ from outreach.dev.localairflow import (
     ensure_metadata,
     run_dag,
 )
+from support import airflowfork
 from support.once import once
 from support.paths import SMTP_CONN_IDS
 
 # Pacing and the gap off: these runs send the whole sample in one outreach_send run (pacing is tested with a
-# fixed clock in tests/integration/test_pacing.py).
+# fixed clock in tests/integration/test_pacing.py). A failed task's retry at once, not after
+# Airflow's 300 s (`dags test` waits for it): the tests of failing tasks set the same, so their
+# sessions fork from the same warm process as the others' (support.airflowfork).
 SETTINGS_ENV = {"OUTREACH_PUBLIC_URL": "https://unsubscribe.test.example",
                 "OUTREACH_UNSUBSCRIBE_SECRET": "test-secret-0123456789",
-                "OUTREACH_SEND_INTERVAL_MINUTES": "0", "OUTREACH_SEND_GAP_SECONDS": "0"}
+                "OUTREACH_SEND_INTERVAL_MINUTES": "0", "OUTREACH_SEND_GAP_SECONDS": "0",
+                "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "0"}
+
+
+# Every DagTestSession of this worker (run_dag, dag_session, shared_airflow) forked from a warm
+# Airflow process whose environment is the standard one below, when the session's allows it.
+localairflow.session_starter = airflowfork.starter(SETTINGS_ENV)
 
 
 @pytest.fixture(scope="session")

@@ -15,8 +15,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from outreach.paths import project_root
 
@@ -162,7 +164,7 @@ _REPLY = "OUTREACH-DAG-TEST-SESSION "
 # handler and child writes there) redirected into that run's log; one reply line per request.
 # A request may carry the run's environment: os.environ becomes it, but for the process's
 # AIRFLOW_HOME and metadata database (Airflow bound them at start-up).
-_SESSION = r"""
+SESSION_SCRIPT = r"""
 import json, os, sys, traceback
 from airflow.cli import cli_parser
 from airflow.configuration import write_default_airflow_configuration_if_needed
@@ -211,6 +213,21 @@ def bound_at_start(env: dict[str, str]) -> dict[str, str]:
             and (k.startswith("AIRFLOW__") or k == "OUTREACH_FAILPOINTS")}
 
 
+def popen_session(env: dict[str, str]) -> Any:
+    """Start a session's process in a fresh interpreter: ``python -c`` :data:`SESSION_SCRIPT`
+    with ``env``, stdin and stdout text pipes, stderr into stdout. What :data:`session_starter`
+    is unless replaced."""
+    return subprocess.Popen([sys.executable, "-c", SESSION_SCRIPT], env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+session_starter: Callable[[dict[str, str]], Any] = popen_session
+"""How a :class:`DagTestSession` starts its process: ``env`` in, a ``subprocess.Popen`` or an
+object like one out (``stdin`` and ``stdout`` text streams, ``poll``, ``wait``, ``kill``) running
+:data:`SESSION_SCRIPT` with ``env``. The tests put a fork of a warm Airflow process here
+(``tests/support/airflowfork.py``); the demo keeps :func:`popen_session`."""
+
+
 class DagTestSession:
     """Several ``airflow dags test`` runs in one Airflow process, each with its own log, sparing
     Airflow's start-up (~10 s on 2 busy cores) per run. A context manager.
@@ -219,9 +236,7 @@ class DagTestSession:
 
     def __init__(self, env: dict[str, str]) -> None:
         self.env = dict(env)
-        self._proc = subprocess.Popen([sys.executable, "-c", _SESSION], env=env, text=True,
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT)
+        self._proc = session_starter(self.env)
         self._lines: queue.Queue[str] = queue.Queue()  # its output, "" once it ended
         self.startup_output = ""
         """What the process wrote outside any run (start-up warnings), in order."""
