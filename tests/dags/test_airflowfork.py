@@ -34,7 +34,7 @@ def test_forked_sessions_record_their_runs_in_their_own_homes(db_url, sink, migr
             assert isinstance(session._proc, airflowfork.ForkedSession)
             server = airflowfork._server
             assert server is not None
-            assert psutil.Process(session._proc.pid).ppid() == server.proc.pid
+            assert psutil.Process(session._proc.pid).ppid() == server.pid
             results.append(session.run_dag("outreach_queue_due", home / "queue.log"))
     for home, result in zip(homes, results, strict=True):
         assert result.ok, result.log.read_text()[-3000:]

@@ -5,9 +5,10 @@ warm Airflow process instead of started afresh.
 A fresh ``dags test`` process spends ~7 CPU-seconds on a fast 2-core machine before its first
 task runs: importing Airflow and the CLI (~1.8), building the in-process execution API the tasks
 talk to (~1.3) and, on its first request, Cadwyn's versioned routes (~3.7). The suite started
-~16 such processes, ~110 of its ~1,330 CPU-seconds on 2026-12-07. Here one server per pytest
-worker does all of that once (:data:`_PRELUDE`) and forks a child per session: the child gets
-the session's pipes as stdin, stdout and stderr, its environment, and runs
+~16 such processes, ~110 of its ~1,330 CPU-seconds on 2026-12-07. Here one server for the whole
+run (shared by the pytest-xdist workers, ended with the run's controller) does all of that once
+(:data:`_PRELUDE`) and forks a child per session: the child gets the session's pipes as stdin,
+stdout and stderr, its environment, and runs
 :data:`~outreach.dev.localairflow.SESSION_SCRIPT` as a fresh interpreter would.
 
 What a fork cannot give is what Airflow read on import. The child points Airflow at its own
@@ -20,15 +21,12 @@ with ``OUTREACH_TEST_AIRFLOW_FORK=off``."""
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
 import threading
-from pathlib import Path
 
 from outreach.dev.localairflow import airflow_env, bound_at_start, popen_session
 from support.clifork import Forked, ForkServer
+from support.once import run_folder
 
 _PRELUDE = r"""
 import importlib, os, pkgutil, sys, threading
@@ -79,21 +77,20 @@ def _forkable(env: dict[str, str], standard: dict[str, str]) -> bool:
 
 
 def starter(settings_env: dict[str, str]):
-    """A :data:`outreach.dev.localairflow.session_starter` forking from this worker's server,
-    whose environment is the DAG tests' standard one (:func:`airflow_env` with ``settings_env``
-    in a home of its own); started at the first session that may fork."""
+    """A :data:`outreach.dev.localairflow.session_starter` forking from the run's server (one
+    for every pytest-xdist worker: :meth:`ForkServer.shared`), whose environment is the DAG
+    tests' standard one (:func:`airflow_env` with ``settings_env``, in a home of its own under
+    the run's folder); started at the first session that may fork."""
 
     def start(env: dict[str, str]):
         global _server, _standard
         with _lock:
             if _standard is None:
-                home = Path(tempfile.mkdtemp(prefix="outreach-airflowfork-"))
-                atexit.register(shutil.rmtree, home, ignore_errors=True)
-                _standard = airflow_env(home, "unused", {}, settings_env)
+                _standard = airflow_env(run_folder() / "airflowfork-home", "unused", {}, settings_env)
             if not _forkable(env, _standard):
                 return popen_session(env)
-            if _server is None or _server.proc.poll() is not None:
-                _server = ForkServer(_PRELUDE, _standard, "Airflow fork server")
+            if _server is None or not _server.alive():
+                _server = ForkServer.shared("airflowfork", _PRELUDE, _standard, "Airflow fork server")
             server = _server
         return ForkedSession(server, env)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -45,8 +46,12 @@ listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind(sys.argv[1]); listener.listen(64)
 wake_r, wake_w = os.pipe(); os.set_blocking(wake_w, False)
 signal.set_wakeup_fd(wake_w); signal.signal(signal.SIGCHLD, lambda *a: None)
+# Its owner: the pytest worker on its stdin, or (a second argument) a process by its pid, the
+# pytest run's controller for a server every worker shares.
+owner = int(sys.argv[2]) if len(sys.argv) > 2 else None
+watched = os.pidfd_open(owner) if owner else 0
 sel = selectors.DefaultSelector()
-sel.register(listener, selectors.EVENT_READ); sel.register(0, selectors.EVENT_READ)
+sel.register(listener, selectors.EVENT_READ); sel.register(watched, selectors.EVENT_READ)
 sel.register(wake_r, selectors.EVENT_READ)
 waiting = {}  # pid -> the connection that asked for it
 
@@ -60,8 +65,8 @@ sys.stdout.flush(); sys.stderr.flush(); gc.collect(); gc.freeze()
 print("ready", flush=True)
 while True:
     for key, _ in sel.select():
-        if key.fileobj == 0:
-            if not os.read(0, 1024):  # the pytest worker is gone: so are its calls
+        if key.fileobj == watched:
+            if owner or not os.read(0, 1024):  # the owner is gone: so are its calls
                 for pid in waiting:
                     os.kill(pid, signal.SIGKILL)
                 shutil.rmtree(os.path.dirname(sys.argv[1]), ignore_errors=True)
@@ -89,6 +94,8 @@ while True:
             if pid == 0:  # the call's process: it never returns to this loop
                 signal.set_wakeup_fd(-1); signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 sel.close(); listener.close(); os.close(wake_r); os.close(wake_w)
+                if owner:
+                    os.close(watched)
                 for other in (conn, *waiting.values()):
                     other.close()
                 for target, fd in enumerate(fds):
@@ -106,7 +113,8 @@ while True:
 """A fork server's loop, after its prelude (which defines ``child_main(req)``): one child per
 connection, given the fds sent with it as 0, 1, 2 (a last one holds the JSON request: ``cwd``,
 ``env`` and what ``child_main`` reads), its pid and then its exit code sent back on the
-connection; every child SIGKILLed and the server gone once its stdin (the pytest worker) closes."""
+connection; every child SIGKILLed and the server gone once its owner is (its stdin, the pytest
+worker, closed; or the process its second argument names ended)."""
 
 _CLI_PRELUDE = r"""
 import importlib, pkgutil, runpy, sys
@@ -126,17 +134,26 @@ def child_main(req):
 
 class ForkServer:
     """A warm interpreter that forks a child per call: ``prelude`` (Python source: the imports to
-    do once, and ``child_main(req)``, what a child runs) then :data:`_LOOP`, started with ``env``.
-    ``what`` names it in errors. Ends with the pytest worker.
+    do once, and ``child_main(req)``, what a child runs) then :data:`_LOOP`, started with ``env``
+    in ``folder`` (default: a new temporary one; the server removes it as it ends). ``what`` names
+    it in errors. Ends with the pytest worker, or with the process ``owner`` names
+    (:meth:`shared`: one server for the whole run).
 
     :raises RuntimeError: it did not start (its log's last lines are included)."""
 
-    def __init__(self, prelude: str, env: dict[str, str], what: str) -> None:
-        folder = Path(tempfile.mkdtemp(prefix="outreach-fork-"))  # the server removes it
-        self.path, self.what = str(folder / "sock"), what
-        with open(folder / "server.log", "w+b") as log:
-            self.proc = subprocess.Popen([sys.executable, "-c", prelude + _LOOP, self.path], env=env,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+    proc: subprocess.Popen | None
+    """The server's process when this pytest process started it, else None."""
+
+    def __init__(self, prelude: str, env: dict[str, str], what: str, *, folder: Path | None = None,
+                 owner: int | None = None) -> None:
+        folder = folder or Path(tempfile.mkdtemp(prefix="outreach-fork-"))
+        folder.mkdir(exist_ok=True)
+        self.path, self.what, self.log = str(folder / "sock"), what, folder / "server.log"
+        with open(self.log, "w+b") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", prelude + _LOOP, self.path, *([str(owner)] if owner else [])],
+                env=env, stdin=subprocess.DEVNULL if owner else subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=log)
             assert self.proc.stdout
             with self.proc.stdout:
                 # What the prelude printed (Airflow logs to stdout) goes to the log.
@@ -145,7 +162,42 @@ class ForkServer:
                 if not line:
                     log.seek(0)
                     raise RuntimeError(f"the {what} did not start: {log.read().decode()[-3000:]}")
-        self.log = folder / "server.log"
+        self.pid = self.proc.pid
+        (folder / "pid").write_text(str(self.pid))
+
+    @classmethod
+    def shared(cls, name: str, prelude: str, env: dict[str, str], what: str) -> ForkServer:
+        """The server ``name`` of this pytest run: the one a worker started already, while it
+        runs, else one started here (under a file lock) that ends with the run's controller
+        (``pytest -n 0``: this process), in ``run_folder()/name``."""
+        import psutil
+        from filelock import FileLock
+
+        from support.once import run_folder
+
+        folder = run_folder() / name
+        with FileLock(str(run_folder() / f"{name}.lock")):
+            with contextlib.suppress(OSError, ValueError, psutil.Error):
+                pid = int((folder / "pid").read_text())
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    server = cls.__new__(cls)
+                    server.path, server.what, server.log = str(folder / "sock"), what, folder / "server.log"
+                    server.proc, server.pid = None, pid
+                    return server
+            shutil.rmtree(folder, ignore_errors=True)
+            owner = os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
+            return cls(prelude, env, what, folder=folder, owner=owner)
+
+    def alive(self) -> bool:
+        """Whether the server still runs."""
+        import psutil
+
+        if self.proc is not None:
+            return self.proc.poll() is None
+        try:
+            return psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
 
     def connect(self, fds: list[int], request: dict) -> tuple[socket.socket, _Replies, int]:
         """Ask for a child with ``fds`` as its 0, 1, 2 and ``request`` (``cwd``, ``env``…);
@@ -183,7 +235,7 @@ def _forkable(env: dict[str, str]) -> bool:
     if os.environ.get("OUTREACH_TEST_CLI_FORK", "on") == "off" or _bound(env) != _bound(_BASE_ENV):
         return False
     with _starting:
-        if _server is None or _server.proc.poll() is not None:
+        if _server is None or not _server.alive():
             _server = ForkServer(_CLI_PRELUDE, _BASE_ENV, "CLI fork server")
     return True
 
