@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 
 import pytest
 
-from outreach.dev.localairflow import airflow_cmd
 from outreach.queue import queue_due
 from support.airflowhome import env_for, fresh_home, run_asset_events
 from support.flow import import_demo, leave_unconfirmed, outreach, rows
@@ -77,12 +75,12 @@ def test_unconfirmed_emails_queue_the_review_through_the_alias_and_only_then(
     env = env_for(home, db_url, sink)
     # Every DAG in the metadata database, as the dag-processor stores them: the review DAG
     # (never paused on creation) with its schedule on the unconfirmed asset.
-    stored = subprocess.run(airflow_cmd("dags", "reserialize"), env=env, capture_output=True,
-                            text=True, timeout=600)
-    assert stored.returncode == 0, stored.stdout[-3000:] + stored.stderr[-3000:]
-
-    # Both runs in one Airflow process of this home (the review DAG's queue is read here).
+    # The reserialize and both runs in one Airflow process of this home (the review DAG's queue
+    # is read here).
     airflow = dag_session(env)
+    stored = airflow.run_command(["dags", "reserialize"], tmp_path / "reserialize.log")
+    assert stored == 0, (tmp_path / "reserialize.log").read_text()[-3000:]
+
     first = airflow.run_dag("outreach_send", tmp_path / "first.log")
     log = first.log.read_text()
     assert first.ok, log[-4000:]

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 
 import pytest
 
-from outreach.dev.localairflow import airflow_cmd
 from outreach.queue import queue_due
 from support.airflowhome import env_for, fresh_home, run_task_states
 from support.dnszone import dns_server, good_zone, rsa_key
@@ -98,11 +96,11 @@ def test_a_send_that_leaves_a_row_unconfirmed_queues_the_review_and_alerts_once(
         env = env_for(home, db_url, smtp)
         env.update(OUTREACH_SEND_PARALLELISM="1", OUTREACH_BATCH_SIZE="500",
                    AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY="0")
-        stored = subprocess.run(airflow_cmd("dags", "reserialize"), env=env, capture_output=True,
-                                text=True, timeout=600)
-        assert stored.returncode == 0, stored.stdout[-3000:] + stored.stderr[-3000:]
-        # Both runs in one Airflow process of this home (the review DAG's queue is read here).
+        # The reserialize and both runs in one Airflow process of this home (the review DAG's
+        # queue is read here).
         airflow = dag_session(env)
+        stored = airflow.run_command(["dags", "reserialize"], tmp_path / "reserialize.log")
+        assert stored == 0, (tmp_path / "reserialize.log").read_text()[-3000:]
         first = airflow.run_dag("outreach_send", tmp_path / "first.log")
         after_first = asset_events(home)
         queued_first = queued_dags(home)

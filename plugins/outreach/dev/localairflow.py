@@ -263,7 +263,15 @@ class DagTestSession:
         :raises ValueError: ``env`` differs in what Airflow reads at start-up (:func:`bound_at_start`).
         :raises subprocess.TimeoutExpired: over ``timeout`` seconds (the process is killed).
         :raises RuntimeError: the session's process exited (its last output is included)."""
-        args = dags_test_args(env or self.env, dag_id, conf)
+        code = self.run_command(dags_test_args(env or self.env, dag_id, conf), log_path, timeout, env)
+        # The metadata database is the session's own, whatever the run's env says.
+        return _result(dag_id, log_path.read_text(), code, log_path, self.env)
+
+    def run_command(self, args: list[str], log_path: Path, timeout: float = 900,
+                    env: dict[str, str] | None = None) -> int:
+        """Run ``airflow ARGS`` (any command of Airflow's CLI, e.g. ``["dags", "reserialize"]``)
+        in the session's process, its whole output into ``log_path``; return its exit code.
+        Arguments, environment and errors as :meth:`run_dag`'s."""
         request: dict[str, object] = {"args": args, "log": str(log_path)}
         if env is not None:
             if bound_at_start(env) != bound_at_start(self.env):
@@ -289,9 +297,7 @@ class DagTestSession:
                 self.close(kill=True)
                 raise RuntimeError(f"the Airflow session exited:\n{''.join(seen)[-3000:]}")
             if line.startswith(_REPLY):
-                code = int(json.loads(line[len(_REPLY):])["returncode"])
-                # The metadata database is the session's own, whatever the run's env says.
-                return _result(dag_id, log_path.read_text(), code, log_path, self.env)
+                return int(json.loads(line[len(_REPLY):])["returncode"])
             seen.append(line)  # Airflow's output between runs (start-up warnings)
             self.startup_output += line
 
