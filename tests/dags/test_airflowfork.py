@@ -1,10 +1,11 @@
 """The DAG tests' Airflow sessions forked from a warm Airflow process (support.airflowfork)
 behave as fresh ones: each records its runs in the metadata database of its own
-``AIRFLOW_HOME`` and writes its ``airflow.cfg`` there, and a session whose environment differs
+``AIRFLOW_HOME`` and writes its own ``airflow.cfg`` there, and a session whose environment differs
 in what Airflow reads on import starts in a fresh interpreter."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import subprocess
 
@@ -36,12 +37,17 @@ def test_forked_sessions_record_their_runs_in_their_own_homes(db_url, sink, migr
             assert server is not None
             assert psutil.Process(session._proc.pid).ppid() == server.pid
             results.append(session.run_dag("outreach_queue_due", home / "queue.log"))
+    keys = set()
     for home, result in zip(homes, results, strict=True):
         assert result.ok, result.log.read_text()[-3000:]
         assert result.metadata == home / "airflow.db"
         assert _runs(home) == [("outreach_queue_due", "success")]  # its own run only
         assert run_task_states(result)["queue_due"] == {"success"}
-        assert (home / "airflow.cfg").is_file()
+        # Its airflow.cfg as a fresh process writes it: its own home's paths, a key of its own.
+        cfg = (home / "airflow.cfg").read_text()
+        assert f"base_log_folder = {home}/logs\n" in cfg
+        keys.add(re.search(r"^fernet_key = (\S+)$", cfg, re.MULTILINE).group(1))
+    assert len(keys) == 2
 
 
 def test_a_session_with_an_airflow_option_of_its_own_starts_afresh(db_url, sink, migrated_airflow_home,

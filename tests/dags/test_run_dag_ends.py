@@ -6,6 +6,7 @@ Real Airflow (``dags test``), a one-task DAG that naps, a real SIGKILL."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -17,6 +18,7 @@ from outreach.dev.localairflow import airflow_env, ensure_metadata, run_dag
 from support.airflowhome import fresh_home
 
 NAPPER = '''
+import os
 import time
 import pendulum
 from airflow.sdk import dag, task
@@ -25,7 +27,7 @@ from airflow.sdk import dag, task
 def napper():
     @task
     def nap():
-        print("napping now", flush=True)
+        print("napping now in", os.getpid(), flush=True)  # dags test runs it in its own process
         time.sleep(300)
     nap()
 
@@ -33,24 +35,24 @@ napper()
 '''
 
 
-def _sessions() -> list[int]:
-    """Pids of this process's Airflow session processes (outreach.dev.localairflow.SESSION_SCRIPT)."""
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if "OUTREACH-DAG-TEST-SESSION" in " ".join(child.cmdline()):
-                found.append(child.pid)
-        except psutil.Error:  # ended meanwhile
-            pass
-    return found
+def _session_pid(log) -> int | None:
+    """The pid of the Airflow session process running the napper, once its task said it naps."""
+    found = re.search(r"napping now in (\d+)", log.read_text()) if log.exists() else None
+    return int(found.group(1)) if found else None
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _kill_when_napping(log, deadline: float) -> None:
-    """SIGKILL this process's Airflow session process once its task prints that it naps."""
+    """SIGKILL the Airflow session process once its task prints that it naps."""
     while time.monotonic() < deadline:
-        if log.exists() and "napping now" in log.read_text():
-            for pid in _sessions():
-                os.kill(pid, signal.SIGKILL)
+        if pid := _session_pid(log):
+            os.kill(pid, signal.SIGKILL)
             return
         time.sleep(0.2)
 
@@ -117,6 +119,7 @@ def test_an_interrupt_during_the_run_ends_it_there_and_then(tmp_path, migrated_a
         signal.signal(signal.SIGUSR1, old)
     after = len(ticks.read_text())
     assert after - at_alarm[0] < 25, (at_alarm, after)
-    assert not _sessions()
+    pid = _session_pid(tmp_path / "napper.log")
+    assert pid and not _running(pid)
     time.sleep(1)
     assert len(ticks.read_text()) == after  # nothing of the run went on

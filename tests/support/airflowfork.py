@@ -12,12 +12,13 @@ stdout and stderr, its environment, and runs
 :data:`~outreach.dev.localairflow.SESSION_SCRIPT` as a fresh interpreter would.
 
 What a fork cannot give is what Airflow read on import. The child points Airflow at its own
-``AIRFLOW_HOME`` (its ``airflow.cfg`` written there, as a fresh process writes it) and its own
-metadata database (the ORM configured again); every other option Airflow reads at start-up
-(:func:`~outreach.dev.localairflow.bound_at_start`: ``AIRFLOW__*``, ``OUTREACH_FAILPOINTS``) and
-the interpreter's own variables must equal the server's, or the session starts in a fresh
-interpreter as before (:func:`~outreach.dev.localairflow.popen_session`); so does every session
-with ``OUTREACH_TEST_AIRFLOW_FORK=off``."""
+``AIRFLOW_HOME`` (its ``airflow.cfg`` written there, as a fresh process writes it), its own
+metadata database (the ORM configured again) and DAG folder (:data:`_READ_AGAIN`); every other
+option Airflow reads at start-up (:func:`~outreach.dev.localairflow.bound_at_start`:
+``AIRFLOW__*``, ``OUTREACH_FAILPOINTS``) and the interpreter's own variables must equal the
+server's, or the session starts in a fresh interpreter as before
+(:func:`~outreach.dev.localairflow.popen_session`); so does every session with
+``OUTREACH_TEST_AIRFLOW_FORK=off``."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ for module in pkgutil.walk_packages(outreach.__path__, "outreach."):
     if not module.name.endswith(".__main__"):
         importlib.import_module(module.name)
 from airflow.cli import cli_parser
-from airflow.configuration import write_default_airflow_configuration_if_needed
-write_default_airflow_configuration_if_needed()
+# Not write_default_airflow_configuration_if_needed(): it fixes a Fernet key and a JWT secret in
+# the defaults; each child writes its own airflow.cfg with its own, as a fresh process does.
 cli_parser.get_parser()
 import airflow.cli.commands.dag_command  # what `dags test` runs, imported on first use
 import airflow.sdk.execution_time.task_runner  # noqa: F401
@@ -55,7 +56,12 @@ def child_main(req):
     home = os.environ["AIRFLOW_HOME"]
     configuration.AIRFLOW_HOME = settings.AIRFLOW_HOME = home
     configuration.AIRFLOW_CONFIG = configuration.get_airflow_config(home)
-    settings.configure_vars()  # the metadata database's URL, from this child's environment
+    # The defaults that name the home ({AIRFLOW_HOME}/logs…) were expanded with the server's.
+    conf = configuration.conf
+    conf._default_values = configuration.create_default_config_parser(conf._configuration_description)
+    conf.invalidate_cache()
+    sys.modules["airflow.sdk.configuration"].__dict__.pop("conf", None)  # made again when asked
+    settings.configure_vars()  # the metadata database and DAG folder, from this child's environment
     settings.prepare_syspath_for_config_and_plugins()
     settings.reconfigure_orm()
     exec(compile(SESSION_SCRIPT, "<dag test session>", "exec"), {"__name__": "__main__"})
@@ -70,10 +76,17 @@ def _interpreter(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith("PYTHON") or k in ("AIRFLOW_CONFIG", "TZ", "LANG")}
 
 
+_READ_AGAIN = ("AIRFLOW__CORE__DAGS_FOLDER",)
+"""What the child reads again from its environment besides its home and metadata database
+(``settings.configure_vars``; the DAG bundle takes ``settings.DAGS_FOLDER`` when it is made)."""
+
+
 def _forkable(env: dict[str, str], standard: dict[str, str]) -> bool:
+    def bound(e: dict[str, str]) -> dict[str, str]:
+        return {k: v for k, v in bound_at_start(e).items() if k not in _READ_AGAIN}
+
     return (os.environ.get("OUTREACH_TEST_AIRFLOW_FORK", "on") != "off"
-            and bound_at_start(env) == bound_at_start(standard)
-            and _interpreter(env) == _interpreter(standard))
+            and bound(env) == bound(standard) and _interpreter(env) == _interpreter(standard))
 
 
 def starter(settings_env: dict[str, str]):
@@ -117,14 +130,3 @@ class ForkedSession(Forked):
             os.close(out_w)
         self.stdin = os.fdopen(in_w, "w")
         self.stdout = os.fdopen(out_r)
-
-    def poll(self) -> int | None:
-        code = super().poll()
-        if code is not None:
-            self.s.close()
-        return code
-
-    def wait(self, timeout: float | None = None) -> int:
-        code = super().wait(timeout)
-        self.s.close()
-        return code
