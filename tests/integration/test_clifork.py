@@ -125,3 +125,24 @@ def test_a_started_call_is_a_process_the_test_can_signal(db_url, sink):
         out, err = bad.communicate(timeout=60)
     assert bad.returncode == 2 and err is None and "invalid choice: 'no-such-command'" in out
     assert server_children() == []
+
+
+def test_a_dead_fork_server_takes_its_calls_with_it(tmp_path):
+    """A call outlives no server (PR_SET_PDEATHSIG), and its end reads as a SIGKILL."""
+    import signal
+
+    prelude = ("import time, outreach.failpoints\n"
+               "def child_main(req):\n    print('asleep', flush=True)\n    time.sleep(600)\n")
+    server = clifork.ForkServer(prelude, dict(os.environ), "test fork server", folder=tmp_path / "server")
+    with open(os.devnull, "rb") as null_in, open(tmp_path / "out", "wb") as out:
+        call = clifork.Forked(server, ["sleeper"], [null_in.fileno(), out.fileno(), out.fileno()],
+                              {"env": dict(os.environ), "cwd": str(tmp_path)})
+    deadline = time.monotonic() + 30
+    while (tmp_path / "out").read_text() != "asleep\n":
+        assert time.monotonic() < deadline and call.poll() is None, (tmp_path / "out").read_text()
+        time.sleep(0.1)
+    server.proc.kill()
+    assert call.wait(30) == -signal.SIGKILL
+    assert not psutil.pid_exists(call.pid)
+    server.proc.stdin.close()
+    server.proc.wait()

@@ -41,7 +41,8 @@ _BASE_ENV = dict(os.environ)
 patched it."""
 
 _LOOP = r"""
-import gc, importlib, json, os, selectors, shutil, signal, socket, sys
+import ctypes, gc, importlib, json, os, selectors, shutil, signal, socket, sys
+server = os.getpid()
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind(sys.argv[1]); listener.listen(64)
 wake_r, wake_w = os.pipe(); os.set_blocking(wake_w, False)
@@ -92,6 +93,10 @@ while True:
                 continue
             pid = os.fork()
             if pid == 0:  # the call's process: it never returns to this loop
+                # SIGKILLed when the server ends (PR_SET_PDEATHSIG), whoever asked for it.
+                ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+                if os.getppid() != server:  # it ended before the prctl
+                    os._exit(1)
                 signal.set_wakeup_fd(-1); signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 sel.close(); listener.close(); os.close(wake_r); os.close(wake_w)
                 if owner:
@@ -307,8 +312,12 @@ class Forked:
                 self.returncode = self._replies.next()["returncode"]
             except (BlockingIOError, InterruptedError):
                 pass
+            except ServerGone:
+                self.returncode = self._killed_with_the_server()
             finally:
                 self.s.setblocking(True)
+            if self.returncode is not None:
+                self.s.close()  # nothing more comes on it
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -321,9 +330,21 @@ class Forked:
                 self.returncode = self._replies.next()["returncode"]
             except TimeoutError:
                 raise subprocess.TimeoutExpired(self.args, timeout) from None
+            except ServerGone:
+                self.returncode = self._killed_with_the_server()
             finally:
                 self.s.settimeout(None)
+            self.s.close()
         return self.returncode
+
+    def _killed_with_the_server(self) -> int:
+        """The server ended without telling this process's end: the kernel SIGKILLed it with
+        the server (PR_SET_PDEATHSIG); once it is gone, that is its exit code."""
+        import psutil
+
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(self.pid).wait(30)
+        return -signal.SIGKILL
 
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
@@ -378,6 +399,10 @@ class Call(Forked):
         self.err.close()
 
 
+class ServerGone(RuntimeError):
+    """The fork server closed a call's connection without a reply: it ended."""
+
+
 class _Replies:
     """The server's one-line JSON replies on one call's socket, in order."""
 
@@ -385,12 +410,12 @@ class _Replies:
         self.s, self.data, self.server = s, b"", server
 
     def next(self) -> dict:
-        """The next reply (TimeoutError past the socket's timeout; RuntimeError when the server
-        ended the connection or refused the request)."""
+        """The next reply (TimeoutError past the socket's timeout; :class:`ServerGone` when the
+        server ended the connection; RuntimeError when it refused the request)."""
         while b"\n" not in self.data:
             chunk = self.s.recv(4096)
             if not chunk:
-                raise RuntimeError(f"the {self.server.what} ended the call (its log: {self.server.log})")
+                raise ServerGone(f"the {self.server.what} ended the call (its log: {self.server.log})")
             self.data += chunk
         line, self.data = self.data.split(b"\n", 1)
         reply = json.loads(line)
