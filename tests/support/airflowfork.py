@@ -15,8 +15,8 @@ What a fork cannot give is what Airflow read on import. The child points Airflow
 ``AIRFLOW_HOME`` (its ``airflow.cfg`` written there, as a fresh process writes it), its own
 metadata database (the ORM configured again) and DAG folder (:data:`_READ_AGAIN`); every other
 option Airflow reads at start-up (:func:`~outreach.dev.localairflow.bound_at_start`:
-``AIRFLOW__*``, ``OUTREACH_FAILPOINTS``) and the interpreter's own variables must equal the
-server's, or the session starts in a fresh interpreter as before
+``AIRFLOW__*``, ``OUTREACH_FAILPOINTS``) and what the interpreter reads on import
+(:func:`support.clifork.read_on_import`) must equal the server's, or the session starts in a fresh interpreter as before
 (:func:`~outreach.dev.localairflow.popen_session`); so does every session with
 ``OUTREACH_TEST_AIRFLOW_FORK=off``."""
 
@@ -26,7 +26,7 @@ import os
 import threading
 
 from outreach.dev.localairflow import airflow_env, bound_at_start, popen_session
-from support.clifork import Forked, ForkServer
+from support.clifork import Forked, ForkServer, read_on_import
 from support.once import run_folder
 
 _PRELUDE = r"""
@@ -72,21 +72,17 @@ _server: ForkServer | None = None
 _standard: dict[str, str] | None = None
 
 
-def _interpreter(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith("PYTHON") or k in ("AIRFLOW_CONFIG", "TZ", "LANG")}
-
-
-_READ_AGAIN = ("AIRFLOW__CORE__DAGS_FOLDER",)
-"""What the child reads again from its environment besides its home and metadata database
+_READ_AGAIN = ("AIRFLOW_HOME", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__DAGS_FOLDER")
+"""What the child reads again from its environment: its home, metadata database and DAG folder
 (``settings.configure_vars``; the DAG bundle takes ``settings.DAGS_FOLDER`` when it is made)."""
 
 
 def _forkable(env: dict[str, str], standard: dict[str, str]) -> bool:
     def bound(e: dict[str, str]) -> dict[str, str]:
-        return {k: v for k, v in bound_at_start(e).items() if k not in _READ_AGAIN}
+        read = {**read_on_import(e), **bound_at_start(e)}
+        return {k: v for k, v in read.items() if k not in _READ_AGAIN}
 
-    return (os.environ.get("OUTREACH_TEST_AIRFLOW_FORK", "on") != "off"
-            and bound(env) == bound(standard) and _interpreter(env) == _interpreter(standard))
+    return os.environ.get("OUTREACH_TEST_AIRFLOW_FORK", "on") != "off" and bound(env) == bound(standard)
 
 
 def starter(settings_env: dict[str, str]):

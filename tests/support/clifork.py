@@ -10,7 +10,7 @@ folder, environment and ``sys.argv``, runs ``outreach.cli`` as ``python -m`` doe
 handlers, death by an uncaught SIGINT), so its exit code, output and signals are a process's.
 
 What a fork cannot give is what the interpreter read at import: the call's ``AIRFLOW_HOME``,
-``AIRFLOW__*`` options and the like (:func:`_bound`) must equal the server's, or the call runs in a fresh
+``AIRFLOW__*`` options and the like (:func:`read_on_import`) must equal the server's, or the call runs in a fresh
 interpreter as before; so does every call with ``OUTREACH_TEST_CLI_FORK=off``. The one outreach
 module that reads the environment on import, :mod:`outreach.failpoints`, is imported again in
 the call's process. :func:`start` returns at once with the process's pid, for the tests that
@@ -175,19 +175,17 @@ class ForkServer:
         """The server ``name`` of this pytest run: the one a worker started already, while it
         runs, else one started here (under a file lock) that ends with the run's controller
         (``pytest -n 0``: this process), in ``run_folder()/name``."""
-        import psutil
         from filelock import FileLock
 
         from support.once import run_folder
 
         folder = run_folder() / name
         with FileLock(str(run_folder() / f"{name}.lock")):
-            with contextlib.suppress(OSError, ValueError, psutil.Error):
-                pid = int((folder / "pid").read_text())
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    server = cls.__new__(cls)
-                    server.path, server.what, server.log = str(folder / "sock"), what, folder / "server.log"
-                    server.proc, server.pid = None, pid
+            with contextlib.suppress(OSError, ValueError):
+                server = cls.__new__(cls)
+                server.path, server.what, server.log = str(folder / "sock"), what, folder / "server.log"
+                server.proc, server.pid = None, int((folder / "pid").read_text())
+                if server.alive():
                     return server
             shutil.rmtree(folder, ignore_errors=True)
             owner = os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
@@ -225,7 +223,7 @@ _READ_ON_IMPORT = ("AIRFLOW_HOME", "AIRFLOW_CONFIG", "TZ", "LANG")
 _READ_ON_IMPORT_PREFIXES = ("AIRFLOW__", "PYTHON", "LC_")
 
 
-def _bound(env: dict[str, str]) -> dict[str, str]:
+def read_on_import(env: dict[str, str]) -> dict[str, str]:
     """What of ``env`` an interpreter may read once, on import: Airflow's home, configuration file
     and options, the interpreter's own variables, the time zone and locale. Not
     ``OUTREACH_FAILPOINTS``: the call's process imports :mod:`outreach.failpoints` again."""
@@ -237,7 +235,7 @@ def _forkable(env: dict[str, str]) -> bool:
     """Whether a call with ``env`` may be forked from the server (started here when it is not
     running)."""
     global _server
-    if os.environ.get("OUTREACH_TEST_CLI_FORK", "on") == "off" or _bound(env) != _bound(_BASE_ENV):
+    if os.environ.get("OUTREACH_TEST_CLI_FORK", "on") == "off" or read_on_import(env) != read_on_import(_BASE_ENV):
         return False
     with _starting:
         if _server is None or not _server.alive():
